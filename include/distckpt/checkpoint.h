@@ -1,0 +1,174 @@
+// Sharded save and load of a StateDict, and read-only access to saved checkpoints.
+//
+// A checkpoint is a directory <root>/<name>/ holding data-NNNNN.bin files (one per
+// writing rank) and index.pb (the protobuf index, written last by rank 0). It exists
+// if and only if that final-named directory exists with a valid index: saves go to
+// <root>/<name>.tmp-<id>/ and are renamed only after every rank succeeded (see
+// src/runtime/commit.cc for the protocol, step by step).
+//
+// Collective functions (save, load) must be called by every rank of the Comm, in the
+// same order, with state dicts describing the same tensors. They return the same
+// Status on every rank: if one rank fails, all fail with that rank's error, nothing
+// new becomes visible, and no earlier checkpoint is touched. They are called from
+// the thread that owns the Comm. Local functions (list, read, verify) are
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/comm.h"
+#include "distckpt/filesystem.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+// Version of the on-disk index this build writes. Newer versions are refused on read.
+inline constexpr uint32_t kIndexFormatVersion = 1;
+
+struct SaveOptions {
+  // Directory name under root. Must be non-empty, without '/', not "latest", not
+  // containing ".tmp-". Saving onto an existing checkpoint fails with kAlreadyExists.
+  std::string name;
+  int64_t step = -1;   // recorded in the index; -1 = unknown
+  int64_t epoch = -1;  // recorded in the index; -1 = unknown
+  // Write each unique slice once (replicas removed, writing balanced by bytes).
+  // When false, every rank writes every box it holds (for debugging / parity).
+  bool remove_redundancy = true;
+  bool update_latest = true;  // move <root>/latest to this checkpoint after commit
+  bool fsync = true;          // fsync files and directories (commit protocol steps 2-3)
+  std::shared_ptr<FileSystem> fs;  // null: POSIX
+};
+
+struct SaveResult {
+  std::string path;             // <root>/<name>
+  uint64_t bytes_unique = 0;    // size of the state once (sum of global tensor sizes)
+  uint64_t bytes_written = 0;   // data bytes written by all ranks (excludes the index)
+  uint64_t rank_bytes_written = 0;  // by this rank
+  uint64_t index_bytes = 0;
+  double plan_s = 0, write_s = 0, commit_s = 0;  // wall time of each phase on this rank
+  // Non-fatal problem after the commit (e.g. `latest` could not be moved); empty if none.
+  std::string warning;
+};
+
+// Collective. Saves `state` under `root` (created if missing). Buffers in `state` are
+// read only. Errors: kInvalidArgument (bad name/options, inconsistent state dicts across
+// ranks), kAlreadyExists, kIoError, and any error of the file system; identical on all
+// ranks.
+Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
+                        const SaveOptions& options);
+
+struct LoadOptions {
+  // true: every tensor of `state` must be in the checkpoint (else kMismatch naming it).
+  // false: missing tensors are skipped and reported in LoadResult.
+  bool strict = true;
+  // Load only these names (all of `state` when empty). Every name must be in `state`.
+  std::vector<std::string> only;
+  std::shared_ptr<FileSystem> fs;  // null: POSIX
+};
+
+struct LoadResult {
+  int64_t step = -1;
+  int64_t epoch = -1;
+  std::map<std::string, InfoValue> info;
+  std::vector<std::string> loaded;
+  std::vector<std::string> missing_in_checkpoint;    // asked for, not in the checkpoint
+  std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not asked for
+  uint64_t rank_bytes_read = 0;  // data bytes this rank read
+  uint64_t bytes_read = 0;       // summed over ranks
+  double load_s = 0;
+};
+
+// Collective. Fills the buffers of `state` from the checkpoint directory `path` (a
+// root is resolved to its newest committed checkpoint, see resolve_checkpoint). Each rank reads only the chunks overlapping its boxes, checks
+// every chunk's CRC32C, and copies the overlap into its buffers. Errors: kNotFound,
+// kCorruption (bad index, truncated file, checksum), kMismatch (dtype, global shape,
+// missing tensor when strict), kUnsupported (newer index version); identical on all
+// ranks. On error the buffers may be partly overwritten.
+Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
+                        const LoadOptions& options);
+
+// ---- read-only access (local, thread-safe) ----
+
+struct ChunkInfo {
+  Box box;
+  std::string file;        // relative to the checkpoint directory
+  uint64_t byte_offset = 0;
+  uint64_t length = 0;
+  uint32_t crc32c = 0;
+  int writer_rank = -1;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape global_shape;
+  Shape dev_mat;       // empty for explicit layouts
+  Shape tensor_map;
+  std::vector<int> ranks;
+  std::vector<ChunkInfo> chunks;
+};
+
+struct FileInfo {
+  std::string name;
+  uint64_t size = 0;
+};
+
+struct CheckpointInfo {
+  std::string path;
+  std::string name;
+  uint32_t format_version = 0;
+  std::string format = "native";
+  int64_t step = -1;
+  int64_t epoch = -1;
+  int world_size = 0;
+  int64_t created_unix_ms = 0;
+  std::string checksum = "crc32c";
+  std::vector<TensorInfo> tensors;
+  std::vector<FileInfo> files;
+  std::map<std::string, InfoValue> info;
+  uint64_t data_bytes() const;  // sum of file sizes
+};
+
+// Reads and validates the index of the checkpoint directory `path`.
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
+                                            std::shared_ptr<FileSystem> fs = nullptr);
+
+struct VerifyReport {
+  uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
+};
+// Reads every chunk and checks file sizes, bounds and CRC32C. kCorruption naming the
+// file and tensor on the first failure.
+Result<VerifyReport> verify_checkpoint(const std::string& path,
+                                       std::shared_ptr<FileSystem> fs = nullptr);
+
+enum class EntryState { kCommitted, kInFlight, kBroken };
+struct CheckpointEntry {
+  std::string name;
+  EntryState state = EntryState::kBroken;
+  std::string detail;  // why broken
+  int64_t step = -1, epoch = -1;
+  uint64_t bytes = 0;
+  std::string format;
+  int64_t created_unix_ms = 0;
+};
+struct RootListing {
+  std::vector<CheckpointEntry> entries;  // committed ordered by (step, created), others after
+  std::string latest;                    // target of <root>/latest, empty when none/invalid
+};
+// Lists the directories under `root`: committed checkpoints, in-flight (.tmp-*) and
+// broken ones (no valid index), each reported as such.
+Result<RootListing> list_checkpoints(const std::string& root,
+                                     std::shared_ptr<FileSystem> fs = nullptr);
+
+// If `path` is a checkpoint directory, returns it. If it is a root, returns the newest
+// committed checkpoint (latest commit time recorded in the index, then highest step).
+// kNotFound when there is none.
+Result<std::string> resolve_checkpoint(const std::string& path,
+                                       std::shared_ptr<FileSystem> fs = nullptr);
+
+}  // namespace distckpt

@@ -1,0 +1,11 @@
+// Umbrella header: everything a training program needs.
+#pragma once
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/comm.h"
+#include "distckpt/dtype.h"
+#include "distckpt/filesystem.h"
+#include "distckpt/layout.h"
+#include "distckpt/mpi_comm.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"

@@ -1,0 +1,69 @@
+// The file-system interface under every storage backend.
+//
+// The POSIX implementation is what production uses; tests wrap it to inject faults
+// (short writes, ENOSPC, EIO on fsync, crashes at chosen points). Custom
+// implementations must be thread-safe: distinct files may be used from different
+// threads at once. Every call returns a Status naming the path and the operation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes all `n` bytes at `offset` (retrying short writes); kIoError on failure.
+  virtual Status write_at(const void* data, std::size_t n, uint64_t offset) = 0;
+  // Flushes data and metadata to stable storage (fsync).
+  virtual Status sync() = 0;
+  virtual Status close() = 0;
+};
+
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  // Reads exactly `n` bytes at `offset`; kCorruption if the file ends first.
+  virtual Status read_at(void* data, std::size_t n, uint64_t offset) const = 0;
+  virtual Result<uint64_t> size() const = 0;
+};
+
+struct DirEntry {
+  std::string name;
+  bool is_dir = false;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // Creates or truncates `path`.
+  virtual Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path) = 0;
+  virtual Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) = 0;
+  // Creates one directory; kAlreadyExists if it exists.
+  virtual Status create_dir(const std::string& path) = 0;
+  // Creates a directory and its missing parents; ok if it exists.
+  virtual Status create_dirs(const std::string& path) = 0;
+  // rename(2): atomic replacement of a file; a directory target must not exist.
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+  virtual Status remove_file(const std::string& path) = 0;
+  virtual Status remove_all(const std::string& path) = 0;
+  virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
+  virtual bool exists(const std::string& path) = 0;
+  virtual Result<uint64_t> file_size(const std::string& path) = 0;
+  // fsync of a directory, so that entries created or renamed in it are durable.
+  virtual Status sync_dir(const std::string& path) = 0;
+};
+
+// The process-wide POSIX file system (thread-safe, never null, not owned by the caller).
+std::shared_ptr<FileSystem> posix_filesystem();
+
+// Convenience: whole-file read / write-then-fsync through `fs`.
+Result<std::string> read_whole_file(FileSystem& fs, const std::string& path);
+Status write_file_synced(FileSystem& fs, const std::string& path, const std::string& data);
+
+}  // namespace distckpt

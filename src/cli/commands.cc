@@ -1,0 +1,217 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/layout.h"
+
+namespace distckpt::internal_cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// "32,16" -> {32,16}; also accepts "[32, 16]".
+Result<Shape> parse_list(const std::string& text, const std::string& what) {
+  Shape out;
+  std::string cleaned;
+  for (char c : text)
+    if (c != '[' && c != ']' && c != ' ') cleaned += c;
+  if (cleaned.empty()) return out;
+  std::stringstream ss(cleaned);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return invalid_argument(what + ": '" + item + "' is not an integer");
+    }
+  }
+  return out;
+}
+
+int fail(const Status& st, int code = 1) {
+  std::cerr << "distckpt: " << st.to_string() << "\n";
+  return code;
+}
+
+json info_json(const InfoValue& v) {
+  return std::visit([](const auto& x) -> json { return x; }, v);
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", b / double(1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+const char* state_name(EntryState s) {
+  switch (s) {
+    case EntryState::kCommitted: return "committed";
+    case EntryState::kInFlight: return "in-flight";
+    case EntryState::kBroken: return "broken";
+  }
+  return "?";
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_layout(const LayoutArgs& args) {
+  auto shape = parse_list(args.shape, "--shape");
+  auto dev_mat = parse_list(args.dev_mat, "--dev-mat");
+  auto tensor_map = parse_list(args.tensor_map, "--tensor-map");
+  auto ranks64 = parse_list(args.ranks, "--ranks");
+  for (const auto* r : {&shape, &dev_mat, &tensor_map, &ranks64})
+    if (!r->ok()) return fail(r->status(), 2);
+  std::vector<int> ranks(ranks64->begin(), ranks64->end());
+  auto layout = TensorLayout::from_device_matrix(*shape, *dev_mat, *tensor_map, ranks);
+  if (!layout.ok()) return fail(layout.status(), 2);
+  json slices = json::array();
+  for (int rank : layout->ranks()) {
+    const Box box = layout->slice_box(rank);
+    slices.push_back({{"rank", rank},
+                      {"offset", box.offset},
+                      {"shape", box.shape},
+                      {"slice_index", layout->slice_index(rank)},
+                      {"replicas", layout->replica_group(rank)}});
+  }
+  std::cout << json{{"slices", slices}}.dump() << "\n";
+  return 0;
+}
+
+int cmd_ls(const std::string& root, bool as_json) {
+  auto listing = list_checkpoints(root);
+  if (!listing.ok()) return fail(listing.status());
+  if (as_json) {
+    json entries = json::array();
+    for (const auto& e : listing->entries) {
+      json j{{"name", e.name}, {"state", state_name(e.state)}};
+      if (e.state == EntryState::kCommitted) {
+        j["step"] = e.step;
+        j["epoch"] = e.epoch;
+        j["bytes"] = e.bytes;
+        j["format"] = e.format;
+        j["created_unix_ms"] = e.created_unix_ms;
+      } else {
+        j["detail"] = e.detail;
+      }
+      entries.push_back(j);
+    }
+    std::cout << json{{"root", root}, {"latest", listing->latest}, {"entries", entries}}.dump() << "\n";
+    return 0;
+  }
+  std::printf("%-32s %10s %6s %12s %-8s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
+  for (const auto& e : listing->entries) {
+    if (e.state == EntryState::kCommitted) {
+      std::printf("%-32s %10lld %6lld %12s %-8s %s%s\n", e.name.c_str(), static_cast<long long>(e.step),
+                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), e.format.c_str(), "committed",
+                  e.name == listing->latest ? " (latest)" : "");
+    } else {
+      std::printf("%-32s %10s %6s %12s %-8s %s: %s\n", e.name.c_str(), "-", "-", "-", "-", state_name(e.state),
+                  e.detail.c_str());
+    }
+  }
+  std::printf("latest: %s\n", listing->latest.empty() ? "(none)" : listing->latest.c_str());
+  return 0;
+}
+
+int cmd_inspect(const std::string& path, bool as_json) {
+  auto dir = resolve_checkpoint(path);
+  if (!dir.ok()) return fail(dir.status());
+  auto info = read_checkpoint_info(*dir);
+  if (!info.ok()) return fail(info.status());
+  const CheckpointInfo& ci = *info;
+  json tensors = json::array();
+  for (const auto& t : ci.tensors) {
+    json chunks = json::array();
+    for (const auto& c : t.chunks)
+      chunks.push_back({{"offset", c.box.offset},
+                        {"shape", c.box.shape},
+                        {"file", c.file},
+                        {"byte_offset", c.byte_offset},
+                        {"length", c.length},
+                        {"crc32c", hex32(c.crc32c)},
+                        {"writer_rank", c.writer_rank}});
+    json layout = t.dev_mat.empty() ? json{{"kind", "explicit"}, {"ranks", t.ranks}}
+                                    : json{{"kind", "device_matrix"},
+                                           {"dev_mat", t.dev_mat},
+                                           {"tensor_map", t.tensor_map},
+                                           {"ranks", t.ranks}};
+    tensors.push_back({{"name", t.name},
+                       {"dtype", std::string(dtype_name(t.dtype))},
+                       {"global_shape", t.global_shape},
+                       {"layout", layout},
+                       {"chunks", chunks}});
+  }
+  json files = json::array();
+  for (const auto& f : ci.files) files.push_back({{"name", f.name}, {"size", f.size}});
+  json info_values = json::object();
+  for (const auto& [k, v] : ci.info) info_values[k] = info_json(v);
+  if (as_json) {
+    std::cout << json{{"path", ci.path},       {"name", ci.name},        {"format", ci.format},
+                      {"format_version", ci.format_version},        {"step", ci.step},
+                      {"epoch", ci.epoch},     {"world_size", ci.world_size},
+                      {"created_unix_ms", ci.created_unix_ms},      {"checksum", ci.checksum},
+                      {"tensors", tensors},    {"files", files},          {"info", info_values}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
+              ci.format.c_str(), ci.format_version, static_cast<long long>(ci.step),
+              static_cast<long long>(ci.epoch), ci.world_size, ci.checksum.c_str());
+  std::printf("tensors (%zu):\n", ci.tensors.size());
+  for (const auto& t : ci.tensors) {
+    std::printf("  %-40s %-8s %-18s %s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),
+                full_box(t.global_shape).to_string().c_str(),
+                t.dev_mat.empty() ? "explicit boxes"
+                                  : ("dev_mat " + json(t.dev_mat).dump() + " tensor_map " + json(t.tensor_map).dump())
+                                        .c_str());
+    for (const auto& c : t.chunks)
+      std::printf("      chunk %-22s %s @%llu +%llu crc32c %s\n", c.box.to_string().c_str(), c.file.c_str(),
+                  static_cast<unsigned long long>(c.byte_offset), static_cast<unsigned long long>(c.length),
+                  hex32(c.crc32c).c_str());
+  }
+  std::printf("files (%zu, %s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str());
+  for (const auto& f : ci.files) std::printf("  %-20s %llu\n", f.name.c_str(), static_cast<unsigned long long>(f.size));
+  std::printf("info:\n");
+  for (const auto& [k, v] : ci.info) std::printf("  %s = %s\n", k.c_str(), info_value_to_string(v).c_str());
+  return 0;
+}
+
+int cmd_verify(const std::string& path, bool as_json) {
+  auto dir = resolve_checkpoint(path);
+  if (!dir.ok()) return fail(dir.status());
+  auto report = verify_checkpoint(*dir);
+  if (!report.ok()) {
+    if (as_json) std::cout << json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}.dump() << "\n";
+    return fail(report.status());
+  }
+  if (as_json) {
+    std::cout << json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
+                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and crc32c)\n", dir->c_str(),
+                static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
+                static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str());
+  }
+  return 0;
+}
+
+}  // namespace distckpt::internal_cli

@@ -1,0 +1,18 @@
+// The subcommands of the `distckpt` tool. Each returns the process exit code:
+// 0 success, 1 the checkpoint is bad / the operation failed, 2 bad usage.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace distckpt::internal_cli {
+
+struct LayoutArgs {
+  std::string shape, dev_mat, tensor_map, ranks;
+};
+int cmd_layout(const LayoutArgs& args);
+int cmd_ls(const std::string& root, bool json);
+int cmd_inspect(const std::string& path, bool json);
+int cmd_verify(const std::string& path, bool json);
+
+}  // namespace distckpt::internal_cli

@@ -1,0 +1,41 @@
+// distckpt: inspect, verify and plan checkpoints from the command line.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace distckpt::internal_cli;
+  CLI::App app{"distckpt: inspect, verify and plan distributed checkpoints"};
+  app.require_subcommand(1);
+
+  LayoutArgs layout;
+  auto* lay = app.add_subcommand("layout", "Print every rank's slice of a tensor layout as JSON");
+  lay->add_option("--shape", layout.shape, "global shape, e.g. 32,16")->required();
+  lay->add_option("--dev-mat", layout.dev_mat, "device matrix, e.g. 2,4")->required();
+  lay->add_option("--tensor-map", layout.tensor_map, "tensor map, e.g. 1,-1")->required();
+  lay->add_option("--ranks", layout.ranks, "global ranks of the group, e.g. 8,9,10,11 (default 0..N-1)");
+
+  std::string path;
+  bool json = false;
+  auto* ls = app.add_subcommand("ls", "List committed, in-flight and broken checkpoints under ROOT");
+  ls->add_option("ROOT", path, "checkpoint root directory")->required();
+  ls->add_flag("--json", json, "machine-readable output");
+  auto* inspect = app.add_subcommand("inspect", "Show tensors, chunks, files and info values of a checkpoint");
+  inspect->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
+  inspect->add_flag("--json", json, "machine-readable output");
+  auto* verify = app.add_subcommand("verify", "Read every byte; check file sizes and checksums");
+  verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
+  verify->add_flag("--json", json, "machine-readable output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (*lay) return cmd_layout(layout);
+  if (*ls) return cmd_ls(path, json);
+  if (*inspect) return cmd_inspect(path, json);
+  if (*verify) return cmd_verify(path, json);
+  return 2;
+}

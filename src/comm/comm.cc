@@ -1,0 +1,18 @@
+#include "distckpt/comm.h"
+
+namespace distckpt {
+
+void Comm::broadcast_string(std::string& s, int root) {
+  int64_t n = static_cast<int64_t>(s.size());
+  broadcast(&n, sizeof(n), root);
+  s.resize(static_cast<std::size_t>(n));
+  if (n > 0) broadcast(s.data(), s.size(), root);
+}
+
+int64_t Comm::allreduce_one(int64_t v, ReduceOp op) {
+  std::vector<int64_t> values{v};
+  allreduce(values, op);
+  return values[0];
+}
+
+}  // namespace distckpt

@@ -1,0 +1,121 @@
+#include "comm/local_comm.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace distckpt::internal_comm {
+namespace {
+
+// Every collective is an all-to-all exchange of one string per rank: simple, and
+// the cost is irrelevant in tests.
+struct Shared {
+  explicit Shared(int n) : slots(n) {}
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> slots;
+  std::vector<std::string> result;
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
+std::string pack(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) {
+    uint64_t n = p.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += p;
+  }
+  return out;
+}
+
+std::vector<std::string> unpack(const std::string& s) {
+  std::vector<std::string> parts;
+  for (std::size_t pos = 0; pos < s.size();) {
+    uint64_t n;
+    std::memcpy(&n, s.data() + pos, sizeof(n));
+    pos += sizeof(n);
+    parts.push_back(s.substr(pos, n));
+    pos += n;
+  }
+  return parts;
+}
+
+class LocalComm final : public Comm {
+ public:
+  LocalComm(std::shared_ptr<Shared> shared, int rank, int size)
+      : shared_(std::move(shared)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void barrier() override { exchange(""); }
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    auto all = exchange(rank_ == root ? std::string(static_cast<char*>(data), bytes) : std::string());
+    if (rank_ != root) std::memcpy(data, all[root].data(), bytes);
+  }
+  void allreduce(std::vector<int64_t>& values, ReduceOp op) override {
+    auto all = exchange(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      int64_t acc = 0;
+      for (int r = 0; r < size_; ++r) {
+        int64_t v;
+        std::memcpy(&v, all[r].data() + i * 8, 8);
+        if (r == 0) acc = v;
+        else if (op == ReduceOp::kSum) acc += v;
+        else if (op == ReduceOp::kMin) acc = std::min(acc, v);
+        else acc = std::max(acc, v);
+      }
+      values[i] = acc;
+    }
+  }
+  std::vector<std::string> gather(const std::string& mine, int root) override {
+    auto all = exchange(mine);
+    return rank_ == root ? all : std::vector<std::string>{};
+  }
+  std::string scatter(const std::vector<std::string>& parts, int root) override {
+    auto all = exchange(rank_ == root ? pack(parts) : std::string());
+    return unpack(all[root])[rank_];
+  }
+  std::vector<std::string> allgather(const std::string& mine) override { return exchange(mine); }
+
+ private:
+  std::vector<std::string> exchange(std::string mine) {
+    Shared& s = *shared_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    s.slots[rank_] = std::move(mine);
+    const uint64_t gen = s.generation;
+    if (++s.arrived == size_) {
+      s.result = s.slots;
+      s.arrived = 0;
+      ++s.generation;
+      s.cv.notify_all();
+    } else {
+      s.cv.wait(lock, [&] { return s.generation != gen; });
+    }
+    // Safe: the next generation cannot complete before this rank arrives again.
+    return s.result;
+  }
+
+  std::shared_ptr<Shared> shared_;
+  int rank_;
+  int size_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Comm>> make_local_comms(int n) {
+  auto shared = std::make_shared<Shared>(n);
+  std::vector<std::unique_ptr<Comm>> comms;
+  for (int r = 0; r < n; ++r) comms.push_back(std::make_unique<LocalComm>(shared, r, n));
+  return comms;
+}
+
+void run_local_ranks(int n, const std::function<void(Comm&)>& fn) {
+  auto comms = make_local_comms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { fn(*comms[r]); });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace distckpt::internal_comm

@@ -1,0 +1,117 @@
+#include <climits>
+#include <cstdio>
+#include <numeric>
+
+#include "distckpt/mpi_comm.h"
+
+namespace distckpt {
+namespace {
+
+// MPI counts are ints: large payloads move in pieces of at most this many bytes.
+constexpr std::size_t kMaxMpiCount = std::size_t{1} << 30;
+
+int checked_count(int64_t n) {
+  if (n < 0 || n > INT_MAX) {
+    std::fprintf(stderr, "distckpt: collective payload of %lld bytes exceeds MPI's int count\n",
+                 static_cast<long long>(n));
+    MPI_Abort(MPI_COMM_WORLD, 70);
+  }
+  return static_cast<int>(n);
+}
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(MPI_Comm comm) {
+    MPI_Comm_dup(comm, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { MPI_Barrier(comm_); }
+
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (std::size_t done = 0; done < bytes;) {
+      const std::size_t n = std::min(kMaxMpiCount, bytes - done);
+      MPI_Bcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_);
+      done += n;
+    }
+  }
+
+  void allreduce(std::vector<int64_t>& values, ReduceOp op) override {
+    MPI_Op mop = op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMin ? MPI_MIN : MPI_MAX;
+    MPI_Allreduce(MPI_IN_PLACE, values.data(), checked_count(static_cast<int64_t>(values.size())), MPI_INT64_T,
+                  mop, comm_);
+  }
+
+  std::vector<std::string> gather(const std::string& mine, int root) override {
+    int mysize = checked_count(static_cast<int64_t>(mine.size()));
+    std::vector<int> sizes(rank_ == root ? size_ : 0);
+    MPI_Gather(&mysize, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_);
+    std::vector<int> displs;
+    std::string all;
+    if (rank_ == root) displs = prefix(sizes, &all);
+    MPI_Gatherv(mine.data(), mysize, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root, comm_);
+    return rank_ == root ? split(all, sizes, displs) : std::vector<std::string>{};
+  }
+
+  std::string scatter(const std::vector<std::string>& parts, int root) override {
+    std::vector<int> sizes, displs;
+    std::string all;
+    if (rank_ == root) {
+      for (const auto& p : parts) sizes.push_back(checked_count(static_cast<int64_t>(p.size())));
+      displs = prefix(sizes, &all);
+      for (int r = 0; r < size_; ++r) all.replace(displs[r], parts[r].size(), parts[r]);
+    }
+    int mysize = 0;
+    MPI_Scatter(sizes.data(), 1, MPI_INT, &mysize, 1, MPI_INT, root, comm_);
+    std::string mine(static_cast<std::size_t>(mysize), '\0');
+    MPI_Scatterv(all.data(), sizes.data(), displs.data(), MPI_BYTE, mine.data(), mysize, MPI_BYTE, root, comm_);
+    return mine;
+  }
+
+  std::vector<std::string> allgather(const std::string& mine) override {
+    int mysize = checked_count(static_cast<int64_t>(mine.size()));
+    std::vector<int> sizes(size_);
+    MPI_Allgather(&mysize, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_);
+    std::string all;
+    std::vector<int> displs = prefix(sizes, &all);
+    MPI_Allgatherv(mine.data(), mysize, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, comm_);
+    return split(all, sizes, displs);
+  }
+
+ private:
+  // Displacements for `sizes`; sizes `all` to hold them all.
+  static std::vector<int> prefix(const std::vector<int>& sizes, std::string* all) {
+    std::vector<int> displs(sizes.size());
+    int64_t total = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      displs[i] = checked_count(total);
+      total += sizes[i];
+    }
+    all->assign(static_cast<std::size_t>(checked_count(total)), '\0');
+    return displs;
+  }
+  static std::vector<std::string> split(const std::string& all, const std::vector<int>& sizes,
+                                        const std::vector<int>& displs) {
+    std::vector<std::string> out(sizes.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) out[i] = all.substr(displs[i], sizes[i]);
+    return out;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return std::make_unique<MpiComm>(comm); }
+
+}  // namespace distckpt

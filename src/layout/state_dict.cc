@@ -1,0 +1,57 @@
+#include <sstream>
+
+#include "distckpt/state_dict.h"
+
+namespace distckpt {
+
+std::string info_value_to_string(const InfoValue& v) {
+  struct Visitor {
+    std::string operator()(int64_t x) const { return std::to_string(x); }
+    std::string operator()(double x) const {
+      std::ostringstream os;
+      os.precision(17);
+      os << x;
+      return os.str();
+    }
+    std::string operator()(bool x) const { return x ? "true" : "false"; }
+    std::string operator()(const std::string& x) const { return x; }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+Status StateDict::add_tensor(const std::string& name, DType dtype, void* data, const TensorLayout& layout) {
+  std::vector<void*> buffers;
+  if (data != nullptr) buffers.push_back(data);
+  return add_tensor(name, dtype, std::move(buffers), layout);
+}
+
+Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<void*> buffers,
+                             const TensorLayout& layout) {
+  const std::string where = "state dict: rank " + std::to_string(rank_) + ": tensor '" + name + "'";
+  if (name.empty()) return invalid_argument("state dict: rank " + std::to_string(rank_) + ": empty tensor name");
+  if (by_name_.count(name)) return invalid_argument(where + " added twice");
+  if (layout.group_size() == 0) return invalid_argument(where + " has an empty layout");
+  std::vector<Box> boxes = layout.boxes_of(rank_);
+  if (buffers.size() != boxes.size())
+    return invalid_argument(where + ": the layout gives this rank " + std::to_string(boxes.size()) +
+                            " box(es) but " + std::to_string(buffers.size()) + " buffer(s) were passed");
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i] == nullptr && boxes[i].num_elements() > 0)
+      return invalid_argument(where + ": null buffer for box " + boxes[i].to_string());
+  by_name_[name] = static_cast<int>(tensors_.size());
+  tensors_.push_back(TensorEntry{name, dtype, layout, std::move(buffers), std::move(boxes)});
+  return Status();
+}
+
+Status StateDict::set_info(const std::string& key, InfoValue value) {
+  if (key.empty()) return invalid_argument("state dict: empty info key");
+  info_[key] = std::move(value);
+  return Status();
+}
+
+int StateDict::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,85 @@
+// The commit protocol: the one rule that must never break.
+//
+//  1. Every rank writes its data files into <root>/<name>.tmp-<id>/ (save.cc).
+//  2. Each writer fsyncs its files; all ranks agree on success (one collective). Any
+//     failure: every rank returns that error, rank 0 removes the tmp directory.
+//  3. Rank 0 writes index.pb into the tmp directory and fsyncs it, fsyncs the tmp
+//     directory (so the data files' entries are durable), renames it to <root>/<name>
+//     and fsyncs <root>: from here the checkpoint exists.
+//  4. Rank 0 moves <root>/latest: write latest.tmp-<id>, fsync, rename over latest,
+//     fsync <root>. A failure here leaves a committed checkpoint and an older pointer,
+//     which readers tolerate (resolve_checkpoint picks the newest commit), so it is
+//     reported as a warning, not an error.
+//  5. Ranks agree on the commit's outcome; retention (manager) runs only after it.
+//
+// A checkpoint exists if and only if its final-named directory exists with a valid
+// index; leftover .tmp-* directories are garbage and are never listed or loaded.
+#include "runtime/commit.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "storage/index_io.h"
+
+namespace distckpt::internal_runtime {
+
+std::string make_tmp_dir_name(const std::string& root, const std::string& name) {
+  std::random_device rd;
+  const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(id));
+  return root + "/" + name + internal_storage::kTmpMarker + hex;
+}
+
+Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_dir,
+                                       const std::string& name, const proto::Index& index, bool fsync,
+                                       bool update_latest) {
+  CommitResult result;
+  const std::string final_dir = root + "/" + name;
+  // Step 3: index, fsync, rename, fsync parent.
+  const std::string framed = internal_storage::frame_index(index);
+  result.index_bytes = framed.size();
+  {
+    DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_dir + "/" + internal_storage::kIndexFileName));
+    DISTCKPT_RETURN_IF_ERROR(file->write_at(framed.data(), framed.size(), 0));
+    if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
+    DISTCKPT_RETURN_IF_ERROR(file->close());
+  }
+  if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir));
+  if (fs.exists(final_dir)) return already_exists("commit: '" + final_dir + "' appeared during the save");
+  DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_dir, final_dir));
+  if (fsync) {
+    Status st = fs.sync_dir(root);
+    if (!st.ok()) {
+      // The rename may not be durable: undo it so that no rank reports failure for a
+      // checkpoint that is visible.
+      (void)fs.rename(final_dir, tmp_dir);
+      return st;
+    }
+  }
+
+  // Step 4: move the latest pointer atomically.
+  if (update_latest) {
+    const std::string tmp_latest = make_tmp_dir_name(root, internal_storage::kLatestFileName);
+    Status st = [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_latest));
+      const std::string text = name + "\n";
+      DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
+      if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
+      DISTCKPT_RETURN_IF_ERROR(file->close());
+      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + internal_storage::kLatestFileName));
+      if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
+      return Status();
+    }();
+    if (!st.ok()) {
+      (void)fs.remove_file(tmp_latest);
+      result.warning = "checkpoint '" + final_dir + "' is committed but the latest pointer was not moved: " +
+                       st.to_string();
+    }
+  }
+  return result;
+}
+
+}  // namespace distckpt::internal_runtime

@@ -1,0 +1,178 @@
+// Sharded load: rank 0 resolves the checkpoint and reads the index once; every rank
+// parses and validates it, then reads only the chunks that overlap its boxes.
+#include <map>
+#include <set>
+
+#include "comm/agree.h"
+#include "distckpt/checkpoint.h"
+#include "plan/load_plan.h"
+#include "runtime/timer.h"
+#include "storage/index_io.h"
+#include "transform/crc32c.h"
+
+namespace distckpt {
+
+using internal_comm::agree;
+
+namespace {
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
+
+// Opens each data file once, checking its real size against the index.
+class FileCache {
+ public:
+  FileCache(FileSystem& fs, std::string dir, const proto::Index& index) : fs_(fs), dir_(std::move(dir)), index_(index) {}
+  Result<const ReadableFile*> get(uint32_t file_id) {
+    auto it = open_.find(file_id);
+    if (it != open_.end()) return it->second.get();
+    const auto& meta = index_.files(static_cast<int>(file_id));
+    const std::string path = dir_ + "/" + meta.name();
+    auto file = fs_.open_readable(path);
+    if (!file.ok()) {
+      if (file.status().code() == StatusCode::kNotFound)
+        return not_found("data file '" + path + "' is missing");
+      return file.status();
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());
+    if (size != meta.size())
+      return corruption("data file '" + path + "' has " + std::to_string(size) + " bytes, the index records " +
+                        std::to_string(meta.size()) + (size < meta.size() ? " (truncated)" : ""));
+    const ReadableFile* raw = file->get();
+    open_.emplace(file_id, std::move(*file));
+    return raw;
+  }
+
+ private:
+  FileSystem& fs_;
+  std::string dir_;
+  const proto::Index& index_;
+  std::map<uint32_t, std::unique_ptr<ReadableFile>> open_;
+};
+
+// Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C.
+Status read_chunk(FileCache& files, const proto::Index& index, const proto::Tensor& t, int c, void* dst) {
+  const proto::Chunk& chunk = t.chunks(c);
+  const std::string where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
+                            index.files(static_cast<int>(chunk.file_id())).name();
+  DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
+  DISTCKPT_RETURN_IF_ERROR(file->read_at(dst, chunk.length(), chunk.byte_offset()).with_context(where));
+  const uint32_t crc = internal_transform::crc32c(dst, chunk.length());
+  if (crc != chunk.crc32c())
+    return corruption(where + ": crc32c " + hex32(crc) + " != recorded " + hex32(chunk.crc32c()));
+  return Status();
+}
+
+Status load_tensor(FileCache& files, const proto::Index& index, const proto::Tensor& t, TensorEntry& e,
+                   std::vector<char>& scratch, uint64_t* bytes_read) {
+  const std::size_t item = dtype_size(e.dtype);
+  for (std::size_t b = 0; b < e.boxes.size(); ++b) {
+    const Box& needed = e.boxes[b];
+    if (needed.num_elements() == 0) continue;
+    int64_t covered = 0;
+    const auto reads = internal_plan::plan_reads(t, needed, &covered);
+    if (covered != needed.num_elements())
+      return corruption("tensor '" + t.name() + "': the checkpoint covers " + std::to_string(covered) + " of the " +
+                        std::to_string(needed.num_elements()) + " elements of box " + needed.to_string());
+    for (const auto& r : reads) {
+      const proto::Chunk& chunk = t.chunks(r.chunk);
+      if (r.whole) {
+        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, index, t, r.chunk, e.buffers[b]));
+      } else {
+        scratch.resize(chunk.length());
+        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, index, t, r.chunk, scratch.data()));
+        copy_box(scratch.data(), internal_plan::chunk_box(chunk), e.buffers[b], needed, r.region, item);
+      }
+      *bytes_read += chunk.length();
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
+  internal_runtime::Timer timer;
+  std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+  const std::string where = "load: rank " + std::to_string(comm.rank());
+
+  // Rank 0 resolves the path and reads the index; everyone gets the same bytes.
+  std::string dir, index_bytes;
+  Status local;
+  if (comm.rank() == 0) {
+    auto resolved = resolve_checkpoint(path, fs);
+    if (resolved.ok()) {
+      dir = *resolved;
+      auto bytes = read_whole_file(*fs, dir + "/" + internal_storage::kIndexFileName);
+      if (bytes.ok()) index_bytes = std::move(*bytes);
+      else local = bytes.status();
+    } else {
+      local = resolved.status();
+    }
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+  comm.broadcast_string(dir, 0);
+  comm.broadcast_string(index_bytes, 0);
+
+  LoadResult result;
+  local = [&]() -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(proto::Index index,
+                              internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
+    if (state.rank() != comm.rank())
+      return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+    std::map<std::string, int> stored;
+    for (int i = 0; i < index.tensors_size(); ++i) stored[index.tensors(i).name()] = i;
+
+    std::vector<int> wanted;
+    if (options.only.empty()) {
+      for (int i = 0; i < static_cast<int>(state.tensors().size()); ++i) wanted.push_back(i);
+    } else {
+      for (const auto& name : options.only) {
+        const int i = state.find(name);
+        if (i < 0) return invalid_argument("tensor '" + name + "' was asked for but is not in the state dict");
+        wanted.push_back(i);
+      }
+    }
+    std::set<std::string> asked;
+    FileCache files(*fs, dir, index);
+    std::vector<char> scratch;
+    for (int i : wanted) {
+      TensorEntry& e = state.mutable_tensors()[i];
+      asked.insert(e.name);
+      auto it = stored.find(e.name);
+      if (it == stored.end()) {
+        if (options.strict) return mismatch("tensor '" + e.name + "' is not in checkpoint '" + dir + "'");
+        result.missing_in_checkpoint.push_back(e.name);
+        continue;
+      }
+      const proto::Tensor& t = index.tensors(it->second);
+      if (t.dtype() != dtype_name(e.dtype))
+        return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) +
+                        " in the state dict, " + t.dtype() + " in the checkpoint");
+      const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
+      if (stored_shape != e.layout.global_shape())
+        return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
+                        " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
+      DISTCKPT_RETURN_IF_ERROR(load_tensor(files, index, t, e, scratch, &result.rank_bytes_read));
+      result.loaded.push_back(e.name);
+    }
+    for (const auto& t : index.tensors())
+      if (!asked.count(t.name())) result.unexpected_in_checkpoint.push_back(t.name());
+    CheckpointInfo info = internal_storage::to_checkpoint_info(index, dir);
+    result.step = info.step;
+    result.epoch = info.epoch;
+    result.info = std::move(info.info);
+    return Status();
+  }();
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+  result.bytes_read = static_cast<uint64_t>(comm.allreduce_one(static_cast<int64_t>(result.rank_bytes_read), ReduceOp::kSum));
+  result.load_s = timer.seconds();
+  return result;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,157 @@
+// Sharded save: plan on rank 0, write unique slices in parallel, commit (commit.cc).
+#include <chrono>
+#include <cstring>
+
+#include "comm/agree.h"
+#include "distckpt/checkpoint.h"
+#include "plan/save_plan.h"
+#include "runtime/commit.h"
+#include "runtime/timer.h"
+#include "storage/index_io.h"
+#include "transform/crc32c.h"
+
+namespace distckpt {
+
+using internal_comm::agree;
+using internal_plan::WriteItem;
+
+namespace {
+
+std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
+
+// Writes this rank's chunks into its data file and fsyncs it; returns each chunk's CRC32C,
+// computed from the caller's buffer as the bytes go out.
+Result<std::vector<uint32_t>> write_chunks(FileSystem& fs, const StateDict& state, const std::string& tmp_dir,
+                                           const std::vector<WriteItem>& items, bool fsync, const Comm& comm,
+                                           uint64_t* bytes) {
+  std::vector<uint32_t> crcs;
+  if (items.empty()) return crcs;
+  const std::string path = tmp_dir + "/" + internal_storage::data_file_name(comm.rank());
+  const std::string where = rank_prefix(comm);
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(path));
+  for (const WriteItem& item : items) {
+    const TensorEntry& e = state.tensors()[item.tensor];
+    const void* data = e.buffers[item.local_box];
+    crcs.push_back(internal_transform::crc32c(data, item.length));
+    Status st = file->write_at(data, item.length, item.byte_offset);
+    if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
+    *bytes += item.length;
+  }
+  if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
+  DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));
+  return crcs;
+}
+
+std::string encode_crcs(const std::vector<uint32_t>& crcs) {
+  return std::string(reinterpret_cast<const char*>(crcs.data()), crcs.size() * sizeof(uint32_t));
+}
+
+}  // namespace
+
+Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
+  internal_runtime::Timer total;
+  std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+  const bool coordinator = comm.rank() == 0;
+  SaveResult result;
+  result.path = root + "/" + options.name;
+
+  // Local checks, agreed before anything touches the disk.
+  Status local = internal_storage::validate_checkpoint_name(options.name);
+  if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
+  if (local.ok() && state.rank() != comm.rank())
+    local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(rank_prefix(comm))));
+
+  // Plan: rank 0 gathers every rank's boxes, removes replicas, balances, lays out files.
+  std::string description;
+  internal_plan::describe_local_state(state).SerializeToString(&description);
+  std::vector<std::string> gathered = comm.gather(description, 0);
+  internal_plan::SavePlan plan;
+  std::string tmp_dir;
+  if (coordinator) {
+    local = [&]() -> Status {
+      std::vector<proto::Index> ranks(gathered.size());
+      for (std::size_t r = 0; r < gathered.size(); ++r)
+        if (!ranks[r].ParseFromString(gathered[r])) return internal_error("save: bad plan from rank " + std::to_string(r));
+      DISTCKPT_ASSIGN_OR_RETURN(plan, internal_plan::plan_save(ranks, options.remove_redundancy));
+      DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root).with_context("save: rank 0"));
+      if (fs->exists(result.path))
+        return already_exists("save: checkpoint '" + result.path + "' already exists");
+      tmp_dir = internal_runtime::make_tmp_dir_name(root, options.name);
+      return fs->create_dir(tmp_dir).with_context("save: rank 0");
+    }();
+  }
+  gathered.clear();
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  comm.broadcast_string(tmp_dir, 0);
+  std::vector<std::string> parts;
+  if (coordinator)
+    for (const auto& w : plan.writes) parts.push_back(internal_plan::encode_writes(w));
+  DISTCKPT_ASSIGN_OR_RETURN(std::vector<WriteItem> mine, internal_plan::decode_writes(comm.scatter(parts, 0)));
+  result.plan_s = total.seconds();
+
+  // Write (protocol steps 1-2): every writer fsyncs its file, then all agree.
+  internal_runtime::Timer write_timer;
+  Result<std::vector<uint32_t>> crcs = write_chunks(*fs, state, tmp_dir, mine, options.fsync, comm,
+                                                    &result.rank_bytes_written);
+  std::vector<std::string> all_crcs = comm.gather(crcs.ok() ? encode_crcs(*crcs) : std::string(), 0);
+  result.write_s = write_timer.seconds();
+  Status written = agree(comm, crcs.status());
+  if (!written.ok()) {
+    if (coordinator) (void)fs->remove_all(tmp_dir);  // garbage; never visible under the final name
+    return written;
+  }
+
+  // Commit (protocol steps 3-4) on rank 0, then agree (step 5).
+  internal_runtime::Timer commit_timer;
+  int64_t index_bytes = 0;
+  if (coordinator) {
+    local = [&]() -> Status {
+      for (std::size_t r = 0; r < plan.writes.size(); ++r) {
+        if (all_crcs[r].size() != plan.writes[r].size() * sizeof(uint32_t))
+          return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of checksums");
+        for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
+          uint32_t crc;
+          std::memcpy(&crc, all_crcs[r].data() + i * sizeof(uint32_t), sizeof(crc));
+          const WriteItem& w = plan.writes[r][i];
+          plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_crc32c(crc);
+        }
+      }
+      plan.index.set_name(options.name);
+      plan.index.set_step(options.step);
+      plan.index.set_epoch(options.epoch);
+      plan.index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+      for (const auto& [key, value] : state.info()) {
+        proto::InfoValue& v = (*plan.index.mutable_info())[key];
+        if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
+        else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
+        else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
+        else v.set_string_value(std::get<std::string>(value));
+      }
+      DISTCKPT_ASSIGN_OR_RETURN(auto committed,
+                                internal_runtime::commit_checkpoint(*fs, root, tmp_dir, options.name, plan.index,
+                                                                    options.fsync, options.update_latest));
+      index_bytes = static_cast<int64_t>(committed.index_bytes);
+      result.warning = committed.warning;
+      return Status();
+    }();
+    if (!local.ok() && !fs->exists(result.path)) (void)fs->remove_all(tmp_dir);
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  result.commit_s = commit_timer.seconds();
+  comm.broadcast_string(result.warning, 0);
+
+  int64_t unique = 0;
+  for (const TensorEntry& e : state.tensors())
+    unique += full_box(e.layout.global_shape()).num_elements() * static_cast<int64_t>(dtype_size(e.dtype));
+  std::vector<int64_t> sums{static_cast<int64_t>(result.rank_bytes_written), index_bytes};
+  comm.allreduce(sums, ReduceOp::kSum);
+  result.bytes_unique = static_cast<uint64_t>(unique);
+  result.bytes_written = static_cast<uint64_t>(sums[0]);
+  result.index_bytes = static_cast<uint64_t>(sums[1]);
+  return result;
+}
+
+}  // namespace distckpt

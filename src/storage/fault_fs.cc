@@ -1,0 +1,96 @@
+#include "storage/fault_fs.h"
+
+#include <algorithm>
+
+namespace distckpt::internal_storage {
+namespace {
+
+bool matches(const std::string& needle, const std::string& path) {
+  return !needle.empty() && path.find(needle) != std::string::npos;
+}
+
+class FaultWritableFile final : public WritableFile {
+ public:
+  FaultWritableFile(FaultFileSystem* fs, std::unique_ptr<WritableFile> base, std::string path)
+      : fs_(fs), base_(std::move(base)), path_(std::move(path)) {}
+  Status write_at(const void* data, std::size_t n, uint64_t offset) override {
+    fs_->on_op("write", path_);
+    const uint64_t allowed = fs_->reserve(n);
+    if (allowed > 0) DISTCKPT_RETURN_IF_ERROR(base_->write_at(data, allowed, offset));
+    if (allowed < n)
+      return io_error("write '" + path_ + "': No space left on device (injected after " +
+                      std::to_string(allowed) + " of " + std::to_string(n) + " bytes)");
+    return Status();
+  }
+  Status sync() override {
+    fs_->on_op("sync", path_);
+    if (matches(fs_->spec().fail_sync_if_contains, path_))
+      return io_error("fsync '" + path_ + "': Input/output error (injected)");
+    return base_->sync();
+  }
+  Status close() override {
+    fs_->on_op("close", path_);
+    return base_->close();
+  }
+
+ private:
+  FaultFileSystem* fs_;
+  std::unique_ptr<WritableFile> base_;
+  std::string path_;
+};
+
+}  // namespace
+
+uint64_t FaultFileSystem::reserve(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t allowed = n;
+  if (spec_.write_budget) {
+    const uint64_t used = written_.load();
+    allowed = used >= *spec_.write_budget ? 0 : std::min(n, *spec_.write_budget - used);
+  }
+  written_ += allowed;
+  return allowed;
+}
+
+Result<std::unique_ptr<WritableFile>> FaultFileSystem::open_writable(const std::string& path) {
+  on_op("create", path);
+  if (matches(spec_.fail_create_if_contains, path))
+    return io_error("create '" + path + "': Permission denied (injected)");
+  DISTCKPT_ASSIGN_OR_RETURN(auto base, base_->open_writable(path));
+  return std::unique_ptr<WritableFile>(new FaultWritableFile(this, std::move(base), path));
+}
+Result<std::unique_ptr<ReadableFile>> FaultFileSystem::open_readable(const std::string& path) {
+  on_op("open", path);
+  return base_->open_readable(path);
+}
+Status FaultFileSystem::create_dir(const std::string& path) {
+  on_op("mkdir", path);
+  return base_->create_dir(path);
+}
+Status FaultFileSystem::create_dirs(const std::string& path) {
+  on_op("mkdir", path);
+  return base_->create_dirs(path);
+}
+Status FaultFileSystem::rename(const std::string& from, const std::string& to) {
+  on_op("rename", from);
+  if (matches(spec_.fail_rename_if_contains, from))
+    return io_error("rename '" + from + "' -> '" + to + "': Input/output error (injected)");
+  return base_->rename(from, to);
+}
+Status FaultFileSystem::remove_file(const std::string& path) {
+  on_op("remove", path);
+  return base_->remove_file(path);
+}
+Status FaultFileSystem::remove_all(const std::string& path) {
+  on_op("remove", path);
+  return base_->remove_all(path);
+}
+Result<std::vector<DirEntry>> FaultFileSystem::list_dir(const std::string& path) { return base_->list_dir(path); }
+bool FaultFileSystem::exists(const std::string& path) { return base_->exists(path); }
+Result<uint64_t> FaultFileSystem::file_size(const std::string& path) { return base_->file_size(path); }
+Status FaultFileSystem::sync_dir(const std::string& path) {
+  on_op("sync_dir", path);
+  return base_->sync_dir(path);
+}
+
+}  // namespace distckpt::internal_storage

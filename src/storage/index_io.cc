@@ -1,0 +1,216 @@
+#include "storage/index_io.h"
+
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include "transform/crc32c.h"
+
+namespace distckpt::internal_storage {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'C', 'K', 'P', 'T', 'I', 'D', 'X'};
+constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8;
+
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));  // little-endian hosts only (x86-64, aarch64)
+}
+template <typename T>
+T get(const std::string& in, std::size_t pos) {
+  T v;
+  std::memcpy(&v, in.data() + pos, sizeof(v));
+  return v;
+}
+
+bool valid_file_name(const std::string& name) {
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+std::string data_file_name(int writer_rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "data-%05d.bin", writer_rank);
+  return buf;
+}
+
+Status validate_checkpoint_name(const std::string& name) {
+  if (!valid_file_name(name) || name == kLatestFileName || name.find(kTmpMarker) != std::string::npos)
+    return invalid_argument("checkpoint name '" + name +
+                            "' is not allowed (must be non-empty, <= 255 bytes, without '/', not "
+                            "'latest', '.', '..', and without '.tmp-')");
+  return Status();
+}
+
+std::optional<int64_t> checked_num_elements(const google::protobuf::RepeatedField<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) return std::nullopt;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 16 / d) return std::nullopt;
+    n *= d;
+  }
+  return n;
+}
+
+std::string frame_index(const proto::Index& index) {
+  std::string payload;
+  index.SerializeToString(&payload);
+  std::string out(kMagic, sizeof(kMagic));
+  put<uint32_t>(out, kIndexFormatVersion);
+  put<uint32_t>(out, internal_transform::crc32c(payload.data(), payload.size()));
+  put<uint64_t>(out, payload.size());
+  out += payload;
+  return out;
+}
+
+Result<proto::Index> parse_index(const std::string& bytes, const std::string& path) {
+  if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    return corruption("index '" + path + "': not a distckpt index (bad magic or " + std::to_string(bytes.size()) +
+                      " bytes)");
+  const auto version = get<uint32_t>(bytes, 8);
+  if (version == 0) return corruption("index '" + path + "': format version 0 is invalid");
+  if (version > kIndexFormatVersion)
+    return unsupported("index '" + path + "': format version " + std::to_string(version) +
+                       " is newer than this build supports (" + std::to_string(kIndexFormatVersion) +
+                       "); upgrade distckpt");
+  const auto crc = get<uint32_t>(bytes, 12);
+  const auto length = get<uint64_t>(bytes, 16);
+  if (length != bytes.size() - kHeaderSize)
+    return corruption("index '" + path + "': header says " + std::to_string(length) + " payload bytes, file has " +
+                      std::to_string(bytes.size() - kHeaderSize) + " (truncated?)");
+  const uint32_t actual = internal_transform::crc32c(bytes.data() + kHeaderSize, length);
+  if (actual != crc) {
+    char msg[96];
+    std::snprintf(msg, sizeof(msg), ": crc32c 0x%08x != recorded 0x%08x", actual, crc);
+    return corruption("index '" + path + "'" + msg);
+  }
+  proto::Index index;
+  if (!index.ParseFromArray(bytes.data() + kHeaderSize, static_cast<int>(length)))
+    return corruption("index '" + path + "': protobuf payload does not parse");
+  DISTCKPT_RETURN_IF_ERROR(validate_index(index, path));
+  return index;
+}
+
+Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
+  const std::string path = dir + "/" + kIndexFileName;
+  DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, read_whole_file(fs, path));
+  return parse_index(bytes, path);
+}
+
+Status validate_index(const proto::Index& index, const std::string& path) {
+  const std::string where = "index '" + path + "'";
+  if (index.world_size() < 1) return corruption(where + ": world size " + std::to_string(index.world_size()));
+  std::set<std::string> file_names;
+  for (const auto& f : index.files()) {
+    if (!valid_file_name(f.name()))
+      return corruption(where + ": file name '" + f.name() + "' escapes the checkpoint directory or is invalid");
+    if (!file_names.insert(f.name()).second) return corruption(where + ": file '" + f.name() + "' listed twice");
+    if (f.size() > (uint64_t{1} << 62)) return corruption(where + ": file '" + f.name() + "' has an absurd size");
+  }
+  std::set<std::string> names;
+  for (const auto& t : index.tensors()) {
+    const std::string tw = where + ": tensor '" + t.name() + "'";
+    if (t.name().empty()) return corruption(where + ": tensor with an empty name");
+    if (!names.insert(t.name()).second) return corruption(tw + " appears twice");
+    const auto dtype = dtype_from_name(t.dtype());
+    if (!dtype) return corruption(tw + ": unknown dtype '" + t.dtype() + "'");
+    const auto elements = checked_num_elements(t.global_shape());
+    if (!elements) return corruption(tw + ": global shape has a negative or overflowing dimension");
+    const int dims = t.global_shape_size();
+    const auto& L = t.layout();
+    if (L.dev_mat_size() > 0 && L.tensor_map_size() != dims)
+      return corruption(tw + ": tensor_map has " + std::to_string(L.tensor_map_size()) + " entries for " +
+                        std::to_string(dims) + " dims");
+    for (int r : L.ranks())
+      if (r < 0) return corruption(tw + ": negative rank in layout");
+    std::set<Box> distinct;
+    for (int c = 0; c < t.chunks_size(); ++c) {
+      const auto& ch = t.chunks(c);
+      const std::string cw = tw + ": chunk " + std::to_string(c);
+      if (ch.offset_size() != dims || ch.shape_size() != dims)
+        return corruption(cw + ": box has the wrong number of dims");
+      Box box;
+      for (int d = 0; d < dims; ++d) {
+        const int64_t o = ch.offset(d), s = ch.shape(d), g = t.global_shape(d);
+        if (o < 0 || s < 0 || o > g || s > g - o) return corruption(cw + ": box lies outside the tensor");
+        box.offset.push_back(o);
+        box.shape.push_back(s);
+      }
+      const uint64_t want = static_cast<uint64_t>(box.num_elements()) * dtype_size(*dtype);
+      if (ch.length() != want)
+        return corruption(cw + ": length " + std::to_string(ch.length()) + " != " + std::to_string(want) +
+                          " bytes for box " + box.to_string());
+      if (ch.file_id() >= static_cast<uint32_t>(index.files_size()))
+        return corruption(cw + ": file id " + std::to_string(ch.file_id()) + " out of range");
+      const auto& f = index.files(static_cast<int>(ch.file_id()));
+      if (ch.byte_offset() > f.size() || ch.length() > f.size() - ch.byte_offset())
+        return corruption(cw + ": bytes [" + std::to_string(ch.byte_offset()) + ", +" + std::to_string(ch.length()) +
+                          ") run past the end of '" + f.name() + "' (" + std::to_string(f.size()) + " bytes)");
+      if (box.num_elements() > 0) distinct.insert(box);
+    }
+    int64_t covered = 0;
+    for (const Box& b : distinct) covered += b.num_elements();
+    if (covered != *elements)
+      return corruption(tw + ": chunks cover " + std::to_string(covered) + " of " + std::to_string(*elements) +
+                        " elements");
+  }
+  return Status();
+}
+
+CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path) {
+  CheckpointInfo info;
+  info.path = path;
+  info.name = index.name();
+  info.format_version = kIndexFormatVersion;
+  info.format = index.format().empty() ? "native" : index.format();
+  info.step = index.step();
+  info.epoch = index.epoch();
+  info.world_size = index.world_size();
+  info.created_unix_ms = index.created_unix_ms();
+  info.checksum = index.transforms().checksum();
+  for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
+  for (const auto& t : index.tensors()) {
+    TensorInfo ti;
+    ti.name = t.name();
+    ti.dtype = *dtype_from_name(t.dtype());
+    ti.global_shape.assign(t.global_shape().begin(), t.global_shape().end());
+    ti.dev_mat.assign(t.layout().dev_mat().begin(), t.layout().dev_mat().end());
+    ti.tensor_map.assign(t.layout().tensor_map().begin(), t.layout().tensor_map().end());
+    ti.ranks.assign(t.layout().ranks().begin(), t.layout().ranks().end());
+    for (const auto& c : t.chunks()) {
+      ChunkInfo ci;
+      ci.box.offset.assign(c.offset().begin(), c.offset().end());
+      ci.box.shape.assign(c.shape().begin(), c.shape().end());
+      ci.file = index.files(static_cast<int>(c.file_id())).name();
+      ci.byte_offset = c.byte_offset();
+      ci.length = c.length();
+      ci.crc32c = c.crc32c();
+      ci.writer_rank = c.writer_rank();
+      ti.chunks.push_back(std::move(ci));
+    }
+    info.tensors.push_back(std::move(ti));
+  }
+  for (const auto& [key, v] : index.info()) {
+    switch (v.value_case()) {
+      case proto::InfoValue::kIntValue: info.info[key] = v.int_value(); break;
+      case proto::InfoValue::kFloatValue: info.info[key] = v.float_value(); break;
+      case proto::InfoValue::kBoolValue: info.info[key] = v.bool_value(); break;
+      case proto::InfoValue::kStringValue: info.info[key] = v.string_value(); break;
+      default: break;
+    }
+  }
+  return info;
+}
+
+
+}  // namespace distckpt::internal_storage
+
+namespace distckpt {
+uint64_t CheckpointInfo::data_bytes() const {
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.size;
+  return total;
+}
+}  // namespace distckpt

@@ -1,0 +1,40 @@
+// Reading and writing the native index (index.pb) and naming rules for checkpoints.
+#pragma once
+
+#include <string>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/filesystem.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_storage {
+
+inline constexpr const char* kIndexFileName = "index.pb";
+inline constexpr const char* kLatestFileName = "latest";
+inline constexpr const char* kTmpMarker = ".tmp-";
+
+// "data-00003.bin" for writer rank 3.
+std::string data_file_name(int writer_rank);
+
+// kInvalidArgument unless `name` can be a checkpoint directory name: non-empty, at
+// most 255 bytes, no '/', no NUL, not "." / ".." / "latest", no ".tmp-".
+Status validate_checkpoint_name(const std::string& name);
+
+// Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
+std::string frame_index(const proto::Index& index);
+// Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf
+// and every number in it (see validate_index). `path` is used in messages.
+Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
+// Reads <dir>/index.pb and parses it.
+Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
+// Semantic checks: known dtypes, non-negative dims without overflow, chunks inside
+// the tensor and inside their file, lengths that match the box, file names confined
+// to the checkpoint directory, the distinct chunks covering each tensor.
+Status validate_index(const proto::Index& index, const std::string& path);
+
+CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path);
+
+// Elements of a shape with overflow checking; nullopt on a negative dim or overflow.
+std::optional<int64_t> checked_num_elements(const google::protobuf::RepeatedField<int64_t>& dims);
+
+}  // namespace distckpt::internal_storage

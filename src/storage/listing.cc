@@ -1,0 +1,97 @@
+// Listing and resolving checkpoints under a root directory (local, read-only).
+#include <algorithm>
+
+#include "distckpt/checkpoint.h"
+#include "storage/index_io.h"
+
+namespace distckpt {
+
+using internal_storage::kIndexFileName;
+using internal_storage::kLatestFileName;
+using internal_storage::kTmpMarker;
+
+namespace {
+std::shared_ptr<FileSystem> or_posix(std::shared_ptr<FileSystem> fs) { return fs ? fs : posix_filesystem(); }
+
+// Reads the `latest` pointer: one checkpoint name, optionally newline-terminated.
+std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
+  const std::string path = root + "/" + kLatestFileName;
+  auto size = fs.file_size(path);
+  if (!size.ok() || *size > 4096) return "";  // a pointer is a short name; refuse anything else
+  auto text = read_whole_file(fs, path);
+  if (!text.ok()) return "";
+  std::string name = *text;
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  if (!internal_storage::validate_checkpoint_name(name).ok()) return "";
+  return name;
+}
+}  // namespace
+
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  fs = or_posix(fs);
+  DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_storage::read_index(*fs, path));
+  return internal_storage::to_checkpoint_info(index, path);
+}
+
+Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<FileSystem> fs) {
+  fs = or_posix(fs);
+  DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(root));
+  RootListing listing;
+  std::vector<CheckpointEntry> committed, other;
+  for (const auto& e : entries) {
+    if (!e.is_dir) continue;
+    CheckpointEntry entry;
+    entry.name = e.name;
+    if (e.name.find(kTmpMarker) != std::string::npos) {
+      entry.state = EntryState::kInFlight;
+      entry.detail = "save in progress or abandoned (not a checkpoint)";
+      other.push_back(std::move(entry));
+      continue;
+    }
+    auto index = internal_storage::read_index(*fs, root + "/" + e.name);
+    if (!index.ok()) {
+      entry.state = EntryState::kBroken;
+      entry.detail = index.status().to_string();
+      other.push_back(std::move(entry));
+      continue;
+    }
+    entry.state = EntryState::kCommitted;
+    entry.step = index->step();
+    entry.epoch = index->epoch();
+    entry.format = index->format().empty() ? "native" : index->format();
+    entry.created_unix_ms = index->created_unix_ms();
+    for (const auto& f : index->files()) entry.bytes += f.size();
+    committed.push_back(std::move(entry));
+  }
+  std::sort(committed.begin(), committed.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) {
+    return std::tie(a.step, a.created_unix_ms, a.name) < std::tie(b.step, b.created_unix_ms, b.name);
+  });
+  std::sort(other.begin(), other.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.name < b.name; });
+  const std::string latest = read_latest_pointer(*fs, root);
+  for (const auto& c : committed)
+    if (c.name == latest) listing.latest = latest;
+  listing.entries = std::move(committed);
+  listing.entries.insert(listing.entries.end(), other.begin(), other.end());
+  return listing;
+}
+
+Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  fs = or_posix(fs);
+  if (fs->exists(path + "/" + kIndexFileName)) return path;
+  if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
+  DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
+  // The newest commit wins, not the highest step: a run restarted from an older
+  // checkpoint continues from what it committed last. `latest` is only a hint, since a
+  // crash between the rename and the pointer update leaves it one behind.
+  const CheckpointEntry* newest = nullptr;
+  for (const auto& e : listing.entries) {
+    if (e.state != EntryState::kCommitted) continue;
+    if (newest == nullptr || std::tie(e.created_unix_ms, e.step) > std::tie(newest->created_unix_ms, newest->step))
+      newest = &e;
+  }
+  if (newest == nullptr) return not_found("resolve: no committed checkpoint under '" + path + "'");
+  return path + "/" + newest->name;
+}
+
+}  // namespace distckpt

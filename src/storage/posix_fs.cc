@@ -1,0 +1,194 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "distckpt/filesystem.h"
+
+namespace distckpt {
+namespace {
+
+Status errno_status(const std::string& op, const std::string& path, int err) {
+  return io_error(op + " '" + path + "': " + std::strerror(err));
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status write_at(const void* data, std::size_t n, uint64_t offset) override {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("write", path_, errno);
+      }
+      if (w == 0) return io_error("write '" + path_ + "': no progress (device full?)");
+      p += w;
+      n -= static_cast<std::size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+    return Status();
+  }
+  Status sync() override {
+    if (::fsync(fd_) != 0) return errno_status("fsync", path_, errno);
+    return Status();
+  }
+  Status close() override {
+    if (fd_ < 0) return Status();
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) return errno_status("close", path_, errno);
+    return Status();
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+class PosixReadableFile final : public ReadableFile {
+ public:
+  PosixReadableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixReadableFile() override { ::close(fd_); }
+  Status read_at(void* data, std::size_t n, uint64_t offset) const override {
+    char* p = static_cast<char*>(data);
+    const uint64_t start = offset;
+    while (n > 0) {
+      const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("read", path_, errno);
+      }
+      if (r == 0)
+        return corruption("read '" + path_ + "': file ends at byte " + std::to_string(offset) + ", needed " +
+                          std::to_string(n) + " more bytes from offset " + std::to_string(start) +
+                          " (truncated file)");
+      p += r;
+      n -= static_cast<std::size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+    return Status();
+  }
+  Result<uint64_t> size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return errno_status("stat", path_, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return errno_status("create", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+  }
+  Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return not_found("open '" + path + "': no such file");
+      return errno_status("open", path, errno);
+    }
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path));
+  }
+  Status create_dir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) != 0) {
+      if (errno == EEXIST) return already_exists("mkdir '" + path + "': exists");
+      return errno_status("mkdir", path, errno);
+    }
+    return Status();
+  }
+  Status create_dirs(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) return io_error("mkdir -p '" + path + "': " + ec.message());
+    return Status();
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return io_error("rename '" + from + "' -> '" + to + "': " + std::strerror(errno));
+    return Status();
+  }
+  Status remove_file(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return errno_status("unlink", path, errno);
+    return Status();
+  }
+  Status remove_all(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec) return io_error("rm -r '" + path + "': " + ec.message());
+    return Status();
+  }
+  Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
+    std::error_code ec;
+    std::vector<DirEntry> out;
+    std::filesystem::directory_iterator it(path, ec);
+    if (ec) {
+      if (ec == std::errc::no_such_file_or_directory) return not_found("list '" + path + "': no such directory");
+      return io_error("list '" + path + "': " + ec.message());
+    }
+    for (const auto& e : it) {
+      std::error_code ec2;
+      // symlink_status: a symlink is never taken for a checkpoint directory.
+      const bool is_dir = std::filesystem::is_directory(e.symlink_status(ec2));
+      out.push_back(DirEntry{e.path().filename().string(), is_dir});
+    }
+    return out;
+  }
+  bool exists(const std::string& path) override {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0;
+  }
+  Result<uint64_t> file_size(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return not_found("stat '" + path + "': no such file");
+      return errno_status("stat", path, errno);
+    }
+    return static_cast<uint64_t>(st.st_size);
+  }
+  Status sync_dir(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno_status("open directory", path, errno);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) return errno_status("fsync directory", path, err);
+    return Status();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<FileSystem> posix_filesystem() {
+  static const std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
+  return fs;
+}
+
+Result<std::string> read_whole_file(FileSystem& fs, const std::string& path) {
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, file->size());
+  std::string data(static_cast<std::size_t>(size), '\0');
+  DISTCKPT_RETURN_IF_ERROR(file->read_at(data.data(), data.size(), 0));
+  return data;
+}
+
+Status write_file_synced(FileSystem& fs, const std::string& path, const std::string& data) {
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(path));
+  DISTCKPT_RETURN_IF_ERROR(file->write_at(data.data(), data.size(), 0));
+  DISTCKPT_RETURN_IF_ERROR(file->sync());
+  return file->close();
+}
+
+}  // namespace distckpt
