@@ -1,0 +1,243 @@
+// Sharded save/load under mpirun with several rank counts.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "distckpt/distckpt.h"
+#include "mpi_test_util.h"
+#include "storage/fault_fs.h"
+
+namespace distckpt {
+namespace {
+
+using testing::SharedTempDir;
+using testing::world_rank;
+using testing::world_size;
+
+// DP x TP factorisation of the world used by the tests: TP=2 when even.
+void dp_tp(int world, int* dp, int* tp) {
+  *tp = world % 2 == 0 ? 2 : 1;
+  *dp = world / *tp;
+}
+
+uint8_t byte_at(int64_t global_index, int tensor, std::size_t k) {
+  return static_cast<uint8_t>(global_index * 31 + tensor * 7 + k * 3 + 1);
+}
+
+// The rank's slices of a model with one tensor per dtype plus a replicated bias and
+// an irregular explicit-box tensor, filled with bytes derived from global indices.
+struct Model {
+  StateDict state{world_rank()};
+  std::vector<std::vector<uint8_t>> bufs;
+
+  explicit Model(bool fill = true) {
+    int dp, tp;
+    dp_tp(world_size(), &dp, &tp);
+    int t = 0;
+    for (DType dt : kAllDTypes) {
+      const Shape map = t % 2 == 0 ? Shape{0, -1} : Shape{-1, 0};
+      add("param." + std::string(dtype_name(dt)), dt,
+          *TensorLayout::from_device_matrix({6, 10}, {dp, tp}, map), t, fill);
+      ++t;
+    }
+    add("bias", DType::kFloat32, *TensorLayout::from_device_matrix({7}, {dp, tp}, {-1}), t++, fill);
+    // 11 rows over the world, irregular: rank r gets [r*11/W, (r+1)*11/W).
+    const int w = world_size();
+    std::vector<std::vector<Box>> boxes;
+    for (int r = 0; r < w; ++r) boxes.push_back({Box{{int64_t(r) * 11 / w, 0}, {int64_t(r + 1) * 11 / w - int64_t(r) * 11 / w, 3}}});
+    add("irregular", DType::kInt32, *TensorLayout::from_boxes({11, 3}, boxes), t++, fill);
+  }
+
+  void add(const std::string& name, DType dt, const TensorLayout& layout, int tensor, bool fill) {
+    const Box box = layout.boxes_of(world_rank())[0];
+    const std::size_t item = dtype_size(dt);
+    std::vector<uint8_t> b(static_cast<std::size_t>(box.num_elements()) * item, 0);
+    if (fill) {
+      const int64_t cols = box.shape.size() == 2 ? layout.global_shape()[1] : 1;
+      for (int64_t i = 0; i < box.num_elements(); ++i) {
+        const int64_t g = box.shape.size() == 2
+                              ? (box.offset[0] + i / box.shape[1]) * cols + box.offset[1] + i % box.shape[1]
+                              : box.offset[0] + i;
+        for (std::size_t k = 0; k < item; ++k)
+          b[i * item + k] = dt == DType::kBool ? (g + tensor) % 2 : byte_at(g, tensor, k);
+      }
+    }
+    bufs.push_back(std::move(b));
+    ASSERT_TRUE(state.add_tensor(name, dt, bufs.back().data(), layout).ok());
+  }
+};
+
+std::unique_ptr<Comm> world_comm() { return make_mpi_comm(MPI_COMM_WORLD); }
+
+TEST(CheckpointMpiTest, RoundTripEveryDtypeWithDedupAndBalance) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m;
+  ASSERT_TRUE(m.state.set_info("epoch_num", int64_t{3}).ok());
+  ASSERT_TRUE(m.state.set_info("loss", 0.25).ok());
+  SaveOptions opts;
+  opts.name = "step-5";
+  opts.step = 5;
+  opts.epoch = 3;
+  auto saved = save(*comm, m.state, tmp.path(), opts);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  // Replicas removed: exactly the unique bytes are written.
+  EXPECT_EQ(saved->bytes_written, saved->bytes_unique);
+
+  auto info = read_checkpoint_info(saved->path);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->world_size, world_size());
+  // Each unique slice appears once.
+  for (const auto& t : info->tensors) {
+    std::set<Box> boxes;
+    for (const auto& c : t.chunks) EXPECT_TRUE(boxes.insert(c.box).second) << t.name;
+  }
+  // Balanced: with DP >= 2 every rank writes something, and no rank writes more than
+  // its fair share plus the largest slice.
+  std::vector<uint64_t> per_rank(world_size(), 0);
+  uint64_t largest = 0;
+  for (const auto& t : info->tensors)
+    for (const auto& c : t.chunks) {
+      per_rank[c.writer_rank] += c.length;
+      largest = std::max(largest, c.length);
+    }
+  for (int r = 0; r < world_size(); ++r)
+    EXPECT_LE(per_rank[r], saved->bytes_unique / world_size() + largest) << "rank " << r;
+
+  const auto expected = m.bufs;
+  Model fresh(/*fill=*/false);
+  auto loaded = load(*comm, fresh.state, saved->path, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(fresh.bufs, expected);
+  EXPECT_EQ(loaded->step, 5);
+  EXPECT_EQ(loaded->epoch, 3);
+  EXPECT_EQ(std::get<double>(loaded->info.at("loss")), 0.25);
+  if (world_rank() == 0) {
+    auto report = verify_checkpoint(saved->path);
+    EXPECT_TRUE(report.ok()) << report.status().to_string();
+  }
+}
+
+TEST(CheckpointMpiTest, RankFailingMidSaveFailsEveryRankAndKeepsPrevious) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m;
+  SaveOptions opts;
+  opts.name = "good";
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), opts).ok());
+
+  // The last rank runs out of space in the middle of its data file.
+  const int victim = world_size() - 1;
+  if (world_rank() == victim) {
+    internal_storage::FaultSpec spec;
+    spec.write_budget = 7;
+    opts.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+  }
+  opts.name = "bad";
+  auto bad = save(*comm, m.state, tmp.path(), opts);
+  ASSERT_FALSE(bad.ok());
+  // Same error everywhere, naming the failing rank.
+  std::string msg = bad.status().to_string();
+  std::string root_msg = msg;
+  comm->broadcast_string(root_msg, 0);
+  EXPECT_EQ(msg, root_msg);
+  EXPECT_NE(msg.find("rank " + std::to_string(victim)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No space left"), std::string::npos) << msg;
+  comm->barrier();
+  if (world_rank() == 0) {
+    EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/bad"));
+    auto listing = list_checkpoints(tmp.path());
+    ASSERT_TRUE(listing.ok());
+    ASSERT_EQ(listing->entries.size(), 1u);
+    EXPECT_EQ(listing->entries[0].name, "good");
+    EXPECT_EQ(listing->latest, "good");
+    EXPECT_TRUE(verify_checkpoint(tmp.path() + "/good").ok());
+  }
+  // The previous checkpoint still loads.
+  Model fresh(false);
+  auto loaded = load(*comm, fresh.state, tmp.path(), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(fresh.bufs, m.bufs);
+}
+
+TEST(CheckpointMpiTest, CorruptedChunkIsReportedOnEveryRank) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m;
+  SaveOptions opts;
+  opts.name = "ck";
+  auto saved = save(*comm, m.state, tmp.path(), opts);
+  ASSERT_TRUE(saved.ok());
+  if (world_rank() == 0) {
+    // Flip one byte inside the 'bias' chunk (read by every rank).
+    auto info = read_checkpoint_info(saved->path);
+    ASSERT_TRUE(info.ok());
+    for (const auto& t : info->tensors) {
+      if (t.name != "bias") continue;
+      const auto& c = t.chunks[0];
+      std::fstream f(saved->path + "/" + c.file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(c.byte_offset + 3));
+      char b;
+      f.read(&b, 1);
+      b ^= 0x11;
+      f.seekp(static_cast<std::streamoff>(c.byte_offset + 3));
+      f.write(&b, 1);
+    }
+  }
+  comm->barrier();
+  Model fresh(false);
+  auto loaded = load(*comm, fresh.state, saved->path, {});
+  ASSERT_FALSE(loaded.ok());
+  std::string msg = loaded.status().to_string();
+  std::string root_msg = msg;
+  comm->broadcast_string(root_msg, 0);
+  EXPECT_EQ(msg, root_msg);
+  EXPECT_NE(msg.find("tensor 'bias'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("crc32c"), std::string::npos) << msg;
+  EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+}
+
+TEST(CheckpointMpiTest, InconsistentStateDictsAreRejectedOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  StateDict sd(world_rank());
+  std::vector<float> buf(4);
+  auto layout = TensorLayout::from_device_matrix({4}, {world_size()}, {-1});
+  ASSERT_TRUE(sd.add_tensor(world_rank() == 1 ? "other" : "w", DType::kFloat32, buf.data(), *layout).ok());
+  SaveOptions opts;
+  opts.name = "ck";
+  auto saved = save(*comm, sd, tmp.path(), opts);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(saved.status().message().find("rank 1"), std::string::npos) << saved.status().message();
+  if (world_rank() == 0) EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/ck"));
+}
+
+TEST(CheckpointMpiTest, BackToBackSavesMoveLatest) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m;
+  for (int step = 1; step <= 3; ++step) {
+    SaveOptions opts;
+    opts.name = "step-" + std::to_string(step);
+    opts.step = step;
+    ASSERT_TRUE(save(*comm, m.state, tmp.path(), opts).ok());
+  }
+  if (world_rank() == 0) {
+    auto listing = list_checkpoints(tmp.path());
+    ASSERT_TRUE(listing.ok());
+    EXPECT_EQ(listing->entries.size(), 3u);
+    EXPECT_EQ(listing->latest, "step-3");
+  }
+  Model fresh(false);
+  auto loaded = load(*comm, fresh.state, tmp.path(), {});
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->step, 3);
+}
+
+}  // namespace
+}  // namespace distckpt

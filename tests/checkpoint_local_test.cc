@@ -1,0 +1,333 @@
+// Save/load through the public API with N in-process ranks (threads), so the
+// collective logic, the commit protocol and every failure path run without mpirun.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+
+#include "comm/local_comm.h"
+#include "distckpt/checkpoint.h"
+#include "storage/fault_fs.h"
+#include "test_util.h"
+
+namespace distckpt {
+namespace {
+
+using internal_comm::run_local_ranks;
+namespace fs = std::filesystem;
+
+// One rank's copy of a small model: every dtype, DP x TP layouts, deterministic bytes.
+struct Model {
+  std::vector<std::vector<unsigned char>> buffers;
+  StateDict state;
+
+  Model(int rank, int world, uint8_t salt = 1) : state(rank) {
+    const int tp = world % 2 == 0 ? 2 : 1;
+    const int dp = world / tp;
+    int t = 0;
+    for (DType dt : kAllDTypes) {
+      const std::string name = "p." + std::string(dtype_name(dt));
+      // Alternate row and column splits over TP; replicated over DP.
+      const Shape map = t % 2 == 0 ? Shape{0, -1} : Shape{-1, 0};
+      auto layout = TensorLayout::from_device_matrix({4, 6}, {dp, tp}, map);
+      add(name, dt, *layout, rank, salt + t);
+      ++t;
+    }
+    auto bias = TensorLayout::from_device_matrix({5}, {dp, tp}, {-1});
+    add("bias", DType::kFloat32, *bias, rank, 99);
+    EXPECT_TRUE(state.set_info("step_num", int64_t{7}).ok());
+    EXPECT_TRUE(state.set_info("lr", 0.5).ok());
+    EXPECT_TRUE(state.set_info("tag", "hello").ok());
+    EXPECT_TRUE(state.set_info("flag", true).ok());
+  }
+  void add(const std::string& name, DType dt, const TensorLayout& layout, int rank, int salt) {
+    Box box = layout.slice_box(rank);
+    const std::size_t item = dtype_size(dt);
+    std::vector<unsigned char> b(static_cast<std::size_t>(box.num_elements()) * item);
+    // Byte value depends on the global element index, so every layout agrees.
+    for (int64_t i = 0; i < box.num_elements(); ++i) {
+      int64_t global = 0, rem = i, stride = 1;
+      for (int d = static_cast<int>(box.shape.size()) - 1; d >= 0; --d) {
+        const int64_t coord = box.offset[d] + rem % box.shape[d];
+        rem /= box.shape[d];
+        global += coord * stride;
+        stride *= layout.global_shape()[d];
+      }
+      for (std::size_t k = 0; k < item; ++k)
+        b[i * item + k] = dt == DType::kBool ? (global + salt) % 2 : static_cast<unsigned char>(global * 7 + salt + k);
+    }
+    buffers.push_back(std::move(b));
+    EXPECT_TRUE(state.add_tensor(name, dt, buffers.back().data(), layout).ok());
+  }
+  void zero() {
+    for (auto& b : buffers) std::memset(b.data(), 0, b.size());
+  }
+  std::vector<std::vector<unsigned char>> snapshot() const { return buffers; }
+};
+
+// Runs `fn(rank, comm)` on `world` threads; collects each rank's Status text.
+std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
+  std::vector<std::string> out(world);
+  std::mutex mu;
+  run_local_ranks(world, [&](Comm& comm) {
+    Status st = fn(comm);
+    std::lock_guard<std::mutex> lock(mu);
+    out[comm.rank()] = st.to_string();
+  });
+  return out;
+}
+
+void expect_all_equal(const std::vector<std::string>& statuses, const std::string& contains) {
+  for (const auto& s : statuses) {
+    EXPECT_EQ(s, statuses[0]);
+    EXPECT_NE(s.find(contains), std::string::npos) << s;
+  }
+}
+
+class LocalCheckpointTest : public ::testing::TestWithParam<int> {
+ protected:
+  testing::TempDir tmp_;
+  std::string root() const { return tmp_.path() + "/ckpts"; }
+
+  Status save_model(Comm& comm, const std::string& name, std::shared_ptr<FileSystem> fsys = nullptr,
+                    uint8_t salt = 1) {
+    Model m(comm.rank(), comm.size(), salt);
+    SaveOptions opts;
+    opts.name = name;
+    opts.step = 10;
+    opts.epoch = 2;
+    opts.fs = std::move(fsys);
+    return save(comm, m.state, root(), opts).status();
+  }
+};
+
+TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
+  const int world = GetParam();
+  auto statuses = run(world, [&](Comm& comm) -> Status {
+    Model m(comm.rank(), world);
+    const auto expected = m.snapshot();
+    SaveOptions opts;
+    opts.name = "ck";
+    opts.step = 10;
+    auto saved = save(comm, m.state, root(), opts);
+    DISTCKPT_RETURN_IF_ERROR(saved);
+    EXPECT_EQ(saved->bytes_written, saved->bytes_unique);
+    m.zero();
+    auto loaded = load(comm, m.state, root() + "/ck", {});
+    DISTCKPT_RETURN_IF_ERROR(loaded);
+    EXPECT_EQ(m.buffers, expected);
+    EXPECT_EQ(loaded->step, 10);
+    EXPECT_EQ(std::get<int64_t>(loaded->info.at("step_num")), 7);
+    EXPECT_EQ(std::get<double>(loaded->info.at("lr")), 0.5);
+    EXPECT_EQ(std::get<std::string>(loaded->info.at("tag")), "hello");
+    EXPECT_TRUE(std::get<bool>(loaded->info.at("flag")));
+    EXPECT_EQ(loaded->loaded.size(), m.state.tensors().size());
+    return Status();
+  });
+  expect_all_equal(statuses, "ok");
+  auto report = verify_checkpoint(root() + "/ck");
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->latest, "ck");
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/ck");
+}
+
+TEST_P(LocalCheckpointTest, FailedWriteOnOneRankFailsAllAndKeepsPrevious) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "good"); }), "ok");
+  const int victim = world - 1;
+  auto statuses = run(world, [&](Comm& comm) {
+    std::shared_ptr<FileSystem> fsys;
+    if (comm.rank() == victim) {
+      internal_storage::FaultSpec spec;
+      spec.write_budget = 10;  // ENOSPC after 10 bytes
+      fsys = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    }
+    return save_model(comm, "bad", fsys, 5);
+  });
+  expect_all_equal(statuses, "No space left on device");
+  if (world > 1) EXPECT_NE(statuses[0].find("rank " + std::to_string(victim)), std::string::npos) << statuses[0];
+  EXPECT_FALSE(fs::exists(root() + "/bad"));
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 1u) << "the tmp directory must be removed";
+  EXPECT_EQ(listing->latest, "good");
+  EXPECT_TRUE(verify_checkpoint(root() + "/good").ok());
+}
+
+TEST_P(LocalCheckpointTest, FsyncAndRenameFailuresAreAgreed) {
+  const int world = GetParam();
+  internal_storage::FaultSpec sync_fault;
+  sync_fault.fail_sync_if_contains = "data-";
+  auto sync_fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), sync_fault);
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "a", c.rank() == 0 ? sync_fs : nullptr); }),
+                   "fsync");
+  internal_storage::FaultSpec rename_fault;
+  rename_fault.fail_rename_if_contains = ".tmp-";
+  auto rename_fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), rename_fault);
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "b", rename_fs); }), "rename");
+  EXPECT_FALSE(fs::exists(root() + "/a"));
+  EXPECT_FALSE(fs::exists(root() + "/b"));
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  EXPECT_TRUE(listing->entries.empty());
+}
+
+TEST_P(LocalCheckpointTest, ExistingNameIsRefused) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "x"); }), "ok");
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "x"); }), "already exists");
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "no/slash"); }), "not allowed");
+}
+
+// Damages a file of checkpoint `ck` and expects every rank's load to fail the same way.
+void expect_load_fails(int world, const std::string& root, const std::string& contains) {
+  auto statuses = run(world, [&](Comm& comm) {
+    Model m(comm.rank(), world);
+    return load(comm, m.state, root + "/ck", {}).status();
+  });
+  expect_all_equal(statuses, contains);
+}
+
+TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
+  const std::string data = root() + "/ck/data-00000.bin";
+  const auto size = fs::file_size(data);
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    char c;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.write(&c, 1);
+  }
+  expect_load_fails(world, root(), "crc32c");
+  auto verify = verify_checkpoint(root() + "/ck");
+  EXPECT_NE(verify.status().message().find("data-00000.bin"), std::string::npos) << verify.status().message();
+  EXPECT_NE(verify.status().message().find("tensor '"), std::string::npos);
+
+  fs::resize_file(data, size - 1);
+  expect_load_fails(world, root(), "truncated");
+  fs::remove(data);
+  expect_load_fails(world, root(), "missing");
+  fs::remove(root() + "/ck/index.pb");
+  expect_load_fails(world, root(), "not found");
+}
+
+TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
+  // Unknown tensor name: strict fails, non-strict reports it.
+  auto strict = run(world, [&](Comm& comm) {
+    Model m(comm.rank(), world);
+    std::vector<float> extra(3);
+    auto l = TensorLayout::from_device_matrix({3}, {comm.size()}, {-1});
+    EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat32, extra.data(), *l).ok());
+    return load(comm, m.state, root() + "/ck", {}).status();
+  });
+  expect_all_equal(strict, "tensor 'extra' is not in checkpoint");
+  auto lenient = run(world, [&](Comm& comm) -> Status {
+    Model m(comm.rank(), world);
+    std::vector<float> extra(3);
+    auto l = TensorLayout::from_device_matrix({3}, {comm.size()}, {-1});
+    EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat32, extra.data(), *l).ok());
+    LoadOptions opts;
+    opts.strict = false;
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, m.state, root() + "/ck", opts));
+    EXPECT_EQ(r.missing_in_checkpoint, std::vector<std::string>{"extra"});
+    return Status();
+  });
+  expect_all_equal(lenient, "ok");
+  // dtype mismatch.
+  auto dtype = run(world, [&](Comm& comm) {
+    StateDict sd(comm.rank());
+    std::vector<double> buf(5);
+    auto l = TensorLayout::from_device_matrix({5}, {comm.size()}, {-1});
+    EXPECT_TRUE(sd.add_tensor("bias", DType::kFloat64, buf.data(), *l).ok());
+    return load(comm, sd, root() + "/ck", {}).status();
+  });
+  expect_all_equal(dtype, "dtype float64 in the state dict, float32 in the checkpoint");
+  // Global shape mismatch.
+  auto shape = run(world, [&](Comm& comm) {
+    StateDict sd(comm.rank());
+    std::vector<float> buf(6);
+    auto l = TensorLayout::from_device_matrix({6}, {comm.size()}, {-1});
+    EXPECT_TRUE(sd.add_tensor("bias", DType::kFloat32, buf.data(), *l).ok());
+    return load(comm, sd, root() + "/ck", {}).status();
+  });
+  expect_all_equal(shape, "global shape [0:6] in the state dict, [0:5] in the checkpoint");
+  // Partial load by name.
+  auto partial = run(world, [&](Comm& comm) -> Status {
+    Model m(comm.rank(), world);
+    m.zero();
+    LoadOptions opts;
+    opts.only = {"bias"};
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, m.state, root() + "/ck", opts));
+    EXPECT_EQ(r.loaded, std::vector<std::string>{"bias"});
+    EXPECT_EQ(r.unexpected_in_checkpoint.size(), m.state.tensors().size() - 1);
+    return Status();
+  });
+  expect_all_equal(partial, "ok");
+}
+
+TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
+  const std::string index = root() + "/ck/index.pb";
+  {
+    std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    const uint32_t v = kIndexFormatVersion + 1;
+    f.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  expect_load_fails(world, root(), "newer than this build supports");
+}
+
+TEST_P(LocalCheckpointTest, ListingReportsInFlightAndBroken) {
+  const int world = GetParam();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
+  fs::create_directories(root() + "/next.tmp-0123");
+  fs::create_directories(root() + "/junk");
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 3u);
+  EXPECT_EQ(listing->entries[0].state, EntryState::kCommitted);
+  EXPECT_EQ(listing->entries[0].step, 10);
+  EXPECT_EQ(listing->entries[0].epoch, 2);
+  EXPECT_EQ(listing->entries[1].name, "junk");
+  EXPECT_EQ(listing->entries[1].state, EntryState::kBroken);
+  EXPECT_EQ(listing->entries[2].state, EntryState::kInFlight);
+  // The in-flight directory is never loaded: resolve picks the committed one.
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/ck");
+}
+
+TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {
+  const int world = GetParam();
+  auto statuses = run(world, [&](Comm& comm) -> Status {
+    Model m(comm.rank(), world);
+    SaveOptions opts;
+    opts.name = "full";
+    opts.remove_redundancy = false;
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, save(comm, m.state, root(), opts));
+    uint64_t held = 0;
+    for (const auto& b : m.buffers) held += b.size();
+    EXPECT_EQ(static_cast<int64_t>(r.bytes_written), comm.allreduce_one(static_cast<int64_t>(held), ReduceOp::kSum));
+    const auto expected = m.snapshot();
+    m.zero();
+    DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/full", {}));
+    EXPECT_EQ(m.buffers, expected);
+    return Status();
+  });
+  expect_all_equal(statuses, "ok");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LocalCheckpointTest, ::testing::Values(1, 2, 3, 4));
+
+}  // namespace
+}  // namespace distckpt

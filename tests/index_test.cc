@@ -1,0 +1,116 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "storage/index_io.h"
+#include "transform/crc32c.h"
+
+namespace distckpt::internal_storage {
+namespace {
+
+proto::Index sample() {
+  proto::Index index;
+  index.set_name("step-1");
+  index.set_world_size(2);
+  index.set_step(1);
+  auto* f = index.add_files();
+  f->set_name("data-00000.bin");
+  f->set_size(64);
+  auto* t = index.add_tensors();
+  t->set_name("w");
+  t->set_dtype("float32");
+  t->add_global_shape(4);
+  t->add_global_shape(4);
+  for (int i = 0; i < 2; ++i) {
+    auto* c = t->add_chunks();
+    c->add_offset(2 * i);
+    c->add_offset(0);
+    c->add_shape(2);
+    c->add_shape(4);
+    c->set_file_id(0);
+    c->set_byte_offset(32 * i);
+    c->set_length(32);
+  }
+  return index;
+}
+
+TEST(Crc32cTest, KnownVector) {
+  EXPECT_EQ(internal_transform::crc32c("123456789", 9), 0xE3069283u);
+  uint32_t s = internal_transform::crc32c_extend(internal_transform::kCrc32cInit, "1234", 4);
+  s = internal_transform::crc32c_extend(s, "56789", 5);
+  EXPECT_EQ(internal_transform::crc32c_finish(s), 0xE3069283u);
+}
+
+TEST(IndexTest, RoundTrip) {
+  auto parsed = parse_index(frame_index(sample()), "x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->tensors(0).chunks_size(), 2);
+  CheckpointInfo info = to_checkpoint_info(*parsed, "/ck");
+  EXPECT_EQ(info.tensors[0].chunks[1].file, "data-00000.bin");
+  EXPECT_EQ(info.data_bytes(), 64u);
+}
+
+TEST(IndexTest, FrameErrors) {
+  std::string good = frame_index(sample());
+  EXPECT_EQ(parse_index("short", "p").status().code(), StatusCode::kCorruption);
+  std::string bad_magic = good;
+  bad_magic[0] = 'X';
+  EXPECT_NE(parse_index(bad_magic, "p").status().message().find("bad magic"), std::string::npos);
+  std::string newer = good;
+  const uint32_t v = kIndexFormatVersion + 1;
+  std::memcpy(newer.data() + 8, &v, 4);
+  auto st = parse_index(newer, "p").status();
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("newer"), std::string::npos);
+  std::string truncated = good.substr(0, good.size() - 3);
+  EXPECT_NE(parse_index(truncated, "p").status().message().find("truncated"), std::string::npos);
+  std::string flipped = good;
+  flipped.back() ^= 0x40;
+  EXPECT_NE(parse_index(flipped, "p").status().message().find("crc32c"), std::string::npos);
+}
+
+// Re-frames a mutated index (valid checksum) so that only semantic checks can catch it.
+Status validate_mutated(void (*mutate)(proto::Index&)) {
+  proto::Index index = sample();
+  mutate(index);
+  return parse_index(frame_index(index), "p").status();
+}
+
+TEST(IndexTest, SemanticValidation) {
+  struct Case {
+    void (*mutate)(proto::Index&);
+    const char* expect;
+  };
+  const Case cases[] = {
+      {[](proto::Index& i) { i.mutable_tensors(0)->set_dtype("float128"); }, "unknown dtype"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->set_global_shape(0, -4); }, "negative or overflowing"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->set_global_shape(0, int64_t{1} << 40);
+                             i.mutable_tensors(0)->set_global_shape(1, int64_t{1} << 40); }, "overflowing"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_byte_offset(40); }, "run past the end"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_byte_offset(~uint64_t{0} - 8); }, "run past"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_length(31); }, "length 31"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_file_id(7); }, "file id 7"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_name("../../etc/passwd"); }, "escapes"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_name("/abs"); }, "escapes"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_offset(0, 3); }, "outside the tensor"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks()->RemoveLast(); }, "cover 8 of 16"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(0)->add_shape(1); }, "wrong number of dims"},
+      {[](proto::Index& i) { *i.add_tensors() = i.tensors(0); }, "appears twice"},
+      {[](proto::Index& i) { i.set_world_size(0); }, "world size"},
+  };
+  for (const Case& c : cases) {
+    Status st = validate_mutated(c.mutate);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << c.expect;
+    EXPECT_NE(st.message().find(c.expect), std::string::npos) << st.message();
+  }
+}
+
+TEST(IndexTest, CheckpointNames) {
+  EXPECT_TRUE(validate_checkpoint_name("step-00000010").ok());
+  for (const char* bad : {"", "a/b", "latest", "..", ".", "x.tmp-1"})
+    EXPECT_EQ(validate_checkpoint_name(bad).code(), StatusCode::kInvalidArgument) << bad;
+  EXPECT_EQ(data_file_name(3), "data-00003.bin");
+}
+
+}  // namespace
+}  // namespace distckpt::internal_storage

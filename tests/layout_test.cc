@@ -1,0 +1,156 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "distckpt/layout.h"
+
+namespace distckpt {
+namespace {
+
+TensorLayout make(const Shape& shape, const Shape& dev_mat, const Shape& map, std::vector<int> ranks = {}) {
+  auto l = TensorLayout::from_device_matrix(shape, dev_mat, map, std::move(ranks));
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  return *l;
+}
+
+// DESIGN.md, worked example 1: shape [32,16], dev_mat [2,4], tensor_map [1,-1].
+TEST(LayoutTest, RowSplitOverFirstAxis) {
+  TensorLayout l = make({32, 16}, {2, 4}, {1, -1});
+  for (int r = 0; r < 8; ++r) {
+    const Box b = l.slice_box(r);
+    EXPECT_EQ(b.offset, (Shape{r < 4 ? 0 : 16, 0})) << r;
+    EXPECT_EQ(b.shape, (Shape{16, 16}));
+    EXPECT_EQ(l.slice_index(r), r < 4 ? 0 : 1);
+  }
+  EXPECT_EQ(l.replica_group(2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(l.replica_group(5), (std::vector<int>{4, 5, 6, 7}));
+}
+
+// DESIGN.md, worked example 2: tensor_map [0,-1]: rank r holds rows 8*(r%4).
+TEST(LayoutTest, RowSplitOverLastAxis) {
+  TensorLayout l = make({32, 16}, {2, 4}, {0, -1});
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(l.slice_box(r).offset, (Shape{8 * (r % 4), 0}));
+    EXPECT_EQ(l.slice_box(r).shape, (Shape{8, 16}));
+    EXPECT_EQ(l.slice_index(r), r % 4);
+  }
+  EXPECT_EQ(l.replica_group(1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.replica_group(7), (std::vector<int>{3, 7}));
+}
+
+TEST(LayoutTest, TwoDimSplitAndSliceIndex) {
+  // dim 0 over axis 0 (size 2), dim 1 over axis 1 (size 4): no replicas.
+  TensorLayout l = make({4, 8}, {2, 4}, {1, 0});
+  EXPECT_EQ(l.slice_box(6).offset, (Shape{2, 4}));
+  EXPECT_EQ(l.slice_box(6).shape, (Shape{2, 2}));
+  EXPECT_EQ(l.slice_index(6), 6);
+  EXPECT_EQ(l.replica_group(6), (std::vector<int>{6}));
+  // Transposed map: dim 0 over the last axis (4 parts), dim 1 over the first (2 parts).
+  TensorLayout t = make({8, 4}, {2, 4}, {0, 1});
+  EXPECT_EQ(t.slice_box(6).offset, (Shape{4, 2}));  // coords (1,2): row part 2, col part 1
+  EXPECT_EQ(t.slice_index(6), 2 * 2 + 1);
+}
+
+TEST(LayoutTest, ReplicatedAndScalar) {
+  TensorLayout l = make({5}, {4}, {-1});
+  EXPECT_EQ(l.slice_box(3), full_box({5}));
+  EXPECT_EQ(l.replica_group(3), (std::vector<int>{0, 1, 2, 3}));
+  TensorLayout s = make({}, {2}, {});
+  EXPECT_EQ(s.slice_box(1).num_elements(), 1);
+}
+
+TEST(LayoutTest, RankListMapsGroupToGlobalRanks) {
+  TensorLayout l = make({8}, {2}, {0}, {4, 6});
+  EXPECT_EQ(l.slice_box(6).offset, (Shape{4}));
+  EXPECT_EQ(l.group_index(6), 1);
+  EXPECT_EQ(l.group_index(5), -1);
+  EXPECT_TRUE(l.boxes_of(5).empty());
+  EXPECT_EQ(l.replica_group(4), (std::vector<int>{4}));
+}
+
+TEST(LayoutTest, InvalidLayoutsAreRejectedClearly) {
+  struct Case {
+    Shape shape, dev_mat, map;
+    std::vector<int> ranks;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{32, 16}, {2, 4}, {2, -1}, {}, "out of range"},
+      {{32, 16}, {2, 4}, {-2, -1}, {}, "out of range"},
+      {{32, 16}, {2, 4}, {1, 1}, {}, "twice"},
+      {{30, 16}, {2, 4}, {0, -1}, {}, "not divisible"},
+      {{32, 16}, {2, 4}, {1, -1}, {0, 1, 2}, "product of dev_mat"},
+      {{32, 16}, {2, 4}, {1}, {}, "entries but the tensor has 2 dims"},
+      {{32, 16}, {0, 4}, {1, -1}, {}, "non-positive"},
+      {{32, -16}, {2, 4}, {1, -1}, {}, "negative"},
+      {{32, 16}, {2}, {0, -1}, {1, 1}, "twice"},
+  };
+  for (const Case& c : cases) {
+    auto l = TensorLayout::from_device_matrix(c.shape, c.dev_mat, c.map, c.ranks);
+    ASSERT_FALSE(l.ok()) << c.expect;
+    EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(l.status().message().find(c.expect), std::string::npos) << l.status().message();
+  }
+}
+
+TEST(LayoutTest, ExplicitBoxesIrregular) {
+  // 10 rows over 3 ranks: [0,3) [3,6) [6,10).
+  auto l = TensorLayout::from_boxes({10, 4}, {{Box{{0, 0}, {3, 4}}}, {Box{{3, 0}, {3, 4}}}, {Box{{6, 0}, {4, 4}}}});
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_FALSE(l->is_device_matrix());
+  EXPECT_EQ(l->boxes_of(2)[0].shape, (Shape{4, 4}));
+  EXPECT_EQ(l->replica_group(1), (std::vector<int>{1}));
+  // Replicated explicit boxes: members 0 and 1 identical.
+  auto r = TensorLayout::from_boxes({4}, {{Box{{0}, {2}}, Box{{2}, {2}}}, {Box{{0}, {2}}, Box{{2}, {2}}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->replica_group(0), (std::vector<int>{0, 1}));
+}
+
+TEST(LayoutTest, ExplicitBoxesInvalid) {
+  auto gap = TensorLayout::from_boxes({10}, {{Box{{0}, {3}}}, {Box{{4}, {6}}}});
+  EXPECT_NE(gap.status().message().find("cover 9 of the 10"), std::string::npos) << gap.status().message();
+  auto overlap = TensorLayout::from_boxes({10}, {{Box{{0}, {6}}}, {Box{{4}, {6}}}});
+  EXPECT_NE(overlap.status().message().find("overlap"), std::string::npos);
+  auto outside = TensorLayout::from_boxes({10}, {{Box{{0}, {11}}}});
+  EXPECT_NE(outside.status().message().find("outside"), std::string::npos);
+  auto dims = TensorLayout::from_boxes({10}, {{Box{{0, 0}, {10, 1}}}});
+  EXPECT_NE(dims.status().message().find("wrong number of dims"), std::string::npos);
+}
+
+TEST(BoxTest, IntersectAndContains) {
+  Box a{{0, 0}, {4, 4}}, b{{2, 3}, {4, 4}};
+  EXPECT_EQ(intersect(a, b), (Box{{2, 3}, {2, 1}}));
+  EXPECT_TRUE(intersect(a, Box{{4, 0}, {1, 1}}).empty());
+  EXPECT_TRUE(a.contains(Box{{1, 1}, {2, 2}}));
+  EXPECT_FALSE(a.contains(b));
+  EXPECT_EQ(a.to_string(), "[0:4, 0:4]");
+}
+
+TEST(BoxTest, CopyBoxStrided) {
+  // Global 6x5 tensor with value = 100*row + col.
+  std::vector<int> global(30);
+  for (int i = 0; i < 30; ++i) global[i] = 100 * (i / 5) + i % 5;
+  const Box whole{{0, 0}, {6, 5}};
+  const Box dst_box{{1, 2}, {4, 3}};
+  std::vector<int> dst(12, -1);
+  copy_box(global.data(), whole, dst.data(), dst_box, dst_box, sizeof(int));
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(dst[r * 3 + c], 100 * (r + 1) + c + 2);
+  // Partial region, back into a zeroed global buffer.
+  std::vector<int> back(30, 0);
+  const Box region{{2, 3}, {2, 2}};
+  copy_box(dst.data(), dst_box, back.data(), whole, region, sizeof(int));
+  for (int i = 0; i < 30; ++i) {
+    const int r = i / 5, c = i % 5;
+    const bool in = r >= 2 && r < 4 && c >= 3 && c < 5;
+    EXPECT_EQ(back[i], in ? global[i] : 0) << r << "," << c;
+  }
+  // Whole-row slab: one contiguous run.
+  std::vector<int> rows(10);
+  copy_box(global.data(), whole, rows.data(), Box{{2, 0}, {2, 5}}, Box{{2, 0}, {2, 5}}, sizeof(int));
+  EXPECT_EQ(rows[0], 200);
+  EXPECT_EQ(rows[9], 304);
+}
+
+}  // namespace
+}  // namespace distckpt
