@@ -1,0 +1,487 @@
+// train_mlp: a real data- and tensor-parallel MLP trained with SGD + momentum, with
+// periodic distckpt checkpoints, a simulated crash and exact resume.
+//
+//   mpirun -np 4 train_mlp --dp 2 --tp 2 --steps 50 --save-every 10 --dir /tmp/ckpt
+//   mpirun -np 4 train_mlp --dp 2 --tp 2 --steps 50 --save-every 10 --dir /tmp/ckpt --resume
+//
+// Ranks form a dp x tp grid: rank = dp_index * tp + tp_index. The model is a two-layer
+// MLP split Megatron-style over the TP ranks of a DP replica:
+//   fc1: W1 [hidden, in] column-parallel (rows split over TP), b1 [hidden] split alike;
+//   fc2: W2 [out, hidden] row-parallel (columns split over TP), b2 [out] replicated.
+// Everything that affects training (initial weights, data) is a pure function of
+// tensor names, global indices and the step number, so a run resumed from a
+// checkpoint follows exactly the same trajectory as an uninterrupted one. The
+// layout-independent fingerprint printed by rank 0 makes that checkable.
+
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "distckpt/distckpt.h"
+
+namespace {
+
+struct Config {
+  int dp = 1, tp = 1;
+  int64_t steps = 50, save_every = 10, crash_at_step = -1;
+  std::string dir;
+  bool resume = false;
+  double lr = 0.05;
+  int batch = 16, hidden = 64, in = 32, out = 16;
+};
+
+constexpr float kMomentum = 0.9f;
+
+// ---- hashing: the source of all "randomness" (pure functions, no RNG state) ----
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a64(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Uniform in [-1, 1) from the top 53 bits of a hash.
+double unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1p-52 - 1.0; }
+
+// Hash of one element of a named tensor, used for both init and the fingerprint.
+uint64_t element_hash(uint64_t name_hash, int64_t global_index, uint64_t salt) {
+  return splitmix64(name_hash ^
+                    splitmix64(static_cast<uint64_t>(global_index) * 0x9E3779B97F4A7C15ULL + salt));
+}
+
+// Calls f(local_index, global_row_major_index) for every element of `box`.
+template <typename F>
+void for_each_element(const distckpt::Box& box, const distckpt::Shape& global_shape, F&& f) {
+  const size_t nd = global_shape.size();
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t n = box.num_elements();
+  for (int64_t local = 0; local < n; ++local) {
+    int64_t global = 0;
+    for (size_t d = 0; d < nd; ++d) global = global * global_shape[d] + box.offset[d] + idx[d];
+    f(local, global);
+    for (size_t d = nd; d-- > 0;) {  // row-major odometer
+      if (++idx[d] < box.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// ---- topology ----
+
+struct Topology {
+  int rank = 0, world = 1, dp_index = 0, tp_index = 0;
+  MPI_Comm tp_comm = MPI_COMM_NULL;  // the TP ranks of my DP replica
+  MPI_Comm dp_comm = MPI_COMM_NULL;  // my TP position in every DP replica
+};
+
+Topology make_topology(const Config& cfg, int rank, int world) {
+  Topology t;
+  t.rank = rank;
+  t.world = world;
+  t.dp_index = rank / cfg.tp;
+  t.tp_index = rank % cfg.tp;
+  MPI_Comm_split(MPI_COMM_WORLD, t.dp_index, t.tp_index, &t.tp_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, t.tp_index, t.dp_index, &t.dp_comm);
+  return t;
+}
+
+// Local, "cannot happen" errors (a bad layout or state dict is a bug, identical on all
+// ranks): print and take the whole job down.
+void fatal_if_error(const distckpt::Status& s, const std::string& what, int rank) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), s.to_string().c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+// ---- model ----
+
+enum Param { kW1, kB1, kW2, kB2, kNumParams };
+
+struct Tensor {
+  std::string name;
+  distckpt::TensorLayout layout;
+  distckpt::Box box;        // this rank's slice of the global tensor
+  std::vector<float> data;  // row-major elements of `box`
+};
+
+struct Model {
+  int in = 0, hl = 0, out = 0;  // hl = hidden units held by this rank
+  std::array<Tensor, kNumParams> param, momentum;
+};
+
+// Builds the layout for dev_mat {dp, tp} (tensor_map entry 0 = the tp axis) and checks
+// that distckpt assigns this rank the slice the model code assumes.
+Tensor make_tensor(const std::string& name, const distckpt::Shape& shape, const distckpt::Shape& map,
+                   const distckpt::Box& expected, const Config& cfg, int rank) {
+  auto layout = distckpt::TensorLayout::from_device_matrix(shape, {cfg.dp, cfg.tp}, map);
+  fatal_if_error(layout.status(), "layout of " + name, rank);
+  Tensor t{name, layout.value(), layout->slice_box(rank), {}};
+  if (!(t.box == expected))
+    fatal_if_error(distckpt::internal_error("slice " + t.box.to_string() + " != expected " +
+                                            expected.to_string()), "layout of " + name, rank);
+  t.data.assign(static_cast<size_t>(t.box.num_elements()), 0.0f);
+  return t;
+}
+
+// Same global values whatever the layout: uniform in [-a, a], a = 1/sqrt(fan_in).
+void init_uniform(Tensor& t, int fan_in) {
+  const double a = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  const uint64_t nh = fnv1a64(t.name);
+  for_each_element(t.box, t.layout.global_shape(), [&](int64_t local, int64_t global) {
+    t.data[local] = static_cast<float>(a * unit(element_hash(nh, global, 0)));
+  });
+}
+
+Model make_model(const Config& cfg, const Topology& topo) {
+  Model m;
+  m.in = cfg.in;
+  m.hl = cfg.hidden / cfg.tp;
+  m.out = cfg.out;
+  const int64_t lo = static_cast<int64_t>(topo.tp_index) * m.hl;  // first hidden unit I hold
+  struct Spec { const char* name; distckpt::Shape shape, map; distckpt::Box box; int fan_in; };
+  const std::array<Spec, kNumParams> specs = {{
+      {"mlp.fc1.weight", {cfg.hidden, cfg.in}, {0, -1}, {{lo, 0}, {m.hl, cfg.in}}, cfg.in},
+      {"mlp.fc1.bias", {cfg.hidden}, {0}, {{lo}, {m.hl}}, cfg.in},
+      {"mlp.fc2.weight", {cfg.out, cfg.hidden}, {-1, 0}, {{0, lo}, {cfg.out, m.hl}}, cfg.hidden},
+      {"mlp.fc2.bias", {cfg.out}, {-1}, {{0}, {cfg.out}}, cfg.hidden},
+  }};
+  for (int p = 0; p < kNumParams; ++p) {
+    const Spec& s = specs[p];
+    m.param[p] = make_tensor(s.name, s.shape, s.map, s.box, cfg, topo.rank);
+    init_uniform(m.param[p], s.fan_in);
+    // Momentum buffers share the parameter's layout and start at zero.
+    m.momentum[p] = make_tensor(std::string("optim.momentum.") + s.name, s.shape, s.map, s.box,
+                                cfg, topo.rank);
+  }
+  return m;
+}
+
+// ---- data: a pure function of (step, DP rank, sample, feature) ----
+
+struct Batch {
+  int n = 0;
+  std::vector<float> x;  // [n, in], values in [-1, 1]
+  std::vector<float> t;  // [n, out], teacher outputs
+};
+
+Batch make_batch(const Config& cfg, int64_t step, int dp_index) {
+  Batch b;
+  b.n = cfg.batch;
+  b.x.resize(static_cast<size_t>(b.n) * cfg.in);
+  b.t.resize(static_cast<size_t>(b.n) * cfg.out);
+  const uint64_t data_seed = splitmix64(fnv1a64("data") ^ splitmix64(static_cast<uint64_t>(step)));
+  const uint64_t teacher = fnv1a64("teacher");
+  // Teacher weights with scale 3/sqrt(in) so the pre-sine sum has unit variance.
+  const double scale = 3.0 / std::sqrt(static_cast<double>(cfg.in));
+  for (int j = 0; j < b.n; ++j) {
+    const uint64_t sample_seed = splitmix64(splitmix64(data_seed ^ static_cast<uint64_t>(dp_index)) ^
+                                            static_cast<uint64_t>(j));
+    float* x = &b.x[static_cast<size_t>(j) * cfg.in];
+    for (int f = 0; f < cfg.in; ++f) x[f] = static_cast<float>(unit(splitmix64(sample_seed ^ f)));
+    for (int o = 0; o < cfg.out; ++o) {
+      double z = 0;
+      for (int f = 0; f < cfg.in; ++f)
+        z += scale * unit(element_hash(teacher, static_cast<int64_t>(o) * cfg.in + f, 0)) * x[f];
+      b.t[static_cast<size_t>(j) * cfg.out + o] = static_cast<float>(std::sin(z));
+    }
+  }
+  return b;
+}
+
+// ---- one training step; returns the global mean squared error before the update ----
+
+double train_step(const Config& cfg, const Topology& topo, Model& m, int64_t step) {
+  const Batch b = make_batch(cfg, step, topo.dp_index);
+  const int n = b.n, in = m.in, hl = m.hl, out = m.out;
+  const std::vector<float>& W1 = m.param[kW1].data;
+  const std::vector<float>& b1 = m.param[kB1].data;
+  const std::vector<float>& W2 = m.param[kW2].data;
+  const std::vector<float>& b2 = m.param[kB2].data;
+
+  // fc1 is column-parallel: each TP rank computes its own hidden units completely.
+  std::vector<float> pre(static_cast<size_t>(n) * hl), h(pre.size());
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k < hl; ++k) {
+      float s = b1[k];
+      for (int f = 0; f < in; ++f) s += W1[k * in + f] * b.x[j * in + f];
+      pre[j * hl + k] = s;
+      h[j * hl + k] = std::max(s, 0.0f);
+    }
+
+  // fc2 is row-parallel: each TP rank contributes a partial sum over its hidden units;
+  // the TP all-reduce completes it. b2 is added once, after the reduction.
+  std::vector<float> y(static_cast<size_t>(n) * out, 0.0f);
+  for (int j = 0; j < n; ++j)
+    for (int o = 0; o < out; ++o) {
+      float s = 0;
+      for (int k = 0; k < hl; ++k) s += W2[o * hl + k] * h[j * hl + k];
+      y[j * out + o] = s;
+    }
+  MPI_Allreduce(MPI_IN_PLACE, y.data(), n * out, MPI_FLOAT, MPI_SUM, topo.tp_comm);
+
+  // Loss over the global batch; dy is normalised by it so the DP sum is the mean gradient.
+  const double global_count = static_cast<double>(n) * cfg.dp * out;
+  double sq = 0;
+  std::vector<float> dy(y.size());
+  for (int j = 0; j < n; ++j)
+    for (int o = 0; o < out; ++o) {
+      const float e = y[j * out + o] + b2[o] - b.t[j * out + o];
+      sq += static_cast<double>(e) * e;
+      dy[j * out + o] = static_cast<float>(2.0 * e / global_count);
+    }
+
+  std::array<std::vector<float>, kNumParams> g;
+  for (int p = 0; p < kNumParams; ++p) g[p].assign(m.param[p].data.size(), 0.0f);
+  std::vector<float> dh(hl);
+  for (int j = 0; j < n; ++j) {
+    for (int o = 0; o < out; ++o) {
+      const float d = dy[j * out + o];
+      g[kB2][o] += d;
+      for (int k = 0; k < hl; ++k) g[kW2][o * hl + k] += d * h[j * hl + k];
+    }
+    // Backprop into this rank's hidden units only: W2's columns here are exactly those.
+    for (int k = 0; k < hl; ++k) {
+      float s = 0;
+      for (int o = 0; o < out; ++o) s += W2[o * hl + k] * dy[j * out + o];
+      dh[k] = pre[j * hl + k] > 0 ? s : 0.0f;
+      g[kB1][k] += dh[k];
+      for (int f = 0; f < in; ++f) g[kW1][k * in + f] += dh[k] * b.x[j * in + f];
+    }
+  }
+
+  // Data parallelism: sum the (already normalised) gradients over the DP replicas.
+  for (auto& gp : g)
+    MPI_Allreduce(MPI_IN_PLACE, gp.data(), static_cast<int>(gp.size()), MPI_FLOAT, MPI_SUM,
+                  topo.dp_comm);
+
+  // SGD with momentum: v = 0.9 v + g; w -= lr v.
+  const float lr = static_cast<float>(cfg.lr);
+  for (int p = 0; p < kNumParams; ++p) {
+    std::vector<float>& w = m.param[p].data;
+    std::vector<float>& v = m.momentum[p].data;
+    for (size_t i = 0; i < w.size(); ++i) {
+      v[i] = kMomentum * v[i] + g[p][i];
+      w[i] -= lr * v[i];
+    }
+  }
+
+  // Every TP rank of a replica holds the same y, so summing over dp_comm counts each
+  // sample exactly once.
+  MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, topo.dp_comm);
+  return sq / global_count;
+}
+
+// ---- fingerprint: layout-independent hash of every parameter and momentum value ----
+
+uint64_t fingerprint(const Model& m, int rank) {
+  uint64_t sum = 0;
+  for (const auto* group : {&m.param, &m.momentum})
+    for (const Tensor& t : *group) {
+      // Count each replicated slice once: only its lowest rank contributes.
+      if (t.layout.replica_group(rank).front() != rank) continue;
+      const uint64_t nh = fnv1a64(t.name);
+      for_each_element(t.box, t.layout.global_shape(), [&](int64_t local, int64_t global) {
+        sum += element_hash(nh, global, std::bit_cast<uint32_t>(t.data[local]));
+      });
+    }
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return sum;  // wrapping sum: independent of the order ranks and elements are visited
+}
+
+void print_fingerprint(const char* what, int64_t step, uint64_t fp, int rank) {
+  if (rank != 0) return;
+  std::printf("%s step %" PRId64 " fingerprint %016" PRIx64 "\n", what, step, fp);
+  std::fflush(stdout);  // a crash later must not lose it
+}
+
+// ---- checkpointing ----
+
+distckpt::StateDict make_state_dict(Model& m, int rank) {
+  distckpt::StateDict sd(rank);
+  for (auto* group : {&m.param, &m.momentum})
+    for (Tensor& t : *group)
+      fatal_if_error(sd.add_tensor(t.name, distckpt::DType::kFloat32, t.data.data(), t.layout),
+                     "add_tensor", rank);
+  return sd;
+}
+
+// Collective. False (after rank 0 printed why) when the save failed on any rank.
+bool save_checkpoint(distckpt::Comm& comm, distckpt::StateDict& sd, const Config& cfg,
+                     int64_t step, double loss) {
+  // Wrap explicitly: a bare double or int64_t would pick set_info's int overload.
+  fatal_if_error(sd.set_info("step_num", distckpt::InfoValue{step}), "set_info", comm.rank());
+  fatal_if_error(sd.set_info("epoch_num", distckpt::InfoValue{int64_t{0}}), "set_info", comm.rank());
+  fatal_if_error(sd.set_info("loss", distckpt::InfoValue{loss}), "set_info", comm.rank());
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08" PRId64, step);
+  distckpt::SaveOptions opts;
+  opts.name = name;
+  opts.step = step;
+  opts.epoch = 0;
+  auto result = distckpt::save(comm, sd, cfg.dir, opts);
+  if (!result.ok() && comm.rank() == 0)
+    std::fprintf(stderr, "save failed: %s\n", result.status().to_string().c_str());
+  return result.ok();
+}
+
+void broadcast_string(std::string& s, int rank) {
+  uint64_t len = s.size();
+  MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (rank != 0) s.resize(len);
+  MPI_Bcast(s.data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+// Collective. The step to start from (0 when there is nothing to resume), or nullopt
+// after rank 0 printed an error. resolve_checkpoint is local, so rank 0 decides and
+// broadcasts: every rank then loads the same checkpoint even if file-system caches
+// disagree about which one is newest.
+std::optional<int64_t> resume(distckpt::Comm& comm, distckpt::StateDict& sd, const Config& cfg,
+                              int rank) {
+  int code = static_cast<int>(distckpt::StatusCode::kNotFound);
+  std::string text;  // the checkpoint path when ok, the error otherwise
+  if (rank == 0) {
+    std::error_code ec;
+    if (std::filesystem::exists(cfg.dir, ec)) {
+      auto target = distckpt::resolve_checkpoint(cfg.dir);
+      code = static_cast<int>(target.status().code());
+      text = target.ok() ? target.value() : target.status().to_string();
+    }
+  }
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  broadcast_string(text, rank);
+
+  if (code == static_cast<int>(distckpt::StatusCode::kNotFound)) {
+    if (rank == 0)
+      std::printf("no committed checkpoint in %s: starting from step 0\n", cfg.dir.c_str());
+    return 0;
+  }
+  if (code != static_cast<int>(distckpt::StatusCode::kOk)) {
+    if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", text.c_str());
+    return std::nullopt;
+  }
+  auto loaded = distckpt::load(comm, sd, text, distckpt::LoadOptions{});
+  if (!loaded.ok()) {
+    if (rank == 0) std::fprintf(stderr, "load failed: %s\n", loaded.status().to_string().c_str());
+    return std::nullopt;
+  }
+  const int64_t step = loaded->step;  // we always save with opts.step set
+  if (step < 0) {
+    if (rank == 0) std::fprintf(stderr, "load failed: %s records no step\n", text.c_str());
+    return std::nullopt;
+  }
+  if (rank == 0) std::printf("resumed from %s\n", text.c_str());
+  return step;
+}
+
+[[noreturn]] void simulate_crash(int rank, int64_t step) {
+  std::fprintf(stderr, "rank %d: crashing at step %" PRId64 " (simulated failure)\n", rank, step);
+  std::fflush(stderr);
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);  // a real abort, but without littering core files
+  std::abort();
+}
+
+// ---- main ----
+
+// Returns the process exit code. All ranks return the same code.
+int run(int argc, char** argv, int rank, int world) {
+  Config cfg;
+  CLI::App app{"Data- and tensor-parallel MLP training with distckpt checkpoints"};
+  app.add_option("--dp", cfg.dp, "data-parallel degree")->check(CLI::PositiveNumber);
+  app.add_option("--tp", cfg.tp, "tensor-parallel degree")->check(CLI::PositiveNumber);
+  app.add_option("--steps", cfg.steps, "train until this step")->check(CLI::NonNegativeNumber);
+  app.add_option("--save-every", cfg.save_every, "checkpoint every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dir", cfg.dir, "checkpoint root directory")->required();
+  app.add_flag("--resume", cfg.resume, "resume from the newest committed checkpoint in --dir");
+  app.add_option("--crash-at-step", cfg.crash_at_step,
+                 "the last rank aborts at the start of this step (simulated failure)");
+  app.add_option("--lr", cfg.lr, "learning rate");
+  app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
+  app.add_option("--in", cfg.in, "input features")->check(CLI::PositiveNumber);
+  app.add_option("--out", cfg.out, "outputs")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (rank == 0) return app.exit(e);
+    return e.get_exit_code();
+  }
+  if (world != cfg.dp * cfg.tp) {
+    if (rank == 0)
+      std::fprintf(stderr, "error: world size %d != dp*tp = %d*%d = %d (run with mpirun -np %d)\n",
+                   world, cfg.dp, cfg.tp, cfg.dp * cfg.tp, cfg.dp * cfg.tp);
+    return 2;
+  }
+  if (cfg.hidden % cfg.tp != 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "error: --hidden %d is not divisible by --tp %d\n", cfg.hidden, cfg.tp);
+    return 2;
+  }
+
+  Topology topo = make_topology(cfg, rank, world);
+  Model model = make_model(cfg, topo);
+  distckpt::StateDict state = make_state_dict(model, rank);
+  auto comm = distckpt::make_mpi_comm(MPI_COMM_WORLD);  // freed before MPI_Finalize
+
+  int exit_code = 0;
+  int64_t step = 0;
+  if (cfg.resume) {
+    const auto start = resume(*comm, state, cfg, rank);
+    exit_code = start ? 0 : 1;
+    step = start.value_or(0);
+    if (step > 0) print_fingerprint("restored", step, fingerprint(model, rank), rank);
+  }
+  while (exit_code == 0 && step < cfg.steps) {
+    ++step;
+    if (step == cfg.crash_at_step && rank == world - 1) simulate_crash(rank, step);
+    const double loss = train_step(cfg, topo, model, step);
+    if (rank == 0 && step % 10 == 0) {
+      std::printf("step %" PRId64 " loss %.6f\n", step, loss);
+      std::fflush(stdout);
+    }
+    if (cfg.save_every > 0 && step % cfg.save_every == 0) {
+      if (!save_checkpoint(*comm, state, cfg, step, loss)) exit_code = 1;
+      else print_fingerprint("saved", step, fingerprint(model, rank), rank);
+    }
+  }
+  if (exit_code == 0) print_fingerprint("final", step, fingerprint(model, rank), rank);
+
+  comm.reset();
+  MPI_Comm_free(&topo.tp_comm);
+  MPI_Comm_free(&topo.dp_comm);
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const int code = run(argc, argv, rank, world);
+  MPI_Finalize();
+  return code;
+}
