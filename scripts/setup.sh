@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages distckpt builds against (see README "Dependencies").
+# Idempotent and quick when everything is already installed. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  openmpi-bin libopenmpi-dev          # MPI runtime and headers
+  libhdf5-openmpi-dev hdf5-tools      # parallel HDF5 (integrated format), h5dump
+  protobuf-compiler libprotobuf-dev   # index schema, MindSpore .ckpt records
+  libssl-dev                          # OpenSSL EVP (encryption)
+  libisal-dev                         # ISA-L: hardware CRC32C
+  libcli11-dev nlohmann-json3-dev     # command-line parsing, JSON output
+  libgtest-dev libgmock-dev           # tests
+)
+
+installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)
+if [ "$installed" -ne "${#packages[@]}" ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"
+fi
+echo "setup: all build dependencies are installed"
