@@ -232,6 +232,18 @@ TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
     return load(comm, m.state, root() + "/ck", {}).status();
   });
   expect_all_equal(strict, "tensor 'extra' is not in checkpoint");
+  // A mismatch found on any tensor leaves every buffer of every rank untouched.
+  auto untouched = run(world, [&](Comm& comm) -> Status {
+    Model m(comm.rank(), world, /*salt=*/9);
+    const auto before = m.snapshot();
+    std::vector<float> extra(3);
+    auto l = TensorLayout::from_device_matrix({3}, {comm.size()}, {-1});
+    EXPECT_TRUE(m.state.add_tensor("zz.extra", DType::kFloat32, extra.data(), *l).ok());
+    Status st = load(comm, m.state, root() + "/ck", {}).status();
+    EXPECT_EQ(m.buffers, before);
+    return st;
+  });
+  expect_all_equal(untouched, "tensor 'zz.extra' is not in checkpoint");
   auto lenient = run(world, [&](Comm& comm) -> Status {
     Model m(comm.rank(), world);
     std::vector<float> extra(3);

@@ -84,11 +84,15 @@ struct LoadResult {
 };
 
 // Collective. Fills the buffers of `state` from the checkpoint directory `path` (a
-// root is resolved to its newest committed checkpoint, see resolve_checkpoint). Each rank reads only the chunks overlapping its boxes, checks
-// every chunk's CRC32C, and copies the overlap into its buffers. Errors: kNotFound,
+// root is resolved to its newest committed checkpoint, see resolve_checkpoint). Each
+// rank reads only the chunks overlapping its boxes, checks every chunk's CRC32C, and
+// copies the overlap into its buffers. Errors: kNotFound,
 // kCorruption (bad index, truncated file, checksum), kMismatch (dtype, global shape,
 // missing tensor when strict), kUnsupported (newer index version); identical on all
-// ranks. On error the buffers may be partly overwritten.
+// ranks. All metadata checks (names, dtypes, shapes, coverage, files and their sizes)
+// pass on every rank before any buffer is written, so those errors leave `state`
+// untouched; only a checksum error found while reading can leave buffers partly
+// overwritten.
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
                         const LoadOptions& options);
 

@@ -68,6 +68,21 @@ Status read_chunk(FileCache& files, const proto::Index& index, const proto::Tens
   return Status();
 }
 
+// Checks, without reading data, that the checkpoint covers every box of `e` and that
+// the files those chunks live in exist with their recorded sizes.
+Status check_sources(FileCache& files, const proto::Tensor& t, const TensorEntry& e) {
+  for (const Box& needed : e.boxes) {
+    if (needed.num_elements() == 0) continue;
+    int64_t covered = 0;
+    for (const auto& r : internal_plan::plan_reads(t, needed, &covered))
+      DISTCKPT_RETURN_IF_ERROR(files.get(t.chunks(r.chunk).file_id()).status().with_context("tensor '" + t.name() + "'"));
+    if (covered != needed.num_elements())
+      return corruption("tensor '" + t.name() + "': the checkpoint covers " + std::to_string(covered) + " of the " +
+                        std::to_string(needed.num_elements()) + " elements of box " + needed.to_string());
+  }
+  return Status();
+}
+
 Status load_tensor(FileCache& files, const proto::Index& index, const proto::Tensor& t, TensorEntry& e,
                    std::vector<char>& scratch, uint64_t* bytes_read) {
   const std::size_t item = dtype_size(e.dtype);
@@ -75,10 +90,7 @@ Status load_tensor(FileCache& files, const proto::Index& index, const proto::Ten
     const Box& needed = e.boxes[b];
     if (needed.num_elements() == 0) continue;
     int64_t covered = 0;
-    const auto reads = internal_plan::plan_reads(t, needed, &covered);
-    if (covered != needed.num_elements())
-      return corruption("tensor '" + t.name() + "': the checkpoint covers " + std::to_string(covered) + " of the " +
-                        std::to_string(needed.num_elements()) + " elements of box " + needed.to_string());
+    const auto reads = internal_plan::plan_reads(t, needed, &covered);  // coverage checked in phase 1
     for (const auto& r : reads) {
       const proto::Chunk& chunk = t.chunks(r.chunk);
       if (r.whole) {
@@ -119,10 +131,16 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   comm.broadcast_string(dir, 0);
   comm.broadcast_string(index_bytes, 0);
 
+  // Phase 1, metadata only: every check that can fail on a well-formed checkpoint
+  // (names, dtypes, shapes, coverage, files present with the recorded sizes) runs
+  // before any byte lands in the caller's buffers, and ranks agree on it. Only a
+  // checksum error found while reading (phase 2) can leave buffers partly written.
   LoadResult result;
+  proto::Index index;
+  std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
+  std::unique_ptr<FileCache> files;
   local = [&]() -> Status {
-    DISTCKPT_ASSIGN_OR_RETURN(proto::Index index,
-                              internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
+    DISTCKPT_ASSIGN_OR_RETURN(index, internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
     std::map<std::string, int> stored;
@@ -139,10 +157,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       }
     }
     std::set<std::string> asked;
-    FileCache files(*fs, dir, index);
-    std::vector<char> scratch;
+    files = std::make_unique<FileCache>(*fs, dir, index);
     for (int i : wanted) {
-      TensorEntry& e = state.mutable_tensors()[i];
+      const TensorEntry& e = state.tensors()[i];
       asked.insert(e.name);
       auto it = stored.find(e.name);
       if (it == stored.end()) {
@@ -158,15 +175,26 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       if (stored_shape != e.layout.global_shape())
         return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
                         " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
-      DISTCKPT_RETURN_IF_ERROR(load_tensor(files, index, t, e, scratch, &result.rank_bytes_read));
-      result.loaded.push_back(e.name);
+      DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, e));
+      plan.emplace_back(i, it->second);
     }
     for (const auto& t : index.tensors())
       if (!asked.count(t.name())) result.unexpected_in_checkpoint.push_back(t.name());
-    CheckpointInfo info = internal_storage::to_checkpoint_info(index, dir);
-    result.step = info.step;
-    result.epoch = info.epoch;
-    result.info = std::move(info.info);
+    return Status();
+  }();
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+
+  // Phase 2: read the chunks, check every CRC32C, copy overlaps into the buffers.
+  local = [&]() -> Status {
+    std::vector<char> scratch;
+    for (const auto& [i, t] : plan) {
+      TensorEntry& e = state.mutable_tensors()[i];
+      DISTCKPT_RETURN_IF_ERROR(load_tensor(*files, index, index.tensors(t), e, scratch, &result.rank_bytes_read));
+      result.loaded.push_back(e.name);
+    }
+    result.step = index.step();
+    result.epoch = index.epoch();
+    result.info = internal_storage::to_checkpoint_info(index, dir).info;
     return Status();
   }();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
