@@ -241,3 +241,33 @@ TEST(CheckpointMpiTest, BackToBackSavesMoveLatest) {
 
 }  // namespace
 }  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+// DESIGN.md's example layout on a world too small for it: a clear error on every rank,
+// nothing committed (the save must never commit what load would refuse).
+TEST(CheckpointMpiTest, LayoutNamingMissingRanksIsRefused) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  auto layout = TensorLayout::from_device_matrix({32, 16}, {2, 4}, {1, -1});
+  ASSERT_TRUE(layout.ok());
+  if (world_size() >= 8) GTEST_SKIP() << "the layout fits this world";
+  std::vector<float> buf(16 * 16);
+  StateDict sd(world_rank());
+  ASSERT_TRUE(sd.add_tensor("w", DType::kFloat32, buf.data(), *layout).ok());
+  SaveOptions opts;
+  opts.name = "ck";
+  auto saved = save(*comm, sd, tmp.path(), opts);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(saved.status().message().find("tensor 'w'"), std::string::npos) << saved.status().message();
+  comm->barrier();
+  if (world_rank() == 0) {
+    auto listing = list_checkpoints(tmp.path());
+    EXPECT_TRUE(!listing.ok() || listing->entries.empty());
+  }
+}
+
+}  // namespace
+}  // namespace distckpt

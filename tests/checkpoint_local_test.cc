@@ -214,6 +214,9 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
 
   fs::resize_file(data, size - 1);
   expect_load_fails(world, root(), "truncated");
+  auto truncated = verify_checkpoint(root() + "/ck");
+  EXPECT_NE(truncated.status().message().find("(truncated): tensor '"), std::string::npos)
+      << truncated.status().message();
   fs::remove(data);
   expect_load_fails(world, root(), "missing");
   fs::remove(root() + "/ck/index.pb");
@@ -317,6 +320,40 @@ TEST_P(LocalCheckpointTest, ListingReportsInFlightAndBroken) {
   EXPECT_EQ(listing->entries[2].state, EntryState::kInFlight);
   // The in-flight directory is never loaded: resolve picks the committed one.
   EXPECT_EQ(*resolve_checkpoint(root()), root() + "/ck");
+}
+
+TEST_P(LocalCheckpointTest, ResumeTargetFollowsCommitsNotClocksOrSnapshots) {
+  const int world = GetParam();
+  auto save_as = [&](const std::string& name, bool update_latest) {
+    return run(world, [&](Comm& comm) {
+      Model m(comm.rank(), comm.size());
+      SaveOptions opts;
+      opts.name = name;
+      opts.update_latest = update_latest;
+      return save(comm, m.state, root(), opts).status();
+    });
+  };
+  expect_all_equal(save_as("a", true), "ok");
+  // A side snapshot is loadable by path but never becomes the resume target.
+  expect_all_equal(save_as("snapshot", false), "ok");
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/a");
+  expect_all_equal(save_as("b", true), "ok");
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/b");
+  // A crash between the rename and the pointer update leaves `latest` one behind:
+  // the newer commit still wins (it has the higher sequence number).
+  {
+    std::ofstream latest(root() + "/latest", std::ios::trunc);
+    latest << "a\n";
+  }
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/b");
+  // The next save continues the sequence from `latest`'s target; ties go to the pointer.
+  expect_all_equal(save_as("c", true), "ok");
+  EXPECT_EQ(*resolve_checkpoint(root()), root() + "/c");
+  auto info_b = read_checkpoint_info(root() + "/b");
+  auto info_c = read_checkpoint_info(root() + "/c");
+  ASSERT_TRUE(info_b.ok() && info_c.ok());
+  EXPECT_EQ(info_b->commit_seq, info_c->commit_seq);
+  EXPECT_TRUE(info_c->advances_latest);
 }
 
 TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {

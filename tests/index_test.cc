@@ -93,10 +93,12 @@ TEST(IndexTest, SemanticValidation) {
       {[](proto::Index& i) { i.mutable_files(0)->set_name("../../etc/passwd"); }, "escapes"},
       {[](proto::Index& i) { i.mutable_files(0)->set_name("/abs"); }, "escapes"},
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_offset(0, 3); }, "outside the tensor"},
-      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks()->RemoveLast(); }, "cover 8 of 16"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks()->RemoveLast(); }, "cover 8 of the 16"},
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(0)->add_shape(1); }, "wrong number of dims"},
       {[](proto::Index& i) { *i.add_tensors() = i.tensors(0); }, "appears twice"},
       {[](proto::Index& i) { i.set_world_size(0); }, "world size"},
+      // Overlapping chunks whose volumes add up must not hide a gap.
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_offset(0, 1); }, "overlap"},
   };
   for (const Case& c : cases) {
     Status st = validate_mutated(c.mutate);

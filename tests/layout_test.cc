@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "distckpt/layout.h"
+#include "distckpt/state_dict.h"
 
 namespace distckpt {
 namespace {
@@ -91,6 +92,17 @@ TEST(LayoutTest, InvalidLayoutsAreRejectedClearly) {
     EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(l.status().message().find(c.expect), std::string::npos) << l.status().message();
   }
+}
+
+TEST(LayoutTest, OverflowingShapesAndUnknownDtypes) {
+  auto huge = TensorLayout::from_device_matrix({int64_t{1} << 40, int64_t{1} << 40}, {1}, {-1, -1});
+  EXPECT_NE(huge.status().message().find("too many elements"), std::string::npos) << huge.status().message();
+  StateDict sd(0);
+  float x = 0;
+  auto l = TensorLayout::from_device_matrix({1}, {1}, {-1});
+  Status st = sd.add_tensor("x", static_cast<DType>(99), &x, *l);
+  EXPECT_NE(st.message().find("unknown dtype"), std::string::npos) << st.message();
+  EXPECT_NE(sd.add_tensor("x", DType::kFloat32, nullptr, *l).message().find("box(es)"), std::string::npos);
 }
 
 TEST(LayoutTest, ExplicitBoxesIrregular) {

@@ -108,6 +108,26 @@ TEST(SavePlanTest, InconsistentRanksAreRejected) {
   EXPECT_NE(plan_save(missing, true).status().message().find("missing"), std::string::npos);
 }
 
+TEST(SavePlanTest, LayoutLargerThanTheWorldIsRejected) {
+  // dev_mat [2,4] names 8 ranks; only 4 take part: rows 16-31 would never be written.
+  auto plan = plan_save(describe(4, {{"w", dm({32, 16}, {2, 4}, {1, -1})}}), true);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("names rank 4 but the communicator has 4 ranks"), std::string::npos)
+      << plan.status().message();
+}
+
+TEST(SavePlanTest, BoxesThatDoNotTileAreRejected) {
+  // Rank 0 and rank 1 built different explicit layouts: [0:16] and [8:24] of [32].
+  auto a = *TensorLayout::from_boxes({32}, {{Box{{0}, {16}}}, {Box{{16}, {16}}}});
+  auto b = *TensorLayout::from_boxes({32}, {{Box{{0}, {8}}}, {Box{{8}, {24}}}});
+  auto ranks = describe(2, {{"t", a}});
+  ranks[1] = describe(2, {{"t", b}})[1];
+  auto plan = plan_save(ranks, true);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("tile"), std::string::npos) << plan.status().message();
+}
+
 TEST(SavePlanTest, WriteListsRoundTrip) {
   std::vector<WriteItem> items{{1, 0, 2, 100, 40}, {3, 1, 0, 140, 8}};
   auto decoded = decode_writes(encode_writes(items));

@@ -39,7 +39,9 @@ struct SaveOptions {
   // Write each unique slice once (replicas removed, writing balanced by bytes).
   // When false, every rank writes every box it holds (for debugging / parity).
   bool remove_redundancy = true;
-  bool update_latest = true;  // move <root>/latest to this checkpoint after commit
+  // Move <root>/latest to this checkpoint after commit. false makes a side snapshot:
+  // listed and loadable by path, but never picked by resolve_checkpoint / resume.
+  bool update_latest = true;
   bool fsync = true;          // fsync files and directories (commit protocol steps 2-3)
   std::shared_ptr<FileSystem> fs;  // null: POSIX
 };
@@ -131,6 +133,8 @@ struct CheckpointInfo {
   int64_t epoch = -1;
   int world_size = 0;
   int64_t created_unix_ms = 0;
+  uint64_t commit_seq = 0;
+  bool advances_latest = false;
   std::string checksum = "crc32c";
   std::vector<TensorInfo> tensors;
   std::vector<FileInfo> files;
@@ -159,6 +163,8 @@ struct CheckpointEntry {
   uint64_t bytes = 0;
   std::string format;
   int64_t created_unix_ms = 0;
+  uint64_t commit_seq = 0;       // see resolve_checkpoint
+  bool advances_latest = false;  // saved with update_latest
 };
 struct RootListing {
   std::vector<CheckpointEntry> entries;  // committed ordered by (step, created), others after
@@ -170,8 +176,12 @@ Result<RootListing> list_checkpoints(const std::string& root,
                                      std::shared_ptr<FileSystem> fs = nullptr);
 
 // If `path` is a checkpoint directory, returns it. If it is a root, returns the newest
-// committed checkpoint (latest commit time recorded in the index, then highest step).
-// kNotFound when there is none.
+// committed checkpoint among those saved with update_latest (all committed ones if
+// none was): the highest commit sequence number, ties going to the `latest` pointer's
+// target, then to the later commit time. The sequence number (1 + that of `latest`'s
+// target at save time) makes this independent of clocks, and a crash between the
+// rename and the pointer update (which leaves `latest` one behind) still resumes from
+// the newer checkpoint. kNotFound when there is none; I/O errors of the listing.
 Result<std::string> resolve_checkpoint(const std::string& path,
                                        std::shared_ptr<FileSystem> fs = nullptr);
 

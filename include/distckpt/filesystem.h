@@ -48,11 +48,13 @@ class FileSystem {
   virtual Status create_dir(const std::string& path) = 0;
   // Creates a directory and its missing parents; ok if it exists.
   virtual Status create_dirs(const std::string& path) = 0;
-  // rename(2): atomic replacement of a file; a directory target must not exist.
+  // rename(2): atomic replacement of a file. Callers never rename a directory onto an
+  // existing one (POSIX would replace an empty target).
   virtual Status rename(const std::string& from, const std::string& to) = 0;
   virtual Status remove_file(const std::string& path) = 0;
   virtual Status remove_all(const std::string& path) = 0;
   virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
+  // True if `path` exists (a symlink counts, even dangling); false on any error.
   virtual bool exists(const std::string& path) = 0;
   virtual Result<uint64_t> file_size(const std::string& path) = 0;
   // fsync of a directory, so that entries created or renamed in it are durable.
@@ -62,8 +64,10 @@ class FileSystem {
 // The process-wide POSIX file system (thread-safe, never null, not owned by the caller).
 std::shared_ptr<FileSystem> posix_filesystem();
 
-// Convenience: whole-file read / write-then-fsync through `fs`.
-Result<std::string> read_whole_file(FileSystem& fs, const std::string& path);
+// Convenience: whole-file read / write-then-fsync through `fs`. A file larger than
+// `max_bytes` is refused with kCorruption instead of being allocated.
+Result<std::string> read_whole_file(FileSystem& fs, const std::string& path,
+                                    uint64_t max_bytes = uint64_t{4} << 30);
 Status write_file_synced(FileSystem& fs, const std::string& path, const std::string& data);
 
 }  // namespace distckpt

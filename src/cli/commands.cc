@@ -1,6 +1,9 @@
 #include "cli/commands.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -77,9 +80,18 @@ int cmd_layout(const LayoutArgs& args) {
   auto ranks64 = parse_list(args.ranks, "--ranks");
   for (const auto* r : {&shape, &dev_mat, &tensor_map, &ranks64})
     if (!r->ok()) return fail(r->status(), 2);
-  std::vector<int> ranks(ranks64->begin(), ranks64->end());
+  std::vector<int> ranks;
+  for (int64_t r : *ranks64) {
+    if (r < 0 || r > std::numeric_limits<int>::max())
+      return fail(invalid_argument("--ranks: " + std::to_string(r) + " is not a valid rank"), 2);
+    ranks.push_back(static_cast<int>(r));
+  }
   auto layout = TensorLayout::from_device_matrix(*shape, *dev_mat, *tensor_map, ranks);
   if (!layout.ok()) return fail(layout.status(), 2);
+  // Replicas are the ranks holding the same box: group once instead of asking per rank.
+  std::map<Box, std::vector<int>> holders;
+  for (int rank : layout->ranks()) holders[layout->slice_box(rank)].push_back(rank);
+  for (auto& [box, group] : holders) std::sort(group.begin(), group.end());
   json slices = json::array();
   for (int rank : layout->ranks()) {
     const Box box = layout->slice_box(rank);
@@ -87,7 +99,7 @@ int cmd_layout(const LayoutArgs& args) {
                       {"offset", box.offset},
                       {"shape", box.shape},
                       {"slice_index", layout->slice_index(rank)},
-                      {"replicas", layout->replica_group(rank)}});
+                      {"replicas", holders[box]}});
   }
   std::cout << json{{"slices", slices}}.dump() << "\n";
   return 0;
@@ -106,6 +118,8 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["bytes"] = e.bytes;
         j["format"] = e.format;
         j["created_unix_ms"] = e.created_unix_ms;
+        j["commit_seq"] = e.commit_seq;
+        j["advances_latest"] = e.advances_latest;
       } else {
         j["detail"] = e.detail;
       }
@@ -165,7 +179,8 @@ int cmd_inspect(const std::string& path, bool as_json) {
     std::cout << json{{"path", ci.path},       {"name", ci.name},        {"format", ci.format},
                       {"format_version", ci.format_version},        {"step", ci.step},
                       {"epoch", ci.epoch},     {"world_size", ci.world_size},
-                      {"created_unix_ms", ci.created_unix_ms},      {"checksum", ci.checksum},
+                      {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
+                      {"checksum", ci.checksum},
                       {"tensors", tensors},    {"files", files},          {"info", info_values}}
                      .dump()
               << "\n";

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "distckpt/layout.h"
+#include "layout/tiling.h"
 
 namespace distckpt {
 namespace {
@@ -38,6 +39,8 @@ Status check_shape(const Shape& shape) {
   for (std::size_t i = 0; i < shape.size(); ++i)
     if (shape[i] < 0)
       return invalid_argument("layout: global shape " + join(shape) + " has a negative dimension");
+  if (!internal_layout::checked_num_elements(shape))
+    return invalid_argument("layout: global shape " + join(shape) + " has too many elements");
   return Status();
 }
 
@@ -109,22 +112,8 @@ Result<TensorLayout> TensorLayout::from_boxes(const Shape& global_shape, std::ve
       if (b.num_elements() > 0) unique.insert(b);
     }
   }
-  // The distinct boxes must tile the tensor: pairwise disjoint (checked with a sweep
-  // along dim 0, near-linear for slab splits) and their volumes summing to the whole.
-  std::vector<Box> sorted(unique.begin(), unique.end());
-  int64_t volume = 0;
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    volume += sorted[i].num_elements();
-    for (std::size_t j = i + 1; j < sorted.size(); ++j) {
-      if (!global_shape.empty() && sorted[j].offset[0] >= sorted[i].offset[0] + sorted[i].shape[0]) break;
-      if (!intersect(sorted[i], sorted[j]).empty())
-        return invalid_argument("layout: boxes " + sorted[i].to_string() + " and " + sorted[j].to_string() +
-                                " overlap without being identical");
-    }
-  }
-  if (volume != whole.num_elements())
-    return invalid_argument("layout: the boxes cover " + std::to_string(volume) + " of the " +
-                            std::to_string(whole.num_elements()) + " elements of shape " + join(global_shape));
+  const std::string tiling = internal_layout::check_tiling({unique.begin(), unique.end()}, global_shape);
+  if (!tiling.empty()) return invalid_argument("layout: shape " + join(global_shape) + ": " + tiling);
   TensorLayout l;
   l.global_shape_ = global_shape;
   l.ranks_ = std::move(ranks);

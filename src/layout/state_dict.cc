@@ -30,6 +30,7 @@ Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<v
   const std::string where = "state dict: rank " + std::to_string(rank_) + ": tensor '" + name + "'";
   if (name.empty()) return invalid_argument("state dict: rank " + std::to_string(rank_) + ": empty tensor name");
   if (by_name_.count(name)) return invalid_argument(where + " added twice");
+  if (dtype_size(dtype) == 0) return invalid_argument(where + ": unknown dtype " + std::to_string(static_cast<int>(dtype)));
   if (layout.group_size() == 0) return invalid_argument(where + " has an empty layout");
   std::vector<Box> boxes = layout.boxes_of(rank_);
   if (buffers.size() != boxes.size())

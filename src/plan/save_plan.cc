@@ -27,6 +27,13 @@ struct Slice {
 
 Status check_consistent(const std::vector<proto::Index>& ranks) {
   const proto::Index& first = ranks[0];
+  const int world = static_cast<int>(ranks.size());
+  for (const auto& t : first.tensors())
+    for (int r : t.layout().ranks())
+      if (r >= world)
+        return invalid_argument("save: tensor '" + t.name() + "': its layout names rank " + std::to_string(r) +
+                                " but the communicator has " + std::to_string(world) +
+                                " ranks (is prod(dev_mat) larger than the group?)");
   for (std::size_t r = 1; r < ranks.size(); ++r) {
     const proto::Index& other = ranks[r];
     const std::string who = "save: rank " + std::to_string(r);
@@ -172,6 +179,10 @@ Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_r
     plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, cursor[s.writer], s.bytes});
     cursor[s.writer] += s.bytes;
   }
+  // The planned index must pass the checks every reader applies (the boxes of all
+  // ranks tile each tensor, ...): never commit what load would refuse.
+  Status valid = internal_storage::validate_index(plan.index, "save plan");
+  if (!valid.ok()) return invalid_argument(valid.message());
   return plan;
 }
 

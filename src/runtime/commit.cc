@@ -54,9 +54,12 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
     Status st = fs.sync_dir(root);
     if (!st.ok()) {
       // The rename may not be durable: undo it so that no rank reports failure for a
-      // checkpoint that is visible.
-      (void)fs.rename(final_dir, tmp_dir);
-      return st;
+      // checkpoint that is visible. If even the undo fails, the checkpoint is complete
+      // (data, index and its directory are fsynced) and visible: report it as committed,
+      // with a warning, rather than as a failure nobody can act on.
+      if (fs.rename(final_dir, tmp_dir).ok()) return st;
+      result.warning = "checkpoint '" + final_dir + "' is committed but its directory entry may not be durable: " +
+                       st.to_string();
     }
   }
 
@@ -75,8 +78,8 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
     }();
     if (!st.ok()) {
       (void)fs.remove_file(tmp_latest);
-      result.warning = "checkpoint '" + final_dir + "' is committed but the latest pointer was not moved: " +
-                       st.to_string();
+      result.warning += (result.warning.empty() ? "" : "; ") + ("checkpoint '" + final_dir +
+                        "' is committed but the latest pointer was not moved: " + st.to_string());
     }
   }
   return result;

@@ -6,6 +6,7 @@
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "plan/load_plan.h"
+#include "runtime/guard.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
 #include "transform/crc32c.h"
@@ -28,6 +29,7 @@ std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
 class FileCache {
  public:
   FileCache(FileSystem& fs, std::string dir, const proto::Index& index) : fs_(fs), dir_(std::move(dir)), index_(index) {}
+  std::string path(uint32_t file_id) const { return dir_ + "/" + index_.files(static_cast<int>(file_id)).name(); }
   Result<const ReadableFile*> get(uint32_t file_id) {
     auto it = open_.find(file_id);
     if (it != open_.end()) return it->second.get();
@@ -56,10 +58,10 @@ class FileCache {
 };
 
 // Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C.
-Status read_chunk(FileCache& files, const proto::Index& index, const proto::Tensor& t, int c, void* dst) {
+Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst) {
   const proto::Chunk& chunk = t.chunks(c);
   const std::string where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
-                            index.files(static_cast<int>(chunk.file_id())).name();
+                            files.path(chunk.file_id());
   DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
   DISTCKPT_RETURN_IF_ERROR(file->read_at(dst, chunk.length(), chunk.byte_offset()).with_context(where));
   const uint32_t crc = internal_transform::crc32c(dst, chunk.length());
@@ -83,7 +85,7 @@ Status check_sources(FileCache& files, const proto::Tensor& t, const TensorEntry
   return Status();
 }
 
-Status load_tensor(FileCache& files, const proto::Index& index, const proto::Tensor& t, TensorEntry& e,
+Status load_tensor(FileCache& files, const proto::Tensor& t, TensorEntry& e,
                    std::vector<char>& scratch, uint64_t* bytes_read) {
   const std::size_t item = dtype_size(e.dtype);
   for (std::size_t b = 0; b < e.boxes.size(); ++b) {
@@ -94,10 +96,10 @@ Status load_tensor(FileCache& files, const proto::Index& index, const proto::Ten
     for (const auto& r : reads) {
       const proto::Chunk& chunk = t.chunks(r.chunk);
       if (r.whole) {
-        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, index, t, r.chunk, e.buffers[b]));
+        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, e.buffers[b]));
       } else {
         scratch.resize(chunk.length());
-        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, index, t, r.chunk, scratch.data()));
+        DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, scratch.data()));
         copy_box(scratch.data(), internal_plan::chunk_box(chunk), e.buffers[b], needed, r.region, item);
       }
       *bytes_read += chunk.length();
@@ -117,15 +119,11 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::string dir, index_bytes;
   Status local;
   if (comm.rank() == 0) {
-    auto resolved = resolve_checkpoint(path, fs);
-    if (resolved.ok()) {
-      dir = *resolved;
-      auto bytes = read_whole_file(*fs, dir + "/" + internal_storage::kIndexFileName);
-      if (bytes.ok()) index_bytes = std::move(*bytes);
-      else local = bytes.status();
-    } else {
-      local = resolved.status();
-    }
+    local = internal_runtime::guarded(where, [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, fs));
+      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, read_whole_file(*fs, dir + "/" + internal_storage::kIndexFileName));
+      return Status();
+    });
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   comm.broadcast_string(dir, 0);
@@ -139,7 +137,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   proto::Index index;
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
   std::unique_ptr<FileCache> files;
-  local = [&]() -> Status {
+  local = internal_runtime::guarded(where, [&]() -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(index, internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
@@ -181,22 +179,22 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     for (const auto& t : index.tensors())
       if (!asked.count(t.name())) result.unexpected_in_checkpoint.push_back(t.name());
     return Status();
-  }();
+  });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
 
   // Phase 2: read the chunks, check every CRC32C, copy overlaps into the buffers.
-  local = [&]() -> Status {
+  local = internal_runtime::guarded(where, [&]() -> Status {
     std::vector<char> scratch;
     for (const auto& [i, t] : plan) {
       TensorEntry& e = state.mutable_tensors()[i];
-      DISTCKPT_RETURN_IF_ERROR(load_tensor(*files, index, index.tensors(t), e, scratch, &result.rank_bytes_read));
+      DISTCKPT_RETURN_IF_ERROR(load_tensor(*files, index.tensors(t), e, scratch, &result.rank_bytes_read));
       result.loaded.push_back(e.name);
     }
     result.step = index.step();
     result.epoch = index.epoch();
     result.info = internal_storage::to_checkpoint_info(index, dir).info;
     return Status();
-  }();
+  });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   result.bytes_read = static_cast<uint64_t>(comm.allreduce_one(static_cast<int64_t>(result.rank_bytes_read), ReduceOp::kSum));
   result.load_s = timer.seconds();

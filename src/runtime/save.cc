@@ -6,6 +6,7 @@
 #include "distckpt/checkpoint.h"
 #include "plan/save_plan.h"
 #include "runtime/commit.h"
+#include "runtime/guard.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
 #include "transform/crc32c.h"
@@ -28,7 +29,9 @@ Result<std::vector<uint32_t>> write_chunks(FileSystem& fs, const StateDict& stat
   if (items.empty()) return crcs;
   const std::string path = tmp_dir + "/" + internal_storage::data_file_name(comm.rank());
   const std::string where = rank_prefix(comm);
-  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(path));
+  auto opened = fs.open_writable(path);
+  if (!opened.ok()) return opened.status().with_context(where);
+  std::unique_ptr<WritableFile> file = std::move(opened).value();
   for (const WriteItem& item : items) {
     const TensorEntry& e = state.tensors()[item.tensor];
     const void* data = e.buffers[item.local_box];
@@ -69,7 +72,7 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
   internal_plan::SavePlan plan;
   std::string tmp_dir;
   if (coordinator) {
-    local = [&]() -> Status {
+    local = internal_runtime::guarded("save: rank 0: plan", [&]() -> Status {
       std::vector<proto::Index> ranks(gathered.size());
       for (std::size_t r = 0; r < gathered.size(); ++r)
         if (!ranks[r].ParseFromString(gathered[r])) return internal_error("save: bad plan from rank " + std::to_string(r));
@@ -77,9 +80,11 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
       DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root).with_context("save: rank 0"));
       if (fs->exists(result.path))
         return already_exists("save: checkpoint '" + result.path + "' already exists");
+      plan.index.set_commit_seq(internal_storage::next_commit_seq(*fs, root));
+      plan.index.set_advances_latest(options.update_latest);
       tmp_dir = internal_runtime::make_tmp_dir_name(root, options.name);
       return fs->create_dir(tmp_dir).with_context("save: rank 0");
-    }();
+    });
   }
   gathered.clear();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
@@ -87,13 +92,17 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
   std::vector<std::string> parts;
   if (coordinator)
     for (const auto& w : plan.writes) parts.push_back(internal_plan::encode_writes(w));
-  DISTCKPT_ASSIGN_OR_RETURN(std::vector<WriteItem> mine, internal_plan::decode_writes(comm.scatter(parts, 0)));
+  Result<std::vector<WriteItem>> mine = internal_plan::decode_writes(comm.scatter(parts, 0));
   result.plan_s = total.seconds();
 
-  // Write (protocol steps 1-2): every writer fsyncs its file, then all agree.
+  // Write (protocol steps 1-2): every writer fsyncs its file, then all agree. A local
+  // failure (including a bad write list) is carried to the agreement, never returned early.
   internal_runtime::Timer write_timer;
-  Result<std::vector<uint32_t>> crcs = write_chunks(*fs, state, tmp_dir, mine, options.fsync, comm,
-                                                    &result.rank_bytes_written);
+  Result<std::vector<uint32_t>> crcs =
+      !mine.ok() ? Result<std::vector<uint32_t>>(mine.status())
+                 : internal_runtime::guarded(rank_prefix(comm) + ": write", [&] {
+                     return write_chunks(*fs, state, tmp_dir, *mine, options.fsync, comm, &result.rank_bytes_written);
+                   });
   std::vector<std::string> all_crcs = comm.gather(crcs.ok() ? encode_crcs(*crcs) : std::string(), 0);
   result.write_s = write_timer.seconds();
   Status written = agree(comm, crcs.status());
@@ -106,7 +115,7 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
   internal_runtime::Timer commit_timer;
   int64_t index_bytes = 0;
   if (coordinator) {
-    local = [&]() -> Status {
+    local = internal_runtime::guarded("save: rank 0: commit", [&]() -> Status {
       for (std::size_t r = 0; r < plan.writes.size(); ++r) {
         if (all_crcs[r].size() != plan.writes[r].size() * sizeof(uint32_t))
           return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of checksums");
@@ -130,13 +139,13 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
         else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
         else v.set_string_value(std::get<std::string>(value));
       }
-      DISTCKPT_ASSIGN_OR_RETURN(auto committed,
-                                internal_runtime::commit_checkpoint(*fs, root, tmp_dir, options.name, plan.index,
-                                                                    options.fsync, options.update_latest));
-      index_bytes = static_cast<int64_t>(committed.index_bytes);
-      result.warning = committed.warning;
+      auto committed = internal_runtime::commit_checkpoint(*fs, root, tmp_dir, options.name, plan.index,
+                                                           options.fsync, options.update_latest);
+      if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");
+      index_bytes = static_cast<int64_t>(committed->index_bytes);
+      result.warning = committed->warning;
       return Status();
-    }();
+    });
     if (!local.ok() && !fs->exists(result.path)) (void)fs->remove_all(tmp_dir);
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));

@@ -23,10 +23,17 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<
       return file.status().with_context("verify");
     }
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());
-    if (size != meta.size())
+    if (size != meta.size()) {
+      // Name the first tensor whose bytes the truncation (or extension) affects.
+      std::string victim;
+      for (const auto& t : index.tensors())
+        for (const auto& c : t.chunks())
+          if (victim.empty() && c.file_id() == static_cast<uint32_t>(f) && c.byte_offset() + c.length() > size)
+            victim = ": tensor '" + t.name() + "' is affected";
       return corruption("verify: data file '" + file_path + "' has " + std::to_string(size) +
                         " bytes, the index records " + std::to_string(meta.size()) +
-                        (size < meta.size() ? " (truncated)" : ""));
+                        (size < meta.size() ? " (truncated)" : "") + victim);
+    }
     files.emplace(static_cast<uint32_t>(f), std::move(*file));
     ++report.files;
   }

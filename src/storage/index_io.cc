@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "layout/tiling.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_storage {
@@ -42,16 +43,6 @@ Status validate_checkpoint_name(const std::string& name) {
                             "' is not allowed (must be non-empty, <= 255 bytes, without '/', not "
                             "'latest', '.', '..', and without '.tmp-')");
   return Status();
-}
-
-std::optional<int64_t> checked_num_elements(const google::protobuf::RepeatedField<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    if (d < 0) return std::nullopt;
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / 16 / d) return std::nullopt;
-    n *= d;
-  }
-  return n;
 }
 
 std::string frame_index(const proto::Index& index) {
@@ -116,8 +107,9 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!names.insert(t.name()).second) return corruption(tw + " appears twice");
     const auto dtype = dtype_from_name(t.dtype());
     if (!dtype) return corruption(tw + ": unknown dtype '" + t.dtype() + "'");
-    const auto elements = checked_num_elements(t.global_shape());
-    if (!elements) return corruption(tw + ": global shape has a negative or overflowing dimension");
+    const Shape global(t.global_shape().begin(), t.global_shape().end());
+    if (!internal_layout::checked_num_elements(global))
+      return corruption(tw + ": global shape has a negative or overflowing dimension");
     const int dims = t.global_shape_size();
     const auto& L = t.layout();
     if (L.dev_mat_size() > 0 && L.tensor_map_size() != dims)
@@ -150,11 +142,9 @@ Status validate_index(const proto::Index& index, const std::string& path) {
                           ") run past the end of '" + f.name() + "' (" + std::to_string(f.size()) + " bytes)");
       if (box.num_elements() > 0) distinct.insert(box);
     }
-    int64_t covered = 0;
-    for (const Box& b : distinct) covered += b.num_elements();
-    if (covered != *elements)
-      return corruption(tw + ": chunks cover " + std::to_string(covered) + " of " + std::to_string(*elements) +
-                        " elements");
+    // Distinct chunks must tile the tensor: overlaps would let a gap pass a volume count.
+    const std::string tiling = internal_layout::check_tiling({distinct.begin(), distinct.end()}, global);
+    if (!tiling.empty()) return corruption(tw + ": chunks do not tile the tensor: " + tiling);
   }
   return Status();
 }
@@ -169,6 +159,8 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.epoch = index.epoch();
   info.world_size = index.world_size();
   info.created_unix_ms = index.created_unix_ms();
+  info.commit_seq = index.commit_seq();
+  info.advances_latest = index.advances_latest();
   info.checksum = index.transforms().checksum();
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
   for (const auto& t : index.tensors()) {

@@ -32,9 +32,11 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
 // to the checkpoint directory, the distinct chunks covering each tensor.
 Status validate_index(const proto::Index& index, const std::string& path);
 
-CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path);
+// The commit sequence number for the next save under `root`: 1 + that of `latest`'s
+// target, or 1 + the highest among committed checkpoints when there is no valid
+// pointer (first save, pointer lost). Rank 0 only.
+uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
 
-// Elements of a shape with overflow checking; nullopt on a negative dim or overflow.
-std::optional<int64_t> checked_num_elements(const google::protobuf::RepeatedField<int64_t>& dims);
+CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path);
 
 }  // namespace distckpt::internal_storage

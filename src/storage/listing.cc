@@ -1,5 +1,6 @@
 // Listing and resolving checkpoints under a root directory (local, read-only).
 #include <algorithm>
+#include <tuple>
 
 #include "distckpt/checkpoint.h"
 #include "storage/index_io.h"
@@ -18,7 +19,7 @@ std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
   const std::string path = root + "/" + kLatestFileName;
   auto size = fs.file_size(path);
   if (!size.ok() || *size > 4096) return "";  // a pointer is a short name; refuse anything else
-  auto text = read_whole_file(fs, path);
+  auto text = read_whole_file(fs, path, 4096);
   if (!text.ok()) return "";
   std::string name = *text;
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
@@ -26,6 +27,21 @@ std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
   return name;
 }
 }  // namespace
+
+namespace internal_storage {
+uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
+  const std::string latest = read_latest_pointer(fs, root);
+  if (!latest.empty()) {
+    auto index = read_index(fs, root + "/" + latest);
+    if (index.ok()) return index->commit_seq() + 1;
+  }
+  uint64_t highest = 0;
+  auto listing = list_checkpoints(root, std::shared_ptr<FileSystem>(&fs, [](FileSystem*) {}));
+  if (listing.ok())
+    for (const auto& e : listing->entries) highest = std::max(highest, e.commit_seq);
+  return highest + 1;
+}
+}  // namespace internal_storage
 
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
   fs = or_posix(fs);
@@ -60,6 +76,8 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
     entry.epoch = index->epoch();
     entry.format = index->format().empty() ? "native" : index->format();
     entry.created_unix_ms = index->created_unix_ms();
+    entry.commit_seq = index->commit_seq();
+    entry.advances_latest = index->advances_latest();
     for (const auto& f : index->files()) entry.bytes += f.size();
     committed.push_back(std::move(entry));
   }
@@ -81,14 +99,15 @@ Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<
   if (fs->exists(path + "/" + kIndexFileName)) return path;
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
   DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
-  // The newest commit wins, not the highest step: a run restarted from an older
-  // checkpoint continues from what it committed last. `latest` is only a hint, since a
-  // crash between the rename and the pointer update leaves it one behind.
+  bool any_advancing = false;
+  for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
   const CheckpointEntry* newest = nullptr;
+  auto key = [&](const CheckpointEntry& e) {
+    return std::make_tuple(e.commit_seq, e.name == listing.latest, e.created_unix_ms, e.step);
+  };
   for (const auto& e : listing.entries) {
-    if (e.state != EntryState::kCommitted) continue;
-    if (newest == nullptr || std::tie(e.created_unix_ms, e.step) > std::tie(newest->created_unix_ms, newest->step))
-      newest = &e;
+    if (e.state != EntryState::kCommitted || (any_advancing && !e.advances_latest)) continue;
+    if (newest == nullptr || key(e) > key(*newest)) newest = &e;
   }
   if (newest == nullptr) return not_found("resolve: no committed checkpoint under '" + path + "'");
   return path + "/" + newest->name;

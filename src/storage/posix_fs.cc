@@ -138,12 +138,16 @@ class PosixFileSystem final : public FileSystem {
       if (ec == std::errc::no_such_file_or_directory) return not_found("list '" + path + "': no such directory");
       return io_error("list '" + path + "': " + ec.message());
     }
-    for (const auto& e : it) {
+    // Non-throwing iteration: this runs inside collectives, where an exception on one
+    // rank would leave the others waiting.
+    for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      if (ec) return io_error("list '" + path + "': " + ec.message());
       std::error_code ec2;
       // symlink_status: a symlink is never taken for a checkpoint directory.
-      const bool is_dir = std::filesystem::is_directory(e.symlink_status(ec2));
-      out.push_back(DirEntry{e.path().filename().string(), is_dir});
+      const bool is_dir = std::filesystem::is_directory(it->symlink_status(ec2));
+      out.push_back(DirEntry{it->path().filename().string(), is_dir});
     }
+    if (ec) return io_error("list '" + path + "': " + ec.message());
     return out;
   }
   bool exists(const std::string& path) override {
@@ -176,9 +180,12 @@ std::shared_ptr<FileSystem> posix_filesystem() {
   return fs;
 }
 
-Result<std::string> read_whole_file(FileSystem& fs, const std::string& path) {
+Result<std::string> read_whole_file(FileSystem& fs, const std::string& path, uint64_t max_bytes) {
   DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
   DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, file->size());
+  if (size > max_bytes)
+    return corruption("read '" + path + "': " + std::to_string(size) + " bytes is more than the " +
+                      std::to_string(max_bytes) + " allowed for this file");
   std::string data(static_cast<std::size_t>(size), '\0');
   DISTCKPT_RETURN_IF_ERROR(file->read_at(data.data(), data.size(), 0));
   return data;

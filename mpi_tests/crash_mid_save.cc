@@ -1,0 +1,141 @@
+// A real crash during a save, then a check of what survived (HDF5's t_pflush1 /
+// t_pflush2 pattern). Registered in CTest as a pair per kill point:
+//
+//   crash_mid_save crash DIR OP[:MATCH]   saves "step-1", then starts "step-2" and
+//       aborts one rank (the writer for data ops, rank 0 for commit ops) when it is
+//       about to perform file-system operation OP on a path containing MATCH.
+//       mpirun reports the abort: the test is expected to fail (WILL_FAIL).
+//   crash_mid_save check DIR STEP   every committed checkpoint verifies, "step-1" is
+//       intact, no in-flight directory is listed as a checkpoint, and loading the root
+//       gives step STEP (the newest committed checkpoint) with the right values.
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "distckpt/distckpt.h"
+#include "storage/fault_fs.h"
+
+namespace {
+
+using namespace distckpt;
+
+int rank_of() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of() {
+  int s;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// A weight split over all ranks plus a replicated bias; values depend on the step.
+struct Model {
+  std::vector<float> w, b;
+  StateDict state{rank_of()};
+  explicit Model(int step) {
+    const int world = size_of();
+    auto wl = TensorLayout::from_device_matrix({4L * world, 8}, {world}, {0, -1});
+    auto bl = TensorLayout::from_device_matrix({8}, {world}, {-1});
+    w.resize(32);
+    b.resize(8);
+    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(step * 1000 + rank_of() * 32 + i);
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<float>(step * 100 + i);
+    if (!state.add_tensor("w", DType::kFloat32, w.data(), *wl).ok() ||
+        !state.add_tensor("b", DType::kFloat32, b.data(), *bl).ok())
+      MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+};
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank_of(), what.c_str());
+  return 1;
+}
+
+int crash(const std::string& dir, const std::string& point) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  if (rank_of() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  Model first(1);
+  SaveOptions opts;
+  opts.name = "step-1";
+  opts.step = 1;
+  auto saved = save(*comm, first.state, dir, opts);
+  if (!saved.ok()) return fail(saved.status().to_string());
+
+  const std::string op = point.substr(0, point.find(':'));
+  const std::string match = point.find(':') == std::string::npos ? "" : point.substr(point.find(':') + 1);
+  const bool data_op = op == "write" || op == "sync" || op == "close";
+  const int victim = data_op ? size_of() - 1 : 0;
+  internal_storage::FaultSpec spec;
+  spec.hook = [&](const std::string& o, const std::string& path) {
+    if (o == op && path.find(match) != std::string::npos) {
+      struct rlimit no_core = {0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);
+      std::fprintf(stderr, "rank %d: crashing at %s '%s' (kill point)\n", rank_of(), o.c_str(), path.c_str());
+      std::abort();
+    }
+  };
+  if (rank_of() == victim)
+    opts.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+  Model second(2);
+  opts.name = "step-2";
+  opts.step = 2;
+  saved = save(*comm, second.state, dir, opts);
+  // Reaching this point means the kill point was never hit: the test pair is wrong.
+  return fail("kill point '" + point + "' was not reached (" + saved.status().to_string() + ")");
+}
+
+int check(const std::string& dir, int64_t expected_step) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  int bad = 0;
+  if (rank_of() == 0) {
+    auto listing = list_checkpoints(dir);
+    if (!listing.ok()) return fail(listing.status().to_string());
+    bool first_ok = false;
+    for (const auto& e : listing->entries) {
+      std::printf("%s: %s %s\n", e.name.c_str(),
+                  e.state == EntryState::kCommitted ? "committed" : e.state == EntryState::kInFlight ? "in-flight" : "broken",
+                  e.detail.c_str());
+      if (e.state == EntryState::kBroken) bad |= fail("broken directory " + e.name);
+      if (e.state != EntryState::kCommitted) continue;
+      auto v = verify_checkpoint(dir + "/" + e.name);
+      if (!v.ok()) bad |= fail(e.name + ": " + v.status().to_string());
+      if (e.name == "step-1") first_ok = v.ok();
+      if (e.name.find(".tmp-") != std::string::npos) bad |= fail("in-flight listed as committed");
+    }
+    if (!first_ok) bad |= fail("the previous checkpoint step-1 is missing or damaged");
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // The newest committed checkpoint loads, with the values of its step.
+  Model m(0);
+  auto loaded = load(*comm, m.state, dir, {});
+  if (!loaded.ok()) return fail(loaded.status().to_string());
+  if (loaded->step != expected_step)
+    bad |= fail("resume loads step " + std::to_string(loaded->step) + ", expected " + std::to_string(expected_step));
+  Model expected(static_cast<int>(loaded->step));
+  if (m.w != expected.w || m.b != expected.b) bad |= fail("loaded values differ from step " + std::to_string(loaded->step));
+  if (rank_of() == 0) std::printf("resume would load step %lld\n", static_cast<long long>(loaded->step));
+  return bad;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 2;
+  if (argc == 4 && std::strcmp(argv[1], "crash") == 0) rc = crash(argv[2], argv[3]);
+  else if (argc == 4 && std::strcmp(argv[1], "check") == 0) rc = check(argv[2], std::atoll(argv[3]));
+  else if (rank_of() == 0) std::fprintf(stderr, "usage: crash_mid_save crash DIR OP[:MATCH] | check DIR STEP\n");
+  int any = 0;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any;
+}
