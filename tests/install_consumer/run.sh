@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the build into a scratch prefix, builds a consumer with find_package(distckpt)
+# and runs it on 2 ranks. Usage: run.sh BUILD_DIR WORK_DIR
+set -euo pipefail
+build=$1
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+cmake --install "$build" --prefix "$work/prefix" > "$work.install.log"
+cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work.configure.log"
+cmake --build "$work/build" > "$work.build.log"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$work/build/consumer" "$work/ckpt"
