@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -168,6 +169,7 @@ int run(int rank, int world, int argc, char** argv) {
 
   // ---- save ----
   std::optional<double> save_s;
+  std::array<double, 3> phases{};  // plan, write, commit
   std::optional<distckpt::SaveResult> saved;
   if (do_save) {
     Status removed;
@@ -193,6 +195,7 @@ int run(int rank, int world, int argc, char** argv) {
       return kExitError;
     }
     saved = std::move(r).value();
+    phases = {max_over_ranks(saved->plan_s), max_over_ranks(saved->write_s), max_over_ranks(saved->commit_s)};
   }
 
   // ---- load + verify ----
@@ -239,6 +242,10 @@ int run(int rank, int world, int argc, char** argv) {
       j["bytes_written"] = saved ? json(saved->bytes_written) : json(nullptr);
       j["bytes_read"] = loaded ? json(loaded->bytes_read) : json(nullptr);
       j["save_gbps"] = save_s ? json(gbps(*save_s)) : json(nullptr);
+      // Where a save's time goes: each phase's maximum over ranks.
+      j["save_plan_s"] = saved ? json(phases[0]) : json(nullptr);
+      j["save_write_s"] = saved ? json(phases[1]) : json(nullptr);
+      j["save_commit_s"] = saved ? json(phases[2]) : json(nullptr);
       j["load_gbps"] = load_s ? json(gbps(*load_s)) : json(nullptr);
       j["verified"] = do_load ? json(verified) : json(nullptr);
       j["mismatches"] = do_load ? json(mismatches) : json(nullptr);

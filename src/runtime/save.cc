@@ -1,4 +1,5 @@
 // Sharded save: plan on rank 0, write unique slices in parallel, commit (commit.cc).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -32,12 +33,21 @@ Result<std::vector<uint32_t>> write_chunks(FileSystem& fs, const StateDict& stat
   auto opened = fs.open_writable(path);
   if (!opened.ok()) return opened.status().with_context(where);
   std::unique_ptr<WritableFile> file = std::move(opened).value();
+  // The checksum of each piece is computed just before the piece is written, while its
+  // bytes are still in cache for the kernel's copy: one pass over memory instead of two.
+  constexpr uint64_t kPiece = 1 << 20;
   for (const WriteItem& item : items) {
     const TensorEntry& e = state.tensors()[item.tensor];
-    const void* data = e.buffers[item.local_box];
-    crcs.push_back(internal_transform::crc32c(data, item.length));
-    Status st = file->write_at(data, item.length, item.byte_offset);
-    if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
+    const auto* data = static_cast<const char*>(e.buffers[item.local_box]);
+    uint32_t crc = internal_transform::kCrc32cInit;
+    for (uint64_t done = 0; done < item.length;) {
+      const uint64_t n = std::min(kPiece, item.length - done);
+      crc = internal_transform::crc32c_extend(crc, data + done, n);
+      Status st = file->write_at(data + done, n, item.byte_offset + done);
+      if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
+      done += n;
+    }
+    crcs.push_back(internal_transform::crc32c_finish(crc));
     *bytes += item.length;
   }
   if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
