@@ -140,10 +140,8 @@ TEST(CheckpointMpiTest, RankFailingMidSaveFailsEveryRankAndKeepsPrevious) {
   auto bad = save(*comm, m.state, tmp.path(), opts);
   ASSERT_FALSE(bad.ok());
   // Same error everywhere, naming the failing rank.
-  std::string msg = bad.status().to_string();
-  std::string root_msg = msg;
-  comm->broadcast_string(root_msg, 0);
-  EXPECT_EQ(msg, root_msg);
+  const std::string msg = bad.status().to_string();
+  testing::expect_same_on_all_ranks(msg);
   EXPECT_NE(msg.find("rank " + std::to_string(victim)), std::string::npos) << msg;
   EXPECT_NE(msg.find("No space left"), std::string::npos) << msg;
   comm->barrier();
@@ -191,10 +189,8 @@ TEST(CheckpointMpiTest, CorruptedChunkIsReportedOnEveryRank) {
   Model fresh(false);
   auto loaded = load(*comm, fresh.state, saved->path, {});
   ASSERT_FALSE(loaded.ok());
-  std::string msg = loaded.status().to_string();
-  std::string root_msg = msg;
-  comm->broadcast_string(root_msg, 0);
-  EXPECT_EQ(msg, root_msg);
+  const std::string msg = loaded.status().to_string();
+  testing::expect_same_on_all_ranks(msg);
   EXPECT_NE(msg.find("tensor 'bias'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("crc32c"), std::string::npos) << msg;
   EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
@@ -214,6 +210,7 @@ TEST(CheckpointMpiTest, InconsistentStateDictsAreRejectedOnEveryRank) {
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(saved.status().message().find("rank 1"), std::string::npos) << saved.status().message();
+  testing::expect_same_on_all_ranks(saved.status().to_string());
   if (world_rank() == 0) EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/ck"));
 }
 
@@ -262,6 +259,7 @@ TEST(CheckpointMpiTest, LayoutNamingMissingRanksIsRefused) {
   ASSERT_FALSE(saved.ok());
   EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(saved.status().message().find("tensor 'w'"), std::string::npos) << saved.status().message();
+  testing::expect_same_on_all_ranks(saved.status().to_string());
   comm->barrier();
   if (world_rank() == 0) {
     auto listing = list_checkpoints(tmp.path());

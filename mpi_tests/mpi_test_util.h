@@ -59,4 +59,14 @@ inline bool all_ranks(bool ok) {
   return all == 1;
 }
 
+// Expects `message` to be identical on every rank (rank 0's text is the reference).
+inline void expect_same_on_all_ranks(const std::string& message) {
+  int n = static_cast<int>(message.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string root(static_cast<std::size_t>(n), '\0');
+  if (world_rank() == 0) root = message;
+  MPI_Bcast(root.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(message, root) << "rank " << world_rank() << " disagrees with rank 0";
+}
+
 }  // namespace distckpt::testing

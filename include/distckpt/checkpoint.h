@@ -58,9 +58,14 @@ struct SaveResult {
 };
 
 // Collective. Saves `state` under `root` (created if missing). Buffers in `state` are
-// read only. Errors: kInvalidArgument (bad name/options, inconsistent state dicts across
-// ranks), kAlreadyExists, kIoError, and any error of the file system; identical on all
-// ranks.
+// only read, during the call; nothing is kept after it returns. Info values are taken
+// from rank 0's state dict. Errors, identical on all ranks: kInvalidArgument (bad name,
+// layouts naming ranks outside the communicator, state dicts that disagree across
+// ranks on names, order, dtypes, shapes or layouts, boxes that do not tile a tensor),
+// kAlreadyExists (the name is taken), kIoError and any other error of the file system,
+// kInternal (a bug). On error nothing new is visible under `root` and existing
+// checkpoints are untouched; a leftover <name>.tmp-* directory can remain only if the
+// cleanup itself failed. Non-fatal problems after the commit are in SaveResult::warning.
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
                         const SaveOptions& options);
 
@@ -88,10 +93,11 @@ struct LoadResult {
 // Collective. Fills the buffers of `state` from the checkpoint directory `path` (a
 // root is resolved to its newest committed checkpoint, see resolve_checkpoint). Each
 // rank reads only the chunks overlapping its boxes, checks every chunk's CRC32C, and
-// copies the overlap into its buffers. Errors: kNotFound,
-// kCorruption (bad index, truncated file, checksum), kMismatch (dtype, global shape,
-// missing tensor when strict), kUnsupported (newer index version); identical on all
-// ranks. All metadata checks (names, dtypes, shapes, coverage, files and their sizes)
+// copies the overlap into its buffers. Errors, identical on all ranks: kNotFound (no
+// checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
+// chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
+// strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is
+// not in `state`, a state dict built for another rank), kIoError. All metadata checks (names, dtypes, shapes, coverage, files and their sizes)
 // pass on every rank before any buffer is written, so those errors leave `state`
 // untouched; only a checksum error found while reading can leave buffers partly
 // overwritten.
@@ -142,7 +148,8 @@ struct CheckpointInfo {
   uint64_t data_bytes() const;  // sum of file sizes
 };
 
-// Reads and validates the index of the checkpoint directory `path`.
+// Reads and validates the index of the checkpoint directory `path`. kNotFound without
+// an index; kCorruption / kUnsupported for a damaged or newer one; kIoError.
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
                                             std::shared_ptr<FileSystem> fs = nullptr);
 
@@ -171,7 +178,9 @@ struct RootListing {
   std::string latest;                    // target of <root>/latest, empty when none/invalid
 };
 // Lists the directories under `root`: committed checkpoints, in-flight (.tmp-*) and
-// broken ones (no valid index), each reported as such.
+// broken ones (no valid index, with the reason in `detail`), each reported as such;
+// reads every index. kNotFound if `root` does not exist; kIoError if it cannot be
+// listed. Damaged checkpoints are reported as entries, not as errors.
 Result<RootListing> list_checkpoints(const std::string& root,
                                      std::shared_ptr<FileSystem> fs = nullptr);
 

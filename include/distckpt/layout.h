@@ -69,7 +69,9 @@ class TensorLayout {
 
   // Explicit form: boxes[i] lists the boxes held by group member i (ranks[i], or i
   // when `ranks` is empty). Fails with kInvalidArgument when a box falls outside the
-  // tensor, has the wrong rank, or the union of the boxes does not cover the tensor.
+  // tensor or has the wrong number of dims, when two distinct boxes overlap (identical
+  // boxes on several members are replicas), or when the boxes leave part of the tensor
+  // uncovered.
   static Result<TensorLayout> from_boxes(const Shape& global_shape,
                                          std::vector<std::vector<Box>> boxes,
                                          std::vector<int> ranks = {});
@@ -86,12 +88,14 @@ class TensorLayout {
 
   // The boxes a global rank holds (one box in device-matrix form; none for a non-member).
   std::vector<Box> boxes_of(int global_rank) const;
-  // Device-matrix form: the one box of a member. Precondition: member.
+  // Device-matrix form: the one box of a member. Precondition: device-matrix form and
+  // a member (group_index >= 0); otherwise the result is meaningless.
   Box slice_box(int global_rank) const;
   // Device-matrix form: row-major position of the member's part numbers over the
   // split dims (0 when nothing is split). Precondition: member.
   int64_t slice_index(int global_rank) const;
-  // Global ranks holding exactly the same box (including the rank itself), ascending.
+  // Global ranks holding exactly the same box (including the rank itself), ascending;
+  // empty for a non-member. O(group size) per call.
   // Explicit form: members holding an identical list of boxes.
   std::vector<int> replica_group(int global_rank) const;
 

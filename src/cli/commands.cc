@@ -10,6 +10,7 @@
 
 #include "distckpt/checkpoint.h"
 #include "distckpt/layout.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
 namespace {
@@ -63,12 +64,6 @@ const char* state_name(EntryState s) {
     case EntryState::kBroken: return "broken";
   }
   return "?";
-}
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08x", v);
-  return buf;
 }
 
 }  // namespace
@@ -158,7 +153,7 @@ int cmd_inspect(const std::string& path, bool as_json) {
                         {"file", c.file},
                         {"byte_offset", c.byte_offset},
                         {"length", c.length},
-                        {"crc32c", hex32(c.crc32c)},
+                        {"crc32c", internal_transform::crc32c_hex(c.crc32c)},
                         {"writer_rank", c.writer_rank}});
     json layout = t.dev_mat.empty() ? json{{"kind", "explicit"}, {"ranks", t.ranks}}
                                     : json{{"kind", "device_matrix"},
@@ -199,7 +194,7 @@ int cmd_inspect(const std::string& path, bool as_json) {
     for (const auto& c : t.chunks)
       std::printf("      chunk %-22s %s @%llu +%llu crc32c %s\n", c.box.to_string().c_str(), c.file.c_str(),
                   static_cast<unsigned long long>(c.byte_offset), static_cast<unsigned long long>(c.length),
-                  hex32(c.crc32c).c_str());
+                  internal_transform::crc32c_hex(c.crc32c).c_str());
   }
   std::printf("files (%zu, %s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str());
   for (const auto& f : ci.files) std::printf("  %-20s %llu\n", f.name.c_str(), static_cast<unsigned long long>(f.size));

@@ -17,12 +17,6 @@ using internal_comm::agree;
 
 namespace {
 
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08x", v);
-  return buf;
-}
-
 std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
 
 // Opens each data file once, checking its real size against the index.
@@ -66,7 +60,7 @@ Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst) {
   DISTCKPT_RETURN_IF_ERROR(file->read_at(dst, chunk.length(), chunk.byte_offset()).with_context(where));
   const uint32_t crc = internal_transform::crc32c(dst, chunk.length());
   if (crc != chunk.crc32c())
-    return corruption(where + ": crc32c " + hex32(crc) + " != recorded " + hex32(chunk.crc32c()));
+    return corruption(where + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
   return Status();
 }
 

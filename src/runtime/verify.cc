@@ -54,12 +54,10 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<
         done += n;
       }
       const uint32_t crc = internal_transform::crc32c_finish(state);
-      if (crc != chunk.crc32c()) {
-        char msg[64];
-        std::snprintf(msg, sizeof(msg), "crc32c 0x%08x != recorded 0x%08x", crc, chunk.crc32c());
+      if (crc != chunk.crc32c())
         return corruption("verify: '" + path + "': tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
-                          index.files(static_cast<int>(chunk.file_id())).name() + ": " + msg);
-      }
+                          index.files(static_cast<int>(chunk.file_id())).name() + ": " +
+                          internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
       ++report.chunks;
       report.bytes_checked += chunk.length();
     }

@@ -72,11 +72,7 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
     return corruption("index '" + path + "': header says " + std::to_string(length) + " payload bytes, file has " +
                       std::to_string(bytes.size() - kHeaderSize) + " (truncated?)");
   const uint32_t actual = internal_transform::crc32c(bytes.data() + kHeaderSize, length);
-  if (actual != crc) {
-    char msg[96];
-    std::snprintf(msg, sizeof(msg), ": crc32c 0x%08x != recorded 0x%08x", actual, crc);
-    return corruption("index '" + path + "'" + msg);
-  }
+  if (actual != crc) return corruption("index '" + path + "': " + internal_transform::crc32c_mismatch(actual, crc));
   proto::Index index;
   if (!index.ParseFromArray(bytes.data() + kHeaderSize, static_cast<int>(length)))
     return corruption("index '" + path + "': protobuf payload does not parse");

@@ -3,6 +3,7 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace distckpt::internal_transform {
 
@@ -16,6 +17,16 @@ uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n) {
     n -= piece;
   }
   return state;
+}
+
+std::string crc32c_hex(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", crc);
+  return buf;
+}
+
+std::string crc32c_mismatch(uint32_t actual, uint32_t recorded) {
+  return "crc32c " + crc32c_hex(actual) + " != recorded " + crc32c_hex(recorded);
 }
 
 }  // namespace distckpt::internal_transform
