@@ -3,6 +3,11 @@
 // element.
 //
 //   mpirun -np 4 ckpt_bench --size 1G --dp 2 --tp 2 --dir /dev/shm/ck --json
+//   mpirun -np 4 ckpt_bench --size 1G --dp 2 --tp 2 --dir /var/tmp/ck --repeat 5 --compare-dd
+//
+// --repeat N runs save+load N times in one process and reports medians (these shared
+// machines are noisy); --compare-dd times, in the same run and directory, a dd-like
+// write+fsync and read of the same bytes and reports save_vs_dd / load_vs_dd.
 //
 // Each rank generates its slices once, before any timing (allocation and first touch of
 // the state buffers are excluded from every figure). A timed phase starts after a
@@ -10,11 +15,14 @@
 //
 // Exit status (identical on all ranks): 0 success, 1 a distckpt error, 2 bad arguments
 // (including a world size other than dp*tp), 3 loaded data differs from the workload.
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +56,8 @@ struct Args {
   bool json = false;
   std::string name = "bench";
   bool keep = false;
+  int repeat = 1;
+  bool compare_dd = false;
 };
 
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
@@ -79,6 +89,207 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
+// This rank's part of the workload, with the buffers the state dict points into.
+struct Workload {
+  std::vector<WorkloadTensor> tensors;
+  std::vector<Slice> slices;
+  distckpt::StateDict state;
+  uint64_t rank_bytes = 0;
+  explicit Workload(int rank) : state(rank) {}
+};
+
+// Generates this rank's slices (allocation and first touch happen here, untimed).
+Status generate(const Args& a, int rank, Workload& w) {
+  w.slices.reserve(w.tensors.size());
+  for (const WorkloadTensor& t : w.tensors) {
+    auto layout = distckpt::bench::workload_layout(t, a.dp, a.tp);
+    if (!layout.ok()) return layout.status();
+    std::vector<Box> boxes = layout->boxes_of(rank);
+    if (boxes.size() != 1)
+      return distckpt::internal_error("ckpt_bench: rank " + std::to_string(rank) + ": tensor '" + t.name +
+                                      "': layout gives " + std::to_string(boxes.size()) + " boxes, expected 1");
+    Slice s;
+    s.tensor = &t;
+    s.box = std::move(boxes[0]);
+    s.elements = static_cast<size_t>(s.box.num_elements());
+    s.data.reset(new float[s.elements > 0 ? s.elements : 1]);
+    distckpt::bench::fill_slice(a.seed, t, s.box, s.data.get());
+    w.rank_bytes += s.elements * sizeof(float);
+    DISTCKPT_RETURN_IF_ERROR(w.state.add_tensor(t.name, distckpt::DType::kFloat32, s.data.get(), *layout));
+    w.slices.push_back(std::move(s));
+  }
+  return Status();
+}
+
+// Collective: rank 0 removes `path` if it exists.
+bool remove_checkpoint(const std::string& path, bool root) {
+  Status removed;
+  if (root) {
+    auto fs = distckpt::posix_filesystem();
+    if (fs->exists(path)) removed = fs->remove_all(path);
+    if (!removed.ok()) std::cerr << "ckpt_bench: removing " << path << ": " << removed.to_string() << "\n";
+  }
+  return all_ok(removed.ok());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The reference the targets are measured against, in the same run and directory: one
+// process writes `bytes` sequentially in 4 MiB blocks through the page cache (like
+// `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
+// as cold as a load after a direct-I/O save; tmpfs keeps it, being memory), then reads
+// it back. Rank 0 does the I/O; the others wait. Returns {write_s, read_s}.
+std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root) {
+  std::array<double, 2> t{0, 0};
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (root) {
+    const std::string file = dir + "/dd-reference.bin";
+    constexpr size_t kBlock = 4u << 20;
+    std::vector<char> block(kBlock, 1);
+    const double t0 = MPI_Wtime();
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (uint64_t done = 0; fd >= 0 && done < bytes; done += kBlock) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, bytes - done));
+      if (::pwrite(fd, block.data(), n, static_cast<off_t>(done)) != static_cast<ssize_t>(n)) break;
+    }
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    t[0] = MPI_Wtime() - t0;
+    const double t1 = MPI_Wtime();
+    const int rfd = ::open(file.c_str(), O_RDONLY);
+    while (rfd >= 0 && ::read(rfd, block.data(), kBlock) > 0) {
+    }
+    if (rfd >= 0) ::close(rfd);
+    t[1] = MPI_Wtime() - t1;
+    ::unlink(file.c_str());
+  }
+  MPI_Bcast(t.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return t;
+}
+
+struct Runs {
+  std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
+  std::optional<distckpt::SaveResult> saved;
+  std::optional<distckpt::LoadResult> loaded;
+  uint64_t mismatches = 0;
+};
+
+// One timed save (collective). Returns false after printing the error.
+bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs) {
+  if (a.mode == "both" && !remove_checkpoint(a.dir + "/" + a.name, root)) return false;
+  distckpt::SaveOptions opts;
+  opts.name = a.name;
+  opts.step = 0;
+  // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
+  opts.update_latest = a.mode != "both";
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  auto r = distckpt::save(comm, w.state, a.dir, opts);
+  runs.save.push_back(max_over_ranks(MPI_Wtime() - t0));
+  if (!r.ok()) {  // identical on every rank
+    if (root) std::cerr << "ckpt_bench: save: " << r.status().to_string() << "\n";
+    return false;
+  }
+  runs.plan.push_back(max_over_ranks(r->plan_s));
+  runs.write.push_back(max_over_ranks(r->write_s));
+  runs.commit.push_back(max_over_ranks(r->commit_s));
+  runs.saved = std::move(r).value();
+  return true;
+}
+
+// One timed load into zeroed buffers, then verification of every element (collective).
+bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs) {
+  for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  auto r = distckpt::load(comm, w.state, a.dir + "/" + a.name, distckpt::LoadOptions{});
+  runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
+  if (!r.ok()) {
+    if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
+    return false;
+  }
+  runs.loaded = std::move(r).value();
+  uint64_t mine = 0, all = 0;
+  for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
+  MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  runs.mismatches += all;
+  return true;
+}
+
+void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, int world, double gen_s) {
+  const bool do_save = !runs.save.empty(), do_load = !runs.load.empty();
+  const uint64_t bytes_unique = runs.saved ? runs.saved->bytes_unique : distckpt::bench::workload_bytes(w.tensors);
+  auto gbps = [bytes_unique](double s) { return s > 0 ? bytes_unique / 1e9 / s : 0.0; };
+  using json = nlohmann::ordered_json;  // keys in the documented order
+  auto opt = [](bool have, double v) { return have ? json(v) : json(nullptr); };
+  const double save_s = median(runs.save), load_s = median(runs.load);
+  const double dd_w = median(runs.dd_write), dd_r = median(runs.dd_read);
+  const bool dd = !runs.dd_write.empty();
+  const bool verified = do_load && runs.mismatches == 0;
+  if (a.json) {
+    json j;
+    j["size"] = size;
+    j["ranks"] = world;
+    j["dp"] = a.dp;
+    j["tp"] = a.tp;
+    j["dir"] = a.dir;
+    j["mode"] = a.mode;
+    j["tensors"] = w.tensors.size();
+    j["save_s"] = opt(do_save, save_s);
+    j["load_s"] = opt(do_load, load_s);
+    j["bytes_unique"] = bytes_unique;
+    j["bytes_written"] = runs.saved ? json(runs.saved->bytes_written) : json(nullptr);
+    j["bytes_read"] = runs.loaded ? json(runs.loaded->bytes_read) : json(nullptr);
+    j["save_gbps"] = opt(do_save, gbps(save_s));
+    j["load_gbps"] = opt(do_load, gbps(load_s));
+    // Where a save's time goes: each phase's maximum over ranks (median over runs).
+    j["save_plan_s"] = opt(do_save, median(runs.plan));
+    j["save_write_s"] = opt(do_save, median(runs.write));
+    j["save_commit_s"] = opt(do_save, median(runs.commit));
+    j["verified"] = do_load ? json(verified) : json(nullptr);
+    j["mismatches"] = do_load ? json(runs.mismatches) : json(nullptr);
+    j["runs"] = std::max(runs.save.size(), runs.load.size());
+    j["save_runs_s"] = runs.save;
+    j["load_runs_s"] = runs.load;
+    if (dd) {
+      j["dd_write_s"] = dd_w;
+      j["dd_read_s"] = dd_r;
+      j["save_vs_dd"] = opt(do_save, save_s > 0 ? dd_w / save_s : 0);
+      j["load_vs_dd"] = opt(do_load, load_s > 0 ? dd_r / load_s : 0);
+    }
+    j["timing_note"] = kTimingNote;
+    std::cout << j.dump() << std::endl;
+    return;
+  }
+  std::printf("ckpt_bench: %zu tensors, %s unique (%llu bytes), %d ranks (dp=%d x tp=%d), %s\n", w.tensors.size(),
+              human_bytes(bytes_unique).c_str(), static_cast<unsigned long long>(bytes_unique), world, a.dp, a.tp,
+              (a.dir + "/" + a.name).c_str());
+  std::printf("setup: rank 0 holds %s, generated in %.3f s (not timed below)\n", human_bytes(w.rank_bytes).c_str(),
+              gen_s);
+  if (do_save)
+    std::printf("save: %.3f s  %.3f GB/s  bytes_written %llu  (plan %.3f, write %.3f, commit %.3f s)\n", save_s,
+                gbps(save_s), static_cast<unsigned long long>(runs.saved->bytes_written), median(runs.plan),
+                median(runs.write), median(runs.commit));
+  if (do_load)
+    std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  %s (%llu mismatches)\n", load_s, gbps(load_s),
+                static_cast<unsigned long long>(runs.loaded->bytes_read), verified ? "verified" : "VERIFICATION FAILED",
+                static_cast<unsigned long long>(runs.mismatches));
+  if (dd)
+    std::printf("dd reference: write+fsync %.3f s, read %.3f s  ->  save_vs_dd %.2f  load_vs_dd %.2f\n", dd_w, dd_r,
+                do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
+  std::printf("medians of %zu run(s); timings exclude generation and first touch; each is the max over ranks\n",
+              std::max(runs.save.size(), runs.load.size()));
+  std::fflush(stdout);
+}
+
 int run(int rank, int world, int argc, char** argv) {
   const bool root = rank == 0;
   Args a;
@@ -95,6 +306,11 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--json", a.json, "print one JSON line instead of text");
   app.add_option("--name", a.name, "checkpoint name under --dir")->capture_default_str();
   app.add_flag("--keep", a.keep, "mode both: keep the checkpoint instead of removing it");
+  app.add_option("--repeat", a.repeat, "run the phases this many times; report medians")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--compare-dd", a.compare_dd,
+               "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,52 +328,27 @@ int run(int rank, int world, int argc, char** argv) {
     }
     return kExitUsage;
   }
+  if (a.mode != "both" && a.repeat > 1) {
+    if (root) std::cerr << "ckpt_bench: --repeat needs --mode both\n";
+    return kExitUsage;
+  }
   auto size = distckpt::bench::parse_size(a.size);
   if (!size.ok()) {
     if (root) std::cerr << "ckpt_bench: --size: " << size.status().to_string() << "\n";
     return kExitUsage;
   }
+  Workload w(rank);
   auto tensors = distckpt::bench::workload_tensors(*size);
   if (!tensors.ok()) {
     if (root) std::cerr << "ckpt_bench: --size: " << tensors.status().to_string() << "\n";
     return kExitUsage;
   }
-  const bool do_save = a.mode != "load";
-  const bool do_load = a.mode != "save";
-  const std::string path = a.dir + "/" + a.name;
+  w.tensors = std::move(tensors).value();
 
   // ---- setup: generate this rank's slices (allocation + first touch, not timed) ----
   std::unique_ptr<distckpt::Comm> comm = distckpt::make_mpi_comm(MPI_COMM_WORLD);
-  distckpt::StateDict state(rank);
-  std::vector<Slice> slices;
-  slices.reserve(tensors->size());
-  uint64_t rank_bytes = 0;
-  Status setup;
   const double gen_start = MPI_Wtime();
-  for (const WorkloadTensor& t : *tensors) {
-    auto layout = distckpt::bench::workload_layout(t, a.dp, a.tp);
-    if (!layout.ok()) {
-      setup = layout.status();
-      break;
-    }
-    std::vector<Box> boxes = layout->boxes_of(rank);
-    if (boxes.size() != 1) {
-      setup = distckpt::internal_error("ckpt_bench: rank " + std::to_string(rank) + ": tensor '" +
-                                       t.name + "': layout gives " + std::to_string(boxes.size()) +
-                                       " boxes, expected 1");
-      break;
-    }
-    Slice s;
-    s.tensor = &t;
-    s.box = std::move(boxes[0]);
-    s.elements = static_cast<size_t>(s.box.num_elements());
-    s.data.reset(new float[s.elements > 0 ? s.elements : 1]);
-    distckpt::bench::fill_slice(a.seed, t, s.box, s.data.get());
-    rank_bytes += s.elements * sizeof(float);
-    setup = state.add_tensor(t.name, distckpt::DType::kFloat32, s.data.get(), *layout);
-    if (!setup.ok()) break;
-    slices.push_back(std::move(s));
-  }
+  Status setup = generate(a, rank, w);
   const double gen_s = max_over_ranks(MPI_Wtime() - gen_start);
   if (!all_ok(setup.ok())) {
     if (root) {
@@ -167,124 +358,22 @@ int run(int rank, int world, int argc, char** argv) {
     return kExitError;
   }
 
-  // ---- save ----
-  std::optional<double> save_s;
-  std::array<double, 3> phases{};  // plan, write, commit
-  std::optional<distckpt::SaveResult> saved;
-  if (do_save) {
-    Status removed;
-    if (a.mode == "both" && root) {
-      auto fs = distckpt::posix_filesystem();
-      if (fs->exists(path)) removed = fs->remove_all(path);
+  Runs runs;
+  const uint64_t bytes_unique = distckpt::bench::workload_bytes(w.tensors);
+  for (int i = 0; i < a.repeat; ++i) {
+    if (a.mode != "load" && !timed_save(a, w, *comm, root, runs)) return kExitError;
+    if (a.mode != "save" && !timed_load(a, w, *comm, root, runs)) return kExitError;
+    if (a.compare_dd) {
+      const auto t = dd_reference(a.dir, bytes_unique, root);
+      runs.dd_write.push_back(t[0]);
+      runs.dd_read.push_back(t[1]);
     }
-    if (!all_ok(removed.ok())) {
-      if (root) std::cerr << "ckpt_bench: removing old " << path << ": " << removed.to_string() << "\n";
-      return kExitError;
-    }
-    distckpt::SaveOptions opts;
-    opts.name = a.name;
-    opts.step = 0;
-    // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
-    opts.update_latest = a.mode != "both";
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    auto r = distckpt::save(*comm, state, a.dir, opts);
-    save_s = max_over_ranks(MPI_Wtime() - t0);
-    if (!r.ok()) {  // identical on every rank
-      if (root) std::cerr << "ckpt_bench: save: " << r.status().to_string() << "\n";
-      return kExitError;
-    }
-    saved = std::move(r).value();
-    phases = {max_over_ranks(saved->plan_s), max_over_ranks(saved->write_s), max_over_ranks(saved->commit_s)};
   }
+  if (root) report(a, w, runs, *size, world, gen_s);
 
-  // ---- load + verify ----
-  std::optional<double> load_s;
-  std::optional<distckpt::LoadResult> loaded;
-  uint64_t mismatches = 0;
-  if (do_load) {
-    for (Slice& s : slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    auto r = distckpt::load(*comm, state, path, distckpt::LoadOptions{});
-    load_s = max_over_ranks(MPI_Wtime() - t0);
-    if (!r.ok()) {
-      if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
-      return kExitError;
-    }
-    loaded = std::move(r).value();
-    uint64_t mine = 0;
-    for (const Slice& s : slices) {
-      mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
-    }
-    MPI_Allreduce(&mine, &mismatches, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  }
-
-  // ---- report (rank 0) ----
-  const uint64_t bytes_unique =
-      saved ? saved->bytes_unique : distckpt::bench::workload_bytes(*tensors);
-  auto gbps = [bytes_unique](double s) { return s > 0 ? bytes_unique / 1e9 / s : 0.0; };
-  const bool verified = do_load && mismatches == 0;
-  if (root) {
-    if (a.json) {
-      using json = nlohmann::ordered_json;  // keys in the documented order
-      json j;
-      j["size"] = *size;
-      j["ranks"] = world;
-      j["dp"] = a.dp;
-      j["tp"] = a.tp;
-      j["dir"] = a.dir;
-      j["mode"] = a.mode;
-      j["tensors"] = tensors->size();
-      j["save_s"] = save_s ? json(*save_s) : json(nullptr);
-      j["load_s"] = load_s ? json(*load_s) : json(nullptr);
-      j["bytes_unique"] = bytes_unique;
-      j["bytes_written"] = saved ? json(saved->bytes_written) : json(nullptr);
-      j["bytes_read"] = loaded ? json(loaded->bytes_read) : json(nullptr);
-      j["save_gbps"] = save_s ? json(gbps(*save_s)) : json(nullptr);
-      // Where a save's time goes: each phase's maximum over ranks.
-      j["save_plan_s"] = saved ? json(phases[0]) : json(nullptr);
-      j["save_write_s"] = saved ? json(phases[1]) : json(nullptr);
-      j["save_commit_s"] = saved ? json(phases[2]) : json(nullptr);
-      j["load_gbps"] = load_s ? json(gbps(*load_s)) : json(nullptr);
-      j["verified"] = do_load ? json(verified) : json(nullptr);
-      j["mismatches"] = do_load ? json(mismatches) : json(nullptr);
-      j["timing_note"] = kTimingNote;
-      std::cout << j.dump() << std::endl;
-    } else {
-      std::printf("ckpt_bench: %zu tensors, %s unique (%llu bytes), %d ranks (dp=%d x tp=%d), %s\n",
-                  tensors->size(), human_bytes(bytes_unique).c_str(),
-                  static_cast<unsigned long long>(bytes_unique), world, a.dp, a.tp, path.c_str());
-      std::printf("setup: rank 0 holds %s, generated in %.3f s (not timed below)\n",
-                  human_bytes(rank_bytes).c_str(), gen_s);
-      if (save_s) {
-        std::printf("save: %.3f s  %.3f GB/s  bytes_written %llu\n", *save_s, gbps(*save_s),
-                    static_cast<unsigned long long>(saved->bytes_written));
-      }
-      if (load_s) {
-        std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  %s (%llu mismatches)\n", *load_s,
-                    gbps(*load_s), static_cast<unsigned long long>(loaded->bytes_read),
-                    verified ? "verified" : "VERIFICATION FAILED",
-                    static_cast<unsigned long long>(mismatches));
-      }
-      std::printf("timings exclude generation and first touch; each is the max over ranks, after a barrier\n");
-      std::fflush(stdout);
-    }
-  }
-
-  // ---- cleanup ----
-  if (a.mode == "both" && !a.keep) {
-    Status removed;
-    if (root) removed = distckpt::posix_filesystem()->remove_all(path);
-    if (!all_ok(removed.ok())) {
-      if (root) std::cerr << "ckpt_bench: removing " << path << ": " << removed.to_string() << "\n";
-      return kExitError;
-    }
-  }
-  if (do_load && !verified) {
-    if (root) {
-      std::cerr << "ckpt_bench: " << mismatches << " loaded elements differ from the workload\n";
-    }
+  if (a.mode == "both" && !a.keep && !remove_checkpoint(a.dir + "/" + a.name, root)) return kExitError;
+  if (a.mode != "save" && runs.mismatches != 0) {
+    if (root) std::cerr << "ckpt_bench: " << runs.mismatches << " loaded elements differ from the workload\n";
     return kExitMismatch;
   }
   return 0;

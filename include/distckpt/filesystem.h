@@ -15,11 +15,26 @@
 
 namespace distckpt {
 
+// Alignment of buffers, offsets and lengths for direct I/O (a multiple of every
+// logical block size in common use).
+inline constexpr std::size_t kDirectIoAlignment = 4096;
+
+struct WriteOpenOptions {
+  // Ask for direct I/O (O_DIRECT): writes bypass the page cache. Only a hint: a file
+  // system that refuses it gives a buffered file (see WritableFile::direct()).
+  bool direct_io = false;
+};
+
 class WritableFile {
  public:
   virtual ~WritableFile() = default;
   // Writes all `n` bytes at `offset` (retrying short writes); kIoError on failure.
+  // On a direct() file, `data`, `n` and `offset` must be multiples of kDirectIoAlignment.
   virtual Status write_at(const void* data, std::size_t n, uint64_t offset) = 0;
+  // Whether writes bypass the page cache.
+  virtual bool direct() const { return false; }
+  // Sets the file's size (used to drop the padding of a final aligned direct write).
+  virtual Status truncate(uint64_t size) = 0;
   // Flushes data and metadata to stable storage (fsync).
   virtual Status sync() = 0;
   virtual Status close() = 0;
@@ -42,7 +57,8 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   // Creates or truncates `path`.
-  virtual Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path) = 0;
+  virtual Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
+                                                              const WriteOpenOptions& options = {}) = 0;
   virtual Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) = 0;
   // Creates one directory; kAlreadyExists if it exists.
   virtual Status create_dir(const std::string& path) = 0;

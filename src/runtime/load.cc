@@ -1,5 +1,10 @@
 // Sharded load: rank 0 resolves the checkpoint and reads the index once; every rank
 // parses and validates it, then reads only the chunks that overlap its boxes.
+//
+// Reads are buffered preads straight into the caller's buffers (no staging copy) when
+// a stored chunk is exactly the needed box. Measured on 1 GiB files here: buffered
+// cold reads 0.39-0.63 s, O_DIRECT into aligned staging + memcpy 0.85-1.23 s, so,
+// unlike writes (storage/stream_writer.h), reads stay buffered.
 #include <map>
 #include <set>
 

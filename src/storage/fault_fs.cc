@@ -16,7 +16,9 @@ class FaultWritableFile final : public WritableFile {
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     fs_->on_op("write", path_);
     const uint64_t allowed = fs_->reserve(n);
-    if (allowed > 0) DISTCKPT_RETURN_IF_ERROR(base_->write_at(data, allowed, offset));
+    // A direct file only takes aligned lengths: there the injected fault writes nothing.
+    if (allowed == n || (allowed > 0 && !base_->direct()))
+      DISTCKPT_RETURN_IF_ERROR(base_->write_at(data, allowed, offset));
     if (allowed < n)
       return io_error("write '" + path_ + "': No space left on device (injected after " +
                       std::to_string(allowed) + " of " + std::to_string(n) + " bytes)");
@@ -31,6 +33,11 @@ class FaultWritableFile final : public WritableFile {
   Status close() override {
     fs_->on_op("close", path_);
     return base_->close();
+  }
+  bool direct() const override { return base_->direct(); }
+  Status truncate(uint64_t size) override {
+    fs_->on_op("truncate", path_);
+    return base_->truncate(size);
   }
 
  private:
@@ -52,11 +59,12 @@ uint64_t FaultFileSystem::reserve(uint64_t n) {
   return allowed;
 }
 
-Result<std::unique_ptr<WritableFile>> FaultFileSystem::open_writable(const std::string& path) {
+Result<std::unique_ptr<WritableFile>> FaultFileSystem::open_writable(const std::string& path,
+                                                                     const WriteOpenOptions& options) {
   on_op("create", path);
   if (matches(spec_.fail_create_if_contains, path))
     return io_error("create '" + path + "': Permission denied (injected)");
-  DISTCKPT_ASSIGN_OR_RETURN(auto base, base_->open_writable(path));
+  DISTCKPT_ASSIGN_OR_RETURN(auto base, base_->open_writable(path, options));
   return std::unique_ptr<WritableFile>(new FaultWritableFile(this, std::move(base), path));
 }
 Result<std::unique_ptr<ReadableFile>> FaultFileSystem::open_readable(const std::string& path) {

@@ -33,7 +33,8 @@ class FaultFileSystem final : public FileSystem {
   FaultFileSystem(std::shared_ptr<FileSystem> base, FaultSpec spec)
       : base_(std::move(base)), spec_(std::move(spec)) {}
 
-  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path) override;
+  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
+                                                      const WriteOpenOptions& options = {}) override;
   Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override;
   Status create_dir(const std::string& path) override;
   Status create_dirs(const std::string& path) override;

@@ -17,7 +17,12 @@ Status errno_status(const std::string& op, const std::string& path, int err) {
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  PosixWritableFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  bool direct() const override { return direct_; }
+  Status truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return errno_status("truncate", path_, errno);
+    return Status();
+  }
   ~PosixWritableFile() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -51,6 +56,7 @@ class PosixWritableFile final : public WritableFile {
  private:
   int fd_;
   std::string path_;
+  bool direct_;
 };
 
 class PosixReadableFile final : public ReadableFile {
@@ -89,10 +95,19 @@ class PosixReadableFile final : public ReadableFile {
 
 class PosixFileSystem final : public FileSystem {
  public:
-  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
+                                                      const WriteOpenOptions& options) override {
+    constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    if (options.direct_io) {
+      const int fd = ::open(path.c_str(), kFlags | O_DIRECT, 0644);
+      if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true));
+      // EINVAL: the file system does not do O_DIRECT (some FUSE and network file
+      // systems); fall back to buffered I/O. Other errors are reported below.
+      if (errno != EINVAL) return errno_status("create", path, errno);
+    }
+    const int fd = ::open(path.c_str(), kFlags, 0644);
     if (fd < 0) return errno_status("create", path, errno);
-    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path));
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false));
   }
   Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

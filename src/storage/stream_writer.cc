@@ -1,0 +1,124 @@
+#include "storage/stream_writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "transform/crc32c.h"
+
+namespace distckpt::internal_storage {
+
+StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
+                           std::string path)
+    : file_(std::move(file)), pool_(pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)),
+      crc_state_(internal_transform::kCrc32cInit) {
+  thread_ = std::thread([this] { run(); });
+}
+
+StreamWriter::~StreamWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (current_ != nullptr) pool_.release(current_);
+  for (const Job& j : queue_) pool_.release(j.slab);
+}
+
+Status StreamWriter::writer_status() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void StreamWriter::submit_current() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Job{current_, appended_ - fill_, fill_});
+  }
+  cv_.notify_all();
+  current_ = nullptr;
+  fill_ = 0;
+}
+
+Status StreamWriter::append(const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    if (current_ == nullptr) {
+      DISTCKPT_RETURN_IF_ERROR(writer_status());
+      current_ = pool_.acquire();  // waits while every slab is queued or being written
+    }
+    const std::size_t take = std::min(n, pool_.slab_bytes() - fill_);
+    std::memcpy(current_ + fill_, p, take);
+    fill_ += take;
+    appended_ += take;
+    p += take;
+    n -= take;
+    if (fill_ == pool_.slab_bytes()) submit_current();
+  }
+  return writer_status();
+}
+
+void StreamWriter::run() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closing and drained
+      job = queue_.front();
+      queue_.pop_front();
+      idle_ = false;
+    }
+    Status st = writer_status();
+    if (st.ok()) {
+      // Per-chunk CRCs over the staged bytes, in stream order (one writer thread).
+      uint64_t pos = job.offset;
+      const uint64_t end = job.offset + job.bytes;
+      while (pos < end && chunk_ < chunk_ends_.size()) {
+        const uint64_t stop = std::min(end, chunk_ends_[chunk_]);
+        crc_state_ = internal_transform::crc32c_extend(crc_state_, job.slab + (pos - job.offset), stop - pos);
+        pos = stop;
+        if (pos == chunk_ends_[chunk_]) {
+          crcs_.push_back(internal_transform::crc32c_finish(crc_state_));
+          crc_state_ = internal_transform::kCrc32cInit;
+          ++chunk_;
+        }
+      }
+      // Direct I/O takes whole aligned blocks: pad the final slab with zeros; finish()
+      // trims the file back to its real size.
+      std::size_t length = job.bytes;
+      if (file_->direct() && length % kDirectIoAlignment != 0) {
+        const std::size_t padded = (length + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+        std::memset(job.slab + length, 0, padded - length);
+        length = padded;
+      }
+      st = file_->write_at(job.slab, length, job.offset);
+    }
+    pool_.release(job.slab);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!st.ok() && error_.ok()) error_ = st;
+      idle_ = queue_.empty();
+    }
+    cv_.notify_all();
+  }
+}
+
+Result<std::vector<uint32_t>> StreamWriter::finish(bool fsync) {
+  if (fill_ > 0) submit_current();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && idle_; });
+  }
+  DISTCKPT_RETURN_IF_ERROR(writer_status());
+  const uint64_t size = chunk_ends_.empty() ? 0 : chunk_ends_.back();
+  if (appended_ != size || crcs_.size() != chunk_ends_.size())
+    return internal_error("write '" + path_ + "': stream has " + std::to_string(appended_) + " bytes, expected " +
+                          std::to_string(size));
+  if (file_->direct() && size % kDirectIoAlignment != 0) DISTCKPT_RETURN_IF_ERROR(file_->truncate(size));
+  if (fsync) DISTCKPT_RETURN_IF_ERROR(file_->sync());
+  DISTCKPT_RETURN_IF_ERROR(file_->close());
+  return crcs_;
+}
+
+}  // namespace distckpt::internal_storage

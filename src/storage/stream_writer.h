@@ -1,0 +1,75 @@
+// The write side of the I/O engine: one data file written as a single sequential
+// stream through aligned staging slabs, by a background writer thread.
+//
+// The caller appends the bytes of its chunks in file order; append() copies them into
+// the current slab (the one copy of tensor bytes: with O_DIRECT the kernel copies
+// nothing more, where buffered I/O would copy into the page cache), and full slabs go
+// to the writer thread, which computes each chunk's CRC32C on the staged bytes while
+// they are hot and writes the slab with one large aligned pwrite. Copying the next
+// slab overlaps writing the previous one; when every slab is queued, append() waits.
+// finish() writes the padded tail, trims the padding, fsyncs, and returns the CRCs.
+//
+// Why: on the machines we measured, buffered writes of 1 GiB took 0.45-3.8 s (the page
+// cache allocates fresh memory, which is slow on shared VMs), O_DIRECT from aligned
+// buffers a steady 0.40-0.56 s, and a memcpy of 1 GiB 0.065 s.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "distckpt/filesystem.h"
+#include "storage/staging.h"
+
+namespace distckpt::internal_storage {
+
+class StreamWriter {
+ public:
+  // `chunk_ends` are the stream offsets where chunks end (ascending; the last one is
+  // the file's size): the writer computes one CRC32C per chunk. `file` is written from
+  // offset 0; `pool` must outlive the writer and serve only it while it runs.
+  StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
+               std::string path);
+  ~StreamWriter();  // joins the writer thread (after an abandoned stream, too)
+
+  // Copies `n` bytes into the stream. Returns the writer's first error, if any.
+  Status append(const void* data, std::size_t n);
+  // Writes what is left, trims padding, fsyncs if asked, closes; returns the CRCs.
+  Result<std::vector<uint32_t>> finish(bool fsync);
+
+ private:
+  struct Job {
+    char* slab;
+    uint64_t offset;  // stream offset of the slab's first byte
+    std::size_t bytes;  // valid bytes in the slab
+  };
+  void run();
+  void submit_current();
+  Status writer_status();
+
+  std::unique_ptr<WritableFile> file_;
+  StagingPool& pool_;
+  std::vector<uint64_t> chunk_ends_;
+  std::string path_;
+
+  char* current_ = nullptr;  // slab being filled by append()
+  std::size_t fill_ = 0;
+  uint64_t appended_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool closing_ = false;
+  bool idle_ = true;
+  Status error_;  // first write error (guarded by mu_)
+  // Writer-thread state: per-chunk CRCs, accumulated in stream order.
+  std::vector<uint32_t> crcs_;
+  std::size_t chunk_ = 0;
+  uint32_t crc_state_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace distckpt::internal_storage
