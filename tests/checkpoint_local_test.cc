@@ -87,16 +87,24 @@ void expect_all_equal(const std::vector<std::string>& statuses, const std::strin
   }
 }
 
-class LocalCheckpointTest : public ::testing::TestWithParam<int> {
+// Parameters: number of in-process ranks, and whether saves use direct I/O (the
+// staged O_DIRECT engine) or the buffered path, so both carry every failure test.
+class LocalCheckpointTest : public ::testing::TestWithParam<std::tuple<int, bool>> {
  protected:
   testing::TempDir tmp_;
   std::string root() const { return tmp_.path() + "/ckpts"; }
+  static int world() { return std::get<0>(GetParam()); }
+  static SaveOptions options(const std::string& name) {
+    SaveOptions opts;
+    opts.name = name;
+    opts.direct_io = std::get<1>(GetParam());
+    return opts;
+  }
 
   Status save_model(Comm& comm, const std::string& name, std::shared_ptr<FileSystem> fsys = nullptr,
                     uint8_t salt = 1) {
     Model m(comm.rank(), comm.size(), salt);
-    SaveOptions opts;
-    opts.name = name;
+    SaveOptions opts = options(name);
     opts.step = 10;
     opts.epoch = 2;
     opts.fs = std::move(fsys);
@@ -105,12 +113,11 @@ class LocalCheckpointTest : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
-  const int world = GetParam();
+  const int world = this->world();
   auto statuses = run(world, [&](Comm& comm) -> Status {
     Model m(comm.rank(), world);
     const auto expected = m.snapshot();
-    SaveOptions opts;
-    opts.name = "ck";
+    SaveOptions opts = options("ck");
     opts.step = 10;
     auto saved = save(comm, m.state, root(), opts);
     DISTCKPT_RETURN_IF_ERROR(saved);
@@ -137,7 +144,7 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
 }
 
 TEST_P(LocalCheckpointTest, FailedWriteOnOneRankFailsAllAndKeepsPrevious) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "good"); }), "ok");
   const int victim = world - 1;
   auto statuses = run(world, [&](Comm& comm) {
@@ -160,7 +167,7 @@ TEST_P(LocalCheckpointTest, FailedWriteOnOneRankFailsAllAndKeepsPrevious) {
 }
 
 TEST_P(LocalCheckpointTest, FsyncAndRenameFailuresAreAgreed) {
-  const int world = GetParam();
+  const int world = this->world();
   internal_storage::FaultSpec sync_fault;
   sync_fault.fail_sync_if_contains = "data-";
   auto sync_fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), sync_fault);
@@ -178,7 +185,7 @@ TEST_P(LocalCheckpointTest, FsyncAndRenameFailuresAreAgreed) {
 }
 
 TEST_P(LocalCheckpointTest, ExistingNameIsRefused) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "x"); }), "ok");
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "x"); }), "already exists");
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "no/slash"); }), "not allowed");
@@ -194,7 +201,7 @@ void expect_load_fails(int world, const std::string& root, const std::string& co
 }
 
 TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
   const std::string data = root() + "/ck/data-00000.bin";
   const auto size = fs::file_size(data);
@@ -224,7 +231,7 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
 }
 
 TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
   // Unknown tensor name: strict fails, non-strict reports it.
   auto strict = run(world, [&](Comm& comm) {
@@ -292,7 +299,7 @@ TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
 }
 
 TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
   const std::string index = root() + "/ck/index.pb";
   {
@@ -305,7 +312,7 @@ TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
 }
 
 TEST_P(LocalCheckpointTest, ListingReportsInFlightAndBroken) {
-  const int world = GetParam();
+  const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
   fs::create_directories(root() + "/next.tmp-0123");
   fs::create_directories(root() + "/junk");
@@ -323,12 +330,11 @@ TEST_P(LocalCheckpointTest, ListingReportsInFlightAndBroken) {
 }
 
 TEST_P(LocalCheckpointTest, ResumeTargetFollowsCommitsNotClocksOrSnapshots) {
-  const int world = GetParam();
+  const int world = this->world();
   auto save_as = [&](const std::string& name, bool update_latest) {
     return run(world, [&](Comm& comm) {
       Model m(comm.rank(), comm.size());
-      SaveOptions opts;
-      opts.name = name;
+      SaveOptions opts = options(name);
       opts.update_latest = update_latest;
       return save(comm, m.state, root(), opts).status();
     });
@@ -357,11 +363,10 @@ TEST_P(LocalCheckpointTest, ResumeTargetFollowsCommitsNotClocksOrSnapshots) {
 }
 
 TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {
-  const int world = GetParam();
+  const int world = this->world();
   auto statuses = run(world, [&](Comm& comm) -> Status {
     Model m(comm.rank(), world);
-    SaveOptions opts;
-    opts.name = "full";
+    SaveOptions opts = options("full");
     opts.remove_redundancy = false;
     DISTCKPT_ASSIGN_OR_RETURN(auto r, save(comm, m.state, root(), opts));
     uint64_t held = 0;
@@ -376,7 +381,8 @@ TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {
   expect_all_equal(statuses, "ok");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, LocalCheckpointTest, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(RanksAndIo, LocalCheckpointTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()));
 
 }  // namespace
 }  // namespace distckpt
