@@ -7,6 +7,7 @@
 #include "distckpt/checkpoint.h"
 #include "plan/save_plan.h"
 #include "runtime/commit.h"
+#include "runtime/save_session.h"
 #include "runtime/guard.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
@@ -19,12 +20,14 @@ namespace distckpt {
 using internal_comm::agree;
 using internal_plan::WriteItem;
 
+using internal_runtime::rank_prefix;
+
 namespace {
 
 // Staging for direct-I/O saves: 4 slabs, so copying one overlaps writing others.
 constexpr std::size_t kSyncStagingBytes = 32u << 20;
 
-std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
+
 
 // Writes this rank's chunks into its data file and fsyncs it; returns each chunk's CRC32C.
 // With direct I/O (when asked for and the file system allows it) the bytes stream
@@ -86,12 +89,20 @@ std::string encode_crcs(const std::vector<uint32_t>& crcs) {
 
 }  // namespace
 
-Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
-  internal_runtime::Timer total;
-  std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+namespace internal_runtime {
+
+std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
+
+Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
+                               const SaveOptions& options) {
+  Timer timer;
+  SaveSession session;
+  session.fs = options.fs ? options.fs : posix_filesystem();
+  session.root = root;
+  session.options = options;
+  session.result.path = root + "/" + options.name;
+  FileSystem& fs = *session.fs;
   const bool coordinator = comm.rank() == 0;
-  SaveResult result;
-  result.path = root + "/" + options.name;
 
   // Local checks, agreed before anything touches the disk.
   Status local = internal_storage::validate_checkpoint_name(options.name);
@@ -101,56 +112,82 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(rank_prefix(comm))));
 
   // Plan: rank 0 gathers every rank's boxes, removes replicas, balances, lays out files.
+  // Everything the index needs from `state` is taken now, so the caller may change the
+  // state dict (not the tensor bytes) once the data is written or staged.
   std::string description;
   internal_plan::describe_local_state(state).SerializeToString(&description);
   std::vector<std::string> gathered = comm.gather(description, 0);
-  internal_plan::SavePlan plan;
-  std::string tmp_dir;
   if (coordinator) {
-    local = internal_runtime::guarded("save: rank 0: plan", [&]() -> Status {
+    local = guarded("save: rank 0: plan", [&]() -> Status {
       std::vector<proto::Index> ranks(gathered.size());
       for (std::size_t r = 0; r < gathered.size(); ++r)
         if (!ranks[r].ParseFromString(gathered[r])) return internal_error("save: bad plan from rank " + std::to_string(r));
-      DISTCKPT_ASSIGN_OR_RETURN(plan, internal_plan::plan_save(ranks, options.remove_redundancy));
-      DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root).with_context("save: rank 0"));
-      if (fs->exists(result.path))
-        return already_exists("save: checkpoint '" + result.path + "' already exists");
-      plan.index.set_commit_seq(internal_storage::next_commit_seq(*fs, root));
-      plan.index.set_advances_latest(options.update_latest);
-      tmp_dir = internal_runtime::make_tmp_dir_name(root, options.name);
-      return fs->create_dir(tmp_dir).with_context("save: rank 0");
+      DISTCKPT_ASSIGN_OR_RETURN(session.plan, internal_plan::plan_save(ranks, options.remove_redundancy));
+      proto::Index& index = session.plan.index;
+      index.set_name(options.name);
+      index.set_step(options.step);
+      index.set_epoch(options.epoch);
+      for (const auto& [key, value] : state.info()) {
+        proto::InfoValue& v = (*index.mutable_info())[key];
+        if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
+        else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
+        else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
+        else v.set_string_value(std::get<std::string>(value));
+      }
+      DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context("save: rank 0"));
+      if (fs.exists(session.result.path))
+        return already_exists("save: checkpoint '" + session.result.path + "' already exists");
+      index.set_commit_seq(internal_storage::next_commit_seq(fs, root));
+      index.set_advances_latest(options.update_latest);
+      session.tmp_dir = make_tmp_dir_name(root, options.name);
+      return fs.create_dir(session.tmp_dir).with_context("save: rank 0");
     });
   }
   gathered.clear();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  comm.broadcast_string(tmp_dir, 0);
+  comm.broadcast_string(session.tmp_dir, 0);
   std::vector<std::string> parts;
   if (coordinator)
-    for (const auto& w : plan.writes) parts.push_back(internal_plan::encode_writes(w));
-  Result<std::vector<WriteItem>> mine = internal_plan::decode_writes(comm.scatter(parts, 0));
-  result.plan_s = total.seconds();
+    for (const auto& w : session.plan.writes) parts.push_back(internal_plan::encode_writes(w));
+  // A bad write list is carried to the write agreement, never returned early.
+  auto mine = internal_plan::decode_writes(comm.scatter(parts, 0));
+  if (mine.ok()) session.mine = std::move(mine).value();
+  else session.local_error = mine.status().with_context(rank_prefix(comm));
+  for (const TensorEntry& e : state.tensors())
+    session.result.bytes_unique +=
+        static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
+  session.result.plan_s = timer.seconds();
+  return session;
+}
 
-  // Write (protocol steps 1-2): every writer fsyncs its file, then all agree. A local
-  // failure (including a bad write list) is carried to the agreement, never returned early.
-  internal_runtime::Timer write_timer;
-  Result<std::vector<uint32_t>> crcs =
-      !mine.ok() ? Result<std::vector<uint32_t>>(mine.status())
-                 : internal_runtime::guarded(rank_prefix(comm) + ": write", [&] {
-                     return write_chunks(*fs, state, tmp_dir, *mine, options, comm, &result.rank_bytes_written);
-                   });
+Result<std::vector<uint32_t>> write_session(const SaveSession& session, const StateDict& state, const Comm& comm,
+                                            uint64_t* bytes) {
+  if (!session.local_error.ok()) return session.local_error;
+  return guarded(rank_prefix(comm) + ": write", [&] {
+    return write_chunks(*session.fs, state, session.tmp_dir, session.mine, session.options, comm, bytes);
+  });
+}
+
+Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<std::vector<uint32_t>>& crcs) {
+  FileSystem& fs = *session.fs;
+  SaveResult& result = session.result;
+  const bool coordinator = comm.rank() == 0;
+  internal_plan::SavePlan& plan = session.plan;
+
+  // Protocol step 2: all agree that every writer wrote and fsynced its file.
   std::vector<std::string> all_crcs = comm.gather(crcs.ok() ? encode_crcs(*crcs) : std::string(), 0);
-  result.write_s = write_timer.seconds();
   Status written = agree(comm, crcs.status());
   if (!written.ok()) {
-    if (coordinator) (void)fs->remove_all(tmp_dir);  // garbage; never visible under the final name
+    if (coordinator) (void)fs.remove_all(session.tmp_dir);  // garbage; never visible under the final name
     return written;
   }
 
   // Commit (protocol steps 3-4) on rank 0, then agree (step 5).
-  internal_runtime::Timer commit_timer;
+  Timer commit_timer;
   int64_t index_bytes = 0;
+  Status local;
   if (coordinator) {
-    local = internal_runtime::guarded("save: rank 0: commit", [&]() -> Status {
+    local = guarded("save: rank 0: commit", [&]() -> Status {
       for (std::size_t r = 0; r < plan.writes.size(); ++r) {
         if (all_crcs[r].size() != plan.writes[r].size() * sizeof(uint32_t))
           return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of checksums");
@@ -161,41 +198,39 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
           plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_crc32c(crc);
         }
       }
-      plan.index.set_name(options.name);
-      plan.index.set_step(options.step);
-      plan.index.set_epoch(options.epoch);
       plan.index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count());
-      for (const auto& [key, value] : state.info()) {
-        proto::InfoValue& v = (*plan.index.mutable_info())[key];
-        if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
-        else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
-        else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
-        else v.set_string_value(std::get<std::string>(value));
-      }
-      auto committed = internal_runtime::commit_checkpoint(*fs, root, tmp_dir, options.name, plan.index,
-                                                           options.fsync, options.update_latest);
+      auto committed = commit_checkpoint(fs, session.root, session.tmp_dir, session.options.name, plan.index,
+                                         session.options.fsync, session.options.update_latest);
       if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");
       index_bytes = static_cast<int64_t>(committed->index_bytes);
       result.warning = committed->warning;
       return Status();
     });
-    if (!local.ok() && !fs->exists(result.path)) (void)fs->remove_all(tmp_dir);
+    if (!local.ok() && !fs.exists(result.path)) (void)fs.remove_all(session.tmp_dir);
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   result.commit_s = commit_timer.seconds();
   comm.broadcast_string(result.warning, 0);
 
-  int64_t unique = 0;
-  for (const TensorEntry& e : state.tensors())
-    unique += full_box(e.layout.global_shape()).num_elements() * static_cast<int64_t>(dtype_size(e.dtype));
   std::vector<int64_t> sums{static_cast<int64_t>(result.rank_bytes_written), index_bytes};
   comm.allreduce(sums, ReduceOp::kSum);
-  result.bytes_unique = static_cast<uint64_t>(unique);
   result.bytes_written = static_cast<uint64_t>(sums[0]);
   result.index_bytes = static_cast<uint64_t>(sums[1]);
   return result;
+}
+
+}  // namespace internal_runtime
+
+Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
+  DISTCKPT_ASSIGN_OR_RETURN(internal_runtime::SaveSession session,
+                            internal_runtime::begin_save(comm, state, root, options));
+  // Protocol steps 1-2: write and fsync, then agree (in finish_save).
+  internal_runtime::Timer write_timer;
+  auto crcs = internal_runtime::write_session(session, state, comm, &session.result.rank_bytes_written);
+  session.result.write_s = write_timer.seconds();
+  return internal_runtime::finish_save(comm, session, crcs);
 }
 
 }  // namespace distckpt

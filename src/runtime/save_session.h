@@ -1,0 +1,39 @@
+// The phases of a sharded save, shared by save() and the async saver:
+//   begin_save   (collective) checks, plan on rank 0, tmp directory, write lists;
+//   write        (local)      this rank's data file, fsynced (or staged, for async);
+//   finish_save  (collective) agree on the writes, commit (commit.cc), agree.
+// Each collective phase returns the same Status on every rank.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+#include "plan/save_plan.h"
+
+namespace distckpt::internal_runtime {
+
+struct SaveSession {
+  std::shared_ptr<FileSystem> fs;
+  std::string root;
+  SaveOptions options;
+  std::string tmp_dir;
+  internal_plan::SavePlan plan;  // complete on rank 0 only
+  std::vector<internal_plan::WriteItem> mine;
+  Status local_error;  // a local failure of begin_save, reported by the write phase
+  SaveResult result;
+};
+
+// Collective. Takes everything the index needs from `state` (names, layouts, info).
+Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
+                               const SaveOptions& options);
+// Local: writes this rank's chunks from `state`'s buffers and fsyncs; returns their CRCs.
+Result<std::vector<uint32_t>> write_session(const SaveSession& session, const StateDict& state, const Comm& comm,
+                                            uint64_t* bytes);
+// Collective. `crcs` is this rank's write outcome (an error still takes part).
+Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<std::vector<uint32_t>>& crcs);
+
+std::string rank_prefix(const Comm& comm);
+
+}  // namespace distckpt::internal_runtime
