@@ -425,13 +425,14 @@ int run(int argc, char** argv, int rank, int world) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (rank == 0) return app.exit(e);
-    return e.get_exit_code();
+    const int code = rank == 0 ? app.exit(e) : e.get_exit_code();  // only rank 0 prints
+    return code == 0 ? 0 : 2;                                        // --help: 0; bad usage: 2
   }
-  if (world != cfg.dp * cfg.tp) {
+  const int64_t ranks = static_cast<int64_t>(cfg.dp) * cfg.tp;
+  if (world != ranks) {
     if (rank == 0)
-      std::fprintf(stderr, "error: world size %d != dp*tp = %d*%d = %d (run with mpirun -np %d)\n",
-                   world, cfg.dp, cfg.tp, cfg.dp * cfg.tp, cfg.dp * cfg.tp);
+      std::fprintf(stderr, "error: world size %d != dp*tp = %d*%d = %lld (run with mpirun -np %lld)\n", world,
+                   cfg.dp, cfg.tp, static_cast<long long>(ranks), static_cast<long long>(ranks));
     return 2;
   }
   if (cfg.hidden % cfg.tp != 0) {

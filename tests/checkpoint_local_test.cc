@@ -7,6 +7,7 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
@@ -327,6 +328,18 @@ TEST_P(LocalCheckpointTest, ListingReportsInFlightAndBroken) {
   EXPECT_EQ(listing->entries[2].state, EntryState::kInFlight);
   // The in-flight directory is never loaded: resolve picks the committed one.
   EXPECT_EQ(*resolve_checkpoint(root()), root() + "/ck");
+  // A damaged checkpoint that `latest` names is an error, not a silent fallback.
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "newer"); }), "ok");
+  {
+    std::fstream f(root() + "/newer/index.pb", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(30);
+    f.write("garbage", 7);
+  }
+  auto damaged = resolve_checkpoint(root());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(damaged.status().message().find("names 'newer', which is damaged"), std::string::npos)
+      << damaged.status().message();
+  EXPECT_TRUE(resolve_checkpoint(root() + "/ck").ok());
 }
 
 TEST_P(LocalCheckpointTest, ResumeTargetFollowsCommitsNotClocksOrSnapshots) {
@@ -360,6 +373,31 @@ TEST_P(LocalCheckpointTest, ResumeTargetFollowsCommitsNotClocksOrSnapshots) {
   ASSERT_TRUE(info_b.ok() && info_c.ok());
   EXPECT_EQ(info_b->commit_seq, info_c->commit_seq);
   EXPECT_TRUE(info_c->advances_latest);
+}
+
+// Two jobs (two groups of ranks) commit the same name under one root at once: one
+// wins, the other fails with kAlreadyExists, no tmp directory is left behind, and the
+// surviving checkpoint is intact.
+TEST_P(LocalCheckpointTest, ConcurrentJobsSavingTheSameName) {
+  const int world = this->world();
+  for (int round = 0; round < 5; ++round) {
+    const std::string name = "race" + std::to_string(round);
+    std::vector<std::string> outcome(2);
+    std::thread jobs[2];
+    for (int job = 0; job < 2; ++job)
+      jobs[job] = std::thread([&, job] {
+        outcome[job] = run(world, [&](Comm& c) { return save_model(c, name, nullptr, static_cast<uint8_t>(job + 1)); })[0];
+      });
+    for (auto& j : jobs) j.join();
+    const int wins = (outcome[0] == "ok") + (outcome[1] == "ok");
+    EXPECT_EQ(wins, 1) << outcome[0] << " | " << outcome[1];
+    for (const auto& o : outcome)
+      if (o != "ok") EXPECT_NE(o.find("already exists"), std::string::npos) << o;
+    EXPECT_TRUE(verify_checkpoint(root() + "/" + name).ok());
+  }
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  for (const auto& e : listing->entries) EXPECT_EQ(e.state, EntryState::kCommitted) << e.name << ": " << e.detail;
 }
 
 TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {

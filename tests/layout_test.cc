@@ -129,6 +129,21 @@ TEST(LayoutTest, ExplicitBoxesInvalid) {
   EXPECT_NE(dims.status().message().find("wrong number of dims"), std::string::npos);
 }
 
+// Many boxes: the tiling check must stay near-linear for the splits layouts produce
+// (a quadratic check would take minutes here and hit the test timeout).
+TEST(LayoutTest, TilingCheckScalesToManyBoxes) {
+  const int64_t n = 100000;
+  std::vector<std::vector<Box>> columns(1);
+  for (int64_t i = 0; i < n; ++i) columns[0].push_back(Box{{0, i}, {1, 1}});
+  EXPECT_TRUE(TensorLayout::from_boxes({1, n}, columns).ok());
+  std::vector<std::vector<Box>> grid(1);
+  for (int64_t r = 0; r < 300; ++r)
+    for (int64_t c = 0; c < 300; ++c) grid[0].push_back(Box{{r, c}, {1, 1}});
+  EXPECT_TRUE(TensorLayout::from_boxes({300, 300}, grid).ok());
+  grid[0].back() = Box{{299, 298}, {1, 1}};  // duplicate of its neighbour: a gap
+  EXPECT_FALSE(TensorLayout::from_boxes({300, 300}, grid).ok());
+}
+
 TEST(BoxTest, IntersectAndContains) {
   Box a{{0, 0}, {4, 4}}, b{{2, 3}, {4, 4}};
   EXPECT_EQ(intersect(a, b), (Box{{2, 3}, {2, 1}}));

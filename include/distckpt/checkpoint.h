@@ -194,7 +194,9 @@ Result<RootListing> list_checkpoints(const std::string& root,
 // target, then to the later commit time. The sequence number (1 + that of `latest`'s
 // target at save time) makes this independent of clocks, and a crash between the
 // rename and the pointer update (which leaves `latest` one behind) still resumes from
-// the newer checkpoint. kNotFound when there is none; I/O errors of the listing.
+// the newer checkpoint. kNotFound when there is none (naming damaged directories, if
+// any); kCorruption when `latest` names a damaged checkpoint, so that a job never falls
+// back to an older one silently; I/O errors of the listing.
 Result<std::string> resolve_checkpoint(const std::string& path,
                                        std::shared_ptr<FileSystem> fs = nullptr);
 

@@ -67,6 +67,13 @@ class FileSystem {
   // rename(2): atomic replacement of a file. Callers never rename a directory onto an
   // existing one (POSIX would replace an empty target).
   virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // Renames `from` to `to` only if `to` does not exist, atomically where the file system
+  // allows it; kAlreadyExists otherwise. The default checks, then renames (racy); the
+  // POSIX implementation uses renameat2(RENAME_NOREPLACE).
+  virtual Status rename_no_replace(const std::string& from, const std::string& to) {
+    if (exists(to)) return already_exists("rename '" + from + "' -> '" + to + "': target exists");
+    return rename(from, to);
+  }
   virtual Status remove_file(const std::string& path) = 0;
   virtual Status remove_all(const std::string& path) = 0;
   virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;

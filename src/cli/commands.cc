@@ -10,12 +10,17 @@
 
 #include "distckpt/checkpoint.h"
 #include "distckpt/layout.h"
+#include "runtime/text.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+using internal_runtime::printable;
+
+// JSON text that never throws: invalid UTF-8 (names from a hostile file) is replaced.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // "32,16" -> {32,16}; also accepts "[32, 16]".
 Result<Shape> parse_list(const std::string& text, const std::string& what) {
@@ -24,9 +29,11 @@ Result<Shape> parse_list(const std::string& text, const std::string& what) {
   for (char c : text)
     if (c != '[' && c != ']' && c != ' ') cleaned += c;
   if (cleaned.empty()) return out;
+  if (cleaned.back() == ',') return invalid_argument(what + ": '" + text + "' ends with a comma");
   std::stringstream ss(cleaned);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    if (item.empty()) return invalid_argument(what + ": '" + text + "' has an empty entry");
     try {
       std::size_t used = 0;
       const long long v = std::stoll(item, &used);
@@ -83,10 +90,17 @@ int cmd_layout(const LayoutArgs& args) {
   }
   auto layout = TensorLayout::from_device_matrix(*shape, *dev_mat, *tensor_map, ranks);
   if (!layout.ok()) return fail(layout.status(), 2);
-  // Replicas are the ranks holding the same box: group once instead of asking per rank.
-  std::map<Box, std::vector<int>> holders;
-  for (int rank : layout->ranks()) holders[layout->slice_box(rank)].push_back(rank);
-  for (auto& [box, group] : holders) std::sort(group.begin(), group.end());
+  // One line per rank, each listing its replicas: the output grows with the square of
+  // the group, so very large groups are refused rather than printed for minutes.
+  constexpr int kMaxPrintedRanks = 1 << 16;
+  if (layout->group_size() > kMaxPrintedRanks)
+    return fail(invalid_argument("layout: a group of " + std::to_string(layout->group_size()) +
+                                 " ranks is too large to print (at most " + std::to_string(kMaxPrintedRanks) + ")"),
+                2);
+  // Replicas are the ranks with the same slice index: group once instead of per rank.
+  std::map<int64_t, std::vector<int>> holders;
+  for (int rank : layout->ranks()) holders[layout->slice_index(rank)].push_back(rank);
+  for (auto& [index, group] : holders) std::sort(group.begin(), group.end());
   json slices = json::array();
   for (int rank : layout->ranks()) {
     const Box box = layout->slice_box(rank);
@@ -94,9 +108,9 @@ int cmd_layout(const LayoutArgs& args) {
                       {"offset", box.offset},
                       {"shape", box.shape},
                       {"slice_index", layout->slice_index(rank)},
-                      {"replicas", holders[box]}});
+                      {"replicas", holders[layout->slice_index(rank)]}});
   }
-  std::cout << json{{"slices", slices}}.dump() << "\n";
+  std::cout << dump(json{{"slices", slices}}) << "\n";
   return 0;
 }
 
@@ -120,21 +134,21 @@ int cmd_ls(const std::string& root, bool as_json) {
       }
       entries.push_back(j);
     }
-    std::cout << json{{"root", root}, {"latest", listing->latest}, {"entries", entries}}.dump() << "\n";
+    std::cout << dump(json{{"root", root}, {"latest", listing->latest}, {"entries", entries}}) << "\n";
     return 0;
   }
   std::printf("%-32s %10s %6s %12s %-8s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
   for (const auto& e : listing->entries) {
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10lld %6lld %12s %-8s %s%s\n", e.name.c_str(), static_cast<long long>(e.step),
+      std::printf("%-32s %10lld %6lld %12s %-8s %s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
                   static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), e.format.c_str(), "committed",
                   e.name == listing->latest ? " (latest)" : "");
     } else {
-      std::printf("%-32s %10s %6s %12s %-8s %s: %s\n", e.name.c_str(), "-", "-", "-", "-", state_name(e.state),
-                  e.detail.c_str());
+      std::printf("%-32s %10s %6s %12s %-8s %s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-",
+                  state_name(e.state), printable(e.detail).c_str());
     }
   }
-  std::printf("latest: %s\n", listing->latest.empty() ? "(none)" : listing->latest.c_str());
+  std::printf("latest: %s\n", listing->latest.empty() ? "(none)" : printable(listing->latest).c_str());
   return 0;
 }
 
@@ -171,14 +185,12 @@ int cmd_inspect(const std::string& path, bool as_json) {
   json info_values = json::object();
   for (const auto& [k, v] : ci.info) info_values[k] = info_json(v);
   if (as_json) {
-    std::cout << json{{"path", ci.path},       {"name", ci.name},        {"format", ci.format},
+    std::cout << dump(json{{"path", ci.path},       {"name", ci.name},        {"format", ci.format},
                       {"format_version", ci.format_version},        {"step", ci.step},
                       {"epoch", ci.epoch},     {"world_size", ci.world_size},
                       {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
                       {"checksum", ci.checksum},
-                      {"tensors", tensors},    {"files", files},          {"info", info_values}}
-                     .dump()
-              << "\n";
+                      {"tensors", tensors},    {"files", files},          {"info", info_values}}) << "\n";
     return 0;
   }
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
@@ -186,20 +198,20 @@ int cmd_inspect(const std::string& path, bool as_json) {
               static_cast<long long>(ci.epoch), ci.world_size, ci.checksum.c_str());
   std::printf("tensors (%zu):\n", ci.tensors.size());
   for (const auto& t : ci.tensors) {
-    std::printf("  %-40s %-8s %-18s %s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),
+    std::printf("  %-40s %-8s %-18s %s\n", printable(t.name).c_str(), std::string(dtype_name(t.dtype)).c_str(),
                 full_box(t.global_shape).to_string().c_str(),
                 t.dev_mat.empty() ? "explicit boxes"
                                   : ("dev_mat " + json(t.dev_mat).dump() + " tensor_map " + json(t.tensor_map).dump())
                                         .c_str());
     for (const auto& c : t.chunks)
-      std::printf("      chunk %-22s %s @%llu +%llu crc32c %s\n", c.box.to_string().c_str(), c.file.c_str(),
+      std::printf("      chunk %-22s %s @%llu +%llu crc32c %s\n", c.box.to_string().c_str(), printable(c.file).c_str(),
                   static_cast<unsigned long long>(c.byte_offset), static_cast<unsigned long long>(c.length),
                   internal_transform::crc32c_hex(c.crc32c).c_str());
   }
   std::printf("files (%zu, %s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str());
-  for (const auto& f : ci.files) std::printf("  %-20s %llu\n", f.name.c_str(), static_cast<unsigned long long>(f.size));
+  for (const auto& f : ci.files) std::printf("  %-20s %llu\n", printable(f.name).c_str(), static_cast<unsigned long long>(f.size));
   std::printf("info:\n");
-  for (const auto& [k, v] : ci.info) std::printf("  %s = %s\n", k.c_str(), info_value_to_string(v).c_str());
+  for (const auto& [k, v] : ci.info) std::printf("  %s = %s\n", printable(k).c_str(), printable(info_value_to_string(v)).c_str());
   return 0;
 }
 
@@ -208,14 +220,12 @@ int cmd_verify(const std::string& path, bool as_json) {
   if (!dir.ok()) return fail(dir.status());
   auto report = verify_checkpoint(*dir);
   if (!report.ok()) {
-    if (as_json) std::cout << json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}.dump() << "\n";
+    if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";
     return fail(report.status());
   }
   if (as_json) {
-    std::cout << json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
-                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked}}
-                     .dump()
-              << "\n";
+    std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
+                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked}}) << "\n";
   } else {
     std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and crc32c)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),

@@ -1,5 +1,7 @@
 // distckpt: inspect, verify and plan checkpoints from the command line.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <new>
 
 #include "cli/commands.h"
 
@@ -33,9 +35,17 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (*lay) return cmd_layout(layout);
-  if (*ls) return cmd_ls(path, json);
-  if (*inspect) return cmd_inspect(path, json);
-  if (*verify) return cmd_verify(path, json);
+  try {
+    if (*lay) return cmd_layout(layout);
+    if (*ls) return cmd_ls(path, json);
+    if (*inspect) return cmd_inspect(path, json);
+    if (*verify) return cmd_verify(path, json);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "distckpt: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "distckpt: internal error: %s\n", e.what());
+    return 1;
+  }
   return 2;
 }

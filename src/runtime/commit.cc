@@ -41,6 +41,9 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
   // Step 3: index, fsync, rename, fsync parent.
   const std::string framed = internal_storage::frame_index(index);
   result.index_bytes = framed.size();
+  // Never commit what a reader would refuse: parse the exact bytes about to be written.
+  Status readable = internal_storage::parse_index(framed, tmp_dir + "/" + internal_storage::kIndexFileName).status();
+  if (!readable.ok()) return internal_error("commit: the index would not be readable: " + readable.to_string());
   {
     DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_dir + "/" + internal_storage::kIndexFileName));
     DISTCKPT_RETURN_IF_ERROR(file->write_at(framed.data(), framed.size(), 0));
@@ -48,8 +51,11 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
     DISTCKPT_RETURN_IF_ERROR(file->close());
   }
   if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir));
-  if (fs.exists(final_dir)) return already_exists("commit: '" + final_dir + "' appeared during the save");
-  DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_dir, final_dir));
+  // No-replace: another job that committed the same name meanwhile keeps its checkpoint.
+  Status renamed = fs.rename_no_replace(tmp_dir, final_dir);
+  if (renamed.code() == StatusCode::kAlreadyExists)
+    return already_exists("commit: '" + final_dir + "' appeared during the save");
+  DISTCKPT_RETURN_IF_ERROR(renamed);
   if (fsync) {
     Status st = fs.sync_dir(root);
     if (!st.ok()) {

@@ -24,36 +24,54 @@ namespace {
 
 std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
 
-// Opens each data file once, checking its real size against the index.
+// Opens data files on demand, checking each one's real size against the index, and
+// keeps at most kMaxOpen of them open (least recently used closed first): a checkpoint
+// written by thousands of ranks must load under the usual limit of 1024 descriptors.
 class FileCache {
  public:
   FileCache(FileSystem& fs, std::string dir, const proto::Index& index) : fs_(fs), dir_(std::move(dir)), index_(index) {}
   std::string path(uint32_t file_id) const { return dir_ + "/" + index_.files(static_cast<int>(file_id)).name(); }
   Result<const ReadableFile*> get(uint32_t file_id) {
+    ++clock_;
     auto it = open_.find(file_id);
-    if (it != open_.end()) return it->second.get();
+    if (it != open_.end()) {
+      it->second.last_use = clock_;
+      return it->second.file.get();
+    }
     const auto& meta = index_.files(static_cast<int>(file_id));
-    const std::string path = dir_ + "/" + meta.name();
-    auto file = fs_.open_readable(path);
+    const std::string file_path = path(file_id);
+    auto file = fs_.open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)
-        return not_found("data file '" + path + "' is missing");
+        return not_found("data file '" + file_path + "' is missing");
       return file.status();
     }
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());
     if (size != meta.size())
-      return corruption("data file '" + path + "' has " + std::to_string(size) + " bytes, the index records " +
+      return corruption("data file '" + file_path + "' has " + std::to_string(size) + " bytes, the index records " +
                         std::to_string(meta.size()) + (size < meta.size() ? " (truncated)" : ""));
+    if (open_.size() >= kMaxOpen) {
+      auto oldest = open_.begin();
+      for (auto o = open_.begin(); o != open_.end(); ++o)
+        if (o->second.last_use < oldest->second.last_use) oldest = o;
+      open_.erase(oldest);
+    }
     const ReadableFile* raw = file->get();
-    open_.emplace(file_id, std::move(*file));
+    open_.emplace(file_id, Open{std::move(*file), clock_});
     return raw;
   }
 
  private:
+  static constexpr std::size_t kMaxOpen = 64;
+  struct Open {
+    std::unique_ptr<ReadableFile> file;
+    uint64_t last_use;
+  };
   FileSystem& fs_;
   std::string dir_;
   const proto::Index& index_;
-  std::map<uint32_t, std::unique_ptr<ReadableFile>> open_;
+  std::map<uint32_t, Open> open_;
+  uint64_t clock_ = 0;
 };
 
 // Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C.
@@ -120,7 +138,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   if (comm.rank() == 0) {
     local = internal_runtime::guarded(where, [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, fs));
-      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, read_whole_file(*fs, dir + "/" + internal_storage::kIndexFileName));
+      // The header is checked against the file's size before the rest is read, so what
+      // is broadcast is bounded by a real file; every rank then validates it alike.
+      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, internal_storage::read_index_bytes(*fs, dir));
       return Status();
     });
   }

@@ -208,7 +208,8 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
       result.warning = committed->warning;
       return Status();
     });
-    if (!local.ok() && !fs.exists(result.path)) (void)fs.remove_all(session.tmp_dir);
+    // Our tmp directory still exists unless the rename happened: remove it (garbage).
+    if (!local.ok() && fs.exists(session.tmp_dir)) (void)fs.remove_all(session.tmp_dir);
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   result.commit_s = commit_timer.seconds();

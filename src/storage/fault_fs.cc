@@ -85,6 +85,12 @@ Status FaultFileSystem::rename(const std::string& from, const std::string& to) {
     return io_error("rename '" + from + "' -> '" + to + "': Input/output error (injected)");
   return base_->rename(from, to);
 }
+Status FaultFileSystem::rename_no_replace(const std::string& from, const std::string& to) {
+  on_op("rename", from);
+  if (matches(spec_.fail_rename_if_contains, from))
+    return io_error("rename '" + from + "' -> '" + to + "': Input/output error (injected)");
+  return base_->rename_no_replace(from, to);
+}
 Status FaultFileSystem::remove_file(const std::string& path) {
   on_op("remove", path);
   return base_->remove_file(path);

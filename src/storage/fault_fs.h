@@ -39,6 +39,7 @@ class FaultFileSystem final : public FileSystem {
   Status create_dir(const std::string& path) override;
   Status create_dirs(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  Status rename_no_replace(const std::string& from, const std::string& to) override;
   Status remove_file(const std::string& path) override;
   Status remove_all(const std::string& path) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override;

@@ -1,10 +1,12 @@
 #include "storage/index_io.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
 
 #include "layout/tiling.h"
+#include "runtime/text.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_storage {
@@ -12,6 +14,8 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'C', 'K', 'P', 'T', 'I', 'D', 'X'};
 constexpr std::size_t kHeaderSize = 8 + 4 + 4 + 8;
+// An index describes metadata only; 16,384 ranks x 2,000 tensors fit well below this.
+constexpr uint64_t kMaxIndexBytes = uint64_t{2} << 30;
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -25,7 +29,7 @@ T get(const std::string& in, std::size_t pos) {
 }
 
 bool valid_file_name(const std::string& name) {
-  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." && name != kIndexFileName &&
          name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
 }
 
@@ -38,10 +42,11 @@ std::string data_file_name(int writer_rank) {
 }
 
 Status validate_checkpoint_name(const std::string& name) {
-  if (!valid_file_name(name) || name == kLatestFileName || name.find(kTmpMarker) != std::string::npos)
-    return invalid_argument("checkpoint name '" + name +
-                            "' is not allowed (must be non-empty, <= 255 bytes, without '/', not "
-                            "'latest', '.', '..', and without '.tmp-')");
+  if (!valid_file_name(name) || name == kLatestFileName || name.find(kTmpMarker) != std::string::npos ||
+      !internal_runtime::is_printable_utf8(name))
+    return invalid_argument("checkpoint name '" + internal_runtime::printable(name) +
+                            "' is not allowed (must be printable UTF-8, non-empty, <= 255 bytes, without "
+                            "'/', not 'latest', '.', '..', and without '.tmp-')");
   return Status();
 }
 
@@ -80,10 +85,28 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
   return index;
 }
 
-Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
+Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir) {
   const std::string path = dir + "/" + kIndexFileName;
-  DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, read_whole_file(fs, path));
-  return parse_index(bytes, path);
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, file->size());
+  // The header first: nothing is allocated for a file that is not an index of the
+  // size it claims (a sparse multi-GiB file must not cost multi-GiB of memory).
+  std::string bytes(std::min<uint64_t>(size, kHeaderSize), '\0');
+  DISTCKPT_RETURN_IF_ERROR(file->read_at(bytes.data(), bytes.size(), 0));
+  if (bytes.size() == kHeaderSize && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0) {
+    const auto length = get<uint64_t>(bytes, 16);
+    if (length != size - kHeaderSize || length > kMaxIndexBytes)
+      return corruption("index '" + path + "': header says " + std::to_string(length) + " payload bytes, file has " +
+                        std::to_string(size - kHeaderSize) + (length > kMaxIndexBytes ? " (too large)" : ""));
+    bytes.resize(size);
+    DISTCKPT_RETURN_IF_ERROR(file->read_at(bytes.data() + kHeaderSize, length, kHeaderSize));
+  }
+  return bytes;  // parse_index reports whatever is wrong with a bad header
+}
+
+Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
+  DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, read_index_bytes(fs, dir));
+  return parse_index(bytes, dir + "/" + kIndexFileName);
 }
 
 Status validate_index(const proto::Index& index, const std::string& path) {

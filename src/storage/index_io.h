@@ -25,6 +25,9 @@ std::string frame_index(const proto::Index& index);
 // Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf
 // and every number in it (see validate_index). `path` is used in messages.
 Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
+// Reads the bytes of <dir>/index.pb, checking the header against the file's size
+// before reading (and allocating for) the rest.
+Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir);
 // Reads <dir>/index.pb and parses it.
 Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
 // Semantic checks: known dtypes, non-negative dims without overflow, chunks inside

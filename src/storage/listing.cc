@@ -99,6 +99,17 @@ Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<
   if (fs->exists(path + "/" + kIndexFileName)) return path;
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
   DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
+  // A damaged newest checkpoint is never skipped silently: when `latest` names a broken
+  // checkpoint, resuming from an older one is the caller's decision (load it by path).
+  const std::string pointer = read_latest_pointer(*fs, path);
+  std::string broken;
+  for (const auto& e : listing.entries) {
+    if (e.state != EntryState::kBroken) continue;
+    if (e.name == pointer)
+      return corruption("resolve: '" + path + "/latest' names '" + e.name + "', which is damaged (" + e.detail +
+                        "); load an older checkpoint by its path to fall back");
+    broken += (broken.empty() ? "" : ", ") + e.name;
+  }
   bool any_advancing = false;
   for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
   const CheckpointEntry* newest = nullptr;
@@ -109,7 +120,9 @@ Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<
     if (e.state != EntryState::kCommitted || (any_advancing && !e.advances_latest)) continue;
     if (newest == nullptr || key(e) > key(*newest)) newest = &e;
   }
-  if (newest == nullptr) return not_found("resolve: no committed checkpoint under '" + path + "'");
+  if (newest == nullptr)
+    return not_found("resolve: no committed checkpoint under '" + path + "'" +
+                     (broken.empty() ? "" : " (damaged: " + broken + ")"));
   return path + "/" + newest->name;
 }
 

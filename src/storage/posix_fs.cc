@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -110,11 +111,25 @@ class PosixFileSystem final : public FileSystem {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false));
   }
   Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO planted in a checkpoint must not block the open; O_NOFOLLOW:
+    // files of a checkpoint are never symlinks (nothing is read from outside it).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) {
       if (errno == ENOENT) return not_found("open '" + path + "': no such file");
+      if (errno == ELOOP) return corruption("open '" + path + "': is a symbolic link");
       return errno_status("open", path, errno);
     }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return errno_status("stat", path, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return corruption("open '" + path + "': not a regular file");
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path));
   }
   Status create_dir(const std::string& path) override {
@@ -134,6 +149,13 @@ class PosixFileSystem final : public FileSystem {
     if (::rename(from.c_str(), to.c_str()) != 0)
       return io_error("rename '" + from + "' -> '" + to + "': " + std::strerror(errno));
     return Status();
+  }
+  Status rename_no_replace(const std::string& from, const std::string& to) override {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Status();
+    if (errno == EEXIST) return already_exists("rename '" + from + "' -> '" + to + "': target exists");
+    // EINVAL / ENOSYS: the file system cannot do it atomically; check, then rename.
+    if (errno == EINVAL || errno == ENOSYS) return FileSystem::rename_no_replace(from, to);
+    return io_error("rename '" + from + "' -> '" + to + "': " + std::strerror(errno));
   }
   Status remove_file(const std::string& path) override {
     if (::unlink(path.c_str()) != 0) return errno_status("unlink", path, errno);
