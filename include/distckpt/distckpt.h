@@ -1,6 +1,7 @@
 // Umbrella header: everything a training program needs.
 #pragma once
 
+#include "distckpt/async.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/comm.h"
 #include "distckpt/dtype.h"

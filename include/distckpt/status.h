@@ -25,6 +25,7 @@ enum class StatusCode : int {
   kUnsupported = 7,      // a valid request this build cannot serve (e.g. newer format)
   kInternal = 8,         // a bug in distckpt
   kAlreadyExists = 9,    // the target name is taken
+  kBusy = 10,            // refused: a previous operation is still in flight
 };
 
 // Stable lower-case name of a code ("invalid argument", "corruption", ...).

@@ -14,6 +14,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kAlreadyExists: return "already exists";
+    case StatusCode::kBusy: return "busy";
   }
   return "unknown";
 }

@@ -1,0 +1,82 @@
+// Asynchronous sharded save: the training loop is blocked only while this rank's share
+// of the state is copied into staging memory; a background thread writes it, fsyncs,
+// agrees with the other ranks and commits, exactly as save() does (checkpoint.h).
+//
+// Threads and MPI: an AsyncCheckpointer is used from one thread (the training loop's).
+// Its background thread makes MPI calls on a communicator of its own while the loop
+// makes its own MPI calls, so MPI must be initialised with MPI_THREAD_MULTIPLE; create()
+// checks. Neither thread ever uses the caller's communicator: create() duplicates it
+// twice (one for the loop's side of the collectives, one for the background's), so the
+// two can never match each other's messages.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/comm.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+struct AsyncOptions {
+  // Staging memory per rank: aligned, allocated and touched once by create(), reused by
+  // every save. A rank only stages the bytes it writes (replicas are removed first).
+  // When its share is larger, save_async() blocks until the excess has been written:
+  // copying is pipelined with writing, and memory stays bounded.
+  std::size_t staging_bytes = std::size_t{1} << 30;
+  std::size_t slab_bytes = std::size_t{8} << 20;  // unit of staging and of each write
+  // A save_async() while another save is in flight: wait for it (false), or refuse with
+  // kBusy on every rank (true).
+  bool refuse_when_busy = false;
+};
+
+class AsyncCheckpointer {
+ public:
+  // Collective over `comm`. Fails (on every rank) with kUnsupported when MPI provides
+  // less than MPI_THREAD_MULTIPLE, kIoError when the staging memory cannot be allocated.
+  static Result<std::unique_ptr<AsyncCheckpointer>> create(MPI_Comm comm, const AsyncOptions& options = {});
+  // Collective over two communicators the caller provides, spanning the same ranks in
+  // the same order and used by nothing else (tests use in-process ones). Takes ownership.
+  static Result<std::unique_ptr<AsyncCheckpointer>> create(std::unique_ptr<Comm> foreground,
+                                                           std::unique_ptr<Comm> background,
+                                                           const AsyncOptions& options = {});
+
+  // Waits for a save in flight (see end()); its result is dropped.
+  ~AsyncCheckpointer();
+  AsyncCheckpointer(const AsyncCheckpointer&) = delete;
+  AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
+
+  // Collective. Starts saving `state` as save(comm, state, root, options) would and
+  // returns once this rank's share is staged: from then on the caller may modify its
+  // tensors and the state dict. A save still in flight is waited for first (or refused,
+  // see AsyncOptions). Errors, identical on every rank: the previous save's failure if
+  // it was not reported yet (reported once; no new save starts), kBusy, and any error
+  // save() reports before writing (bad name, inconsistent state dicts, name taken, ...).
+  // Errors while writing or committing are reported by the next wait(), end() or
+  // save_async().
+  Status save_async(const StateDict& state, const std::string& root, const SaveOptions& options);
+
+  // Blocks until the save in flight is committed or has failed, and returns its result,
+  // the same on every rank (ranks agreed in the background). kNotFound when no save was
+  // started since the last result was returned. Not collective by itself.
+  Result<SaveResult> wait();
+
+  // Whether a save is in flight on this rank (local: ranks may briefly disagree).
+  bool in_flight() const;
+
+  // Completes the save in flight, if any, and returns its outcome (or that of the last
+  // save if it failed and was not reported yet); ok when there is nothing to report.
+  Status end();
+
+ private:
+  class Impl;
+  explicit AsyncCheckpointer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace distckpt

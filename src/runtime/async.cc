@@ -1,0 +1,172 @@
+// Asynchronous save (distckpt/async.h).
+//
+// The caller's thread runs the planning collectives (begin_save) on the foreground
+// communicator and copies this rank's chunks into the staging pool through a
+// StreamWriter, whose own thread already writes full slabs while later ones are being
+// filled. Once every byte is staged the call returns; the background thread then waits
+// for the stream (finish: tail, trim, fsync) and runs the agreement and the commit
+// (finish_save) on the background communicator.
+#include <atomic>
+#include <optional>
+#include <thread>
+
+#include "comm/agree.h"
+#include "distckpt/async.h"
+#include "distckpt/mpi_comm.h"
+#include "runtime/guard.h"
+#include "runtime/save_session.h"
+#include "runtime/timer.h"
+#include "storage/staging.h"
+#include "storage/stream_writer.h"
+#include "storage/index_io.h"
+
+namespace distckpt {
+
+using internal_runtime::SaveSession;
+using internal_storage::StagingPool;
+using internal_storage::StreamWriter;
+
+class AsyncCheckpointer::Impl {
+ public:
+  Impl(std::unique_ptr<Comm> fg, std::unique_ptr<Comm> bg, AsyncOptions options, std::unique_ptr<StagingPool> pool)
+      : fg_(std::move(fg)), bg_(std::move(bg)), options_(options), pool_(std::move(pool)) {}
+
+  ~Impl() { join(); }
+
+  Status save_async(const StateDict& state, const std::string& root, const SaveOptions& options) {
+    if (options_.refuse_when_busy) {
+      // Ranks finish the background commit at slightly different times: agree.
+      const bool busy = fg_->allreduce_one(running_.load() ? 1 : 0, ReduceOp::kMax) != 0;
+      if (busy) return Status(StatusCode::kBusy, "save_async: a save is still in flight");
+    }
+    join();
+    if (pending_ && !pending_->ok()) {  // the previous save failed: report it, once
+      Status failed = pending_->status();
+      pending_.reset();
+      return failed;
+    }
+    pending_.reset();
+
+    DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_runtime::begin_save(*fg_, state, root, options));
+    // Stage this rank's share. A local failure is not returned here: the background
+    // thread carries it to the agreement, so every rank reports it alike.
+    internal_runtime::Timer stage_timer;
+    std::unique_ptr<StreamWriter> writer;
+    Status staged = internal_runtime::guarded(internal_runtime::rank_prefix(*fg_) + ": stage", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(session.local_error);
+      if (session.mine.empty()) return Status();
+      const std::string path = session.tmp_dir + "/" + internal_storage::data_file_name(fg_->rank());
+      WriteOpenOptions open_options;
+      open_options.direct_io = options.direct_io;
+      auto file = session.fs->open_writable(path, open_options);
+      if (!file.ok()) return file.status();
+      std::vector<uint64_t> chunk_ends;
+      for (const auto& item : session.mine) chunk_ends.push_back(item.byte_offset + item.length);
+      writer = std::make_unique<StreamWriter>(std::move(*file), *pool_, std::move(chunk_ends), path);
+      for (const auto& item : session.mine) {
+        const TensorEntry& e = state.tensors()[item.tensor];
+        Status st = writer->append(e.buffers[item.local_box], item.length);
+        if (!st.ok()) return st.with_context("tensor '" + e.name + "'");
+        session.result.rank_bytes_written += item.length;
+      }
+      return Status();
+    });
+    const double stage_s = stage_timer.seconds();
+
+    running_ = true;
+    worker_ = std::thread([this, session = std::move(session), writer = std::move(writer), staged,
+                           stage_s, fsync = options.fsync]() mutable {
+      internal_runtime::Timer write_timer;
+      Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                                                       : Result<std::vector<uint32_t>>(staged.with_context(
+                                                             internal_runtime::rank_prefix(*bg_)));
+      if (staged.ok() && writer)
+        crcs = internal_runtime::guarded(internal_runtime::rank_prefix(*bg_) + ": write",
+                                         [&] { return writer->finish(fsync); });
+      writer.reset();  // joins the stream's thread; its slabs are back in the pool
+      session.result.write_s = stage_s + write_timer.seconds();
+      pending_ = internal_runtime::finish_save(*bg_, session, crcs);
+      running_ = false;
+    });
+    return Status();
+  }
+
+  Result<SaveResult> wait() {
+    join();
+    if (!pending_) return not_found("wait: no save in flight or unreported");
+    Result<SaveResult> r = std::move(*pending_);
+    pending_.reset();
+    return r;
+  }
+
+  bool in_flight() const { return running_.load(); }
+
+  Status end() {
+    join();
+    if (!pending_) return Status();
+    Status st = pending_->status();
+    pending_.reset();
+    return st;
+  }
+
+ private:
+  void join() {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  std::unique_ptr<Comm> fg_;
+  std::unique_ptr<Comm> bg_;
+  AsyncOptions options_;
+  std::unique_ptr<StagingPool> pool_;
+  std::thread worker_;
+  std::atomic<bool> running_{false};
+  // Written by the worker, read by the caller's thread only after joining it.
+  std::optional<Result<SaveResult>> pending_;
+};
+
+Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(std::unique_ptr<Comm> foreground,
+                                                                     std::unique_ptr<Comm> background,
+                                                                     const AsyncOptions& options) {
+  Comm& fg = *foreground;
+  std::unique_ptr<StagingPool> pool;
+  Status local;
+  if (options.slab_bytes == 0 || options.slab_bytes % kDirectIoAlignment != 0)
+    local = invalid_argument("async: slab_bytes must be a positive multiple of " +
+                             std::to_string(kDirectIoAlignment));
+  if (local.ok())
+    local = internal_runtime::guarded("async: rank " + std::to_string(fg.rank()), [&]() -> Status {
+      pool = std::make_unique<StagingPool>(options.staging_bytes, options.slab_bytes);
+      return Status();
+    });
+  if (local.code() == StatusCode::kIoError)
+    local = io_error("async: rank " + std::to_string(fg.rank()) + ": cannot allocate " +
+                     std::to_string(options.staging_bytes) + " bytes of staging memory");
+  DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(fg, local));
+  return std::unique_ptr<AsyncCheckpointer>(new AsyncCheckpointer(
+      std::make_unique<Impl>(std::move(foreground), std::move(background), options, std::move(pool))));
+}
+
+Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(MPI_Comm comm, const AsyncOptions& options) {
+  // Every rank initialised MPI the same way, so this check needs no agreement.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    return unsupported(
+        "async: MPI provides thread level " + std::to_string(provided) +
+        "; asynchronous saves need MPI_THREAD_MULTIPLE (initialise MPI with MPI_Init_thread(..., "
+        "MPI_THREAD_MULTIPLE, ...)): the background thread makes MPI calls while the training loop does");
+  auto fg = make_mpi_comm(comm);
+  auto bg = make_mpi_comm(comm);
+  return create(std::move(fg), std::move(bg), options);
+}
+
+AsyncCheckpointer::AsyncCheckpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+AsyncCheckpointer::~AsyncCheckpointer() = default;
+Status AsyncCheckpointer::save_async(const StateDict& state, const std::string& root, const SaveOptions& options) {
+  return impl_->save_async(state, root, options);
+}
+Result<SaveResult> AsyncCheckpointer::wait() { return impl_->wait(); }
+bool AsyncCheckpointer::in_flight() const { return impl_->in_flight(); }
+Status AsyncCheckpointer::end() { return impl_->end(); }
+
+}  // namespace distckpt
