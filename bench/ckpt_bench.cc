@@ -4,10 +4,13 @@
 //
 //   mpirun -np 4 ckpt_bench --size 1G --dp 2 --tp 2 --dir /dev/shm/ck --json
 //   mpirun -np 4 ckpt_bench --size 1G --dp 2 --tp 2 --dir /var/tmp/ck --repeat 5 --compare-dd
+//   mpirun -np 4 ckpt_bench --size 1G --dp 2 --tp 2 --dir /var/tmp/ck --repeat 5 --async
 //
 // --repeat N runs save+load N times in one process and reports medians (these shared
 // machines are noisy); --compare-dd times, in the same run and directory, a dd-like
-// write+fsync and read of the same bytes and reports save_vs_dd / load_vs_dd.
+// write+fsync and read of the same bytes and reports save_vs_dd / load_vs_dd; --async
+// saves with AsyncCheckpointer and reports blocking_s (the caller blocked), save_s (until
+// committed) and a memcpy of the rank's bytes as the reference for blocking_s.
 //
 // Each rank generates its slices once, before any timing (allocation and first touch of
 // the state buffers are excluded from every figure). A timed phase starts after a
@@ -58,6 +61,8 @@ struct Args {
   bool keep = false;
   int repeat = 1;
   bool compare_dd = false;
+  bool async = false;
+  std::string staging = "1G";
 };
 
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
@@ -177,13 +182,31 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
 
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
+  std::vector<double> blocking, memcpy_s;  // --async
   std::optional<distckpt::SaveResult> saved;
   std::optional<distckpt::LoadResult> loaded;
   uint64_t mismatches = 0;
 };
 
-// One timed save (collective). Returns false after printing the error.
-bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs) {
+// The reference for an async save's blocking time: a memcpy of every byte this rank
+// holds into a buffer touched beforehand (max over ranks).
+double memcpy_reference(const Workload& w) {
+  std::vector<char> dst(w.rank_bytes);
+  std::memset(dst.data(), 1, dst.size());
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  std::size_t at = 0;
+  for (const Slice& s : w.slices) {
+    std::memcpy(dst.data() + at, s.data.get(), s.elements * sizeof(float));
+    at += s.elements * sizeof(float);
+  }
+  return max_over_ranks(MPI_Wtime() - t0);
+}
+
+// One timed save (collective). Returns false after printing the error. With --async,
+// also records how long the caller was blocked (save_async) before the wait.
+bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::AsyncCheckpointer* async, bool root,
+                Runs& runs) {
   if (a.mode == "both" && !remove_checkpoint(a.dir + "/" + a.name, root)) return false;
   distckpt::SaveOptions opts;
   opts.name = a.name;
@@ -192,7 +215,14 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   opts.update_latest = a.mode != "both";
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
-  auto r = distckpt::save(comm, w.state, a.dir, opts);
+  distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
+  if (async != nullptr) {
+    Status started = async->save_async(w.state, a.dir, opts);
+    runs.blocking.push_back(max_over_ranks(MPI_Wtime() - t0));
+    r = started.ok() ? async->wait() : distckpt::Result<distckpt::SaveResult>(started);
+  } else {
+    r = distckpt::save(comm, w.state, a.dir, opts);
+  }
   runs.save.push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {  // identical on every rank
     if (root) std::cerr << "ckpt_bench: save: " << r.status().to_string() << "\n";
@@ -259,6 +289,12 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["runs"] = std::max(runs.save.size(), runs.load.size());
     j["save_runs_s"] = runs.save;
     j["load_runs_s"] = runs.load;
+    if (!runs.blocking.empty()) {
+      j["blocking_s"] = median(runs.blocking);
+      j["memcpy_s"] = median(runs.memcpy_s);
+      j["blocking_vs_memcpy"] = median(runs.blocking) / std::max(1e-9, median(runs.memcpy_s));
+      j["blocking_runs_s"] = runs.blocking;
+    }
     if (dd) {
       j["dd_write_s"] = dd_w;
       j["dd_read_s"] = dd_r;
@@ -282,6 +318,10 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  %s (%llu mismatches)\n", load_s, gbps(load_s),
                 static_cast<unsigned long long>(runs.loaded->bytes_read), verified ? "verified" : "VERIFICATION FAILED",
                 static_cast<unsigned long long>(runs.mismatches));
+  if (!runs.blocking.empty())
+    std::printf("async: caller blocked %.3f s (memcpy of the rank's bytes: %.3f s, ratio %.2f); committed after %.3f s\n",
+                median(runs.blocking), median(runs.memcpy_s),
+                median(runs.blocking) / std::max(1e-9, median(runs.memcpy_s)), save_s);
   if (dd)
     std::printf("dd reference: write+fsync %.3f s, read %.3f s  ->  save_vs_dd %.2f  load_vs_dd %.2f\n", dd_w, dd_r,
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
@@ -309,6 +349,8 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_option("--repeat", a.repeat, "run the phases this many times; report medians")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--async", a.async, "save with AsyncCheckpointer: report blocking_s beside save_s (until committed)");
+  app.add_option("--staging", a.staging, "--async: staging memory per rank (K/M/G)")->capture_default_str();
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -358,10 +400,24 @@ int run(int rank, int world, int argc, char** argv) {
     return kExitError;
   }
 
+  std::unique_ptr<distckpt::AsyncCheckpointer> async;
+  if (a.async) {
+    auto staging = distckpt::bench::parse_size(a.staging);
+    distckpt::AsyncOptions options;
+    options.staging_bytes = staging.ok() ? *staging : 0;
+    auto created = distckpt::AsyncCheckpointer::create(MPI_COMM_WORLD, options);
+    if (!created.ok()) {
+      if (root) std::cerr << "ckpt_bench: --async: " << created.status().to_string() << "\n";
+      return kExitError;
+    }
+    async = std::move(created).value();
+  }
+
   Runs runs;
   const uint64_t bytes_unique = distckpt::bench::workload_bytes(w.tensors);
   for (int i = 0; i < a.repeat; ++i) {
-    if (a.mode != "load" && !timed_save(a, w, *comm, root, runs)) return kExitError;
+    if (a.async) runs.memcpy_s.push_back(memcpy_reference(w));
+    if (a.mode != "load" && !timed_save(a, w, *comm, async.get(), root, runs)) return kExitError;
     if (a.mode != "save" && !timed_load(a, w, *comm, root, runs)) return kExitError;
     if (a.compare_dd) {
       const auto t = dd_reference(a.dir, bytes_unique, root);
@@ -382,7 +438,9 @@ int run(int rank, int world, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // --async needs MPI_THREAD_MULTIPLE (its background thread makes MPI calls).
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

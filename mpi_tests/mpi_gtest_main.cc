@@ -1,10 +1,12 @@
-// main() for GoogleTest binaries run under mpirun: initialises MPI, lets only rank 0
-// print the test progress, and fails the job if any rank failed.
+// main() for GoogleTest binaries run under mpirun: initialises MPI (with
+// MPI_THREAD_MULTIPLE, which asynchronous saves need), lets only rank 0 print the test
+// progress, and fails the job if any rank failed.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
