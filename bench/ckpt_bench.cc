@@ -63,6 +63,7 @@ struct Args {
   bool compare_dd = false;
   bool async = false;
   std::string staging = "1G";
+  std::string replica_reads = "auto";
 };
 
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
@@ -240,7 +241,11 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
-  auto r = distckpt::load(comm, w.state, a.dir + "/" + a.name, distckpt::LoadOptions{});
+  distckpt::LoadOptions opts;
+  opts.replica_reads = a.replica_reads == "shared" ? distckpt::LoadOptions::ReplicaReads::kShared
+                      : a.replica_reads == "each" ? distckpt::LoadOptions::ReplicaReads::kEach
+                                                  : distckpt::LoadOptions::ReplicaReads::kAuto;
+  auto r = distckpt::load(comm, w.state, a.dir + "/" + a.name, opts);
   runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
     if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
@@ -272,6 +277,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["tp"] = a.tp;
     j["dir"] = a.dir;
     j["mode"] = a.mode;
+    j["replica_reads"] = a.replica_reads;
     j["tensors"] = w.tensors.size();
     j["save_s"] = opt(do_save, save_s);
     j["load_s"] = opt(do_load, load_s);
@@ -351,6 +357,10 @@ int run(int rank, int world, int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--async", a.async, "save with AsyncCheckpointer: report blocking_s beside save_s (until committed)");
   app.add_option("--staging", a.staging, "--async: staging memory per rank (K/M/G)")->capture_default_str();
+  app.add_option("--replica-reads", a.replica_reads,
+                 "load: replicas read once and share (shared), each read for itself (each), or auto")
+      ->check(CLI::IsMember({"auto", "shared", "each"}))
+      ->capture_default_str();
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {

@@ -115,6 +115,14 @@ TEST(CheckpointMpiTest, RoundTripEveryDtypeWithDedupAndBalance) {
   EXPECT_EQ(loaded->step, 5);
   EXPECT_EQ(loaded->epoch, 3);
   EXPECT_EQ(std::get<double>(loaded->info.at("loss")), 0.25);
+  // Shared replica reads over real MPI: each unique box read once, then sent.
+  Model shared(/*fill=*/false);
+  LoadOptions shared_reads;
+  shared_reads.replica_reads = LoadOptions::ReplicaReads::kShared;
+  auto again = load(*comm, shared.state, saved->path, shared_reads);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(shared.bufs, expected);
+  EXPECT_EQ(again->bytes_read, saved->bytes_unique);
   if (world_rank() == 0) {
     auto report = verify_checkpoint(saved->path);
     EXPECT_TRUE(report.ok()) << report.status().to_string();
@@ -187,7 +195,9 @@ TEST(CheckpointMpiTest, CorruptedChunkIsReportedOnEveryRank) {
   }
   comm->barrier();
   Model fresh(false);
-  auto loaded = load(*comm, fresh.state, saved->path, {});
+  LoadOptions shared_reads;
+  shared_reads.replica_reads = LoadOptions::ReplicaReads::kShared;  // one reader: the others must not hang
+  auto loaded = load(*comm, fresh.state, saved->path, shared_reads);
   ASSERT_FALSE(loaded.ok());
   const std::string msg = loaded.status().to_string();
   testing::expect_same_on_all_ranks(msg);

@@ -133,6 +133,14 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
     EXPECT_EQ(std::get<std::string>(loaded->info.at("tag")), "hello");
     EXPECT_TRUE(std::get<bool>(loaded->info.at("flag")));
     EXPECT_EQ(loaded->loaded.size(), m.state.tensors().size());
+    // Replicas sharing the reads: each unique box is read once, then sent.
+    m.zero();
+    LoadOptions shared;
+    shared.replica_reads = LoadOptions::ReplicaReads::kShared;
+    auto again = load(comm, m.state, root() + "/ck", shared);
+    DISTCKPT_RETURN_IF_ERROR(again);
+    EXPECT_EQ(m.buffers, expected);
+    EXPECT_EQ(again->bytes_read, saved->bytes_unique);
     return Status();
   });
   expect_all_equal(statuses, "ok");
@@ -192,13 +200,19 @@ TEST_P(LocalCheckpointTest, ExistingNameIsRefused) {
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "no/slash"); }), "not allowed");
 }
 
-// Damages a file of checkpoint `ck` and expects every rank's load to fail the same way.
+// Expects every rank's load of checkpoint `ck` to fail the same way, whether replicas
+// read for themselves or share reads (then only one rank reads the damaged bytes, and
+// nobody may be left waiting for data it cannot send).
 void expect_load_fails(int world, const std::string& root, const std::string& contains) {
-  auto statuses = run(world, [&](Comm& comm) {
-    Model m(comm.rank(), world);
-    return load(comm, m.state, root + "/ck", {}).status();
-  });
-  expect_all_equal(statuses, contains);
+  for (auto mode : {LoadOptions::ReplicaReads::kEach, LoadOptions::ReplicaReads::kShared}) {
+    auto statuses = run(world, [&](Comm& comm) {
+      Model m(comm.rank(), world);
+      LoadOptions opts;
+      opts.replica_reads = mode;
+      return load(comm, m.state, root + "/ck", opts).status();
+    });
+    expect_all_equal(statuses, contains);
+  }
 }
 
 TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {

@@ -80,6 +80,15 @@ struct LoadOptions {
   // Load only these names (all of `state` when empty). Every name must be in `state`.
   std::vector<std::string> only;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
+  // Who reads a box that several ranks (replicas) need. kShared: one member of the
+  // replica group reads and checks it, then sends it to the others over the
+  // communicator (bytes read from storage / replica count). kEach: every rank reads for
+  // itself. kAuto (default): kShared when the communicator spans several nodes, kEach
+  // on one node, where the page cache already serves the second reader and the
+  // transfer costs as much as the read (README "Benchmark" has the measurements).
+  // kShared falls back to kEach when ranks do not load the same tensors in order.
+  enum class ReplicaReads { kAuto, kShared, kEach };
+  ReplicaReads replica_reads = ReplicaReads::kAuto;
 };
 
 struct LoadResult {

@@ -22,6 +22,8 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Number of distinct nodes (shared-memory domains) the ranks run on.
+  virtual int node_count() const { return 1; }
 
   // Collective.
   virtual void barrier() = 0;
@@ -35,6 +37,18 @@ class Comm {
   virtual std::string scatter(const std::vector<std::string>& parts, int root) = 0;
   // Collective: every rank receives every rank's string.
   virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+
+  // One point-to-point message: `bytes` bytes at `data`, to or from rank `peer`.
+  struct Transfer {
+    int peer;
+    void* data;
+    std::size_t bytes;
+  };
+  // Point-to-point: sends and receives all the listed messages and returns when all are
+  // done. Every message listed as a send on one rank must be listed as a receive, with
+  // the same size, on its peer; messages between the same two ranks are matched in the
+  // order they are listed. Ranks with nothing to exchange need not call it.
+  virtual void transfer(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) = 0;
 
   // Helpers built on the primitives (collective).
   void broadcast_string(std::string& s, int root);

@@ -1,6 +1,7 @@
 #include "comm/local_comm.h"
 
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -78,6 +79,34 @@ class LocalComm final : public Comm {
     return unpack(all[root])[rank_];
   }
   std::vector<std::string> allgather(const std::string& mine) override { return exchange(mine); }
+
+  // In-process emulation, collective over the whole group (unlike MPI's): every rank
+  // publishes its sends, then copies out the ones addressed to it, in order per sender.
+  // Callers in tests that transfer must therefore call it on every rank.
+  void transfer(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override {
+    std::vector<std::string> mine;
+    for (const Transfer& t : sends) {
+      std::string m(sizeof(int), '\0');
+      std::memcpy(m.data(), &t.peer, sizeof(int));
+      m.append(static_cast<const char*>(t.data), t.bytes);
+      mine.push_back(std::move(m));
+    }
+    auto all = exchange(pack(mine));
+    std::vector<std::size_t> next(size_, 0);  // next message of each sender to consider
+    std::vector<std::vector<std::string>> from(size_);
+    for (int r = 0; r < size_; ++r) from[r] = unpack(all[r]);
+    for (const Transfer& t : receives) {
+      auto& msgs = from[t.peer];
+      while (next[t.peer] < msgs.size()) {
+        const std::string& m = msgs[next[t.peer]++];
+        int dest;
+        std::memcpy(&dest, m.data(), sizeof(int));
+        if (dest != rank_) continue;
+        std::memcpy(t.data, m.data() + sizeof(int), std::min(t.bytes, m.size() - sizeof(int)));
+        break;
+      }
+    }
+  }
 
  private:
   std::vector<std::string> exchange(std::string mine) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <numeric>
@@ -25,6 +26,14 @@ class MpiComm final : public Comm {
     MPI_Comm_dup(comm, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // Nodes: one leader (local rank 0) per shared-memory domain, counted once here.
+    MPI_Comm local;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    int leader = local_rank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_);
   }
   ~MpiComm() override {
     int finalized = 0;
@@ -33,6 +42,7 @@ class MpiComm final : public Comm {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int node_count() const override { return nodes_; }
   void barrier() override { MPI_Barrier(comm_); }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -76,6 +86,26 @@ class MpiComm final : public Comm {
     return mine;
   }
 
+  void transfer(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override {
+    // Large messages go in pieces of at most kMaxMpiCount bytes; pieces between two
+    // ranks are matched in order (MPI's non-overtaking rule), like whole messages.
+    constexpr int kTag = 7411;
+    std::vector<MPI_Request> requests;
+    auto post = [&](const Transfer& t, bool send) {  // empty messages: nothing on either side
+      auto* p = static_cast<char*>(t.data);
+      for (std::size_t done = 0; done < t.bytes;) {
+        const std::size_t n = std::min(kMaxMpiCount, t.bytes - done);
+        requests.emplace_back();
+        if (send) MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_, &requests.back());
+        else MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_, &requests.back());
+        done += n;
+      }
+    };
+    for (const Transfer& t : receives) post(t, false);
+    for (const Transfer& t : sends) post(t, true);
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+
   std::vector<std::string> allgather(const std::string& mine) override {
     int mysize = checked_count(static_cast<int64_t>(mine.size()));
     std::vector<int> sizes(size_);
@@ -108,6 +138,7 @@ class MpiComm final : public Comm {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  int nodes_ = 1;
 };
 
 }  // namespace
