@@ -55,21 +55,10 @@ class AsyncCheckpointer::Impl {
     Status staged = internal_runtime::guarded(internal_runtime::rank_prefix(*fg_) + ": stage", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(session.local_error);
       if (session.mine.empty()) return Status();
-      const std::string path = session.tmp_dir + "/" + internal_storage::data_file_name(fg_->rank());
-      WriteOpenOptions open_options;
-      open_options.direct_io = options.direct_io;
-      auto file = session.fs->open_writable(path, open_options);
-      if (!file.ok()) return file.status();
-      std::vector<uint64_t> chunk_ends;
-      for (const auto& item : session.mine) chunk_ends.push_back(item.byte_offset + item.length);
-      writer = std::make_unique<StreamWriter>(std::move(*file), *pool_, std::move(chunk_ends), path);
-      for (const auto& item : session.mine) {
-        const TensorEntry& e = state.tensors()[item.tensor];
-        Status st = writer->append(e.buffers[item.local_box], item.length);
-        if (!st.ok()) return st.with_context("tensor '" + e.name + "'");
-        session.result.rank_bytes_written += item.length;
-      }
-      return Status();
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_runtime::open_data_file(session, *fg_));
+      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_runtime::chunk_ends(session.mine),
+                                              internal_runtime::data_file_path(session, *fg_));
+      return internal_runtime::stage_chunks(*writer, session, state, *fg_, &session.result.rank_bytes_written);
     });
     const double stage_s = stage_timer.seconds();
 

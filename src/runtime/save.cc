@@ -34,31 +34,20 @@ constexpr std::size_t kSyncStagingBytes = 32u << 20;
 // through aligned staging slabs (storage/stream_writer.h); otherwise they go from the
 // caller's buffers through the page cache, each 1 MiB piece checksummed just before it
 // is written, while its bytes are still in cache.
-Result<std::vector<uint32_t>> write_chunks(FileSystem& fs, const StateDict& state, const std::string& tmp_dir,
-                                           const std::vector<WriteItem>& items, const SaveOptions& options,
+Result<std::vector<uint32_t>> write_chunks(const internal_runtime::SaveSession& session, const StateDict& state,
                                            const Comm& comm, uint64_t* bytes) {
+  const std::vector<WriteItem>& items = session.mine;
   std::vector<uint32_t> crcs;
   if (items.empty()) return crcs;
-  const std::string path = tmp_dir + "/" + internal_storage::data_file_name(comm.rank());
   const std::string where = rank_prefix(comm);
-  WriteOpenOptions open_options;
-  open_options.direct_io = options.direct_io;
-  auto opened = fs.open_writable(path, open_options);
-  if (!opened.ok()) return opened.status().with_context(where);
-  std::unique_ptr<WritableFile> file = std::move(opened).value();
+  DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, internal_runtime::open_data_file(session, comm));
 
   if (file->direct()) {
-    std::vector<uint64_t> chunk_ends;
-    for (const WriteItem& item : items) chunk_ends.push_back(item.byte_offset + item.length);
     internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4);
-    internal_storage::StreamWriter writer(std::move(file), pool, std::move(chunk_ends), path);
-    for (const WriteItem& item : items) {
-      const TensorEntry& e = state.tensors()[item.tensor];
-      Status st = writer.append(e.buffers[item.local_box], item.length);
-      if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
-      *bytes += item.length;
-    }
-    auto done = writer.finish(options.fsync);
+    internal_storage::StreamWriter writer(std::move(file), pool, internal_runtime::chunk_ends(items),
+                                          internal_runtime::data_file_path(session, comm));
+    DISTCKPT_RETURN_IF_ERROR(internal_runtime::stage_chunks(writer, session, state, comm, bytes));
+    auto done = writer.finish(session.options.fsync);
     if (!done.ok()) return done.status().with_context(where);
     return done;
   }
@@ -78,7 +67,7 @@ Result<std::vector<uint32_t>> write_chunks(FileSystem& fs, const StateDict& stat
     crcs.push_back(internal_transform::crc32c_finish(crc));
     *bytes += item.length;
   }
-  if (options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
+  if (session.options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
   DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));
   return crcs;
 }
@@ -92,6 +81,35 @@ std::string encode_crcs(const std::vector<uint32_t>& crcs) {
 namespace internal_runtime {
 
 std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
+
+std::string data_file_path(const SaveSession& session, const Comm& comm) {
+  return session.tmp_dir + "/" + internal_storage::data_file_name(comm.rank());
+}
+
+Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm) {
+  WriteOpenOptions open_options;
+  open_options.direct_io = session.options.direct_io;
+  auto file = session.fs->open_writable(data_file_path(session, comm), open_options);
+  if (!file.ok()) return file.status().with_context(rank_prefix(comm));
+  return file;
+}
+
+std::vector<uint64_t> chunk_ends(const std::vector<internal_plan::WriteItem>& items) {
+  std::vector<uint64_t> ends;
+  for (const auto& item : items) ends.push_back(item.byte_offset + item.length);
+  return ends;
+}
+
+Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,
+                    const Comm& comm, uint64_t* bytes) {
+  for (const WriteItem& item : session.mine) {
+    const TensorEntry& e = state.tensors()[item.tensor];
+    Status st = writer.append(e.buffers[item.local_box], item.length);
+    if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
+    *bytes += item.length;
+  }
+  return Status();
+}
 
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
                                const SaveOptions& options) {
@@ -164,7 +182,7 @@ Result<std::vector<uint32_t>> write_session(const SaveSession& session, const St
                                             uint64_t* bytes) {
   if (!session.local_error.ok()) return session.local_error;
   return guarded(rank_prefix(comm) + ": write", [&] {
-    return write_chunks(*session.fs, state, session.tmp_dir, session.mine, session.options, comm, bytes);
+    return write_chunks(session, state, comm, bytes);
   });
 }
 

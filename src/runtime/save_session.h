@@ -11,6 +11,7 @@
 
 #include "distckpt/checkpoint.h"
 #include "plan/save_plan.h"
+#include "storage/stream_writer.h"
 
 namespace distckpt::internal_runtime {
 
@@ -35,5 +36,14 @@ Result<std::vector<uint32_t>> write_session(const SaveSession& session, const St
 Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<std::vector<uint32_t>>& crcs);
 
 std::string rank_prefix(const Comm& comm);
+
+// The I/O steps shared by the synchronous and the asynchronous write: this rank's data
+// file (opened with direct I/O when asked for), the stream offsets where its chunks end,
+// and the copy of its chunks into a stream writer.
+std::string data_file_path(const SaveSession& session, const Comm& comm);
+Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm);
+std::vector<uint64_t> chunk_ends(const std::vector<internal_plan::WriteItem>& items);
+Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,
+                    const Comm& comm, uint64_t* bytes);
 
 }  // namespace distckpt::internal_runtime
