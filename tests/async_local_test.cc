@@ -165,6 +165,39 @@ TEST_P(AsyncLocalTest, UnreportedFailureIsReportedByTheNextSaveAsync) {
   EXPECT_FALSE(fs::exists(root() + "/next"));
 }
 
+// wait() is not collective: when only rank 0 collects a background failure, the next
+// save_async still returns that failure on every rank (no rank starts a new save alone).
+TEST_P(AsyncLocalTest, FailureCollectedByOneRankIsStillReportedEverywhere) {
+  const int world = GetParam();
+  if (world < 2) GTEST_SKIP() << "needs a rank that did not call wait()";
+  std::mutex mu;
+  std::vector<std::string> next_errors;
+  run_async(world, small_staging(), [&](int rank, AsyncCheckpointer& ckpt, Comm& comm) {
+    Model m(rank, comm.size(), 8.0f);
+    SaveOptions bad = named("bad");
+    if (rank == 0) {
+      internal_storage::FaultSpec spec;
+      spec.write_budget = 0;
+      bad.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    }
+    ASSERT_TRUE(ckpt.save_async(m.state, root(), bad).ok());
+    if (rank == 0) EXPECT_FALSE(ckpt.wait().ok());
+    Status next = ckpt.save_async(m.state, root(), named("next"));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      next_errors.push_back(next.to_string());
+    }
+    ASSERT_TRUE(ckpt.save_async(m.state, root(), named("after")).ok());
+    ASSERT_TRUE(ckpt.end().ok());
+  });
+  for (const auto& e : next_errors) {
+    EXPECT_EQ(e, next_errors[0]);
+    EXPECT_NE(e.find("No space left"), std::string::npos) << e;
+  }
+  EXPECT_FALSE(fs::exists(root() + "/next"));
+  EXPECT_TRUE(verify_checkpoint(root() + "/after").ok());
+}
+
 TEST_P(AsyncLocalTest, BackToBackSavesWaitForEachOther) {
   run_async(GetParam(), small_staging(), [&](int rank, AsyncCheckpointer& ckpt, Comm& comm) {
     Model m(rank, comm.size(), 0.0f);

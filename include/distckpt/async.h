@@ -63,7 +63,9 @@ class AsyncCheckpointer {
 
   // Blocks until the save in flight is committed or has failed, and returns its result,
   // the same on every rank (ranks agreed in the background). kNotFound when no save was
-  // started since the last result was returned. Not collective by itself.
+  // started since the last result was returned. Not collective: a rank may call it
+  // alone; a failure it returns is still reported by the next save_async on the ranks
+  // that did not call it, and that save_async returns it on every rank.
   Result<SaveResult> wait();
 
   // Whether a save is in flight on this rank (local: ranks may briefly disagree).

@@ -40,12 +40,12 @@ class AsyncCheckpointer::Impl {
       if (busy) return Status(StatusCode::kBusy, "save_async: a save is still in flight");
     }
     join();
-    if (pending_ && !pending_->ok()) {  // the previous save failed: report it, once
-      Status failed = pending_->status();
-      pending_.reset();
-      return failed;
-    }
+    // The previous save failed and was not reported on some rank: report it on every
+    // rank (agreed, since a rank that already returned it from wait() has cleared it),
+    // and start nothing. Deciding locally could send ranks different ways here.
+    const Status previous = pending_ && !pending_->ok() ? pending_->status() : Status();
     pending_.reset();
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, previous));
 
     DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_runtime::begin_save(*fg_, state, root, options));
     // Stage this rank's share. A local failure is not returned here: the background
@@ -67,8 +67,7 @@ class AsyncCheckpointer::Impl {
                            stage_s, fsync = options.fsync]() mutable {
       internal_runtime::Timer write_timer;
       Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
-                                                       : Result<std::vector<uint32_t>>(staged.with_context(
-                                                             internal_runtime::rank_prefix(*bg_)));
+                                                       : Result<std::vector<uint32_t>>(staged);
       if (staged.ok() && writer)
         crcs = internal_runtime::guarded(internal_runtime::rank_prefix(*bg_) + ": write",
                                          [&] { return writer->finish(fsync); });

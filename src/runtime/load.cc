@@ -135,19 +135,32 @@ Status load_box(FileCache& files, const proto::Tensor& t, TensorEntry& e, std::s
   return Status();
 }
 
-// Collective: whether every rank loads the same tensors, with the same layouts, in the
-// same order, which sharing reads among replicas relies on (each member of a replica
-// group must derive the same reader for each box).
-bool same_plan_everywhere(Comm& comm, const StateDict& state, const std::vector<std::pair<int, int>>& plan) {
+// Collective: whether replicas may share reads. Every rank must want it (its options,
+// and no buffer of its planned boxes used twice: tied weights would make a rank receive
+// into a buffer it also sends from) and every rank must load the same tensors, with the
+// same dtypes and layouts (rank lists and explicit boxes included), in the same order,
+// so that each member of a replica group derives the same reader for each box. One
+// allreduce decides, so all ranks take the same path.
+bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::pair<int, int>>& plan,
+                     bool wanted) {
   std::string signature;
+  std::set<void*> buffers;
+  bool tied = false;
   for (const auto& [i, t] : plan) {
     const TensorEntry& e = state.tensors()[i];
-    signature += e.name + '\0' + e.layout.to_string() + '\0';
+    signature += e.name + '\0' + std::string(dtype_name(e.dtype)) + '\0' + e.layout.to_string() + '\0';
+    for (int r : e.layout.ranks()) {
+      signature += std::to_string(r) + ':';
+      if (!e.layout.is_device_matrix())
+        for (const Box& b : e.layout.boxes_of(r)) signature += b.to_string();
+    }
+    for (std::size_t b = 0; b < e.buffers.size(); ++b)
+      if (e.boxes[b].num_elements() > 0 && !buffers.insert(e.buffers[b]).second) tied = true;
   }
   const auto h = static_cast<int64_t>(std::hash<std::string>{}(signature) >> 1);
-  std::vector<int64_t> v{h, -h};
+  std::vector<int64_t> v{h, -h, wanted && !tied ? 1 : 0};
   comm.allreduce(v, ReduceOp::kMin);
-  return v[0] == h && -v[1] == h;
+  return v[2] == 1 && v[0] == h && -v[1] == h;
 }
 
 }  // namespace
@@ -233,7 +246,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   const bool wants_sharing =
       options.replica_reads == LoadOptions::ReplicaReads::kShared ||
       (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1);
-  const bool share = wants_sharing && comm.size() > 1 && same_plan_everywhere(comm, state, plan);
+  const bool share = comm.size() > 1 && may_share_reads(comm, state, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
   local = internal_runtime::guarded(where, [&]() -> Status {
     std::vector<char> scratch;
