@@ -16,9 +16,9 @@
 #include "runtime/guard.h"
 #include "runtime/save_session.h"
 #include "runtime/timer.h"
+#include "storage/index_io.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
-#include "storage/index_io.h"
 
 namespace distckpt {
 

@@ -7,8 +7,8 @@
 #include "distckpt/checkpoint.h"
 #include "plan/save_plan.h"
 #include "runtime/commit.h"
-#include "runtime/save_session.h"
 #include "runtime/guard.h"
+#include "runtime/save_session.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
 #include "storage/staging.h"
@@ -19,15 +19,12 @@ namespace distckpt {
 
 using internal_comm::agree;
 using internal_plan::WriteItem;
-
 using internal_runtime::rank_prefix;
 
 namespace {
 
 // Staging for direct-I/O saves: 4 slabs, so copying one overlaps writing others.
 constexpr std::size_t kSyncStagingBytes = 32u << 20;
-
-
 
 // Writes this rank's chunks into its data file and fsyncs it; returns each chunk's CRC32C.
 // With direct I/O (when asked for and the file system allows it) the bytes stream
