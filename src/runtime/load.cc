@@ -279,7 +279,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     }
     result.step = index.step();
     result.epoch = index.epoch();
-    result.info = internal_storage::to_checkpoint_info(index, dir).info;
+    result.info = internal_storage::info_values(index);
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));

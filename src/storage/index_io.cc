@@ -203,16 +203,22 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
     }
     info.tensors.push_back(std::move(ti));
   }
+  info.info = info_values(index);
+  return info;
+}
+
+std::map<std::string, InfoValue> info_values(const proto::Index& index) {
+  std::map<std::string, InfoValue> out;
   for (const auto& [key, v] : index.info()) {
     switch (v.value_case()) {
-      case proto::InfoValue::kIntValue: info.info[key] = v.int_value(); break;
-      case proto::InfoValue::kFloatValue: info.info[key] = v.float_value(); break;
-      case proto::InfoValue::kBoolValue: info.info[key] = v.bool_value(); break;
-      case proto::InfoValue::kStringValue: info.info[key] = v.string_value(); break;
+      case proto::InfoValue::kIntValue: out[key] = v.int_value(); break;
+      case proto::InfoValue::kFloatValue: out[key] = v.float_value(); break;
+      case proto::InfoValue::kBoolValue: out[key] = v.bool_value(); break;
+      case proto::InfoValue::kStringValue: out[key] = v.string_value(); break;
       default: break;
     }
   }
-  return info;
+  return out;
 }
 
 

@@ -40,6 +40,9 @@ Status validate_index(const proto::Index& index, const std::string& path);
 // pointer (first save, pointer lost). Rank 0 only.
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
 
+// The info values of an index (epoch_num, step_num, user values).
+std::map<std::string, InfoValue> info_values(const proto::Index& index);
+
 CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path);
 
 }  // namespace distckpt::internal_storage
