@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distckpt/comm.h"
@@ -29,6 +31,20 @@ namespace distckpt {
 
 // Version of the on-disk index this build writes. Newer versions are refused on read.
 inline constexpr uint32_t kIndexFormatVersion = 1;
+
+// What a save writes.
+//   kNative: a checkpoint directory (data files + index.pb).
+//   kCkpt: one MindSpore-compatible protobuf .ckpt file (MindSpore's load_checkpoint
+//     reads it; records over 512 MiB split as MindSpore does; optional CRC-32 footer).
+//   kSafetensors: one .safetensors file (standard header, data 8-byte aligned).
+//   kHdf5: one .h5 file written with parallel HDF5 (a dataset per tensor).
+// ckpt and safetensors files are written by one rank from tensors reconstructed region
+// by region (gather_region); HDF5 files by every rank, each unique slice as a
+// hyperslab. All are loaded by load() into any layout, each rank reading its slice.
+enum class Format { kNative, kCkpt, kSafetensors, kHdf5 };
+std::string_view format_name(Format format);  // "native", "ckpt", "safetensors", "hdf5"
+// Inverse of format_name (also accepts "h5"); nullopt for anything else.
+std::optional<Format> format_from_name(std::string_view name);
 
 struct SaveOptions {
   // Directory name under root. Must be non-empty, without '/', not "latest", not
@@ -48,10 +64,26 @@ struct SaveOptions {
   // measured: see src/storage/stream_writer.h.
   bool direct_io = true;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
+
+  // ---- single-file (integrated) saves ----
+  Format format = Format::kNative;
+  // kNative only: write full tensors (reconstructed with gather_region) into one data
+  // file written by `writer_rank`, instead of each rank writing its unique slices.
+  // ckpt and safetensors are always integrated; HDF5 never needs the gather.
+  bool integrated = false;
+  // Rank that writes an integrated file (ckpt, safetensors, native + integrated).
+  int writer_rank = 0;
+  // Bytes of a tensor reconstructed at a time: the writer holds at most two such
+  // regions (one being written while the next is gathered). A region is whole rows
+  // of dim 0 (one row if a row is larger).
+  uint64_t gather_bytes = uint64_t{64} << 20;
+  // kCkpt: append MindSpore's CRC-32 footer ("crc_num"), checked on load and verify.
+  // MindSpore >= 2.1 reads it; turn it off for older MindSpore readers.
+  bool ckpt_crc_footer = true;
 };
 
 struct SaveResult {
-  std::string path;             // <root>/<name>
+  std::string path;             // <root>/<name> (single files: with the format's extension)
   uint64_t bytes_unique = 0;    // size of the state once (sum of global tensor sizes)
   uint64_t bytes_written = 0;   // data bytes written by all ranks (excludes the index)
   uint64_t rank_bytes_written = 0;  // by this rank

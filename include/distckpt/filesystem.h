@@ -82,6 +82,8 @@ class FileSystem {
   virtual Result<uint64_t> file_size(const std::string& path) = 0;
   // fsync of a directory, so that entries created or renamed in it are durable.
   virtual Status sync_dir(const std::string& path) = 0;
+  // fsync of an existing file written by someone else (HDF5 writes its own files).
+  virtual Status sync_file(const std::string& path) = 0;
 };
 
 // The process-wide POSIX file system (thread-safe, never null, not owned by the caller).

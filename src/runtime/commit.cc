@@ -37,7 +37,6 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
                                        const std::string& name, const proto::Index& index, bool fsync,
                                        bool update_latest) {
   CommitResult result;
-  const std::string final_dir = root + "/" + name;
   // Step 3: index, fsync, rename, fsync parent.
   const std::string framed = internal_storage::frame_index(index);
   result.index_bytes = framed.size();
@@ -51,6 +50,16 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
     DISTCKPT_RETURN_IF_ERROR(file->close());
   }
   if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir));
+  DISTCKPT_ASSIGN_OR_RETURN(CommitResult published, publish_checkpoint(fs, root, tmp_dir, name, fsync, update_latest));
+  published.index_bytes = result.index_bytes;
+  return published;
+}
+
+Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
+                                        const std::string& name, bool fsync, bool update_latest) {
+  CommitResult result;
+  const std::string final_dir = root + "/" + name;
+  const std::string& tmp_dir = tmp_path;
   // No-replace: another job that committed the same name meanwhile keeps its checkpoint.
   Status renamed = fs.rename_no_replace(tmp_dir, final_dir);
   if (renamed.code() == StatusCode::kAlreadyExists)

@@ -19,6 +19,11 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
                                        const std::string& name, const proto::Index& index, bool fsync,
                                        bool update_latest);
 
+// Rank 0 only: the rename and pointer part of step 3 and step 4, for a checkpoint
+// (a directory with its index, or a single file) complete and fsynced at `tmp_path`.
+Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
+                                        const std::string& name, bool fsync, bool update_latest);
+
 // A fresh "<root>/<name>.tmp-<random hex>" path.
 std::string make_tmp_dir_name(const std::string& root, const std::string& name);
 

@@ -8,6 +8,7 @@
 #include "plan/save_plan.h"
 #include "runtime/commit.h"
 #include "runtime/guard.h"
+#include "runtime/listing.h"
 #include "runtime/save_session.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
@@ -76,6 +77,10 @@ std::string encode_crcs(const std::vector<uint32_t>& crcs) {
 }  // namespace
 
 namespace internal_runtime {
+
+// integrated_save.cc
+Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std::string& root,
+                                   const SaveOptions& options);
 
 std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
 
@@ -152,7 +157,7 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
       DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context("save: rank 0"));
       if (fs.exists(session.result.path))
         return already_exists("save: checkpoint '" + session.result.path + "' already exists");
-      index.set_commit_seq(internal_storage::next_commit_seq(fs, root));
+      index.set_commit_seq(internal_runtime::next_commit_seq(fs, root));
       index.set_advances_latest(options.update_latest);
       session.tmp_dir = make_tmp_dir_name(root, options.name);
       return fs.create_dir(session.tmp_dir).with_context("save: rank 0");
@@ -240,6 +245,8 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
 }  // namespace internal_runtime
 
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
+  if (options.format != Format::kNative || options.integrated)
+    return internal_runtime::save_integrated(comm, state, root, options);
   DISTCKPT_ASSIGN_OR_RETURN(internal_runtime::SaveSession session,
                             internal_runtime::begin_save(comm, state, root, options));
   // Protocol steps 1-2: write and fsync, then agree (in finish_save).

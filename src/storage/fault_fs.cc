@@ -106,5 +106,11 @@ Status FaultFileSystem::sync_dir(const std::string& path) {
   on_op("sync_dir", path);
   return base_->sync_dir(path);
 }
+Status FaultFileSystem::sync_file(const std::string& path) {
+  on_op("sync", path);
+  if (!spec_.fail_sync_if_contains.empty() && path.find(spec_.fail_sync_if_contains) != std::string::npos)
+    return io_error("fsync '" + path + "': injected EIO");
+  return base_->sync_file(path);
+}
 
 }  // namespace distckpt::internal_storage

@@ -46,6 +46,7 @@ class FaultFileSystem final : public FileSystem {
   bool exists(const std::string& path) override;
   Result<uint64_t> file_size(const std::string& path) override;
   Status sync_dir(const std::string& path) override;
+  Status sync_file(const std::string& path) override;
 
   uint64_t bytes_written() const { return written_.load(); }
 

@@ -35,11 +35,6 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
 // to the checkpoint directory, the distinct chunks covering each tensor.
 Status validate_index(const proto::Index& index, const std::string& path);
 
-// The commit sequence number for the next save under `root`: 1 + that of `latest`'s
-// target, or 1 + the highest among committed checkpoints when there is no valid
-// pointer (first save, pointer lost). Rank 0 only.
-uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
-
 // The info values of an index (epoch_num, step_num, user values).
 std::map<std::string, InfoValue> info_values(const proto::Index& index);
 

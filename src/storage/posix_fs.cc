@@ -208,6 +208,15 @@ class PosixFileSystem final : public FileSystem {
     if (rc != 0) return errno_status("fsync directory", path, err);
     return Status();
   }
+  Status sync_file(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return errno_status("open", path, errno);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) return errno_status("fsync", path, err);
+    return Status();
+  }
 };
 
 }  // namespace

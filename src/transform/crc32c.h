@@ -14,6 +14,13 @@ uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n);
 inline uint32_t crc32c_finish(uint32_t state) { return ~state; }
 inline uint32_t crc32c(const void* data, std::size_t n) { return crc32c_finish(crc32c_extend(kCrc32cInit, data, n)); }
 
+// CRC-32 as zlib's crc32() and Python's binascii.crc32 compute it (MindSpore's .ckpt
+// footer): crc = crc32_zlib(crc, data, n) starting from 0. crc32_zlib(0, "123456789")
+// == 0xCBF43926.
+uint32_t crc32_zlib(uint32_t crc, const void* data, std::size_t n);
+// zlib's crc32_combine: the CRC-32 of A+B from those of A and B and B's length.
+uint32_t crc32_zlib_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
+
 // "0x1a2b3c4d".
 std::string crc32c_hex(uint32_t crc);
 // "crc32c 0x1a2b3c4d != recorded 0x9c8d7e6f", for error messages.

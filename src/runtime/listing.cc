@@ -3,6 +3,8 @@
 #include <tuple>
 
 #include "distckpt/checkpoint.h"
+#include "format/stored.h"
+#include "runtime/listing.h"
 #include "storage/index_io.h"
 
 namespace distckpt {
@@ -13,6 +15,18 @@ using internal_storage::kTmpMarker;
 
 namespace {
 std::shared_ptr<FileSystem> or_posix(std::shared_ptr<FileSystem> fs) { return fs ? fs : posix_filesystem(); }
+
+// A file name (in flight or committed) of a single-file format: ".ckpt", ".safetensors",
+// ".h5" or ".hdf5", possibly followed by a ".tmp-<id>" suffix.
+bool is_single_file_name(std::string name) {
+  const auto tmp = name.find(kTmpMarker);
+  if (tmp != std::string::npos) name.resize(tmp);
+  for (const char* ext : {".ckpt", ".safetensors", ".h5", ".hdf5"}) {
+    const std::string e = ext;
+    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
 
 // Reads the `latest` pointer: one checkpoint name, optionally newline-terminated.
 std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
@@ -28,11 +42,11 @@ std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
 }
 }  // namespace
 
-namespace internal_storage {
+namespace internal_runtime {
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
   const std::string latest = read_latest_pointer(fs, root);
   if (!latest.empty()) {
-    auto index = read_index(fs, root + "/" + latest);
+    auto index = internal_format::read_stored_index(fs, root + "/" + latest);
     if (index.ok()) return index->commit_seq() + 1;
   }
   uint64_t highest = 0;
@@ -41,11 +55,11 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
     for (const auto& e : listing->entries) highest = std::max(highest, e.commit_seq);
   return highest + 1;
 }
-}  // namespace internal_storage
+}  // namespace internal_runtime
 
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
   fs = or_posix(fs);
-  DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_storage::read_index(*fs, path));
+  DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
   return internal_storage::to_checkpoint_info(index, path);
 }
 
@@ -55,7 +69,8 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
   RootListing listing;
   std::vector<CheckpointEntry> committed, other;
   for (const auto& e : entries) {
-    if (!e.is_dir) continue;
+    // Directories are native checkpoints; files only in a single-file format.
+    if (!e.is_dir && (e.name == kLatestFileName || !is_single_file_name(e.name))) continue;
     CheckpointEntry entry;
     entry.name = e.name;
     if (e.name.find(kTmpMarker) != std::string::npos) {
@@ -64,7 +79,7 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
       other.push_back(std::move(entry));
       continue;
     }
-    auto index = internal_storage::read_index(*fs, root + "/" + e.name);
+    auto index = internal_format::read_stored_index(*fs, root + "/" + e.name);
     if (!index.ok()) {
       entry.state = EntryState::kBroken;
       entry.detail = index.status().to_string();
@@ -97,6 +112,7 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
 Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
   fs = or_posix(fs);
   if (fs->exists(path + "/" + kIndexFileName)) return path;
+  if (is_single_file_name(path) && fs->open_readable(path).ok()) return path;
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
   DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
   // A damaged newest checkpoint is never skipped silently: when `latest` names a broken

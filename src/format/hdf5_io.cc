@@ -1,0 +1,370 @@
+#include "format/hdf5_io.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+
+#include "format/stored.h"
+#include "layout/tiling.h"
+#include "storage/index_io.h"
+
+namespace distckpt::internal_format {
+
+namespace {
+
+constexpr const char* kMetaAttr = "distckpt";
+
+// The innermost message of HDF5's error stack (HDF5's own printing is turned off).
+herr_t collect_error(unsigned n, const H5E_error2_t* e, void* out) {
+  auto* s = static_cast<std::string*>(out);
+  if (n == 0 && e->desc != nullptr) *s = e->desc;
+  return 0;
+}
+std::string hdf5_message() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "HDF5 error" : msg;
+}
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// Closes an HDF5 identifier with the matching call when it goes out of scope.
+class Id {
+ public:
+  Id() = default;
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Id(Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Id& operator=(Id&& o) noexcept {
+    reset();
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+    return *this;
+  }
+  ~Id() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+Id make_type(DType t) {
+  switch (t) {
+    case DType::kFloat32: return Id(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kFloat64: return Id(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kInt8: return Id(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kInt16: return Id(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kInt32: return Id(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kInt64: return Id(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kUInt8: return Id(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+    case DType::kUInt16: return Id(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    case DType::kUInt32: return Id(H5Tcopy(H5T_STD_U32LE), H5Tclose);
+    case DType::kUInt64: return Id(H5Tcopy(H5T_STD_U64LE), H5Tclose);
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      Id id(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+      const bool half = t == DType::kFloat16;
+      // sign bit 15; exponent at 10 (5 bits) or 7 (8 bits); mantissa from bit 0.
+      H5Tset_fields(id.get(), 15, half ? 10 : 7, half ? 5 : 8, 0, half ? 10 : 7);
+      H5Tset_size(id.get(), 2);
+      H5Tset_ebias(id.get(), half ? 15 : 127);
+      return id;
+    }
+    case DType::kBool: {
+      Id id(H5Tenum_create(H5T_NATIVE_INT8), H5Tclose);
+      int8_t no = 0, yes = 1;
+      H5Tenum_insert(id.get(), "FALSE", &no);
+      H5Tenum_insert(id.get(), "TRUE", &yes);
+      return id;
+    }
+  }
+  return Id();
+}
+
+// The dtype an HDF5 dataset type stores, when it is one distckpt can read by offset.
+std::optional<DType> dtype_of(hid_t type) {
+  for (DType t : kAllDTypes) {
+    Id ours = make_type(t);
+    if (H5Tequal(ours.get(), type) > 0) return t;
+  }
+  if (H5Tget_class(type) == H5T_ENUM && H5Tget_size(type) == 1) return DType::kBool;
+  return std::nullopt;
+}
+
+Status write_string_attr(hid_t obj, const char* name, const std::string& value) {
+  Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), value.empty() ? 1 : value.size());
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  Id attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  if (!attr.ok() || H5Awrite(attr.get(), type.get(), padded.data()) < 0)
+    return io_error(std::string("HDF5 attribute '") + name + "': " + hdf5_message());
+  return Status();
+}
+
+template <typename T>
+Status write_scalar_attr(hid_t obj, const std::string& name, hid_t type, const T& value, hsize_t count = 1) {
+  Id space(count == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr), H5Sclose);
+  Id attr(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok() || H5Awrite(attr.get(), type, &value) < 0)
+    return io_error("HDF5 attribute '" + name + "': " + hdf5_message());
+  return Status();
+}
+
+Status write_array_attr(hid_t obj, const char* name, const std::vector<int64_t>& values) {
+  if (values.empty()) return Status();
+  const hsize_t n = values.size();
+  Id space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Id attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok() || H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data()) < 0)
+    return io_error(std::string("HDF5 attribute '") + name + "': " + hdf5_message());
+  return Status();
+}
+
+struct VisitState {
+  std::vector<std::string> datasets;
+};
+herr_t visit_object(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<VisitState*>(data)->datasets.push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+struct Hdf5Writer::Handles {
+  Id file;
+  std::vector<Id> datasets;
+  std::vector<Id> types;
+  Id dxpl;
+};
+
+Status check_hdf5_name(const std::string& name) {
+  std::size_t start = 0;
+  while (true) {
+    const auto slash = name.find('/', start);
+    const std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty() || part == "." || part == "..")
+      return invalid_argument("tensor '" + name + "' cannot be an HDF5 dataset path (empty, '.' or '..' component)");
+    if (slash == std::string::npos) return Status();
+    start = slash + 1;
+  }
+}
+
+Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
+                                                       const proto::Index& meta) {
+  quiet_hdf5();
+  std::unique_ptr<Hdf5Writer> w(new Hdf5Writer());
+  w->h_ = std::make_unique<Handles>();
+  w->path_ = path;
+  w->meta_ = meta;
+  const std::string where = "hdf5 '" + path + "'";
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (comm != MPI_COMM_NULL) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  // 1.8 object headers allow attributes over 64 KiB (the metadata of large models).
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), H5Fclose);
+  if (!w->h_->file.ok()) return io_error(where + ": cannot create: " + hdf5_message());
+  w->h_->dxpl = Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (comm != MPI_COMM_NULL) H5Pset_dxpl_mpio(w->h_->dxpl.get(), H5FD_MPIO_COLLECTIVE);
+  Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+  H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);  // every byte is written by a slice
+  for (const auto& t : meta.tensors()) {
+    DISTCKPT_RETURN_IF_ERROR(check_hdf5_name(t.name()));
+    const DType dtype = *dtype_from_name(t.dtype());
+    std::vector<hsize_t> dims(t.global_shape().begin(), t.global_shape().end());
+    Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+             H5Sclose);
+    Id type = make_type(dtype);
+    Id dset(H5Dcreate2(w->h_->file.get(), t.name().c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(),
+                       H5P_DEFAULT),
+            H5Dclose);
+    if (!dset.ok()) return io_error(where + ": tensor '" + t.name() + "': cannot create its dataset: " + hdf5_message());
+    DISTCKPT_RETURN_IF_ERROR(write_string_attr(dset.get(), "dtype", t.dtype()));
+    DISTCKPT_RETURN_IF_ERROR(write_array_attr(dset.get(), "dev_mat", {t.layout().dev_mat().begin(), t.layout().dev_mat().end()}));
+    DISTCKPT_RETURN_IF_ERROR(write_array_attr(dset.get(), "tensor_map", {t.layout().tensor_map().begin(), t.layout().tensor_map().end()}));
+    w->h_->datasets.push_back(std::move(dset));
+    w->h_->types.push_back(std::move(type));
+  }
+  return w;
+}
+
+Hdf5Writer::~Hdf5Writer() = default;
+
+Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces, int rounds) {
+  const hid_t dset = h_->datasets[static_cast<std::size_t>(tensor)].get();
+  const hid_t type = h_->types[static_cast<std::size_t>(tensor)].get();
+  const std::string where = "hdf5 '" + path_ + "': tensor '" + meta_.tensors(tensor).name() + "'";
+  Status status;
+  for (int r = 0; r < rounds; ++r) {
+    Id fspace(H5Dget_space(dset), H5Sclose);
+    Id mspace;
+    const void* data = nullptr;
+    const bool mine = r < static_cast<int>(pieces.size()) && pieces[static_cast<std::size_t>(r)].first.num_elements() > 0;
+    if (mine) {
+      const Box& box = pieces[static_cast<std::size_t>(r)].first;
+      data = pieces[static_cast<std::size_t>(r)].second;
+      if (box.shape.empty()) {
+        mspace = Id(H5Screate(H5S_SCALAR), H5Sclose);
+        H5Sselect_all(fspace.get());
+      } else {
+        std::vector<hsize_t> start(box.offset.begin(), box.offset.end()), count(box.shape.begin(), box.shape.end());
+        mspace = Id(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+      }
+    } else {
+      // A rank with nothing to write in this round still takes part in the collective.
+      hsize_t one = 1;
+      mspace = Id(H5Screate_simple(1, &one, nullptr), H5Sclose);
+      H5Sselect_none(mspace.get());
+      H5Sselect_none(fspace.get());
+    }
+    // Keep going after a failure: the other ranks are in the same collective rounds.
+    if (H5Dwrite(dset, type, mspace.get(), fspace.get(), h_->dxpl.get(), data) < 0 && status.ok())
+      status = io_error(where + ": write failed: " + hdf5_message());
+  }
+  return status;
+}
+
+Status Hdf5Writer::finish() {
+  const hid_t file = h_->file.get();
+  const std::string where = "hdf5 '" + path_ + "'";
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(meta_, &json, options);
+  Status st = write_string_attr(file, kMetaAttr, json);
+  if (st.ok() && meta_.step() >= 0) st = write_scalar_attr(file, "step_num", H5T_NATIVE_INT64, meta_.step());
+  if (st.ok() && meta_.epoch() >= 0) st = write_scalar_attr(file, "epoch_num", H5T_NATIVE_INT64, meta_.epoch());
+  for (const auto& [key, v] : meta_.info()) {
+    if (!st.ok() || key == kMetaAttr || key == "step_num" || key == "epoch_num") continue;
+    switch (v.value_case()) {
+      case proto::InfoValue::kIntValue: st = write_scalar_attr(file, key, H5T_NATIVE_INT64, v.int_value()); break;
+      case proto::InfoValue::kFloatValue: st = write_scalar_attr(file, key, H5T_NATIVE_DOUBLE, v.float_value()); break;
+      case proto::InfoValue::kBoolValue: {
+        Id type = make_type(DType::kBool);
+        const int8_t b = v.bool_value() ? 1 : 0;
+        st = write_scalar_attr(file, key, type.get(), b);
+        break;
+      }
+      default: st = write_string_attr(file, key.c_str(), v.string_value()); break;
+    }
+  }
+  h_->datasets.clear();
+  h_->types.clear();
+  h_->dxpl.reset();
+  // Close explicitly to see the error: closing flushes the metadata.
+  const hid_t id = h_->file.get();
+  h_->file = Id();
+  if (H5Fclose(id) < 0 && st.ok()) st = io_error(where + ": close failed: " + hdf5_message());
+  return st.with_context(where);
+}
+
+Result<proto::Index> hdf5_index(const std::string& path, const std::string& file_name) {
+  quiet_hdf5();
+  const std::string where = "hdf5 '" + path + "'";
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return not_found(where + ": no such file");
+    std::fclose(f);
+    return corruption(where + ": not an HDF5 file HDF5 can open (truncated or damaged?)");
+  }
+  Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) return corruption(where + ": cannot open: " + hdf5_message());
+  hsize_t size = 0;
+  if (H5Fget_filesize(file.get(), &size) < 0) return corruption(where + ": " + hdf5_message());
+
+  proto::Index index;
+  std::optional<proto::Index> meta;
+  if (H5Aexists(file.get(), kMetaAttr) > 0) {
+    Id attr(H5Aopen(file.get(), kMetaAttr, H5P_DEFAULT), H5Aclose);
+    Id type(H5Aget_type(attr.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0)
+      return corruption(where + ": attribute 'distckpt' is not a fixed-length string");
+    const std::size_t n = H5Tget_size(type.get());
+    if (n > (std::size_t{1} << 30)) return corruption(where + ": attribute 'distckpt' is too large");
+    std::string json(n, '\0');
+    if (H5Aread(attr.get(), type.get(), json.data()) < 0) return corruption(where + ": " + hdf5_message());
+    json.resize(json.find('\0') == std::string::npos ? n : json.find('\0'));
+    proto::Index parsed;
+    if (!google::protobuf::util::JsonStringToMessage(json, &parsed).ok())
+      return corruption(where + ": attribute 'distckpt' does not parse");
+    meta = parsed;
+    index = parsed;
+  }
+  index.clear_tensors();
+  index.clear_files();
+  index.set_format("hdf5");
+  index.mutable_transforms()->set_checksum("none");
+  if (index.world_size() < 1) index.set_world_size(1);
+  if (!meta) {
+    index.set_step(-1);
+    index.set_epoch(-1);
+  }
+  auto* f = index.add_files();
+  f->set_name(file_name);
+  f->set_size(size);
+
+  VisitState visit;
+  if (H5Ovisit2(file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, visit_object, &visit, H5O_INFO_BASIC) < 0)
+    return corruption(where + ": cannot list its datasets: " + hdf5_message());
+  std::map<std::string, proto::Tensor> found;
+  std::vector<std::pair<haddr_t, std::string>> order;
+  for (const std::string& name : visit.datasets) {
+    const std::string tw = where + ": dataset '" + name + "'";
+    Id dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dset.ok()) return corruption(tw + ": " + hdf5_message());
+    Id type(H5Dget_type(dset.get()), H5Tclose);
+    const auto dtype = dtype_of(type.get());
+    if (!dtype) return unsupported(tw + ": its element type is not one distckpt reads (little-endian numbers, bool)");
+    Id dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
+    if (H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
+      return unsupported(tw + ": chunked or compact storage (rewrite it contiguous: h5repack -l CONTI)");
+    Id space(H5Dget_space(dset.get()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0 || rank > 64) return corruption(tw + ": bad dataspace");
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    Shape shape(dims.begin(), dims.end());
+    const auto count = internal_layout::checked_num_elements(shape);
+    if (!count) return corruption(tw + ": its shape overflows");
+    const uint64_t bytes = static_cast<uint64_t>(*count) * dtype_size(*dtype);
+    const haddr_t offset = H5Dget_offset(dset.get());
+    if (bytes > 0 && offset == HADDR_UNDEF) return corruption(tw + ": has no data stored");
+    proto::Tensor t;
+    t.set_name(name);
+    t.set_dtype(std::string(dtype_name(*dtype)));
+    auto* ch = t.add_chunks();
+    for (int64_t d : shape) {
+      t.add_global_shape(d);
+      ch->add_offset(0);
+      ch->add_shape(d);
+    }
+    ch->set_byte_offset(bytes > 0 ? offset : 0);
+    ch->set_length(bytes);
+    ch->set_writer_rank(-1);
+    order.emplace_back(bytes > 0 ? offset : 0, name);
+    found.emplace(name, std::move(t));
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> names;
+  for (const auto& o : order) names.push_back(o.second);
+  DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), names, meta, path));
+  return index;
+}
+
+}  // namespace distckpt::internal_format

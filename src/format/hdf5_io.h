@@ -1,0 +1,52 @@
+// HDF5 files: a dataset per tensor (its global shape; '/' in a name makes groups),
+// written collectively with parallel HDF5, each unique slice by one rank as a
+// hyperslab; the tensor's dtype name and layout as dataset attributes; step, epoch and
+// info values as root attributes, with distckpt's metadata as JSON in the root
+// attribute "distckpt". float16 and bfloat16 are HDF5 floats of 2 bytes with their
+// bit fields, bool an enum {FALSE, TRUE} over int8 (what h5py reads as numpy bool).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distckpt/layout.h"
+#include "distckpt/status.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_format {
+
+// Describes an HDF5 file (opened read-only, serial driver) as an index: one chunk per
+// dataset, its contiguous storage (offset reads then need no HDF5). kUnsupported for
+// a chunked or compressed dataset or a type other than the little-endian ones
+// distckpt writes; kCorruption for a file HDF5 cannot open or a dataset without data.
+Result<proto::Index> hdf5_index(const std::string& path, const std::string& file_name);
+
+// Local check: can `name` be an HDF5 dataset path (no empty, "." or ".." component)?
+Status check_hdf5_name(const std::string& name);
+
+// Collective writer. Every rank of `comm` makes the same calls in the same order.
+// With MPI_COMM_NULL the file is written by this process alone (serial driver).
+class Hdf5Writer {
+ public:
+  // Creates `path` (which must not exist) and every dataset of `meta`.
+  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, MPI_Comm comm, const proto::Index& meta);
+  ~Hdf5Writer();
+  // Writes this rank's pieces (boxes of tensor `tensor` and their row-major data) in
+  // `rounds` collective writes (rounds >= this rank's piece count, the same on all).
+  Status write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces, int rounds);
+  // Writes the attributes and closes the file.
+  Status finish();
+
+ private:
+  Hdf5Writer() = default;
+  struct Handles;
+  std::unique_ptr<Handles> h_;
+  std::string path_;
+  proto::Index meta_;
+};
+
+}  // namespace distckpt::internal_format

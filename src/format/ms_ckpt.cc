@@ -1,0 +1,342 @@
+#include "format/ms_ckpt.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "format/stored.h"
+#include "format/wire.h"
+#include "layout/region.h"
+#include "layout/tiling.h"
+
+namespace distckpt::internal_format {
+
+namespace {
+
+constexpr std::pair<DType, std::string_view> kMsTypes[] = {
+    {DType::kFloat32, "Float32"}, {DType::kFloat16, "Float16"}, {DType::kBFloat16, "BFloat16"},
+    {DType::kFloat64, "Float64"}, {DType::kInt8, "Int8"},       {DType::kInt16, "Int16"},
+    {DType::kInt32, "Int32"},     {DType::kInt64, "Int64"},     {DType::kUInt8, "UInt8"},
+    {DType::kUInt16, "UInt16"},   {DType::kUInt32, "UInt32"},   {DType::kUInt64, "UInt64"},
+    {DType::kBool, "Bool"}};
+constexpr char kFooterMagic[] = "crc_num";
+constexpr uint64_t kMaxTagBytes = 64 << 10;
+constexpr uint64_t kMaxTypeBytes = 64;
+constexpr uint64_t kMaxDims = 64;
+constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 30;
+
+std::string dims_string(const Shape& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_type, bool* has_content) {
+  while (c.pos() < end) {
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
+    const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
+    auto add_dim = [&](uint64_t v) -> Status {
+      if (v > (uint64_t{1} << 62)) return c.error("tensor '" + r.tag + "': dim " + std::to_string(static_cast<int64_t>(v)) + " is negative or too large");
+      if (r.dims.size() >= kMaxDims) return c.error("tensor '" + r.tag + "': more than 64 dims");
+      r.dims.push_back(static_cast<int64_t>(v));
+      return Status();
+    };
+    if (field == 1 && wire == 0) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t v, c.varint());
+      DISTCKPT_RETURN_IF_ERROR(add_dim(v));
+    } else if (field == 1 && wire == 2) {  // packed dims
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      if (n > end - c.pos()) return c.error("packed dims run past the tensor");
+      const uint64_t stop = c.pos() + n;
+      while (c.pos() < stop) {
+        DISTCKPT_ASSIGN_OR_RETURN(uint64_t v, c.varint());
+        DISTCKPT_RETURN_IF_ERROR(add_dim(v));
+      }
+      if (c.pos() != stop) return c.error("packed dims overrun their length");
+    } else if (field == 2 && wire == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      DISTCKPT_ASSIGN_OR_RETURN(r.type, c.bytes(n, kMaxTypeBytes));
+      *has_type = true;
+    } else if (field == 3 && wire == 2) {
+      if (*has_content) return c.error("tensor '" + r.tag + "': tensor_content appears twice in one record");
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      if (n > end - c.pos()) return c.error("tensor '" + r.tag + "': tensor_content of " + std::to_string(n) + " bytes runs past its record");
+      r.content_offset = c.pos();
+      r.content_bytes = n;
+      if (n <= 64) {
+        DISTCKPT_ASSIGN_OR_RETURN(r.small_content, c.bytes(n, 64));
+      } else {
+        DISTCKPT_RETURN_IF_ERROR(c.skip(n));
+      }
+      *has_content = true;
+    } else {
+      DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
+    }
+  }
+  if (c.pos() != end) return c.error("tensor '" + r.tag + "' overruns its length");
+  return Status();
+}
+
+Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r) {
+  bool has_tag = false, has_tensor = false, has_type = false, has_content = false;
+  while (c.pos() < end) {
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
+    const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
+    if (field == 1 && wire == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      DISTCKPT_ASSIGN_OR_RETURN(r.tag, c.bytes(n, kMaxTagBytes));
+      has_tag = true;
+    } else if (field == 2 && wire == 2) {
+      if (has_tensor) return c.error("a record holds two tensors");
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      if (n > end - c.pos()) return c.error("tensor runs past its record");
+      DISTCKPT_RETURN_IF_ERROR(parse_tensor_proto(c, c.pos() + n, r, &has_type, &has_content));
+      has_tensor = true;
+    } else {
+      DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
+    }
+  }
+  if (c.pos() != end) return c.error("record overruns its length");
+  if (!has_tag || !has_tensor || !has_type || !has_content)
+    return c.error("record '" + r.tag + "' lacks a required field (tag, tensor, tensor_type or tensor_content)");
+  return Status();
+}
+
+}  // namespace
+
+std::string_view ms_type_name(DType t) {
+  for (const auto& [d, n] : kMsTypes)
+    if (d == t) return n;
+  return "";
+}
+
+std::optional<DType> ms_type_from_name(std::string_view name) {
+  for (const auto& [d, n] : kMsTypes)
+    if (n == name) return d;
+  return std::nullopt;
+}
+
+std::string ckpt_record_header(const std::string& tag, const Shape& dims, std::string_view type,
+                               uint64_t content_bytes) {
+  std::string tensor;  // TensorProto without the content bytes
+  for (int64_t d : dims) {
+    put_tag(tensor, 1, 0);
+    put_varint(tensor, static_cast<uint64_t>(d));
+  }
+  put_tag(tensor, 2, 2);
+  put_varint(tensor, type.size());
+  tensor.append(type);
+  put_tag(tensor, 3, 2);
+  put_varint(tensor, content_bytes);
+  const uint64_t tensor_len = tensor.size() + content_bytes;
+  std::string value;
+  put_tag(value, 1, 2);
+  put_varint(value, tag.size());
+  value += tag;
+  put_tag(value, 2, 2);
+  put_varint(value, tensor_len);
+  const uint64_t value_len = value.size() + tensor_len;
+  std::string out;
+  put_tag(out, 1, 2);
+  put_varint(out, value_len);
+  return out + value + tensor;
+}
+
+std::string ckpt_record(const std::string& tag, const Shape& dims, std::string_view type, const std::string& content) {
+  return ckpt_record_header(tag, dims, type, content.size()) + content;
+}
+
+std::string ckpt_meta_field(const proto::Index& meta) {
+  std::string bytes, out;
+  meta.SerializeToString(&bytes);
+  put_tag(out, kCkptMetaField, 2);
+  put_varint(out, bytes.size());
+  return out + bytes;
+}
+
+std::string ckpt_footer(uint32_t crc32) {
+  std::string out(kFooterMagic, 7);
+  for (int i = 9; i >= 0; --i) out.push_back(i < 4 ? static_cast<char>((crc32 >> (8 * i)) & 0xff) : '\0');
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ckpt_record_ranges(const Shape& shape, std::size_t item_size) {
+  const int64_t total = full_box(shape).num_elements();
+  const uint64_t bytes = static_cast<uint64_t>(total) * item_size;
+  if (bytes <= kCkptRecordBytes || shape.empty()) return {{0, total}};
+  const int64_t parts = static_cast<int64_t>((bytes + kCkptRecordBytes - 1) / kCkptRecordBytes);
+  // numpy.array_split: the first (n % parts) parts get one extra unit.
+  const bool by_rows = shape[0] >= parts;
+  const int64_t units = by_rows ? shape[0] : total, unit = by_rows ? total / shape[0] : 1;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t at = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t n = units / parts + (p < units % parts ? 1 : 0);
+    ranges.emplace_back(at * unit, (at + n) * unit);
+    at += n;
+  }
+  return ranges;
+}
+
+Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::string& path) {
+  CkptScan scan;
+  uint64_t end = size;
+  if (size >= kCkptFooterBytes) {
+    char tail[kCkptFooterBytes];
+    DISTCKPT_RETURN_IF_ERROR(file.read_at(tail, sizeof(tail), size - sizeof(tail)));
+    if (std::memcmp(tail, kFooterMagic, 7) == 0) {
+      uint64_t v = 0;
+      for (int i = 7; i < 17; ++i) v = (v << 8) | static_cast<uint8_t>(tail[i]);
+      if (v > 0xffffffffu) return corruption("'" + path + "': the CRC footer holds " + std::to_string(v) + ", more than 32 bits");
+      scan.footer = static_cast<uint32_t>(v);
+      end = size - kCkptFooterBytes;
+    }
+  }
+  WireCursor c(file, path, 0, end);
+  while (!c.at_end()) {
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
+    const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
+    if (field == 1 && wire == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      if (n > end - c.pos()) return c.error("record of " + std::to_string(n) + " bytes runs past the end of the file (truncated?)");
+      CkptRecord r;
+      DISTCKPT_RETURN_IF_ERROR(parse_value(c, c.pos() + n, r));
+      scan.records.push_back(std::move(r));
+    } else if (field == kCkptMetaField && wire == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, c.bytes(n, kMaxMetaBytes));
+      proto::Index meta;
+      if (!meta.ParseFromString(bytes)) return c.error("distckpt's metadata field does not parse");
+      scan.meta = std::move(meta);
+    } else if (field == 0) {
+      return c.error("field number 0 (not a .ckpt file?)");
+    } else {
+      DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
+    }
+  }
+  scan.data_end = end;
+  return scan;
+}
+
+Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
+                                const std::string& path) {
+  proto::Index index;
+  if (scan.meta) index = *scan.meta;
+  std::set<std::string> info_keys;
+  for (const auto& [k, v] : index.info()) info_keys.insert(k);
+  index.clear_tensors();
+  index.clear_files();
+  index.set_format("ckpt");
+  index.mutable_transforms()->set_checksum("none");
+  if (index.world_size() < 1) index.set_world_size(1);
+  if (!scan.meta) {
+    index.set_step(-1);
+    index.set_epoch(-1);
+  }
+  auto* f = index.add_files();
+  f->set_name(file_name);
+  f->set_size(size);
+  if (scan.footer) {
+    f->set_crc32_covered(scan.data_end);
+    f->set_crc32(*scan.footer);
+  }
+  std::map<std::string, proto::Tensor> found;
+  std::vector<std::string> order;
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < scan.records.size();) {
+    std::size_t j = i + 1;
+    while (j < scan.records.size() && scan.records[j].tag == scan.records[i].tag) ++j;
+    const CkptRecord& first = scan.records[i];
+    const std::string where = "'" + path + "': tensor '" + first.tag + "'";
+    if (!seen.insert(first.tag).second) return corruption(where + " appears in two separate runs of records");
+    if (info_keys.count(first.tag)) {  // distckpt's copy of an info value
+      order.push_back(first.tag);
+      i = j;
+      continue;
+    }
+    const bool scalar = first.dims == Shape{0};
+    if (!scan.meta && j == i + 1 && (scalar || first.dims == Shape{1})) {
+      // A MindSpore file: append info is stored as scalar records.
+      if (first.type == "str") {
+        (*index.mutable_info())[first.tag].set_string_value(first.small_content);
+        order.push_back(first.tag);
+        i = j;
+        continue;
+      }
+      if ((first.tag == "epoch_num" || first.tag == "step_num") && (first.type == "Int64" || first.type == "Int32") &&
+          first.content_bytes == (first.type == "Int64" ? 8u : 4u)) {
+        int64_t v = 0;
+        if (first.type == "Int64") std::memcpy(&v, first.small_content.data(), 8);
+        else {
+          int32_t v32;
+          std::memcpy(&v32, first.small_content.data(), 4);
+          v = v32;
+        }
+        (*index.mutable_info())[first.tag].set_int_value(v);
+        if (first.tag == "epoch_num") index.set_epoch(v);
+        else index.set_step(v);
+        order.push_back(first.tag);
+        i = j;
+        continue;
+      }
+    }
+    const auto dtype = ms_type_from_name(first.type);
+    if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
+    const Shape shape = scalar ? Shape{} : first.dims;
+    const auto count = internal_layout::checked_num_elements(shape);
+    if (!count) return corruption(where + ": dims " + dims_string(first.dims) + " overflow");
+    const uint64_t item = dtype_size(*dtype);
+    proto::Tensor t;
+    t.set_name(first.tag);
+    t.set_dtype(std::string(dtype_name(*dtype)));
+    for (int64_t d : shape) t.add_global_shape(d);
+    int64_t at = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      const CkptRecord& r = scan.records[k];
+      if (r.type != first.type || r.dims != first.dims)
+        return corruption(where + ": its records disagree on type or dims");
+      if (r.content_bytes % item != 0)
+        return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
+                          " bytes is not a whole number of " + first.type + " elements");
+      const int64_t n = static_cast<int64_t>(r.content_bytes / item);
+      if (n > *count - at)
+        return corruption(where + ": tensor_content holds more than prod(dims " + dims_string(first.dims) + ") x " +
+                          std::to_string(item) + " bytes");
+      if (n == 0) continue;
+      const auto box = internal_layout::flat_range_to_box(shape, at, at + n);
+      if (!box)
+        return unsupported(where + ": a record holds elements [" + std::to_string(at) + ", " + std::to_string(at + n) +
+                           "), which is not a box of the tensor");
+      auto* ch = t.add_chunks();
+      for (std::size_t d = 0; d < shape.size(); ++d) {
+        ch->add_offset(box->offset[d]);
+        ch->add_shape(box->shape[d]);
+      }
+      ch->set_file_id(0);
+      ch->set_byte_offset(r.content_offset);
+      ch->set_length(r.content_bytes);
+      ch->set_writer_rank(-1);
+      at += n;
+    }
+    if (at != *count)
+      return corruption(where + ": tensor_content holds " + std::to_string(static_cast<uint64_t>(at) * item) +
+                        " bytes, dims " + dims_string(first.dims) + " x " + std::to_string(item) + " need " +
+                        std::to_string(static_cast<uint64_t>(*count) * item));
+    if (*count == 0) {  // an empty tensor still needs its (empty) chunk to be described
+      auto* ch = t.add_chunks();
+      for (int64_t d : shape) {
+        ch->add_offset(0);
+        ch->add_shape(d);
+      }
+      ch->set_byte_offset(first.content_offset);
+    }
+    order.push_back(first.tag);
+    found.emplace(first.tag, std::move(t));
+    i = j;
+  }
+  DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, scan.meta, path));
+  return index;
+}
+
+}  // namespace distckpt::internal_format

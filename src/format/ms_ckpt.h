@@ -1,0 +1,77 @@
+// MindSpore's protobuf checkpoint (.ckpt), written and read as a stream of records.
+//
+// A .ckpt file is a serialized `Checkpoint { repeated Value value = 1; }` (schema in
+// proto/mindspore_checkpoint.proto). Concatenated serialized Checkpoints parse as one,
+// so MindSpore writes one `Value` record at a time and splits tensors over 512 MiB into
+// several records with the same tag (rows split as numpy.array_split does); readers join
+// consecutive records of a tag. An optional footer follows: "crc_num" and the zlib
+// CRC-32 of everything before it, as 10 big-endian bytes.
+//
+// distckpt adds one field MindSpore does not know, which protobuf parsers skip:
+// field 1000 of Checkpoint, holding a serialized distckpt.proto.Index without chunks
+// (step, epoch, commit sequence, layouts at save, typed info values, tensor order).
+// Info values are also written as MindSpore writes append info: scalar records
+// (dims [0]) of type Int64, Float64, Bool or "str" (UTF-8 bytes).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "distckpt/dtype.h"
+#include "distckpt/filesystem.h"
+#include "distckpt/layout.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_format {
+
+inline constexpr uint64_t kCkptRecordBytes = uint64_t{512} << 20;  // MindSpore's SLICE_SIZE
+inline constexpr uint32_t kCkptMetaField = 1000;
+inline constexpr std::size_t kCkptFooterBytes = 17;  // "crc_num" + 10 bytes
+
+// MindSpore's tensor_type strings ("Float32", "BFloat16", "Bool", ...).
+std::string_view ms_type_name(DType t);
+std::optional<DType> ms_type_from_name(std::string_view name);
+
+// Bytes of one record up to (not including) its tensor_content; `dims` as stored
+// (scalars: {0}). The content must follow, exactly `content_bytes` long.
+std::string ckpt_record_header(const std::string& tag, const Shape& dims, std::string_view type,
+                               uint64_t content_bytes);
+// A whole scalar or small record (info values).
+std::string ckpt_record(const std::string& tag, const Shape& dims, std::string_view type, const std::string& content);
+// The meta field (kCkptMetaField) holding `meta`.
+std::string ckpt_meta_field(const proto::Index& meta);
+std::string ckpt_footer(uint32_t crc32);
+
+// How a tensor of `shape` is split into records: element ranges [begin, end), split on
+// dim 0 into ceil(bytes / 512 MiB) parts as numpy.array_split does (flat elements when
+// dim 0 has fewer rows than parts). One range for small tensors.
+std::vector<std::pair<int64_t, int64_t>> ckpt_record_ranges(const Shape& shape, std::size_t item_size);
+
+struct CkptRecord {
+  std::string tag, type;
+  Shape dims;  // as stored
+  uint64_t content_offset = 0, content_bytes = 0;
+  std::string small_content;  // the content itself when at most 64 bytes (info values)
+};
+struct CkptScan {
+  std::vector<CkptRecord> records;
+  std::optional<proto::Index> meta;
+  uint64_t data_end = 0;           // where the records end (the footer starts)
+  std::optional<uint32_t> footer;  // CRC-32 from the footer
+};
+
+// Reads the record structure (not the tensor bytes) of a .ckpt file of `size` bytes.
+// Every length, dim and type is checked; kCorruption names the byte offset.
+Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::string& path);
+
+// The description of a scanned .ckpt as an index (format "ckpt", one file named
+// `file_name`, a chunk per record). Without distckpt's meta field (a file written by
+// MindSpore), scalar Int records tagged epoch_num / step_num give step and epoch and,
+// with "str" records, become info values rather than tensors.
+Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
+                                const std::string& path);
+
+}  // namespace distckpt::internal_format

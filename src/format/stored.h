@@ -1,0 +1,41 @@
+// Opening any checkpoint for reading: a native checkpoint directory (index.pb) or a
+// single file in one of the integrated formats (.ckpt, .safetensors, .h5). Each is
+// described by the same proto::Index, so load, verify, inspect and convert share one
+// path: a single file is a checkpoint with one file and, per tensor, chunks that are
+// byte ranges of it (records of a .ckpt, the tensor's bytes in safetensors, the
+// contiguous storage of an HDF5 dataset).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/filesystem.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_format {
+
+// The format a path holds: a directory is native; a file by its extension (.ckpt,
+// .safetensors, .h5 / .hdf5), else by its first bytes. nullopt when neither tells.
+std::optional<Format> detect_format(FileSystem& fs, const std::string& path);
+
+// File extension of a single-file format, with the dot (".ckpt"); "" for native.
+std::string_view format_extension(Format format);
+
+// The description of the checkpoint at `path` (a directory or a file), validated
+// (validate_index). kNotFound, kCorruption, kUnsupported, kIoError.
+Result<proto::Index> read_stored_index(FileSystem& fs, const std::string& path);
+
+// For format readers: orders `found` tensors and applies distckpt's metadata (layouts
+// at save, tensor order) when the file has it, checking that the metadata and the file
+// agree on names, dtypes and shapes. Without metadata, `order` is kept.
+Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> found,
+                      const std::vector<std::string>& order, const std::optional<proto::Index>& meta,
+                      const std::string& path);
+
+// The metadata distckpt stores in single files: `index` without chunks and files.
+proto::Index metadata_of(const proto::Index& index);
+
+}  // namespace distckpt::internal_format

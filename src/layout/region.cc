@@ -1,0 +1,60 @@
+#include "layout/region.h"
+
+namespace distckpt::internal_layout {
+
+int64_t first_element_offset(const Box& inner, const Box& outer) {
+  int64_t offset = 0;
+  for (std::size_t d = 0; d < outer.shape.size(); ++d)
+    offset = offset * outer.shape[d] + (inner.offset[d] - outer.offset[d]);
+  return offset;
+}
+
+std::optional<int64_t> contiguous_offset(const Box& inner, const Box& outer) {
+  if (inner.num_elements() == 0) return 0;
+  // Contiguous iff, past the first dimension where `inner` spans more than one index,
+  // it spans `outer` entirely.
+  const std::size_t n = inner.shape.size();
+  std::size_t d = 0;
+  while (d < n && inner.shape[d] == 1) ++d;
+  for (std::size_t k = d + 1; k < n; ++k)
+    if (inner.shape[k] != outer.shape[k]) return std::nullopt;
+  return first_element_offset(inner, outer);
+}
+
+}  // namespace distckpt::internal_layout
+
+namespace distckpt::internal_layout {
+
+std::optional<Box> flat_range_to_box(const Shape& shape, int64_t begin, int64_t end) {
+  const Box all = full_box(shape);
+  const int64_t total = all.num_elements();
+  if (begin < 0 || end <= begin || end > total) return std::nullopt;
+  const std::size_t n = shape.size();
+  if (n == 0) return all;
+  // stride[k]: elements per index of dim k. The range is a box split at dim k when it
+  // starts and ends on dim-k boundaries inside one index of the dims before k.
+  std::vector<int64_t> stride(n);
+  int64_t s = 1;
+  for (std::size_t d = n; d-- > 0;) {
+    stride[d] = s;
+    s *= shape[d];
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    if (begin % stride[k] != 0 || end % stride[k] != 0) continue;
+    const int64_t outer = stride[k] * shape[k];
+    if (k > 0 && begin / outer != (end - 1) / outer) continue;
+    Box box = all;
+    int64_t rest = begin;
+    for (std::size_t d = 0; d < n; ++d) {
+      box.offset[d] = rest / stride[d];
+      rest %= stride[d];
+      if (d < k) box.shape[d] = 1;
+      else if (d > k) box.offset[d] = 0;
+    }
+    box.shape[k] = (end - begin) / stride[k];
+    return box;
+  }
+  return std::nullopt;
+}
+
+}  // namespace distckpt::internal_layout
