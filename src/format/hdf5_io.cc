@@ -52,6 +52,11 @@ class Id {
   }
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   hid_t id_ = -1;
@@ -268,9 +273,7 @@ Status Hdf5Writer::finish() {
   h_->types.clear();
   h_->dxpl.reset();
   // Close explicitly to see the error: closing flushes the metadata.
-  const hid_t id = h_->file.get();
-  h_->file = Id();
-  if (H5Fclose(id) < 0 && st.ok()) st = io_error(where + ": close failed: " + hdf5_message());
+  if (H5Fclose(h_->file.release()) < 0 && st.ok()) st = io_error(where + ": close failed: " + hdf5_message());
   return st.with_context(where);
 }
 

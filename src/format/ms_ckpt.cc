@@ -291,6 +291,12 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     t.set_name(first.tag);
     t.set_dtype(std::string(dtype_name(*dtype)));
     for (int64_t d : shape) t.add_global_shape(d);
+    uint64_t total = 0;  // summed with overflow in mind: each record is within the file
+    for (std::size_t k = i; k < j; ++k) total += scan.records[k].content_bytes;
+    if (total != static_cast<uint64_t>(*count) * item)
+      return corruption(where + ": tensor_content holds " + std::to_string(total) + " bytes, dims " +
+                        dims_string(first.dims) + " x " + std::to_string(item) + " bytes (" + first.type + ") need " +
+                        std::to_string(static_cast<uint64_t>(*count) * item));
     int64_t at = 0;
     for (std::size_t k = i; k < j; ++k) {
       const CkptRecord& r = scan.records[k];

@@ -99,7 +99,7 @@ Status gather_region(Comm& comm, const StateDict& state, const std::string& name
   return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(comm, local));
-  if (!sends.empty() || !receives.empty()) comm.transfer(sends, receives);
+  comm.transfer(sends, receives);  // every rank: the in-process Comm needs all of them
   for (const auto& [piece, data] : staged) copy_box(data.get(), piece, dst, region, piece, item);
   return Status();
 }

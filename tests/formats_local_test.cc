@@ -1,0 +1,472 @@
+// Integrated save and the single-file formats (MindSpore .ckpt, safetensors, HDF5 on
+// one rank, native + integrated) with in-process ranks: gather_full, round trips of
+// every dtype across world sizes and layouts, files written the way MindSpore writes
+// them, records over 512 MiB, listing, and hostile files.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "comm/local_comm.h"
+#include "distckpt/checkpoint.h"
+#include "distckpt/gather.h"
+#include "format/ms_ckpt.h"
+#include "format/stored.h"
+#include "format_model.h"
+#include "mindspore_checkpoint.pb.h"
+#include "storage/fault_fs.h"
+#include "test_util.h"
+
+namespace distckpt {
+namespace {
+
+using internal_comm::run_local_ranks;
+using testing::FormatModel;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+// Runs fn on `world` in-process ranks and returns each rank's Status text.
+std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
+  std::vector<std::string> out(static_cast<std::size_t>(world));
+  std::mutex mu;
+  run_local_ranks(world, [&](Comm& comm) {
+    Status st = fn(comm);
+    std::lock_guard<std::mutex> lock(mu);
+    out[static_cast<std::size_t>(comm.rank())] = st.to_string();
+  });
+  return out;
+}
+void expect_all_ok(const std::vector<std::string>& results) {
+  for (std::size_t r = 0; r < results.size(); ++r) EXPECT_EQ(results[r], "ok") << "rank " << r;
+}
+
+Status save_model(int world, const std::string& root, SaveOptions options) {
+  std::vector<std::string> res = run(world, [&](Comm& comm) -> Status {
+    FormatModel m(comm.rank(), world);
+    return save(comm, m.state, root, options).status();
+  });
+  for (const auto& r : res)
+    if (r != res[0]) return internal_error("ranks disagree: " + res[0] + " vs " + r);
+  return res[0] == "ok" ? Status() : Status(StatusCode::kInternal, res[0]);
+}
+
+// Loads `path` into a FormatModel of `world` ranks and compares with the expected bytes.
+void load_and_compare(int world, const std::string& path) {
+  expect_all_ok(run(world, [&](Comm& comm) -> Status {
+    FormatModel got(comm.rank(), world), want(comm.rank(), world);
+    got.zero();
+    auto r = load(comm, got.state, path, {});
+    if (!r.ok()) return r.status();
+    for (std::size_t i = 0; i < got.buffers.size(); ++i)
+      if (got.buffers[i] != want.buffers[i]) return internal_error("buffer " + std::to_string(i) + " differs");
+    if (info_value_to_string(r->info.at("tag")) != "hello" || std::get<double>(r->info.at("lr")) != 0.25 ||
+        std::get<bool>(r->info.at("flag")) != true || std::get<int64_t>(r->info.at("seed")) != 1234)
+      return internal_error("info values differ");
+    if (r->step != 12 || r->epoch != 3) return internal_error("step/epoch " + std::to_string(r->step));
+    return Status();
+  }));
+}
+
+TEST(GatherFull, EveryTensorOnEveryRankAndOnOneRoot) {
+  for (int world : {1, 2, 3, 4}) {
+    expect_all_ok(run(world, [&](Comm& comm) -> Status {
+      FormatModel m(comm.rank(), world);
+      // Every rank makes every call (collectives), and reports the first difference.
+      Status first;
+      for (const TensorEntry& e : m.state.tensors()) {
+        const auto want = testing::full_tensor(e.name);
+        std::vector<unsigned char> all(want.size(), 0), one(want.size(), 0);
+        DISTCKPT_RETURN_IF_ERROR(gather_full(comm, m.state, e.name, all.data()));
+        if (all != want && first.ok()) first = internal_error("world " + std::to_string(world) + ": gather_full to all differs for " + e.name);
+        const int root = world - 1;
+        DISTCKPT_RETURN_IF_ERROR(gather_full(comm, m.state, e.name, comm.rank() == root ? one.data() : nullptr, root));
+        if (comm.rank() == root && one != want && first.ok()) first = internal_error("gather_full to root differs for " + e.name);
+      }
+      DISTCKPT_RETURN_IF_ERROR(first);
+      // A region of rows 2-4 and columns 1-3 of the first tensor.
+      const TensorEntry& e = m.state.tensors()[0];
+      const Box region{{2, 1}, {3, 3}};
+      std::vector<unsigned char> got(9 * dtype_size(e.dtype));
+      DISTCKPT_RETURN_IF_ERROR(gather_region(comm, m.state, e.name, region, got.data()));
+      const auto full = testing::full_tensor(e.name);
+      std::vector<unsigned char> want(got.size());
+      copy_box(full.data(), full_box({6, 6}), want.data(), region, region, dtype_size(e.dtype));
+      return got == want ? Status() : internal_error("gather_region differs");
+    }));
+  }
+}
+
+TEST(GatherFull, BadArgumentsFailOnEveryRank) {
+  auto res = run(3, [&](Comm& comm) -> Status {
+    FormatModel m(comm.rank(), 3);
+    std::vector<char> out(1 << 12);
+    Status a = gather_full(comm, m.state, "nope", out.data());
+    Status b = gather_region(comm, m.state, "bias", Box{{3}, {4}}, out.data());
+    Status c = gather_full(comm, m.state, "bias", out.data(), 7);
+    if (a.code() != StatusCode::kInvalidArgument || b.code() != StatusCode::kInvalidArgument ||
+        c.code() != StatusCode::kInvalidArgument)
+      return internal_error(a.to_string() + " | " + b.to_string() + " | " + c.to_string());
+    return Status();
+  });
+  expect_all_ok(res);
+}
+
+struct Case {
+  Format format;
+  bool integrated;
+  int save_world, load_world;
+};
+
+class RoundTrip : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RoundTrip, EveryDTypeAcrossLayouts) {
+  const Case c = GetParam();
+  TempDir dir;
+  SaveOptions options;
+  options.name = "model-3_12";
+  options.step = 12;
+  options.epoch = 3;
+  options.format = c.format;
+  options.integrated = c.integrated;
+  options.gather_bytes = 40;  // several regions per tensor: exercises the pipeline
+  options.writer_rank = c.save_world - 1;
+  Status saved = save_model(c.save_world, dir.path(), options);
+  ASSERT_TRUE(saved.ok()) << saved.to_string();
+  const std::string ext(internal_format::format_extension(c.format));
+  const std::string path = dir.path() + "/model-3_12" + ext;
+  ASSERT_TRUE(fs::exists(path));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  auto verified = verify_checkpoint(path);
+  ASSERT_TRUE(verified.ok()) << verified.status().to_string();
+  auto info = read_checkpoint_info(path);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->format, std::string(format_name(c.format)));
+  EXPECT_EQ(info->step, 12);
+  load_and_compare(c.load_world, path);
+  load_and_compare(c.load_world, dir.path());  // the root resolves to the file
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, RoundTrip,
+    ::testing::Values(Case{Format::kCkpt, true, 1, 1}, Case{Format::kCkpt, true, 2, 3}, Case{Format::kCkpt, true, 4, 1},
+                      Case{Format::kCkpt, true, 3, 4}, Case{Format::kSafetensors, true, 1, 2},
+                      Case{Format::kSafetensors, true, 4, 3}, Case{Format::kSafetensors, true, 3, 1},
+                      Case{Format::kNative, true, 4, 2}, Case{Format::kNative, true, 2, 3},
+                      Case{Format::kHdf5, false, 1, 1}, Case{Format::kHdf5, false, 1, 4}),
+    [](const auto& info) {
+      return std::string(format_name(info.param.format)) + "_" + std::to_string(info.param.save_world) + "to" +
+             std::to_string(info.param.load_world);
+    });
+
+TEST(Formats, HdfOverSeveralInProcessRanksIsRefusedClearly) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "m";
+  options.format = Format::kHdf5;
+  Status st = save_model(2, dir.path(), options);
+  EXPECT_NE(st.message().find("MPI communicator"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(fs::exists(dir.path() + "/m.h5"));
+}
+
+// Writes `message` serialized, plus MindSpore's footer when asked.
+void write_ckpt(const std::string& path, const std::string& bytes, bool footer) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  if (footer) out << internal_format::ckpt_footer(static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()))));
+}
+
+void add_value(Checkpoint& ck, const std::string& tag, std::vector<int64_t> dims, const std::string& type,
+               const std::string& content) {
+  auto* v = ck.add_value();
+  v->set_tag(tag);
+  for (int64_t d : dims) v->mutable_tensor()->add_dims(d);
+  v->mutable_tensor()->set_tensor_type(type);
+  v->mutable_tensor()->set_tensor_content(content);
+}
+
+TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
+  TempDir dir;
+  std::vector<float> w(6 * 4);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.5f;
+  std::vector<int32_t> big(8 * 3);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>(i) - 7;
+  const float scalar = 3.25f;
+  const int64_t epoch = 4, step = 40;
+  Checkpoint ck;
+  add_value(ck, "net.w", {6, 4}, "Float32", std::string(reinterpret_cast<char*>(w.data()), w.size() * 4));
+  // "big" split into two records with the same tag, rows 0-4 and 5-7, as MindSpore splits.
+  const std::string all(reinterpret_cast<char*>(big.data()), big.size() * 4);
+  add_value(ck, "big", {8, 3}, "Int32", all.substr(0, 5 * 3 * 4));
+  add_value(ck, "big", {8, 3}, "Int32", all.substr(5 * 3 * 4));
+  add_value(ck, "scalar", {0}, "Float32", std::string(reinterpret_cast<const char*>(&scalar), 4));
+  add_value(ck, "epoch_num", {0}, "Int64", std::string(reinterpret_cast<const char*>(&epoch), 8));
+  add_value(ck, "step_num", {0}, "Int64", std::string(reinterpret_cast<const char*>(&step), 8));
+  const std::string path = dir.path() + "/ms.ckpt";
+  write_ckpt(path, ck.SerializeAsString(), true);
+
+  auto info = read_checkpoint_info(path);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->step, 40);
+  EXPECT_EQ(info->epoch, 4);
+  ASSERT_EQ(info->tensors.size(), 3u);
+  EXPECT_EQ(info->tensors[1].chunks.size(), 2u);
+  ASSERT_TRUE(verify_checkpoint(path).ok());
+
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    // net.w split on columns over 2 ranks, big on rows, scalar replicated.
+    StateDict state(comm.rank());
+    std::vector<float> wpart(6 * 2);
+    std::vector<int32_t> bpart(4 * 3);
+    float s = 0;
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("net.w", DType::kFloat32, wpart.data(), *TensorLayout::from_device_matrix({6, 4}, {2}, {-1, 0})));
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("big", DType::kInt32, bpart.data(), *TensorLayout::from_device_matrix({8, 3}, {2}, {0, -1})));
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("scalar", DType::kFloat32, &s, *TensorLayout::from_device_matrix({}, {2}, {})));
+    auto r = load(comm, state, path, {});
+    if (!r.ok()) return r.status();
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 2; ++j)
+        if (wpart[static_cast<std::size_t>(i * 2 + j)] != w[static_cast<std::size_t>(i * 4 + comm.rank() * 2 + j)])
+          return internal_error("net.w differs");
+    for (int i = 0; i < 12; ++i)
+      if (bpart[static_cast<std::size_t>(i)] != big[static_cast<std::size_t>(comm.rank() * 12 + i)]) return internal_error("big differs");
+    if (s != scalar) return internal_error("scalar differs");
+    if (r->step != 40 || std::get<int64_t>(r->info.at("epoch_num")) != 4) return internal_error("append info");
+    return Status();
+  }));
+
+  // One flipped byte in a tensor: the footer check refuses the load on every rank.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    char c;
+    f.read(&c, 1);
+    f.seekp(40);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  auto res = run(2, [&](Comm& comm) -> Status {
+    StateDict state(comm.rank());
+    std::vector<float> wfull(24);
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("net.w", DType::kFloat32, wfull.data(), *TensorLayout::from_device_matrix({6, 4}, {2}, {-1, -1})));
+    LoadOptions lo;
+    lo.strict = false;
+    return load(comm, state, path, lo).status();
+  });
+  for (const auto& r : res) EXPECT_NE(r.find("CRC-32"), std::string::npos) << r;
+  EXPECT_EQ(verify_checkpoint(path).status().code(), StatusCode::kCorruption);
+}
+
+TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "m";
+  options.step = 12;
+  options.epoch = 3;
+  options.format = Format::kCkpt;
+  ASSERT_TRUE(save_model(2, dir.path(), options).ok());
+  std::ifstream in(dir.path() + "/m.ckpt", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 17u);
+  ASSERT_EQ(bytes.substr(bytes.size() - 17, 7), "crc_num");
+  const std::string body = bytes.substr(0, bytes.size() - 17);
+  uint32_t crc = 0;
+  for (int i = 13; i < 17; ++i) crc = (crc << 8) | static_cast<uint8_t>(bytes[bytes.size() - 17 + static_cast<std::size_t>(i)]);
+  EXPECT_EQ(crc, static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
+  Checkpoint ck;
+  ASSERT_TRUE(ck.ParseFromString(body));
+  std::map<std::string, const Checkpoint::Value*> by_tag;
+  for (const auto& v : ck.value()) by_tag[v.tag()] = &v;
+  const auto* w = by_tag.at("layer0/w_float32");
+  EXPECT_EQ(w->tensor().tensor_type(), "Float32");
+  ASSERT_EQ(w->tensor().dims_size(), 2);
+  EXPECT_EQ(w->tensor().dims(0), 6);
+  const auto want = testing::full_tensor("layer0/w_float32");
+  EXPECT_EQ(w->tensor().tensor_content(), std::string(want.begin(), want.end()));
+  EXPECT_EQ(by_tag.at("layer2/w_bfloat16")->tensor().tensor_type(), "BFloat16");
+  const auto* scale = by_tag.at("scale");
+  ASSERT_EQ(scale->tensor().dims_size(), 1);
+  EXPECT_EQ(scale->tensor().dims(0), 0);  // MindSpore's scalar
+  int64_t step = 0;
+  std::memcpy(&step, by_tag.at("step_num")->tensor().tensor_content().data(), 8);
+  EXPECT_EQ(step, 12);
+  EXPECT_EQ(by_tag.at("step_num")->tensor().tensor_type(), "Int64");
+  EXPECT_EQ(by_tag.at("tag")->tensor().tensor_type(), "str");
+  EXPECT_EQ(by_tag.at("tag")->tensor().tensor_content(), "hello");
+}
+
+TEST(MindSporeCkpt, TensorOver512MiBIsSplitIntoRecordsAndJoinedOnRead) {
+  TempDir dir;
+  const Shape shape{516, 1 << 20};  // 516 MiB of uint8: two records of 258 rows
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    auto layout = TensorLayout::from_device_matrix(shape, {2}, {-1, 0});  // split on columns
+    Box box = layout->slice_box(comm.rank());
+    std::vector<uint8_t> part(static_cast<std::size_t>(box.num_elements()));
+    for (int64_t r = 0; r < box.shape[0]; ++r)
+      for (int64_t c = 0; c < box.shape[1]; c += 4096) part[static_cast<std::size_t>(r * box.shape[1] + c)] = static_cast<uint8_t>(r + c / 4096 + comm.rank());
+    StateDict state(comm.rank());
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("huge", DType::kUInt8, part.data(), *layout));
+    SaveOptions options;
+    options.name = "big";
+    options.format = Format::kCkpt;
+    options.fsync = false;
+    DISTCKPT_RETURN_IF_ERROR(save(comm, state, dir.path(), options).status());
+    // Load with rows split instead of columns.
+    auto rows = TensorLayout::from_device_matrix(shape, {2}, {0, -1});
+    Box mine = rows->slice_box(comm.rank());
+    std::vector<uint8_t> got(static_cast<std::size_t>(mine.num_elements()), 0xff);
+    StateDict target(comm.rank());
+    DISTCKPT_RETURN_IF_ERROR(target.add_tensor("huge", DType::kUInt8, got.data(), *rows));
+    DISTCKPT_RETURN_IF_ERROR(load(comm, target, dir.path() + "/big.ckpt", {}).status());
+    const int64_t half = shape[1] / 2;
+    for (int64_t r = 0; r < mine.shape[0]; r += 37)
+      for (int64_t c = 0; c < shape[1]; c += 4096) {
+        const int64_t gr = mine.offset[0] + r, owner = c / half;
+        const uint8_t want = static_cast<uint8_t>(gr + (c % half) / 4096 + owner);
+        if (got[static_cast<std::size_t>(r * shape[1] + c)] != want) return internal_error("huge differs");
+      }
+    return Status();
+  }));
+  auto info = read_checkpoint_info(dir.path() + "/big.ckpt");
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_EQ(info->tensors[0].chunks.size(), 2u);
+  EXPECT_EQ(info->tensors[0].chunks[0].box.shape[0], 258);
+  EXPECT_EQ(info->tensors[0].chunks[1].box.offset[0], 258);
+}
+
+// A tiny hand-made .ckpt record: tag, dims, type, content.
+std::string record(const std::string& tag, const std::vector<int64_t>& dims, const std::string& type,
+                   const std::string& content) {
+  Checkpoint ck;
+  add_value(ck, tag, dims, type, content);
+  return ck.SerializeAsString();
+}
+
+Status open_index(const std::string& path) { return internal_format::read_stored_index(*posix_filesystem(), path).status(); }
+
+TEST(BadInput, MalformedCkptFilesGiveClearErrors) {
+  TempDir dir;
+  auto check = [&](const std::string& name, const std::string& bytes, const std::string& expect) {
+    const std::string path = dir.path() + "/" + name + ".ckpt";
+    write_ckpt(path, bytes, false);
+    Status st = open_index(path);
+    EXPECT_FALSE(st.ok()) << name;
+    EXPECT_NE(st.message().find(expect), std::string::npos) << name << ": " << st.to_string();
+  };
+  check("short_content", record("w", {2, 2}, "Float32", std::string(12, 'x')), "need 16");
+  check("long_content", record("w", {2, 2}, "Float32", std::string(20, 'x')), "holds 20 bytes");
+  check("negative_dim", record("w", {-3, 2}, "Float32", std::string(24, 'x')), "negative or too large");
+  check("overflow_dims", record("w", {int64_t{1} << 40, int64_t{1} << 40}, "Float32", ""), "overflow");
+  check("unknown_type", record("w", {2}, "Complex128", std::string(32, 'x')), "unknown tensor_type");
+  check("not_whole_elements", record("w", {3}, "Int32", std::string(10, 'x')), "need 12");
+  std::string good = record("w", {64}, "Float32", std::string(256, 'x'));
+  check("truncated", good.substr(0, good.size() - 10), "runs past");
+  check("garbage", std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 11), "varint");
+  check("split_apart", record("a", {2}, "Int8", "xy") + record("b", {1}, "Int8", "y") + record("a", {2}, "Int8", "zw"),
+        "two separate runs");
+}
+
+TEST(BadInput, MalformedSafetensorsFilesGiveClearErrors) {
+  TempDir dir;
+  auto check = [&](const std::string& name, const std::string& header, std::size_t data, const std::string& expect,
+                   uint64_t claimed = 0) {
+    const std::string path = dir.path() + "/" + name + ".safetensors";
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = claimed ? claimed : header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header << std::string(data, '\0');
+    out.close();
+    Status st = open_index(path);
+    EXPECT_FALSE(st.ok()) << name;
+    EXPECT_NE(st.message().find(expect), std::string::npos) << name << ": " << st.to_string();
+  };
+  check("not_json", "{not json", 0, "not a JSON object");
+  check("overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12, "overlap");
+  check("past_end", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8, "run past");
+  check("wrong_size", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needing 12");
+  check("bad_dtype", R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16, "unknown dtype");
+  check("negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0, "non-negative");
+  check("huge_header", "{}", 0, "exceeds", uint64_t{1} << 40);
+}
+
+TEST(BadInput, DamagedHdf5AndMissingDatasets) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "m";
+  options.step = 12;
+  options.epoch = 3;
+  options.format = Format::kHdf5;
+  ASSERT_TRUE(save_model(1, dir.path(), options).ok());
+  const std::string path = dir.path() + "/m.h5";
+  // A state dict asking for a tensor the file lacks: kMismatch when strict.
+  auto res = run(1, [&](Comm& comm) -> Status {
+    StateDict state(comm.rank());
+    float x[2];
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("not_there", DType::kFloat32, x, *TensorLayout::from_device_matrix({2}, {1}, {-1})));
+    return load(comm, state, path, {}).status();
+  });
+  EXPECT_NE(res[0].find("not_there"), std::string::npos) << res[0];
+  // Truncated: refused as damaged.
+  const std::string cut = dir.path() + "/cut.h5";
+  fs::copy_file(path, cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  Status st = open_index(cut);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+}
+
+TEST(Listing, SingleFilesAreCheckpointsAndResolveFollowsCommits) {
+  TempDir dir;
+  SaveOptions options;
+  options.step = 12;
+  options.epoch = 3;
+  options.name = "a";
+  ASSERT_TRUE(save_model(2, dir.path(), options).ok());
+  options.name = "b";
+  options.format = Format::kCkpt;
+  ASSERT_TRUE(save_model(2, dir.path(), options).ok());
+  options.name = "c";
+  options.format = Format::kSafetensors;
+  ASSERT_TRUE(save_model(2, dir.path(), options).ok());
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 3u);
+  EXPECT_EQ(listing->latest, "c.safetensors");
+  std::set<std::string> formats;
+  for (const auto& e : listing->entries) {
+    EXPECT_EQ(e.state, EntryState::kCommitted) << e.name << e.detail;
+    formats.insert(e.format);
+  }
+  EXPECT_EQ(formats, (std::set<std::string>{"native", "ckpt", "safetensors"}));
+  auto newest = resolve_checkpoint(dir.path());
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(*newest, dir.path() + "/c.safetensors");
+  // The same name again is refused, whatever the format.
+  EXPECT_EQ(save_model(2, dir.path(), options).message().find("already exists") != std::string::npos, true);
+}
+
+TEST(Atomicity, FailedFsyncLeavesNothingVisible) {
+  for (Format format : {Format::kCkpt, Format::kSafetensors}) {
+    TempDir dir;
+    internal_storage::FaultSpec spec;
+    spec.fail_sync_if_contains = ".tmp-";
+    auto faulty = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    SaveOptions options;
+    options.name = "m";
+    options.format = format;
+    options.fs = faulty;
+    Status st = save_model(3, dir.path(), options);
+    EXPECT_NE(st.message().find("Input/output error"), std::string::npos) << st.to_string();
+    std::size_t entries = 0;
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      ++entries;
+      ADD_FAILURE() << "left behind: " << e.path();
+    }
+    EXPECT_EQ(entries, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace distckpt
