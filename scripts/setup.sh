@@ -10,8 +10,10 @@ packages=(
   protobuf-compiler libprotobuf-dev   # index schema, MindSpore .ckpt records
   libssl-dev                          # OpenSSL EVP (encryption)
   libisal-dev                         # ISA-L: hardware CRC32C
-  libcli11-dev nlohmann-json3-dev     # command-line parsing, JSON output
+  libcli11-dev nlohmann-json3-dev     # command-line parsing, JSON (CLI, safetensors headers)
+  zlib1g-dev                          # CRC-32 combine for MindSpore's .ckpt footer
   libgtest-dev libgmock-dev           # tests
+  python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
 )
 
 installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)
