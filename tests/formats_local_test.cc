@@ -447,6 +447,39 @@ TEST(Listing, SingleFilesAreCheckpointsAndResolveFollowsCommits) {
   EXPECT_EQ(save_model(2, dir.path(), options).message().find("already exists") != std::string::npos, true);
 }
 
+TEST(Convert, EveryFormatToEveryFormatKeepsTensorsAndInfo) {
+  const Format all[] = {Format::kNative, Format::kCkpt, Format::kSafetensors, Format::kHdf5};
+  for (Format from : all) {
+    TempDir dir;
+    SaveOptions options;
+    options.name = "src";
+    options.step = 12;
+    options.epoch = 3;
+    options.format = from;
+    ASSERT_TRUE(save_model(from == Format::kHdf5 ? 1 : 3, dir.path(), options).ok());
+    const std::string src = dir.path() + "/src" + std::string(internal_format::format_extension(from));
+    for (Format to : all) {
+      ConvertOptions co;
+      co.region_bytes = 50;  // many regions per tensor
+      uint64_t calls = 0, last = 0, total = 0;
+      co.progress = [&](uint64_t done, uint64_t t, const std::string&) {
+        ++calls;
+        EXPECT_GE(done, last);
+        last = done;
+        total = t;
+      };
+      auto r = convert_checkpoint(src, dir.path() + "/out/" + std::string(format_name(to)), to, co);
+      ASSERT_TRUE(r.ok()) << format_name(from) << " -> " << format_name(to) << ": " << r.status().to_string();
+      EXPECT_GT(calls, 16u);
+      EXPECT_EQ(last, total);
+      ASSERT_TRUE(verify_checkpoint(r->path).ok()) << r->path;
+      load_and_compare(2, r->path);
+      // Never over an existing checkpoint.
+      EXPECT_EQ(convert_checkpoint(src, r->path, to).status().code(), StatusCode::kAlreadyExists);
+    }
+  }
+}
+
 TEST(Atomicity, FailedFsyncLeavesNothingVisible) {
   for (Format format : {Format::kCkpt, Format::kSafetensors}) {
     TempDir dir;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -148,6 +149,36 @@ struct LoadResult {
 // overwritten.
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
                         const LoadOptions& options);
+
+// ---- conversion (local: one process, no communicator) ----
+
+struct ConvertOptions {
+  bool fsync = true;
+  bool ckpt_crc_footer = true;  // as SaveOptions::ckpt_crc_footer
+  // Bytes of a tensor held at a time (whole rows of dim 0; a native source reads at
+  // least one stored chunk at a time, so its largest chunk bounds memory too).
+  uint64_t region_bytes = uint64_t{64} << 20;
+  // Called after each region with bytes done, bytes in total and the tensor's name.
+  std::function<void(uint64_t done, uint64_t total, const std::string& tensor)> progress;
+  std::shared_ptr<FileSystem> fs;  // null: POSIX
+};
+
+struct ConvertResult {
+  std::string path;         // what was written (single files: with their extension)
+  uint64_t bytes = 0;       // tensor bytes converted
+  uint64_t bytes_read = 0;  // bytes read from the source
+};
+
+// Local, thread-safe for distinct destinations. Streams the checkpoint `src` (any
+// format; a root gives its newest) into a new checkpoint `dst` of format `to`: tensors
+// with their names, dtypes, shapes and layouts at save, step, epoch and info values.
+// Memory is bounded by ConvertOptions::region_bytes. The result is committed like a
+// save (written as <dst>.tmp-<id>, fsynced, renamed without replacing) but never moves
+// a `latest` pointer. Errors: those of read_checkpoint_info and load for the source
+// (kCorruption on a checksum mismatch), kAlreadyExists when `dst` exists,
+// kInvalidArgument for names `to` cannot hold, kIoError.
+Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
+                                         const ConvertOptions& options = {});
 
 // ---- read-only access (local, thread-safe) ----
 

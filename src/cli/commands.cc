@@ -1,6 +1,9 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -227,10 +230,35 @@ int cmd_verify(const std::string& path, bool as_json) {
     std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
                       {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked}}) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and crc32c)\n", dir->c_str(),
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and checksums)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str());
   }
+  return 0;
+}
+
+int cmd_convert(const ConvertArgs& args) {
+  const auto to = format_from_name(args.to);
+  if (!to) return fail(invalid_argument("--to '" + args.to + "': expected native, ckpt, safetensors or hdf5"), 2);
+  ConvertOptions options;
+  options.ckpt_crc_footer = !args.no_crc_footer;
+  if (args.region_mib > 0) options.region_bytes = args.region_mib << 20;
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  auto last = std::chrono::steady_clock::now();
+  if (terminal)
+    options.progress = [&](uint64_t done, uint64_t total, const std::string& tensor) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done != total && now - last < std::chrono::milliseconds(200)) return;
+      last = now;
+      std::fprintf(stderr, "\r\033[Kconverting %s / %s (%3.0f%%) %s", human_bytes(done).c_str(),
+                   human_bytes(total).c_str(), total ? 100.0 * double(done) / double(total) : 100.0, tensor.c_str());
+      std::fflush(stderr);
+    };
+  auto result = convert_checkpoint(args.src, args.dst, *to, options);
+  if (terminal) std::fprintf(stderr, "\n");
+  if (!result.ok()) return fail(result.status());
+  std::printf("converted %s -> %s (%s, %s of tensors)\n", args.src.c_str(), result->path.c_str(), args.to.c_str(),
+              human_bytes(result->bytes).c_str());
   return 0;
 }
 

@@ -2,6 +2,7 @@
 // 0 success, 1 the checkpoint is bad / the operation failed, 2 bad usage.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,12 @@ int cmd_layout(const LayoutArgs& args);
 int cmd_ls(const std::string& root, bool json);
 int cmd_inspect(const std::string& path, bool json);
 int cmd_verify(const std::string& path, bool json);
+
+struct ConvertArgs {
+  std::string src, dst, to;
+  bool no_crc_footer = false;
+  uint64_t region_mib = 0;
+};
+int cmd_convert(const ConvertArgs& args);
 
 }  // namespace distckpt::internal_cli

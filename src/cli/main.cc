@@ -1,4 +1,4 @@
-// distckpt: inspect, verify and plan checkpoints from the command line.
+// distckpt: inspect, verify, convert and plan checkpoints from the command line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <new>
@@ -29,6 +29,14 @@ int main(int argc, char** argv) {
   verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   verify->add_flag("--json", json, "machine-readable output");
 
+  ConvertArgs conv;
+  auto* convert = app.add_subcommand("convert", "Write a checkpoint in another format, streaming with bounded memory");
+  convert->add_option("SRC", conv.src, "checkpoint (directory or single file; a root: its newest)")->required();
+  convert->add_option("DST", conv.dst, "new checkpoint path (the format's extension is added if missing)")->required();
+  convert->add_option("--to", conv.to, "native, ckpt, safetensors or hdf5")->required();
+  convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
+  convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +48,7 @@ int main(int argc, char** argv) {
     if (*ls) return cmd_ls(path, json);
     if (*inspect) return cmd_inspect(path, json);
     if (*verify) return cmd_verify(path, json);
+    if (*convert) return cmd_convert(conv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "distckpt: out of memory\n");
     return 1;

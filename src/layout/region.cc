@@ -1,5 +1,7 @@
 #include "layout/region.h"
 
+#include <algorithm>
+
 namespace distckpt::internal_layout {
 
 int64_t first_element_offset(const Box& inner, const Box& outer) {
@@ -55,6 +57,26 @@ std::optional<Box> flat_range_to_box(const Shape& shape, int64_t begin, int64_t 
     return box;
   }
   return std::nullopt;
+}
+
+}  // namespace distckpt::internal_layout
+
+namespace distckpt::internal_layout {
+
+std::vector<Box> row_blocks(const Shape& shape, std::size_t item_size, uint64_t budget) {
+  const Box all = full_box(shape);
+  if (shape.empty()) return {all};
+  if (all.num_elements() == 0) return {};
+  const uint64_t row_bytes = static_cast<uint64_t>(all.num_elements() / shape[0]) * item_size;
+  const auto rows_per = static_cast<int64_t>(std::max<uint64_t>(1, budget / row_bytes));
+  std::vector<Box> blocks;
+  for (int64_t r = 0; r < shape[0]; r += rows_per) {
+    Box b = all;
+    b.offset[0] = r;
+    b.shape[0] = std::min(rows_per, shape[0] - r);
+    blocks.push_back(b);
+  }
+  return blocks;
 }
 
 }  // namespace distckpt::internal_layout

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "distckpt/layout.h"
 
@@ -24,5 +25,13 @@ namespace distckpt::internal_layout {
 // tensor of `shape`, or nullopt when that range is not a box (or is empty or out of
 // bounds). A 0-d tensor's only box is [0, 1).
 std::optional<Box> flat_range_to_box(const Shape& shape, int64_t begin, int64_t end);
+
+}  // namespace distckpt::internal_layout
+
+namespace distckpt::internal_layout {
+
+// The tensor as consecutive blocks of whole rows of dim 0, each at most `budget` bytes
+// (at least one row); a 0-d tensor is one block, an empty tensor none.
+std::vector<Box> row_blocks(const Shape& shape, std::size_t item_size, uint64_t budget);
 
 }  // namespace distckpt::internal_layout

@@ -19,6 +19,7 @@
 #include "format/hdf5_io.h"
 #include "format/stored.h"
 #include "format/writers.h"
+#include "layout/region.h"
 #include "plan/save_plan.h"
 #include "runtime/commit.h"
 #include "runtime/guard.h"
@@ -37,23 +38,6 @@ std::string file_name_for(const SaveOptions& options) {
   const std::string& n = options.name;
   if (ext.empty() || (n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0)) return n;
   return n + ext;
-}
-
-// Regions of whole rows of dim 0 of at most `budget` bytes (at least one row).
-std::vector<Box> row_regions(const Shape& shape, std::size_t item, uint64_t budget) {
-  const Box all = full_box(shape);
-  if (shape.empty()) return {all};
-  if (all.num_elements() == 0) return {};
-  const uint64_t row_bytes = static_cast<uint64_t>(all.num_elements() / shape[0]) * item;
-  const int64_t rows_per = static_cast<int64_t>(std::max<uint64_t>(1, budget / row_bytes));
-  std::vector<Box> regions;
-  for (int64_t r = 0; r < shape[0]; r += rows_per) {
-    Box b = all;
-    b.offset[0] = r;
-    b.shape[0] = std::min(rows_per, shape[0] - r);
-    regions.push_back(b);
-  }
-  return regions;
 }
 
 struct Plan {
@@ -209,7 +193,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
                                                                                   options.ckpt_crc_footer));
         uint64_t largest = 0;
         for (const TensorEntry& e : state.tensors())
-          for (const Box& r : row_regions(e.layout.global_shape(), dtype_size(e.dtype), options.gather_bytes))
+          for (const Box& r : internal_layout::row_blocks(e.layout.global_shape(), dtype_size(e.dtype), options.gather_bytes))
             largest = std::max<uint64_t>(largest, static_cast<uint64_t>(r.num_elements()) * dtype_size(e.dtype));
         for (auto& b : buffers) b.resize(largest);
         return Status();
@@ -231,7 +215,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
     for (std::size_t t = 0; t < state.tensors().size() && gathered_ok.ok(); ++t) {
       const TensorEntry& e = state.tensors()[t];
       const std::size_t item = dtype_size(e.dtype);
-      for (const Box& region : row_regions(e.layout.global_shape(), item, options.gather_bytes)) {
+      for (const Box& region : internal_layout::row_blocks(e.layout.global_shape(), item, options.gather_bytes)) {
         char* buf = writing ? buffers[k % 2].data() : nullptr;
         gathered_ok = gather_region(comm, state, e.name, region, buf, writer_rank);
         if (!gathered_ok.ok()) break;

@@ -18,6 +18,7 @@
 #include "layout/region.h"
 #include "plan/load_plan.h"
 #include "runtime/guard.h"
+#include "runtime/reader.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
 #include "transform/crc32c.h"
@@ -175,10 +176,9 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
 // bytes of the region (their checksums, when they have any, cover whole tensors or the
 // whole file: see check_file_crc32 and verify), checking a tensor's CRC32C when the
 // whole tensor is read anyway.
-Status load_box(FileCache& files, const proto::Index& index, const proto::Tensor& t, TensorEntry& e, std::size_t b,
-                std::vector<char>& scratch, uint64_t* bytes_read) {
-  const std::size_t item = dtype_size(e.dtype);
-  const Box& needed = e.boxes[b];
+Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t, const Box& needed, void* dst,
+                 std::vector<char>& scratch, uint64_t* bytes_read) {
+  const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = index.format().empty() || index.format() == "native";
   const bool checksums = index.transforms().checksum() == "crc32c";
@@ -187,16 +187,16 @@ Status load_box(FileCache& files, const proto::Index& index, const proto::Tensor
   for (const auto& r : reads) {
     const proto::Chunk& chunk = t.chunks(r.chunk);
     if (r.whole) {
-      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, e.buffers[b], checksums));
+      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, dst, checksums));
       *bytes_read += chunk.length();
     } else if (native) {
       scratch.resize(chunk.length());
       DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, scratch.data(), checksums));
-      copy_box(scratch.data(), internal_plan::chunk_box(chunk), e.buffers[b], needed, r.region, item);
+      copy_box(scratch.data(), internal_plan::chunk_box(chunk), dst, needed, r.region, item);
       *bytes_read += chunk.length();
     } else {
       DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
-      DISTCKPT_RETURN_IF_ERROR(read_region(*file, chunk.byte_offset(), internal_plan::chunk_box(chunk), e.buffers[b],
+      DISTCKPT_RETURN_IF_ERROR(read_region(*file, chunk.byte_offset(), internal_plan::chunk_box(chunk), dst,
                                            needed, r.region, item, scratch, bytes_read)
                                    .with_context("tensor '" + t.name() + "' in " + files.path(chunk.file_id())));
     }
@@ -275,6 +275,48 @@ bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::
 }
 
 }  // namespace
+
+namespace internal_runtime {
+
+struct CheckpointReader::Impl {
+  std::shared_ptr<FileSystem> fs;
+  std::string dir;
+  proto::Index index;
+  std::unique_ptr<FileCache> files;
+  std::vector<char> scratch;
+};
+
+CheckpointReader::CheckpointReader() = default;
+CheckpointReader::~CheckpointReader() = default;
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr<FileSystem> fs, const std::string& path) {
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->impl_ = std::make_unique<Impl>();
+  Impl& m = *r->impl_;
+  m.fs = fs ? fs : posix_filesystem();
+  DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, m.fs));
+  DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
+  m.dir = resolved;
+  if (!(m.index.format().empty() || m.index.format() == "native")) {
+    const auto slash = resolved.find_last_of('/');
+    m.dir = slash == std::string::npos ? "." : resolved.substr(0, slash);
+  }
+  m.files = std::make_unique<FileCache>(*m.fs, m.dir, m.index);
+  return r;
+}
+
+const proto::Index& CheckpointReader::index() const { return impl_->index; }
+
+Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read) {
+  const proto::Tensor& t = impl_->index.tensors(tensor);
+  int64_t covered = 0;
+  (void)internal_plan::plan_reads(t, region, &covered);
+  if (covered != region.num_elements())
+    return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
+  return read_into(*impl_->files, impl_->index, t, region, dst, impl_->scratch, bytes_read);
+}
+
+}  // namespace internal_runtime
 
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
   internal_runtime::Timer timer;
@@ -394,7 +436,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
           load[reader] += bytes;
         }
         if (reader == comm.rank()) {
-          DISTCKPT_RETURN_IF_ERROR(load_box(*files, index, index.tensors(t), e, b, scratch, &result.rank_bytes_read));
+          DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), e.boxes[b], e.buffers[b], scratch,
+                                             &result.rank_bytes_read));
           if (shared && bytes > 0)
             for (int member : group)
               if (member != comm.rank()) sends.push_back({member, e.buffers[b], bytes});

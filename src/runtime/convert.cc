@@ -1,0 +1,122 @@
+// convert_checkpoint: read region by region (runtime/reader.h), write sequentially
+// (format/writers.h) or as HDF5 hyperslabs, commit like a save without moving `latest`.
+#include <algorithm>
+#include <chrono>
+
+#include "distckpt/checkpoint.h"
+#include "format/hdf5_io.h"
+#include "format/stored.h"
+#include "format/writers.h"
+#include "layout/region.h"
+#include "runtime/commit.h"
+#include "runtime/guard.h"
+#include "runtime/listing.h"
+#include "runtime/reader.h"
+#include "storage/index_io.h"
+
+namespace distckpt {
+
+Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
+                                         const ConvertOptions& options) {
+  return internal_runtime::guarded("convert", [&]() -> Result<ConvertResult> {
+    std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+    DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src));
+    const proto::Index& index = reader->index();
+    // <root>/<name>: the destination and the directory it is committed in.
+    std::string path = dst;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    const std::string ext(internal_format::format_extension(to));
+    if (!ext.empty() && (path.size() < ext.size() || path.compare(path.size() - ext.size(), ext.size(), ext) != 0))
+      path += ext;
+    const auto slash = path.find_last_of('/');
+    const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    DISTCKPT_RETURN_IF_ERROR(internal_storage::validate_checkpoint_name(name));
+    DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root));
+    if (fs->exists(path)) return already_exists("convert: '" + path + "' already exists");
+
+    proto::Index meta = internal_format::metadata_of(index);
+    meta.set_name(name);
+    meta.set_format(std::string(format_name(to)));
+    meta.mutable_transforms()->set_checksum(to == Format::kNative ? "crc32c" : "none");
+    if (to == Format::kCkpt) {
+      if (meta.epoch() >= 0 && !meta.info().count("epoch_num")) (*meta.mutable_info())["epoch_num"].set_int_value(meta.epoch());
+      if (meta.step() >= 0 && !meta.info().count("step_num")) (*meta.mutable_info())["step_num"].set_int_value(meta.step());
+    }
+    meta.set_commit_seq(internal_runtime::next_commit_seq(*fs, root));
+    meta.set_advances_latest(false);
+    meta.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count());
+    DISTCKPT_RETURN_IF_ERROR(internal_format::check_writable(to, meta));
+
+    // A native source is read a stored chunk at a time at least (each chunk's CRC32C is
+    // checked as a whole), so regions are not cut finer than its largest chunk.
+    uint64_t budget = std::max<uint64_t>(options.region_bytes, 1);
+    uint64_t total = 0;
+    for (const auto& t : index.tensors()) {
+      const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
+      total += static_cast<uint64_t>(full_box({t.global_shape().begin(), t.global_shape().end()}).num_elements()) * item;
+      if (index.format().empty() || index.format() == "native")
+        for (const auto& c : t.chunks()) budget = std::max<uint64_t>(budget, c.length());
+    }
+
+    ConvertResult result;
+    result.path = path;
+    const std::string tmp = internal_runtime::make_tmp_dir_name(root, name);
+    std::unique_ptr<internal_format::SequentialWriter> writer;
+    std::unique_ptr<internal_format::Hdf5Writer> hdf5;
+    auto cleanup = [&] {
+      writer.reset();
+      hdf5.reset();
+      if (to == Format::kNative) (void)fs->remove_all(tmp);
+      else (void)fs->remove_file(tmp);
+    };
+    Status st = [&]() -> Status {
+      if (to == Format::kHdf5) {
+        DISTCKPT_ASSIGN_OR_RETURN(hdf5, internal_format::Hdf5Writer::create(tmp, MPI_COMM_NULL, meta));
+      } else {
+        if (to == Format::kNative) DISTCKPT_RETURN_IF_ERROR(fs->create_dir(tmp));
+        const std::string file = to == Format::kNative ? tmp + "/" + internal_storage::data_file_name(0) : tmp;
+        DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(to, *fs, file, meta,
+                                                                                  options.ckpt_crc_footer));
+      }
+      std::vector<char> buf;
+      for (int t = 0; t < index.tensors_size(); ++t) {
+        const proto::Tensor& tensor = index.tensors(t);
+        const std::size_t item = dtype_size(*dtype_from_name(tensor.dtype()));
+        for (const Box& region :
+             internal_layout::row_blocks({tensor.global_shape().begin(), tensor.global_shape().end()}, item, budget)) {
+          const std::size_t n = static_cast<std::size_t>(region.num_elements()) * item;
+          buf.resize(n);
+          DISTCKPT_RETURN_IF_ERROR(reader->read(t, region, buf.data(), &result.bytes_read));
+          if (hdf5) DISTCKPT_RETURN_IF_ERROR(hdf5->write(t, {{region, buf.data()}}, 1));
+          else DISTCKPT_RETURN_IF_ERROR(writer->append(t, buf.data(), n));
+          result.bytes += n;
+          if (options.progress) options.progress(result.bytes, total, tensor.name());
+        }
+      }
+      Result<internal_runtime::CommitResult> committed = internal_runtime::CommitResult{};
+      if (hdf5) {
+        DISTCKPT_RETURN_IF_ERROR(hdf5->finish());
+        if (options.fsync) DISTCKPT_RETURN_IF_ERROR(fs->sync_file(tmp));
+        committed = internal_runtime::publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
+      } else {
+        DISTCKPT_ASSIGN_OR_RETURN(proto::Index written, writer->finish(options.fsync));
+        if (to == Format::kNative) {
+          written.set_world_size(std::max(written.world_size(), 1));
+          committed = internal_runtime::commit_checkpoint(*fs, root, tmp, name, written, options.fsync, false);
+        } else {
+          committed = internal_runtime::publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
+        }
+      }
+      return committed.status();
+    }();
+    if (!st.ok()) {
+      if (fs->exists(tmp)) cleanup();
+      return st.with_context("convert '" + src + "' -> '" + path + "'");
+    }
+    return result;
+  });
+}
+
+}  // namespace distckpt

@@ -1,0 +1,29 @@
+// Local (one-process) reading of any checkpoint, region by region: what
+// `distckpt convert` streams through. Regions are read as load() reads them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "distckpt/filesystem.h"
+#include "distckpt/layout.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_runtime {
+
+class CheckpointReader {
+ public:
+  // Resolves `path` (a root gives its newest checkpoint) and reads its description.
+  static Result<std::unique_ptr<CheckpointReader>> open(std::shared_ptr<FileSystem> fs, const std::string& path);
+  ~CheckpointReader();
+  const proto::Index& index() const;
+  // Reads `region` of tensor `tensor` (index order) into `dst`, row-major.
+  Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read);
+
+ private:
+  CheckpointReader();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace distckpt::internal_runtime
