@@ -25,11 +25,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,7 +67,23 @@ struct Args {
   bool async = false;
   std::string staging = "1G";
   std::string replica_reads = "auto";
+  std::string format = "native";
+  bool integrated = false;
 };
+
+// Where the checkpoint of `a` lives: a directory, or a single file with its extension.
+std::string checkpoint_path(const Args& a) {
+  static const std::map<std::string, std::string> ext = {{"ckpt", ".ckpt"}, {"safetensors", ".safetensors"}, {"hdf5", ".h5"}};
+  auto it = ext.find(a.format);
+  return a.dir + "/" + a.name + (it == ext.end() ? "" : it->second);
+}
+
+// Peak resident memory of this process, bytes (Linux reports ru_maxrss in KiB).
+uint64_t peak_rss_bytes() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
 
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
 struct Slice {
@@ -187,6 +206,9 @@ struct Runs {
   std::optional<distckpt::SaveResult> saved;
   std::optional<distckpt::LoadResult> loaded;
   uint64_t mismatches = 0;
+  // Peak resident memory (max over ranks) and the most state bytes a rank holds: the
+  // difference is what saving and loading cost in memory beyond the state itself.
+  uint64_t peak_rss = 0, rank_state_max = 0;
 };
 
 // The reference for an async save's blocking time: a memcpy of every byte this rank
@@ -208,10 +230,12 @@ double memcpy_reference(const Workload& w) {
 // also records how long the caller was blocked (save_async) before the wait.
 bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::AsyncCheckpointer* async, bool root,
                 Runs& runs) {
-  if (a.mode == "both" && !remove_checkpoint(a.dir + "/" + a.name, root)) return false;
+  if (a.mode == "both" && !remove_checkpoint(checkpoint_path(a), root)) return false;
   distckpt::SaveOptions opts;
   opts.name = a.name;
   opts.step = 0;
+  opts.format = *distckpt::format_from_name(a.format);
+  opts.integrated = a.integrated;
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
   MPI_Barrier(MPI_COMM_WORLD);
@@ -245,7 +269,7 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   opts.replica_reads = a.replica_reads == "shared" ? distckpt::LoadOptions::ReplicaReads::kShared
                       : a.replica_reads == "each" ? distckpt::LoadOptions::ReplicaReads::kEach
                                                   : distckpt::LoadOptions::ReplicaReads::kAuto;
-  auto r = distckpt::load(comm, w.state, a.dir + "/" + a.name, opts);
+  auto r = distckpt::load(comm, w.state, checkpoint_path(a), opts);
   runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
     if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
@@ -278,6 +302,8 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["dir"] = a.dir;
     j["mode"] = a.mode;
     j["replica_reads"] = a.replica_reads;
+    j["format"] = a.format;
+    j["integrated"] = a.integrated || a.format == "ckpt" || a.format == "safetensors";
     j["tensors"] = w.tensors.size();
     j["save_s"] = opt(do_save, save_s);
     j["load_s"] = opt(do_load, load_s);
@@ -307,13 +333,15 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["save_vs_dd"] = opt(do_save, save_s > 0 ? dd_w / save_s : 0);
       j["load_vs_dd"] = opt(do_load, load_s > 0 ? dd_r / load_s : 0);
     }
+    j["peak_rss_bytes"] = runs.peak_rss;
+    j["rank_state_bytes_max"] = runs.rank_state_max;
     j["timing_note"] = kTimingNote;
     std::cout << j.dump() << std::endl;
     return;
   }
   std::printf("ckpt_bench: %zu tensors, %s unique (%llu bytes), %d ranks (dp=%d x tp=%d), %s\n", w.tensors.size(),
               human_bytes(bytes_unique).c_str(), static_cast<unsigned long long>(bytes_unique), world, a.dp, a.tp,
-              (a.dir + "/" + a.name).c_str());
+              (checkpoint_path(a) + " (" + a.format + (a.integrated ? ", integrated" : "") + ")").c_str());
   std::printf("setup: rank 0 holds %s, generated in %.3f s (not timed below)\n", human_bytes(w.rank_bytes).c_str(),
               gen_s);
   if (do_save)
@@ -331,6 +359,8 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   if (dd)
     std::printf("dd reference: write+fsync %.3f s, read %.3f s  ->  save_vs_dd %.2f  load_vs_dd %.2f\n", dd_w, dd_r,
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
+  std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state\n",
+              human_bytes(runs.peak_rss).c_str(), human_bytes(runs.rank_state_max).c_str());
   std::printf("medians of %zu run(s); timings exclude generation and first touch; each is the max over ranks\n",
               std::max(runs.save.size(), runs.load.size()));
   std::fflush(stdout);
@@ -361,6 +391,11 @@ int run(int rank, int world, int argc, char** argv) {
                  "load: replicas read once and share (shared), each read for itself (each), or auto")
       ->check(CLI::IsMember({"auto", "shared", "each"}))
       ->capture_default_str();
+  app.add_option("--format", a.format, "native, ckpt, safetensors or hdf5")
+      ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}))
+      ->capture_default_str();
+  app.add_flag("--integrated", a.integrated,
+               "native: write full tensors (gathered) into one file; ckpt and safetensors always are");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -435,9 +470,13 @@ int run(int rank, int world, int argc, char** argv) {
       runs.dd_read.push_back(t[1]);
     }
   }
+  uint64_t mem[2] = {peak_rss_bytes(), w.rank_bytes};
+  MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  runs.peak_rss = mem[0];
+  runs.rank_state_max = mem[1];
   if (root) report(a, w, runs, *size, world, gen_s);
 
-  if (a.mode == "both" && !a.keep && !remove_checkpoint(a.dir + "/" + a.name, root)) return kExitError;
+  if (a.mode == "both" && !a.keep && !remove_checkpoint(checkpoint_path(a), root)) return kExitError;
   if (a.mode != "save" && runs.mismatches != 0) {
     if (root) std::cerr << "ckpt_bench: " << runs.mismatches << " loaded elements differ from the workload\n";
     return kExitMismatch;
