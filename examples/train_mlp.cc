@@ -40,6 +40,8 @@ struct Config {
   int64_t steps = 50, save_every = 10, crash_at_step = -1;
   std::string dir;
   bool resume = false;
+  std::string format = "native";
+  bool integrated = false;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
 };
@@ -339,6 +341,8 @@ bool save_checkpoint(distckpt::Comm& comm, distckpt::StateDict& sd, const Config
   opts.name = name;
   opts.step = step;
   opts.epoch = 0;
+  opts.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
+  opts.integrated = cfg.integrated;
   auto result = distckpt::save(comm, sd, cfg.dir, opts);
   if (!result.ok() && comm.rank() == 0)
     std::fprintf(stderr, "save failed: %s\n", result.status().to_string().c_str());
@@ -415,6 +419,9 @@ int run(int argc, char** argv, int rank, int world) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--dir", cfg.dir, "checkpoint root directory")->required();
   app.add_flag("--resume", cfg.resume, "resume from the newest committed checkpoint in --dir");
+  app.add_option("--format", cfg.format, "checkpoint format: native, ckpt, safetensors or hdf5")
+      ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}));
+  app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
   app.add_option("--crash-at-step", cfg.crash_at_step,
                  "the last rank aborts at the start of this step (simulated failure)");
   app.add_option("--lr", cfg.lr, "learning rate");
