@@ -74,9 +74,10 @@ struct SaveOptions {
   bool integrated = false;
   // Rank that writes an integrated file (ckpt, safetensors, native + integrated).
   int writer_rank = 0;
-  // Bytes of a tensor reconstructed at a time: the writer holds at most two such
-  // regions (one being written while the next is gathered). A region is whole rows
-  // of dim 0 (one row if a row is larger).
+  // Bytes of a tensor reconstructed at a time: the writer holds two such regions (one
+  // being written while the next is gathered) plus the staging of pieces that are not
+  // contiguous in a region, so its memory beyond its own state is at most 3x this. A
+  // region is whole rows of dim 0 (one row if a row is larger).
   uint64_t gather_bytes = uint64_t{64} << 20;
   // kCkpt: append MindSpore's CRC-32 footer ("crc_num"), checked on load and verify.
   // MindSpore >= 2.1 reads it; turn it off for older MindSpore readers.

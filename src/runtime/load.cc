@@ -124,7 +124,7 @@ Status check_sources(FileCache& files, const proto::Tensor& t, const TensorEntry
 // copied out (data sieving, as ROMIO does), trading some extra bytes for far fewer calls.
 Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, void* dst, const Box& dbox,
                    const Box& region, std::size_t item, std::vector<char>& scratch, uint64_t* bytes_read) {
-  constexpr uint64_t kRunDirect = 64 << 10, kSlab = 8 << 20;
+  constexpr uint64_t kRunDirect = 4 << 10, kSlab = 8 << 20;
   const std::size_t n = region.shape.size();
   auto read_box = [&](const Box& part) -> Status {  // `part` is contiguous in the chunk
     const uint64_t bytes = static_cast<uint64_t>(part.num_elements()) * item;
