@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ struct FormatModel {
     std::vector<std::vector<Box>> members(static_cast<std::size_t>(world));
     for (std::size_t i = 0; i < parts.size(); ++i) members[i % static_cast<std::size_t>(world)].push_back(parts[i]);
     add("irregular", DType::kInt32, *TensorLayout::from_boxes({7, 5}, members), 5);
+    add("empty", DType::kFloat32, *TensorLayout::from_device_matrix({0, 4}, {dp, tp}, {-1, -1}), 3);
     EXPECT_TRUE(state.set_info("lr", 0.25).ok());
     EXPECT_TRUE(state.set_info("tag", "hello").ok());
     EXPECT_TRUE(state.set_info("flag", true).ok());
@@ -52,7 +54,8 @@ struct FormatModel {
     const std::size_t item = dtype_size(dt);
     std::vector<void*> ptrs;
     for (const Box& box : layout.boxes_of(state.rank())) {
-      std::vector<unsigned char> b(static_cast<std::size_t>(box.num_elements()) * item);
+      // At least one byte, so that an empty box still has a buffer address.
+      std::vector<unsigned char> b(std::max<std::size_t>(1, static_cast<std::size_t>(box.num_elements()) * item));
       for (int64_t i = 0; i < box.num_elements(); ++i) {
         int64_t global = 0, rem = i, stride = 1;
         for (int d = static_cast<int>(box.shape.size()) - 1; d >= 0; --d) {

@@ -198,12 +198,15 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
   const int64_t epoch = 4, step = 40;
   Checkpoint ck;
   add_value(ck, "net.w", {6, 4}, "Float32", std::string(reinterpret_cast<char*>(w.data()), w.size() * 4));
-  // "big" split into two records with the same tag, rows 0-4 and 5-7, as MindSpore splits.
+  // "big" split into three records with the same tag, cut at element 7 and 13 (not on
+  // row boundaries), as MindSpore 2.x cuts raw byte pieces.
   const std::string all(reinterpret_cast<char*>(big.data()), big.size() * 4);
-  add_value(ck, "big", {8, 3}, "Int32", all.substr(0, 5 * 3 * 4));
-  add_value(ck, "big", {8, 3}, "Int32", all.substr(5 * 3 * 4));
-  add_value(ck, "scalar", {0}, "Float32", std::string(reinterpret_cast<const char*>(&scalar), 4));
-  add_value(ck, "epoch_num", {0}, "Int64", std::string(reinterpret_cast<const char*>(&epoch), 8));
+  add_value(ck, "big", {8, 3}, "Int32", all.substr(0, 7 * 4));
+  add_value(ck, "big", {8, 3}, "Int32", all.substr(7 * 4, 6 * 4));
+  add_value(ck, "big", {8, 3}, "Int32", all.substr(13 * 4));
+  add_value(ck, "scalar", {}, "Float32", std::string(reinterpret_cast<const char*>(&scalar), 4));
+  add_value(ck, "note", {0}, "str", std::string("o\0\0\0k\0\0\0\xe9\0\0\0", 12));  // numpy's UTF-32LE
+  add_value(ck, "epoch_num", {}, "Int64", std::string(reinterpret_cast<const char*>(&epoch), 8));
   add_value(ck, "step_num", {0}, "Int64", std::string(reinterpret_cast<const char*>(&step), 8));
   const std::string path = dir.path() + "/ms.ckpt";
   write_ckpt(path, ck.SerializeAsString(), true);
@@ -213,7 +216,8 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
   EXPECT_EQ(info->step, 40);
   EXPECT_EQ(info->epoch, 4);
   ASSERT_EQ(info->tensors.size(), 3u);
-  EXPECT_EQ(info->tensors[1].chunks.size(), 2u);
+  EXPECT_EQ(info->tensors[1].chunks.size(), 7u);  // [0:2,:] [2:3,0:1] | [2:3,1:3] [3:4,:] [4:5,0:1] | [4:5,1:3] [5:8,:]
+  EXPECT_EQ(info_value_to_string(info->info.at("note")), "ok\xc3\xa9");
   ASSERT_TRUE(verify_checkpoint(path).ok());
 
   expect_all_ok(run(2, [&](Comm& comm) -> Status {
@@ -295,7 +299,11 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
   EXPECT_EQ(step, 12);
   EXPECT_EQ(by_tag.at("step_num")->tensor().tensor_type(), "Int64");
   EXPECT_EQ(by_tag.at("tag")->tensor().tensor_type(), "str");
-  EXPECT_EQ(by_tag.at("tag")->tensor().tensor_content(), "hello");
+  // numpy's str, as MindSpore's load_checkpoint decodes it: UTF-32LE.
+  EXPECT_EQ(by_tag.at("tag")->tensor().tensor_content(), std::string("h\0\0\0e\0\0\0l\0\0\0l\0\0\0o\0\0\0", 20));
+  // An empty tensor is a record without content, with its real dims.
+  ASSERT_EQ(by_tag.at("empty")->tensor().dims_size(), 2);
+  EXPECT_EQ(by_tag.at("empty")->tensor().tensor_content(), "");
 }
 
 TEST(MindSporeCkpt, TensorOver512MiBIsSplitIntoRecordsAndJoinedOnRead) {
@@ -390,6 +398,8 @@ TEST(BadInput, MalformedSafetensorsFilesGiveClearErrors) {
   check("bad_dtype", R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16, "unknown dtype");
   check("negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0, "non-negative");
   check("huge_header", "{}", 0, "exceeds", uint64_t{1} << 40);
+  // C overlaps A, with an empty tensor sorted between them.
+  check("overlap_far", R"({"a":{"dtype":"U8","shape":[100],"data_offsets":[0,100]},"b":{"dtype":"U8","shape":[0],"data_offsets":[10,10]},"c":{"dtype":"U8","shape":[10],"data_offsets":[20,30]}})", 100, "overlap");
 }
 
 TEST(BadInput, DamagedHdf5AndMissingDatasets) {
@@ -472,12 +482,33 @@ TEST(Convert, EveryFormatToEveryFormatKeepsTensorsAndInfo) {
       ASSERT_TRUE(r.ok()) << format_name(from) << " -> " << format_name(to) << ": " << r.status().to_string();
       EXPECT_GT(calls, 16u);
       EXPECT_EQ(last, total);
-      ASSERT_TRUE(verify_checkpoint(r->path).ok()) << r->path;
+      auto verified = verify_checkpoint(r->path);
+      ASSERT_TRUE(verified.ok()) << r->path << ": " << verified.status().to_string();
       load_and_compare(2, r->path);
       // Never over an existing checkpoint.
       EXPECT_EQ(convert_checkpoint(src, r->path, to).status().code(), StatusCode::kAlreadyExists);
     }
   }
+}
+
+TEST(Formats, RanksDisagreeingOnOptionsFailAlike) {
+  TempDir dir;
+  auto res = run(3, [&](Comm& comm) -> Status {
+    FormatModel m(comm.rank(), 3);
+    SaveOptions options;
+    options.name = "m";
+    options.format = Format::kCkpt;
+    options.gather_bytes = comm.rank() == 1 ? 1024 : 64;  // only one rank changed it
+    Status a = save(comm, m.state, dir.path(), options).status();
+    options.gather_bytes = 64;
+    options.format = comm.rank() == 2 ? Format::kNative : Format::kCkpt;
+    Status b = save(comm, m.state, dir.path(), options).status();
+    if (a.code() != StatusCode::kInvalidArgument || b.code() != StatusCode::kInvalidArgument)
+      return internal_error(a.to_string() + " | " + b.to_string());
+    return Status();
+  });
+  expect_all_ok(res);
+  EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
 TEST(Atomicity, FailedFsyncLeavesNothingVisible) {

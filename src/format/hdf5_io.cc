@@ -166,13 +166,22 @@ Status check_hdf5_name(const std::string& name) {
   }
 }
 
+std::string metadata_json(const proto::Index& meta) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(meta, &json, options);
+  return json;
+}
+
 Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
-                                                       const proto::Index& meta) {
+                                                       const proto::Index& meta, std::string meta_json) {
   quiet_hdf5();
   std::unique_ptr<Hdf5Writer> w(new Hdf5Writer());
   w->h_ = std::make_unique<Handles>();
   w->path_ = path;
   w->meta_ = meta;
+  w->meta_json_ = std::move(meta_json);
   const std::string where = "hdf5 '" + path + "'";
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (comm != MPI_COMM_NULL) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
@@ -188,8 +197,13 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
   H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);  // every byte is written by a slice
+  // From here on every rank makes the same collective calls whatever fails (the first
+  // failure is kept for finish()), so that no rank waits for another in HDF5.
+  Status& deferred = w->deferred_;
+  auto keep = [&](Status st) {
+    if (deferred.ok() && !st.ok()) deferred = std::move(st);
+  };
   for (const auto& t : meta.tensors()) {
-    DISTCKPT_RETURN_IF_ERROR(check_hdf5_name(t.name()));
     const DType dtype = *dtype_from_name(t.dtype());
     std::vector<hsize_t> dims(t.global_shape().begin(), t.global_shape().end());
     Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
@@ -198,10 +212,13 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
     Id dset(H5Dcreate2(w->h_->file.get(), t.name().c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(),
                        H5P_DEFAULT),
             H5Dclose);
-    if (!dset.ok()) return io_error(where + ": tensor '" + t.name() + "': cannot create its dataset: " + hdf5_message());
-    DISTCKPT_RETURN_IF_ERROR(write_string_attr(dset.get(), "dtype", t.dtype()));
-    DISTCKPT_RETURN_IF_ERROR(write_array_attr(dset.get(), "dev_mat", {t.layout().dev_mat().begin(), t.layout().dev_mat().end()}));
-    DISTCKPT_RETURN_IF_ERROR(write_array_attr(dset.get(), "tensor_map", {t.layout().tensor_map().begin(), t.layout().tensor_map().end()}));
+    if (!dset.ok()) {
+      keep(io_error(where + ": tensor '" + t.name() + "': cannot create its dataset: " + hdf5_message()));
+    } else {
+      keep(write_string_attr(dset.get(), "dtype", t.dtype()));
+      keep(write_array_attr(dset.get(), "dev_mat", {t.layout().dev_mat().begin(), t.layout().dev_mat().end()}));
+      keep(write_array_attr(dset.get(), "tensor_map", {t.layout().tensor_map().begin(), t.layout().tensor_map().end()}));
+    }
     w->h_->datasets.push_back(std::move(dset));
     w->h_->types.push_back(std::move(type));
   }
@@ -213,6 +230,7 @@ Hdf5Writer::~Hdf5Writer() = default;
 Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces, int rounds) {
   const hid_t dset = h_->datasets[static_cast<std::size_t>(tensor)].get();
   const hid_t type = h_->types[static_cast<std::size_t>(tensor)].get();
+  if (dset < 0) return deferred_;  // creation failed on every rank alike (collective)
   const std::string where = "hdf5 '" + path_ + "': tensor '" + meta_.tensors(tensor).name() + "'";
   Status status;
   for (int r = 0; r < rounds; ++r) {
@@ -248,32 +266,34 @@ Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void
 Status Hdf5Writer::finish() {
   const hid_t file = h_->file.get();
   const std::string where = "hdf5 '" + path_ + "'";
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(meta_, &json, options);
-  Status st = write_string_attr(file, kMetaAttr, json);
-  if (st.ok() && meta_.step() >= 0) st = write_scalar_attr(file, "step_num", H5T_NATIVE_INT64, meta_.step());
-  if (st.ok() && meta_.epoch() >= 0) st = write_scalar_attr(file, "epoch_num", H5T_NATIVE_INT64, meta_.epoch());
-  for (const auto& [key, v] : meta_.info()) {
-    if (!st.ok() || key == kMetaAttr || key == "step_num" || key == "epoch_num") continue;
-    switch (v.value_case()) {
-      case proto::InfoValue::kIntValue: st = write_scalar_attr(file, key, H5T_NATIVE_INT64, v.int_value()); break;
-      case proto::InfoValue::kFloatValue: st = write_scalar_attr(file, key, H5T_NATIVE_DOUBLE, v.float_value()); break;
-      case proto::InfoValue::kBoolValue: {
-        Id type = make_type(DType::kBool);
-        const int8_t b = v.bool_value() ? 1 : 0;
-        st = write_scalar_attr(file, key, type.get(), b);
-        break;
-      }
-      default: st = write_string_attr(file, key.c_str(), v.string_value()); break;
+  // Every attribute is written on every rank in the same order (info values sorted by
+  // key), whatever failed before: they are collective.
+  Status st = deferred_;
+  auto keep = [&](Status s) {
+    if (st.ok() && !s.ok()) st = std::move(s);
+  };
+  keep(write_string_attr(file, kMetaAttr, meta_json_));
+  if (meta_.step() >= 0) keep(write_scalar_attr(file, "step_num", H5T_NATIVE_INT64, meta_.step()));
+  if (meta_.epoch() >= 0) keep(write_scalar_attr(file, "epoch_num", H5T_NATIVE_INT64, meta_.epoch()));
+  for (const auto& [key, value] : internal_storage::info_values(meta_)) {
+    if (key == kMetaAttr || key == "step_num" || key == "epoch_num") continue;
+    if (auto* i = std::get_if<int64_t>(&value)) {
+      keep(write_scalar_attr(file, key, H5T_NATIVE_INT64, *i));
+    } else if (auto* d = std::get_if<double>(&value)) {
+      keep(write_scalar_attr(file, key, H5T_NATIVE_DOUBLE, *d));
+    } else if (auto* b = std::get_if<bool>(&value)) {
+      Id type = make_type(DType::kBool);
+      const int8_t v = *b ? 1 : 0;
+      keep(write_scalar_attr(file, key, type.get(), v));
+    } else {
+      keep(write_string_attr(file, key.c_str(), std::get<std::string>(value)));
     }
   }
   h_->datasets.clear();
   h_->types.clear();
   h_->dxpl.reset();
-  // Close explicitly to see the error: closing flushes the metadata.
-  if (H5Fclose(h_->file.release()) < 0 && st.ok()) st = io_error(where + ": close failed: " + hdf5_message());
+  // Closed explicitly to see the error: closing flushes the metadata.
+  if (H5Fclose(h_->file.release()) < 0) keep(io_error(where + ": close failed: " + hdf5_message()));
   return st.with_context(where);
 }
 
@@ -299,7 +319,7 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0)
       return corruption(where + ": attribute 'distckpt' is not a fixed-length string");
     const std::size_t n = H5Tget_size(type.get());
-    if (n > (std::size_t{1} << 30)) return corruption(where + ": attribute 'distckpt' is too large");
+    if (n > size) return corruption(where + ": attribute 'distckpt' claims more bytes than the file has");
     std::string json(n, '\0');
     if (H5Aread(attr.get(), type.get(), json.data()) < 0) return corruption(where + ": " + hdf5_message());
     json.resize(json.find('\0') == std::string::npos ? n : json.find('\0'));

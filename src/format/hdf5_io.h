@@ -32,8 +32,11 @@ Status check_hdf5_name(const std::string& name);
 // With MPI_COMM_NULL the file is written by this process alone (serial driver).
 class Hdf5Writer {
  public:
-  // Creates `path` (which must not exist) and every dataset of `meta`.
-  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, MPI_Comm comm, const proto::Index& meta);
+  // Creates `path` (which must not exist) and every dataset of `meta`. `meta_json` is
+  // metadata_json(meta) as computed on one rank: attribute bytes must be identical on
+  // every rank, and protobuf map order is not.
+  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, MPI_Comm comm, const proto::Index& meta,
+                                                    std::string meta_json);
   ~Hdf5Writer();
   // Writes this rank's pieces (boxes of tensor `tensor` and their row-major data) in
   // `rounds` collective writes (rounds >= this rank's piece count, the same on all).
@@ -47,6 +50,11 @@ class Hdf5Writer {
   std::unique_ptr<Handles> h_;
   std::string path_;
   proto::Index meta_;
+  std::string meta_json_;
+  Status deferred_;  // a failure after the file was created: reported by finish()
 };
+
+// distckpt's metadata as JSON (field names as in the .proto), for HDF5 and safetensors.
+std::string metadata_json(const proto::Index& meta);
 
 }  // namespace distckpt::internal_format

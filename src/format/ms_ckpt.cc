@@ -25,6 +25,9 @@ constexpr uint64_t kMaxTagBytes = 64 << 10;
 constexpr uint64_t kMaxTypeBytes = 64;
 constexpr uint64_t kMaxDims = 64;
 constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxStrBytes = 1 << 20;
+// A record costs ~150 bytes in memory for >= 8 on disk: bound what a hostile file costs.
+constexpr std::size_t kMaxRecords = std::size_t{1} << 24;
 
 std::string dims_string(const Shape& dims) {
   std::string s = "[";
@@ -64,8 +67,8 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
       if (n > end - c.pos()) return c.error("tensor '" + r.tag + "': tensor_content of " + std::to_string(n) + " bytes runs past its record");
       r.content_offset = c.pos();
       r.content_bytes = n;
-      if (n <= 64) {
-        DISTCKPT_ASSIGN_OR_RETURN(r.small_content, c.bytes(n, 64));
+      if (n <= 64 || (r.type == "str" && n <= kMaxStrBytes)) {  // info values: kept
+        DISTCKPT_ASSIGN_OR_RETURN(r.small_content, c.bytes(n, kMaxStrBytes));
       } else {
         DISTCKPT_RETURN_IF_ERROR(c.skip(n));
       }
@@ -104,6 +107,49 @@ Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r) {
 }
 
 }  // namespace
+
+std::string utf8_to_utf32le(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = c;
+    std::size_t len = 1;
+    if (c >= 0xf0) { cp = c & 0x07; len = 4; }
+    else if (c >= 0xe0) { cp = c & 0x0f; len = 3; }
+    else if (c >= 0xc0) { cp = c & 0x1f; len = 2; }
+    for (std::size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((cp >> (8 * b)) & 0xff));
+    i += len;
+  }
+  return out;
+}
+
+std::optional<std::string> utf32le_to_utf8(const std::string& s) {
+  if (s.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); i += 4) {
+    uint32_t cp = 0;
+    for (int b = 3; b >= 0; --b) cp = (cp << 8) | static_cast<unsigned char>(s[i + static_cast<std::size_t>(b)]);
+    if (cp == 0) break;  // numpy pads fixed-width strings with NULs
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    } else if (cp < 0x10000) {
+      out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    } else {
+      out.push_back(static_cast<char>(0xf0 | (cp >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+    }
+  }
+  return out;
+}
 
 std::string_view ms_type_name(DType t) {
   for (const auto& [d, n] : kMsTypes)
@@ -200,6 +246,7 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
     if (field == 1 && wire == 2) {
       DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
       if (n > end - c.pos()) return c.error("record of " + std::to_string(n) + " bytes runs past the end of the file (truncated?)");
+      if (scan.records.size() >= kMaxRecords) return c.error("more than 16M records");
       CkptRecord r;
       DISTCKPT_RETURN_IF_ERROR(parse_value(c, c.pos() + n, r));
       scan.records.push_back(std::move(r));
@@ -255,11 +302,16 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
       i = j;
       continue;
     }
-    const bool scalar = first.dims == Shape{0};
+    // dims [0] is MindSpore's scalar, unless the record holds no bytes: then it is an
+    // empty 1-d tensor (the format cannot tell them apart otherwise). dims [] is a scalar
+    // too (MindSpore 2.x).
+    const bool scalar = first.dims.empty() || (first.dims == Shape{0} && first.content_bytes > 0);
     if (!scan.meta && j == i + 1 && (scalar || first.dims == Shape{1})) {
       // A MindSpore file: append info is stored as scalar records.
       if (first.type == "str") {
-        (*index.mutable_info())[first.tag].set_string_value(first.small_content);
+        auto text = utf32le_to_utf8(first.small_content);
+        if (!text) return corruption(where + ": a str value that is not UTF-32LE text");
+        (*index.mutable_info())[first.tag].set_string_value(*text);
         order.push_back(first.tag);
         i = j;
         continue;
@@ -284,6 +336,7 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     const auto dtype = ms_type_from_name(first.type);
     if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
     const Shape shape = scalar ? Shape{} : first.dims;
+    if (first.type == "str") return corruption(where + ": a str record is not a tensor");
     const auto count = internal_layout::checked_num_elements(shape);
     if (!count) return corruption(where + ": dims " + dims_string(first.dims) + " overflow");
     const uint64_t item = dtype_size(*dtype);
@@ -310,19 +363,22 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
         return corruption(where + ": tensor_content holds more than prod(dims " + dims_string(first.dims) + ") x " +
                           std::to_string(item) + " bytes");
       if (n == 0) continue;
-      const auto box = internal_layout::flat_range_to_box(shape, at, at + n);
-      if (!box)
-        return unsupported(where + ": a record holds elements [" + std::to_string(at) + ", " + std::to_string(at + n) +
-                           "), which is not a box of the tensor");
-      auto* ch = t.add_chunks();
-      for (std::size_t d = 0; d < shape.size(); ++d) {
-        ch->add_offset(box->offset[d]);
-        ch->add_shape(box->shape[d]);
+      // A record is any element range (MindSpore 2.x cuts raw 512 MiB pieces): one
+      // chunk per box of it, at its byte offset within the record.
+      uint64_t byte = r.content_offset;
+      for (const Box& box : internal_layout::flat_range_to_boxes(shape, at, at + n)) {
+        auto* ch = t.add_chunks();
+        for (std::size_t d = 0; d < shape.size(); ++d) {
+          ch->add_offset(box.offset[d]);
+          ch->add_shape(box.shape[d]);
+        }
+        const uint64_t len = static_cast<uint64_t>(box.num_elements()) * item;
+        ch->set_file_id(0);
+        ch->set_byte_offset(byte);
+        ch->set_length(len);
+        ch->set_writer_rank(-1);
+        byte += len;
       }
-      ch->set_file_id(0);
-      ch->set_byte_offset(r.content_offset);
-      ch->set_length(r.content_bytes);
-      ch->set_writer_rank(-1);
       at += n;
     }
     if (at != *count)

@@ -11,7 +11,8 @@
 // field 1000 of Checkpoint, holding a serialized distckpt.proto.Index without chunks
 // (step, epoch, commit sequence, layouts at save, typed info values, tensor order).
 // Info values are also written as MindSpore writes append info: scalar records
-// (dims [0]) of type Int64, Float64, Bool or "str" (UTF-8 bytes).
+// (dims [0]) of type Int64, Float64, Bool or "str" (the text as numpy stores a str:
+// UTF-32LE, which MindSpore's load_checkpoint decodes).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,9 @@ std::string ckpt_record_header(const std::string& tag, const Shape& dims, std::s
                                uint64_t content_bytes);
 // A whole scalar or small record (info values).
 std::string ckpt_record(const std::string& tag, const Shape& dims, std::string_view type, const std::string& content);
+// numpy's str encoding (UTF-32LE) from UTF-8 text, and back (nullopt when invalid).
+std::string utf8_to_utf32le(const std::string& s);
+std::optional<std::string> utf32le_to_utf8(const std::string& s);
 // The meta field (kCkptMetaField) holding `meta`.
 std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);

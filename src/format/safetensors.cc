@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "format/hdf5_io.h"
 #include "format/stored.h"
 #include "layout/tiling.h"
 #include "storage/index_io.h"
@@ -39,11 +40,7 @@ std::string header_json(const proto::Index& meta, const std::vector<uint64_t>& r
                    {"data_offsets", {begin, begin + tensor_bytes(t)}}};
   }
   nlohmann::ordered_json m = nlohmann::ordered_json::object();
-  std::string meta_json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(meta, &meta_json, options);
-  m[kSafetensorsMetaKey] = meta_json;
+  m[kSafetensorsMetaKey] = metadata_json(meta);
   if (meta.step() >= 0) m["step_num"] = std::to_string(meta.step());
   if (meta.epoch() >= 0) m["epoch_num"] = std::to_string(meta.epoch());
   for (const auto& [key, value] : internal_storage::info_values(meta))
@@ -198,9 +195,14 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
     found.emplace(name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first.first < ranges[i - 1].first.second && ranges[i].first.first < ranges[i].first.second)
-      return corruption(where + ": tensors '" + ranges[i - 1].second + "' and '" + ranges[i].second + "' overlap");
+  uint64_t reach = 0;  // the furthest end so far: an overlap with any earlier tensor shows
+  std::string reacher;
+  for (const auto& [range, name] : ranges) {
+    if (range.first == range.second) continue;  // empty tensors take no bytes
+    if (range.first < reach) return corruption(where + ": tensors '" + reacher + "' and '" + name + "' overlap");
+    reach = range.second;
+    reacher = name;
+  }
   std::vector<std::string> order;
   for (const auto& r : ranges) order.push_back(r.second);
   DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, meta, path));

@@ -109,6 +109,10 @@ class CkptWriter final : public SequentialWriter {
       ranges_ = ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item);
     }
     const auto* p = static_cast<const char*>(data);
+    if (tensor_bytes(t) == 0) {  // an empty tensor: one record without content
+      Shape dims(t.global_shape().begin(), t.global_shape().end());
+      return out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype), 0));
+    }
     while (n > 0) {
       // Start the record that begins at this byte, if one does.
       for (const auto& [b, e] : ranges_)
@@ -152,7 +156,7 @@ class CkptWriter final : public SequentialWriter {
           type = "Bool";
           break;
         default:
-          content = v.string_value();
+          content = utf8_to_utf32le(v.string_value());
           type = "str";
           break;
       }
@@ -190,9 +194,17 @@ class SafetensorsWriter final : public SequentialWriter {
     layout_ = plan_safetensors(meta_);
     crcs_.assign(static_cast<std::size_t>(meta_.tensors_size()), kCrc32cInit);
   }
+  // Readers (ours and the reference implementation) refuse headers over 100 MB.
+  Status check_header_size() const {
+    if (layout_.header_bytes > kSafetensorsMaxHeader)
+      return invalid_argument("safetensors: the header would take " + std::to_string(layout_.header_bytes) +
+                              " bytes, more than readers accept (100 MB): too many tensors or ranks for one file");
+    return Status();
+  }
   Status append(int tensor, const void* data, std::size_t n) override {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
     const auto i = static_cast<std::size_t>(tensor);
+    if (n == 0) return Status();
     crcs_[i] = crc32c_extend(crcs_[i], data, n);
     DISTCKPT_RETURN_IF_ERROR(file_->write_at(data, n, layout_.file_offset[i] + at));
     bytes_written_ += n;
@@ -232,6 +244,7 @@ class NativeWriter final : public SequentialWriter {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
     const auto i = static_cast<std::size_t>(tensor);
     if (at == 0) offsets_[i] = out_.position();
+    if (n == 0) return Status();
     crcs_[i] = crc32c_extend(crcs_[i], data, n);
     DISTCKPT_RETURN_IF_ERROR(out_.write(data, n));
     bytes_written_ += n;
@@ -297,7 +310,11 @@ Result<std::unique_ptr<SequentialWriter>> make_sequential_writer(Format format, 
     DISTCKPT_RETURN_IF_ERROR(w->begin());
     return std::unique_ptr<SequentialWriter>(std::move(w));
   }
-  if (format == Format::kSafetensors) return std::unique_ptr<SequentialWriter>(new SafetensorsWriter(std::move(file), meta));
+  if (format == Format::kSafetensors) {
+    auto w = std::make_unique<SafetensorsWriter>(std::move(file), meta);
+    DISTCKPT_RETURN_IF_ERROR(w->check_header_size());
+    return std::unique_ptr<SequentialWriter>(std::move(w));
+  }
   const auto slash = path.find_last_of('/');
   return std::unique_ptr<SequentialWriter>(
       new NativeWriter(std::move(file), meta, slash == std::string::npos ? path : path.substr(slash + 1)));

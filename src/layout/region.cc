@@ -27,36 +27,40 @@ std::optional<int64_t> contiguous_offset(const Box& inner, const Box& outer) {
 
 namespace distckpt::internal_layout {
 
-std::optional<Box> flat_range_to_box(const Shape& shape, int64_t begin, int64_t end) {
+std::vector<Box> flat_range_to_boxes(const Shape& shape, int64_t begin, int64_t end) {
   const Box all = full_box(shape);
-  const int64_t total = all.num_elements();
-  if (begin < 0 || end <= begin || end > total) return std::nullopt;
+  if (begin < 0 || end <= begin || end > all.num_elements()) return {};
   const std::size_t n = shape.size();
-  if (n == 0) return all;
-  // stride[k]: elements per index of dim k. The range is a box split at dim k when it
-  // starts and ends on dim-k boundaries inside one index of the dims before k.
-  std::vector<int64_t> stride(n);
+  if (n == 0) return {all};
+  std::vector<int64_t> stride(n);  // elements per index of dim d
   int64_t s = 1;
   for (std::size_t d = n; d-- > 0;) {
     stride[d] = s;
     s *= shape[d];
   }
-  for (std::size_t k = 0; k < n; ++k) {
-    if (begin % stride[k] != 0 || end % stride[k] != 0) continue;
-    const int64_t outer = stride[k] * shape[k];
-    if (k > 0 && begin / outer != (end - 1) / outer) continue;
-    Box box = all;
-    int64_t rest = begin;
+  std::vector<Box> boxes;
+  for (int64_t at = begin; at < end;) {
+    // The coarsest dim d at whose boundary `at` sits and of which at least one whole
+    // index fits before `end`, without wrapping into the next index of dim d-1.
     for (std::size_t d = 0; d < n; ++d) {
-      box.offset[d] = rest / stride[d];
-      rest %= stride[d];
-      if (d < k) box.shape[d] = 1;
-      else if (d > k) box.offset[d] = 0;
+      if (at % stride[d] != 0) continue;
+      const int64_t index = (at / stride[d]) % shape[d];
+      const int64_t count = std::min((end - at) / stride[d], shape[d] - index);
+      if (count < 1) continue;
+      Box box = all;
+      int64_t rest = at;
+      for (std::size_t k = 0; k < n; ++k) {
+        box.offset[k] = k <= d ? rest / stride[k] : 0;
+        if (k <= d) rest %= stride[k];
+        if (k < d) box.shape[k] = 1;
+      }
+      box.shape[d] = count;
+      boxes.push_back(box);
+      at += count * stride[d];
+      break;
     }
-    box.shape[k] = (end - begin) / stride[k];
-    return box;
   }
-  return std::nullopt;
+  return boxes;
 }
 
 }  // namespace distckpt::internal_layout

@@ -21,10 +21,11 @@ int64_t first_element_offset(const Box& inner, const Box& outer);
 
 namespace distckpt::internal_layout {
 
-// The box whose elements are exactly the row-major element range [begin, end) of a
-// tensor of `shape`, or nullopt when that range is not a box (or is empty or out of
-// bounds). A 0-d tensor's only box is [0, 1).
-std::optional<Box> flat_range_to_box(const Shape& shape, int64_t begin, int64_t end);
+// The row-major element range [begin, end) of a tensor of `shape` as boxes, in element
+// order: at most 2 x dims - 1 of them (a partial leading row, whole rows, a partial
+// trailing row, recursively). Empty for an empty or out-of-bounds range. A 0-d
+// tensor's only range is [0, 1).
+std::vector<Box> flat_range_to_boxes(const Shape& shape, int64_t begin, int64_t end);
 
 }  // namespace distckpt::internal_layout
 

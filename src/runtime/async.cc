@@ -46,6 +46,14 @@ class AsyncCheckpointer::Impl {
     const Status previous = pending_ && !pending_->ok() ? pending_->status() : Status();
     pending_.reset();
     DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, previous));
+    // Single files are written from tensors gathered while the caller waits: there is
+    // nothing to stage, so they are not saved in the background (yet).
+    const bool single = options.format != Format::kNative || options.integrated;
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(
+        *fg_, single ? unsupported("save_async: only native sharded saves run in the background; call save() for "
+                                   "format " + std::string(format_name(options.format)) +
+                                   (options.integrated ? " (integrated)" : ""))
+                     : Status()));
 
     DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_runtime::begin_save(*fg_, state, root, options));
     // Stage this rank's share. A local failure is not returned here: the background

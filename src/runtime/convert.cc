@@ -22,6 +22,17 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
     DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src));
     const proto::Index& index = reader->index();
+    // Native chunks are checked as they are read (whole chunks). A single file's
+    // checksums cover the whole file (ckpt footer) or whole tensors (safetensors), which
+    // region reads do not: check them all first, so a damaged file is never converted
+    // into one with fresh, valid checksums.
+    const bool single = !(index.format().empty() || index.format() == "native");
+    bool has_checksums = index.transforms().checksum() == "crc32c";
+    for (const auto& f : index.files()) has_checksums |= f.crc32_covered() > 0;
+    if (single && has_checksums) {
+      DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, fs));
+      DISTCKPT_RETURN_IF_ERROR(verify_checkpoint(resolved, fs).status().with_context("convert: source"));
+    }
     // <root>/<name>: the destination and the directory it is committed in.
     std::string path = dst;
     while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -73,7 +84,8 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
     };
     Status st = [&]() -> Status {
       if (to == Format::kHdf5) {
-        DISTCKPT_ASSIGN_OR_RETURN(hdf5, internal_format::Hdf5Writer::create(tmp, MPI_COMM_NULL, meta));
+        DISTCKPT_ASSIGN_OR_RETURN(hdf5, internal_format::Hdf5Writer::create(tmp, MPI_COMM_NULL, meta,
+                                                                            internal_format::metadata_json(meta)));
       } else {
         if (to == Format::kNative) DISTCKPT_RETURN_IF_ERROR(fs->create_dir(tmp));
         const std::string file = to == Format::kNative ? tmp + "/" + internal_storage::data_file_name(0) : tmp;
@@ -84,8 +96,10 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
       for (int t = 0; t < index.tensors_size(); ++t) {
         const proto::Tensor& tensor = index.tensors(t);
         const std::size_t item = dtype_size(*dtype_from_name(tensor.dtype()));
-        for (const Box& region :
-             internal_layout::row_blocks({tensor.global_shape().begin(), tensor.global_shape().end()}, item, budget)) {
+        const auto blocks =
+            internal_layout::row_blocks({tensor.global_shape().begin(), tensor.global_shape().end()}, item, budget);
+        if (blocks.empty() && writer) DISTCKPT_RETURN_IF_ERROR(writer->append(t, nullptr, 0));  // an empty tensor
+        for (const Box& region : blocks) {
           const std::size_t n = static_cast<std::size_t>(region.num_elements()) * item;
           buf.resize(n);
           DISTCKPT_RETURN_IF_ERROR(reader->read(t, region, buf.data(), &result.bytes_read));

@@ -61,7 +61,17 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   result.path = root + "/" + file_name;
   const void* mpi_handle = comm.mpi_comm_handle();
 
-  Status local = internal_storage::validate_checkpoint_name(file_name);
+  // Options every rank must share (each rank's own copy decides its path): one
+  // allreduce of min and max finds any rank that differs.
+  std::vector<int64_t> shared{static_cast<int64_t>(format), options.integrated ? 1 : 0, options.writer_rank,
+                              static_cast<int64_t>(options.gather_bytes >> 1)};
+  std::vector<int64_t> low = shared, high = shared;
+  comm.allreduce(low, ReduceOp::kMin);
+  comm.allreduce(high, ReduceOp::kMax);
+  Status local = low == high ? Status()
+                             : invalid_argument("format, integrated, writer_rank and gather_bytes must be the "
+                                                "same on every rank");
+  if (local.ok()) local = internal_storage::validate_checkpoint_name(file_name);
   if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
@@ -155,7 +165,10 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   proto::Index final_index;
   if (hdf5) {
     MPI_Comm mpi = mpi_handle != nullptr ? *static_cast<const MPI_Comm*>(mpi_handle) : MPI_COMM_NULL;
-    auto writer = internal_format::Hdf5Writer::create(plan.tmp, mpi, plan.meta);
+    // Attribute bytes must be identical on every rank: rank 0's JSON for all.
+    std::string meta_json = comm.rank() == 0 ? internal_format::metadata_json(plan.meta) : std::string();
+    comm.broadcast_string(meta_json, 0);
+    auto writer = internal_format::Hdf5Writer::create(plan.tmp, mpi, plan.meta, meta_json);
     if (Status st = agree(comm, writer.status().with_context(where)); !st.ok()) {
       cleanup();
       return st;
@@ -174,7 +187,8 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
     }
     Status closed = (*writer)->finish();
     if (written.ok()) written = closed;
-    if (written.ok() && comm.rank() == 0 && options.fsync) written = fs->sync_file(plan.tmp);
+    // Every rank: on a parallel file system each node flushes what it wrote.
+    if (written.ok() && options.fsync) written = fs->sync_file(plan.tmp);
     if (Status st = agree(comm, written.with_context(where)); !st.ok()) {
       cleanup();
       return st;
@@ -204,30 +218,40 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
       return st;
     }
     // Region k is gathered into buffers[k % 2] while region k-1 is written from the other.
+    // Writer exceptions (a failed thread start, anything append throws) become a Status
+    // on the writer rank: it must keep taking part in the gathers either way.
     std::future<Status> pending;
     auto wait_pending = [&] {
       if (!pending.valid()) return;
-      Status st = pending.get();
+      Status st = guarded(where, [&] { return pending.get(); });
       if (wst.ok()) wst = st;
+    };
+    auto start_append = [&](int tensor, const char* data, std::size_t n) {
+      if (!wst.ok()) return;
+      wst = guarded(where, [&]() -> Status {
+        pending = std::async(std::launch::async, [&writer, tensor, data, n] { return writer->append(tensor, data, n); });
+        return Status();
+      });
     };
     Status gathered_ok;
     int k = 0;
     for (std::size_t t = 0; t < state.tensors().size() && gathered_ok.ok(); ++t) {
       const TensorEntry& e = state.tensors()[t];
       const std::size_t item = dtype_size(e.dtype);
-      for (const Box& region : internal_layout::row_blocks(e.layout.global_shape(), item, options.gather_bytes)) {
+      const auto blocks = internal_layout::row_blocks(e.layout.global_shape(), item, options.gather_bytes);
+      for (const Box& region : blocks) {
         char* buf = writing ? buffers[k % 2].data() : nullptr;
         gathered_ok = gather_region(comm, state, e.name, region, buf, writer_rank);
         if (!gathered_ok.ok()) break;
         if (writing) {
           wait_pending();
-          const std::size_t n = static_cast<std::size_t>(region.num_elements()) * item;
-          if (wst.ok())
-            pending = std::async(std::launch::async, [&writer, t, buf, n] {
-              return writer->append(static_cast<int>(t), buf, n);
-            });
+          start_append(static_cast<int>(t), buf, static_cast<std::size_t>(region.num_elements()) * item);
         }
         ++k;
+      }
+      if (writing && blocks.empty()) {  // an empty tensor is still described in the file
+        wait_pending();
+        start_append(static_cast<int>(t), nullptr, 0);
       }
     }
     wait_pending();

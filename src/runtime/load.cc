@@ -145,7 +145,10 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
   while (k > 0 && region.shape[k] == cbox.shape[k]) --k;
   uint64_t run_bytes = item;
   for (std::size_t d = k; d < n; ++d) run_bytes *= static_cast<uint64_t>(region.shape[d]);
-  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item) {
+  uint64_t row_bytes = item;  // one index of dim 0 of the chunk: the smallest sieving slab
+  for (std::size_t d = 1; d < n; ++d) row_bytes *= static_cast<uint64_t>(cbox.shape[d]);
+  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item ||
+      row_bytes > kSlab) {
     Box run = region;  // an odometer over dims < k: each step is one run
     for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
     while (true) {
@@ -158,9 +161,7 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
       if (d == 0) return Status();
     }
   }
-  // Data sieving over slabs of whole rows (dim 0) of the chunk.
-  uint64_t row_bytes = item;
-  for (std::size_t d = 1; d < n; ++d) row_bytes *= static_cast<uint64_t>(cbox.shape[d]);
+  // Data sieving over slabs of whole rows (dim 0) of the chunk, at most kSlab bytes.
   const int64_t rows_per = static_cast<int64_t>(std::max<uint64_t>(1, kSlab / std::max<uint64_t>(row_bytes, 1)));
   for (int64_t r = region.offset[0]; r < region.offset[0] + region.shape[0]; r += rows_per) {
     Box slab = cbox;

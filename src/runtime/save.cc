@@ -245,7 +245,11 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
 }  // namespace internal_runtime
 
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
-  if (options.format != Format::kNative || options.integrated)
+  // Every rank takes the same branch: save_integrated first agrees that the format
+  // options match, and a native save with integrated=false on some ranks must not
+  // wait for the others in another protocol.
+  const int64_t integrated = options.format != Format::kNative || options.integrated ? 1 : 0;
+  if (comm.allreduce_one(integrated, ReduceOp::kMax) == 1)
     return internal_runtime::save_integrated(comm, state, root, options);
   DISTCKPT_ASSIGN_OR_RETURN(internal_runtime::SaveSession session,
                             internal_runtime::begin_save(comm, state, root, options));
