@@ -282,6 +282,17 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
   EXPECT_EQ(crc, static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
   Checkpoint ck;
   ASSERT_TRUE(ck.ParseFromString(body));
+  // Byte for byte what protobuf's serializer writes for each record (MindSpore writes one
+  // Checkpoint with one Value at a time), after distckpt's field 1000 (tag bytes C2 3E).
+  std::string records;
+  for (const auto& v : ck.value()) {
+    Checkpoint one;
+    *one.add_value() = v;
+    records += one.SerializeAsString();
+  }
+  ASSERT_LT(records.size(), body.size());
+  EXPECT_EQ(body.substr(body.size() - records.size()), records);
+  EXPECT_EQ(body.substr(0, 2), std::string("\xc2\x3e"));
   std::map<std::string, const Checkpoint::Value*> by_tag;
   for (const auto& v : ck.value()) by_tag[v.tag()] = &v;
   const auto* w = by_tag.at("layer0/w_float32");
