@@ -409,6 +409,7 @@ TEST(BadInput, MalformedSafetensorsFilesGiveClearErrors) {
   check("bad_dtype", R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16, "unknown dtype");
   check("negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0, "non-negative");
   check("huge_header", "{}", 0, "exceeds", uint64_t{1} << 40);
+  check("deep", std::string(100000, '[') + std::string(100000, ']'), 0, "levels deep");
   // C overlaps A, with an empty tensor sorted between them.
   check("overlap_far", R"({"a":{"dtype":"U8","shape":[100],"data_offsets":[0,100]},"b":{"dtype":"U8","shape":[0],"data_offsets":[10,10]},"c":{"dtype":"U8","shape":[10],"data_offsets":[20,30]}})", 100, "overlap");
 }

@@ -111,6 +111,24 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
     return corruption(where + ": header length " + std::to_string(n) + " exceeds the file or the 100 MB limit");
   std::string text(n, '\0');
   DISTCKPT_RETURN_IF_ERROR(file.read_at(text.data(), n, 8));
+  // A real header nests 3 deep; a hostile one of 100 MB of '[' would cost gigabytes as
+  // a JSON tree. Refuse deep nesting before parsing.
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  if (deepest > 8) return corruption(where + ": the header nests " + std::to_string(deepest) + " levels deep");
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return corruption(where + ": the header is not a JSON object");
   const uint64_t data_start = 8 + n, data_bytes = size - data_start;
