@@ -1,0 +1,81 @@
+// CheckpointConfig: what a CheckpointManager saves, when, and what it keeps.
+//
+// The policies of MindSpore's CheckpointConfig/ModelCheckpoint, Caffe2's JobRunner and
+// MMEngine's CheckpointHook in one struct. Validate it with validate() (the manager
+// does, on every rank, and refuses to start on an error): every contradictory or
+// out-of-range option is an kInvalidArgument naming the option.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/filesystem.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+// Which of two metric values is better (MMEngine's rule). kAuto infers it from the
+// metric's name: names containing acc, top, AR@, auc, precision, mAP, mDice, mIoU, mAcc
+// or aAcc are "greater", names containing loss are "less"; anything else is refused.
+enum class CompareRule { kAuto, kGreater, kLess };
+
+// What a failed save does: kStop returns the error from step_end()/end() on every rank
+// (the training loop should stop); kContinue reports it on every rank through
+// CheckpointManager::last_error() and the return value, and training goes on (Caffe2
+// warns and continues). Either way every rank sees the same outcome: no rank hangs.
+enum class OnSaveFailure { kStop, kContinue };
+
+struct CheckpointConfig {
+  // ---- when to save ----
+  // Save every N steps (0: not by steps). Steps win when both steps and seconds are
+  // set (as in MindSpore): seconds are then ignored.
+  int64_t save_every_steps = 1;
+  // Save when at least T seconds passed since the last save (0: not by time). Measured
+  // on rank 0 and broadcast, so all ranks agree whatever their clocks.
+  double save_every_seconds = 0;
+  // Count steps (false) or epochs (true, MMEngine's by_epoch): with by_epoch, "every N"
+  // applies to epochs, and a save happens at step_end calls with epoch_end = true.
+  bool by_epoch = false;
+  // No periodic save before this step (or epoch, with by_epoch).
+  int64_t save_begin = 0;
+  // end() saves the final state unless it was just saved.
+  bool save_last = true;
+
+  // ---- what to keep (a checkpoint is kept if any rule keeps it; the newest committed
+  // one is never deleted) ----
+  int keep_max = 5;               // the newest N periodic checkpoints (0: keep all)
+  double keep_per_n_minutes = 0;  // also one per N minutes of commit time (0: off)
+  std::string best_metric;        // keep the best K by this metric ("" : off)
+  CompareRule rule = CompareRule::kAuto;
+  int keep_best = 1;
+
+  // ---- naming and format ----
+  std::string directory;                            // the checkpoint root (required)
+  std::string prefix = "ckpt";                      // no '/', printable
+  std::string name_template = "{prefix}-{epoch}_{step}";  // must contain {step} or {epoch}
+  Format format = Format::kNative;
+  bool integrated = false;
+  bool remove_redundancy = true;
+  // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
+  // false is {"model."}); empty: every tensor.
+  std::vector<std::string> save_prefixes;
+  // Info values stored with every checkpoint, besides epoch_num and step_num (which
+  // are always stored) and, with best_metric, the metric.
+  std::map<std::string, InfoValue> append_info;
+
+  OnSaveFailure on_failure = OnSaveFailure::kStop;
+  std::shared_ptr<FileSystem> fs;  // null: POSIX (tests inject faults here)
+
+  // kInvalidArgument naming the first bad option. Local, thread-safe.
+  Status validate() const;
+  // The rule for best_metric after inference (kGreater or kLess); kInvalidArgument
+  // when it cannot be inferred.
+  Result<CompareRule> effective_rule() const;
+};
+
+}  // namespace distckpt

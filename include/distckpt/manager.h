@@ -1,0 +1,111 @@
+// CheckpointManager: the checkpoint logic of a training loop in one object.
+//
+//   auto m = CheckpointManager::create(*comm, state, config);      // collective
+//   auto r = m.value()->resume();                                   // newest committed, if any
+//   for (step = r->step + 1; ...; ++step) {
+//     train_step();
+//     auto out = m.value()->step_end(step, epoch, {{"loss", loss}});   // decides, saves, retains
+//     if (!out.ok() || out->stop) break;                            // error, or a signal: saved
+//   }
+//   m.value()->end(step, epoch, {{"loss", loss}});                   // the last state
+//
+// Every call is collective over the manager's communicator: all ranks call it, in the
+// same order, from the thread that owns the communicator, and get the same result.
+// Every decision that depends on time, signals or the file system is taken on rank 0
+// and broadcast. The state dict is borrowed: its buffers must stay valid and hold the
+// state of the step passed to step_end while the call runs.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/comm.h"
+#include "distckpt/config.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+struct StepOutcome {
+  bool saved = false;
+  std::string path;                  // the checkpoint saved, if any
+  std::vector<std::string> removed;  // checkpoints retention deleted after it
+  // A SIGUSR1 or SIGTERM reached some rank: a "<name>_breakpoint" checkpoint was
+  // committed (when `saved`) and the loop should end now.
+  bool stop = false;
+  // With OnSaveFailure::kContinue, the failed save's error (identical on every rank);
+  // training may go on. With kStop the error is returned instead.
+  Status save_error;
+};
+
+struct ResumeOptions {
+  // "" : the newest committed checkpoint of the directory. Otherwise a checkpoint name
+  // under the directory, or a path.
+  std::string target;
+  int64_t step = -1;                  // >= 0: the newest committed checkpoint saved at this step
+  bool verify = true;                 // read every byte and check it before loading
+  bool fall_back_to_previous = false; // a damaged target: try older committed ones, newest first
+  bool strict = true;                 // every tensor of the state must be in the checkpoint
+  std::vector<std::string> only;      // load only these tensors (Caffe2's load_blobs)
+};
+
+struct ResumeResult {
+  bool resumed = false;  // false: nothing to resume from (a fresh start), not an error
+  std::string path;
+  int64_t step = -1, epoch = -1;
+  std::map<std::string, InfoValue> info;
+  std::vector<std::string> missing_in_checkpoint;     // in the state, not in the checkpoint
+  std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not in the state
+  std::vector<std::string> skipped;                   // damaged checkpoints passed over
+};
+
+class CheckpointManager {
+ public:
+  // Collective. Validates `config` on every rank, checks on rank 0 that the directory
+  // is writable (creating it), and chooses the series prefix: `prefix`, or
+  // `prefix_N` when committed checkpoints of another run already use it (resume()
+  // adopts the series it resumes from). Errors on every rank alike.
+  static Result<std::unique_ptr<CheckpointManager>> create(Comm& comm, StateDict& state, CheckpointConfig config);
+  ~CheckpointManager();
+
+  // Collective. Called after each training step: saves when the policy says so (or
+  // when a signal arrived), then applies retention on rank 0 after the commit and
+  // appends a line to <directory>/stats.jsonl. `metrics` is read on rank 0 only; it
+  // must hold best_metric when a save happens (else kInvalidArgument on every rank).
+  // `epoch_end`: this step ends an epoch (by_epoch counts these).
+  Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+                               bool epoch_end = false);
+  // Collective. Saves the final state (save_last) unless this step was just saved.
+  Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {});
+  // Collective. Saves now, whatever the policy, as "<name><suffix>".
+  Result<StepOutcome> save_now(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+                               const std::string& suffix = "");
+
+  // Collective. Finds, verifies and loads a checkpoint into the state (see ResumeOptions).
+  // A directory without committed checkpoints gives resumed = false. Errors: kNotFound
+  // for a named target that does not exist, kCorruption for a damaged one (unless
+  // fall_back_to_previous), load's errors.
+  Result<ResumeResult> resume(const ResumeOptions& options = {});
+
+  // Local, any thread, once per process: SIGUSR1 and SIGTERM (what Slurm and mpirun
+  // send before killing a job) set a flag that the next step_end sees (on any rank)
+  // and turns into a breakpoint save on every rank. Async-signal-safe handler.
+  static Status install_signal_handlers();
+  // Local: whether this process received one of those signals; clear_signal() forgets
+  // it (after the stop was handled, or in tests).
+  static bool signal_received();
+  static void clear_signal();
+
+  const std::string& series_prefix() const;
+  const CheckpointConfig& config() const;
+
+ private:
+  CheckpointManager();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace distckpt

@@ -1,0 +1,73 @@
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "distckpt/config.h"
+#include "runtime/text.h"
+
+namespace distckpt {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+Status bad(const std::string& what) { return invalid_argument("checkpoint config: " + what); }
+
+}  // namespace
+
+Result<CompareRule> CheckpointConfig::effective_rule() const {
+  if (rule != CompareRule::kAuto) return rule;
+  // MMEngine's inference: an exact (case-insensitive) match first, then a substring.
+  static const char* kGreater[] = {"acc", "top", "ar@", "auc", "precision", "map", "mdice", "miou", "macc", "aacc"};
+  static const char* kLess[] = {"loss"};
+  const std::string m = lower(best_metric);
+  for (const char* k : kGreater)
+    if (m == k) return CompareRule::kGreater;
+  for (const char* k : kLess)
+    if (m == k) return CompareRule::kLess;
+  for (const char* k : kGreater)
+    if (m.find(k) != std::string::npos) return CompareRule::kGreater;
+  for (const char* k : kLess)
+    if (m.find(k) != std::string::npos) return CompareRule::kLess;
+  return bad("cannot tell whether a larger or a smaller '" + best_metric +
+             "' is better: set rule to kGreater or kLess");
+}
+
+Status CheckpointConfig::validate() const {
+  if (directory.empty()) return bad("directory is empty");
+  if (save_every_steps < 0) return bad("save_every_steps " + std::to_string(save_every_steps) + " is negative");
+  if (!(save_every_seconds >= 0) || std::isinf(save_every_seconds))
+    return bad("save_every_seconds must be a finite number >= 0");
+  if (save_every_steps == 0 && save_every_seconds == 0 && !save_last)
+    return bad("nothing would ever be saved: set save_every_steps, save_every_seconds or save_last");
+  if (by_epoch && save_every_seconds > 0 && save_every_steps == 0)
+    return bad("by_epoch counts epochs: save_every_seconds cannot be used with it");
+  if (save_begin < 0) return bad("save_begin is negative");
+  if (keep_max < 0) return bad("keep_max " + std::to_string(keep_max) + " is negative (0 keeps all)");
+  if (!(keep_per_n_minutes >= 0) || std::isinf(keep_per_n_minutes))
+    return bad("keep_per_n_minutes must be a finite number >= 0");
+  if (keep_best < 0) return bad("keep_best is negative");
+  if (!best_metric.empty()) {
+    if (keep_best == 0) return bad("best_metric is set but keep_best is 0");
+    DISTCKPT_RETURN_IF_ERROR(effective_rule().status());
+  } else if (rule != CompareRule::kAuto) {
+    return bad("rule is set but best_metric is empty");
+  }
+  if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_runtime::is_printable_utf8(prefix))
+    return bad("prefix '" + internal_runtime::printable(prefix) + "' must be non-empty printable text without '/'");
+  if (name_template.find("{step}") == std::string::npos && name_template.find("{epoch}") == std::string::npos)
+    return bad("name_template '" + name_template + "' contains neither {step} nor {epoch}: names would repeat");
+  if (name_template.find('/') != std::string::npos) return bad("name_template contains '/'");
+  for (const char* reserved : {"epoch_num", "step_num"})
+    if (append_info.count(reserved)) return bad(std::string("append_info may not set '") + reserved + "' (stored always)");
+  if (!best_metric.empty() && append_info.count(best_metric))
+    return bad("append_info may not set '" + best_metric + "' (the metric is stored under that key)");
+  for (const auto& p : save_prefixes)
+    if (p.empty()) return bad("save_prefixes contains an empty prefix (it would match everything)");
+  return Status();
+}
+
+}  // namespace distckpt

@@ -1,0 +1,38 @@
+// Retention: which committed checkpoints of a series a manager deletes. Pure logic,
+// unit-tested without MPI or files; the manager runs it on rank 0 after a commit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distckpt/config.h"
+
+namespace distckpt::internal_manager {
+
+struct SeriesEntry {
+  std::string name;
+  uint64_t commit_seq = 0;
+  int64_t created_unix_ms = 0;
+  std::optional<double> metric;  // the best_metric value saved with it, if any
+};
+
+struct RetentionPolicy {
+  int keep_max = 0;               // 0: keep all
+  double keep_per_n_minutes = 0;  // 0: off
+  int keep_best = 0;              // 0: off
+  CompareRule rule = CompareRule::kLess;  // kGreater or kLess when keep_best > 0
+};
+
+// Names to delete from `entries` (committed checkpoints of one series, any order). A
+// checkpoint is kept when any rule keeps it:
+//  - it is among the keep_max newest (commit order), or keep_max is 0;
+//  - walking from oldest to newest, it is the first whose commit time is at least
+//    keep_per_n_minutes after the previous one kept by this rule;
+//  - it is among the keep_best best by metric (NaN and missing values never count;
+//    ties go to the newer checkpoint);
+//  - it is the newest committed one (never deleted).
+std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, const RetentionPolicy& policy);
+
+}  // namespace distckpt::internal_manager

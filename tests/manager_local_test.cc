@@ -1,0 +1,378 @@
+// CheckpointManager and its policies with 1-3 in-process ranks: config validation,
+// rule inference, retention (keep-max, per-minutes, best-K with ties and NaN), saving
+// by steps and by time with ranks agreeing, prefix collisions and restarts, resume
+// with and without fallback, a crash between commit and retention, signals, failed
+// saves that stop or continue, statistics.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "comm/local_comm.h"
+#include "distckpt/manager.h"
+#include "format_model.h"
+#include "manager/retention.h"
+#include "storage/fault_fs.h"
+#include "test_util.h"
+
+namespace distckpt {
+namespace {
+
+using internal_comm::run_local_ranks;
+using internal_manager::retention_deletes;
+using internal_manager::RetentionPolicy;
+using internal_manager::SeriesEntry;
+using testing::FormatModel;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
+  std::vector<std::string> out(static_cast<std::size_t>(world));
+  std::mutex mu;
+  run_local_ranks(world, [&](Comm& comm) {
+    Status st = fn(comm);
+    std::lock_guard<std::mutex> lock(mu);
+    out[static_cast<std::size_t>(comm.rank())] = st.to_string();
+  });
+  return out;
+}
+void expect_all_ok(const std::vector<std::string>& r) {
+  for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r[i], "ok") << "rank " << i;
+}
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n != "latest" && n != "stats.jsonl") out.insert(n);
+  }
+  return out;
+}
+
+CheckpointConfig base_config(const std::string& dir) {
+  CheckpointConfig c;
+  c.directory = dir;
+  c.prefix = "run";
+  return c;
+}
+
+TEST(Config, ContradictoryAndOutOfRangeOptionsAreRefusedByName) {
+  auto check = [](const std::function<void(CheckpointConfig&)>& edit, const std::string& expect) {
+    CheckpointConfig c = base_config("/tmp/x");
+    edit(c);
+    Status st = c.validate();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << expect;
+    EXPECT_NE(st.message().find(expect), std::string::npos) << st.to_string();
+  };
+  check([](auto& c) { c.directory = ""; }, "directory");
+  check([](auto& c) { c.save_every_steps = -1; }, "save_every_steps");
+  check([](auto& c) { c.save_every_seconds = std::nan(""); }, "save_every_seconds");
+  check([](auto& c) { c.save_every_steps = 0; c.save_last = false; }, "nothing would ever be saved");
+  check([](auto& c) { c.keep_max = -2; }, "keep_max");
+  check([](auto& c) { c.keep_per_n_minutes = -1; }, "keep_per_n_minutes");
+  check([](auto& c) { c.prefix = "a/b"; }, "prefix");
+  check([](auto& c) { c.name_template = "{prefix}-fixed"; }, "name_template");
+  check([](auto& c) { c.best_metric = "throughput"; }, "cannot tell");
+  check([](auto& c) { c.rule = CompareRule::kLess; }, "best_metric is empty");
+  check([](auto& c) { c.best_metric = "loss"; c.keep_best = 0; }, "keep_best");
+  check([](auto& c) { c.append_info["step_num"] = int64_t{1}; }, "step_num");
+  check([](auto& c) { c.save_prefixes = {""}; }, "save_prefixes");
+  CheckpointConfig ok = base_config("/tmp/x");
+  ok.save_every_steps = 10;
+  ok.save_every_seconds = 60;  // both: steps win (MindSpore), not an error
+  EXPECT_TRUE(ok.validate().ok());
+}
+
+TEST(Config, RuleIsInferredFromTheMetricNameAsMMEngineDoes) {
+  auto rule = [](const std::string& m) {
+    CheckpointConfig c = base_config("/tmp/x");
+    c.best_metric = m;
+    return c.effective_rule();
+  };
+  EXPECT_EQ(*rule("acc"), CompareRule::kGreater);
+  EXPECT_EQ(*rule("val/mAP"), CompareRule::kGreater);
+  EXPECT_EQ(*rule("top1"), CompareRule::kGreater);
+  EXPECT_EQ(*rule("loss"), CompareRule::kLess);
+  EXPECT_EQ(*rule("val_loss"), CompareRule::kLess);
+  EXPECT_FALSE(rule("perplexity").ok());
+}
+
+TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
+  std::vector<SeriesEntry> e;
+  for (int i = 1; i <= 6; ++i) e.push_back({"c" + std::to_string(i), static_cast<uint64_t>(i), i * 60'000, std::nullopt});
+  EXPECT_EQ(retention_deletes(e, {3, 0, 0, CompareRule::kLess}), (std::vector<std::string>{"c1", "c2", "c3"}));
+  EXPECT_TRUE(retention_deletes(e, {0, 0, 0, CompareRule::kLess}).empty());  // keep all
+  // One per 2 minutes of commit time: c1, c3, c5 kept by that rule; c6 by keep_max 1.
+  EXPECT_EQ(retention_deletes(e, {1, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c4"}));
+  // Best 2 by loss: c2 (0.1) and the newer of the two 0.3 (c5); NaN never counts.
+  e[1].metric = 0.1;
+  e[2].metric = 0.3;
+  e[4].metric = 0.3;
+  e[3].metric = std::nan("");
+  e[0].metric = 0.9;
+  EXPECT_EQ(retention_deletes(e, {1, 0, 2, CompareRule::kLess}), (std::vector<std::string>{"c1", "c3", "c4"}));
+  EXPECT_EQ(retention_deletes(e, {1, 0, 1, CompareRule::kGreater}), (std::vector<std::string>{"c2", "c3", "c4", "c5"}));
+  // The newest is never deleted, whatever the rules say.
+  std::vector<SeriesEntry> one{{"only", 7, 0, std::nullopt}};
+  EXPECT_TRUE(retention_deletes(one, {1, 0, 0, CompareRule::kLess}).empty());
+}
+
+TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {
+  TempDir dir;
+  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 2;
+    c.keep_max = 2;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    int saves = 0;
+    for (int64_t step = 1; step <= 10; ++step) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      saves += out.saved;
+      if (out.saved != (step % 2 == 0)) return internal_error("step " + std::to_string(step));
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(10, 0));  // just saved: nothing to do
+    if (last.saved || saves != 5) return internal_error("saves " + std::to_string(saves));
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_8", "run-0_10"}));
+  std::ifstream stats(dir.path() + "/stats.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(stats, line)) {
+    ++lines;
+    EXPECT_NE(line.find("\"write_s_slowest_rank\""), std::string::npos);
+    EXPECT_NE(line.find("\"removed\""), std::string::npos);
+  }
+  EXPECT_EQ(lines, 5);
+}
+
+TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
+  TempDir dir;
+  std::vector<std::vector<int>> saved(3);
+  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 0;
+    c.save_every_seconds = 0.03;
+    c.keep_max = 0;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 12; ++step) {
+      // Rank 2 is slow and its steps take different times: only rank 0's clock decides.
+      std::this_thread::sleep_for(std::chrono::milliseconds(comm.rank() == 2 ? 3 * (step % 4) + 5 : 5));
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      saved[static_cast<std::size_t>(comm.rank())].push_back(out.saved);
+    }
+    return Status();
+  }));
+  EXPECT_EQ(saved[0], saved[1]);
+  EXPECT_EQ(saved[0], saved[2]);
+  EXPECT_GT(std::count(saved[0].begin(), saved[0].end(), 1), 0);
+  EXPECT_LT(std::count(saved[0].begin(), saved[0].end(), 1), 12);
+}
+
+TEST(Manager, RestartsResumeTheSeriesAndKeepMaxHoldsAcrossThem) {
+  TempDir dir;
+  auto train = [&](int64_t from, int64_t to, bool resume, std::string* prefix, int64_t* resumed_step) {
+    expect_all_ok(run(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(dir.path());
+      c.save_every_steps = 1;
+      c.keep_max = 3;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      if (resume) {
+        DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+        if (comm.rank() == 0) *resumed_step = r.step;
+      }
+      for (int64_t s = from; s <= to; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+      if (comm.rank() == 0) *prefix = m->series_prefix();
+      return Status();
+    }));
+  };
+  std::string prefix;
+  int64_t resumed = -1;
+  train(1, 5, false, &prefix, &resumed);
+  EXPECT_EQ(prefix, "run");
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_3", "run-0_4", "run-0_5"}));
+  // A restart that resumes continues the series; retention still keeps 3.
+  train(6, 7, true, &prefix, &resumed);
+  EXPECT_EQ(resumed, 5);
+  EXPECT_EQ(prefix, "run");
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5", "run-0_6", "run-0_7"}));
+  // A new run in the same directory that does not resume gets a new prefix and never
+  // touches the other run's checkpoints.
+  train(1, 4, false, &prefix, &resumed);
+  EXPECT_EQ(prefix, "run_1");
+  EXPECT_EQ(names_in(dir.path()),
+            (std::set<std::string>{"run-0_5", "run-0_6", "run-0_7", "run_1-0_2", "run_1-0_3", "run_1-0_4"}));
+}
+
+TEST(Manager, CrashBetweenCommitAndRetentionIsCleanedUpOnTheNextSave) {
+  TempDir dir;
+  // Five committed checkpoints of the series, as if retention never ran after them.
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    for (int s = 1; s <= 5; ++s) {
+      SaveOptions o;
+      o.name = "run-0_" + std::to_string(s);
+      o.step = s;
+      o.epoch = 0;
+      DISTCKPT_RETURN_IF_ERROR(save(comm, model.state, dir.path(), o).status());
+    }
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 2;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.step != 5) return internal_error("resumed at " + std::to_string(r.step));
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(6, 0));
+    return out.removed.size() == 4 ? Status() : internal_error("removed " + std::to_string(out.removed.size()));
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5", "run-0_6"}));
+}
+
+TEST(Manager, KeepsTheBestByMetricAndRefusesAMissingMetric) {
+  TempDir dir;
+  const double losses[] = {0.9, 0.2, 0.5, std::nan(""), 0.7};
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 1;
+    c.best_metric = "loss";
+    c.keep_best = 1;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int s = 1; s <= 5; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0, {{"loss", losses[s - 1]}}).status());
+    auto missing = m->step_end(6, 0, {{"acc", 1.0}});
+    if (missing.status().code() != StatusCode::kInvalidArgument) return internal_error(missing.status().to_string());
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_2", "run-0_5"}));  // best and newest
+}
+
+TEST(Manager, SignalMidRunCommitsALoadableBreakpoint) {
+  TempDir dir;
+  ASSERT_TRUE(CheckpointManager::install_signal_handlers().ok());
+  CheckpointManager::clear_signal();
+  int64_t stopped_at = -1;
+  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 100;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t s = 1; s <= 20; ++s) {
+      if (s == 7 && comm.rank() == 1) ::raise(SIGUSR1);  // what Slurm sends before the time limit
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(s, 0));
+      if (out.stop) {
+        if (!out.saved) return internal_error("stopped without saving");
+        if (comm.rank() == 0) stopped_at = s;
+        return Status();
+      }
+    }
+    return internal_error("no stop");
+  }));
+  CheckpointManager::clear_signal();
+  EXPECT_GE(stopped_at, 7);
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_" + std::to_string(stopped_at) + "_breakpoint"}));
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {  // loads at another world size
+    FormatModel model(comm.rank(), 2), want(comm.rank(), 2);
+    model.zero();
+    CheckpointConfig c = base_config(dir.path());
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (!r.resumed || r.step != stopped_at) return internal_error("resume");
+    return model.buffers == want.buffers ? Status() : internal_error("state differs");
+  }));
+}
+
+TEST(Manager, ResumeFreshDamagedAndFallback) {
+  TempDir dir;
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 0;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult fresh, m->resume());
+    if (fresh.resumed) return internal_error("resumed from nothing");
+    for (int s = 1; s <= 3; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    return Status();
+  }));
+  // Damage the newest checkpoint's data.
+  for (const auto& e : fs::directory_iterator(dir.path() + "/run-0_3"))
+    if (e.path().filename().string().rfind("data-", 0) == 0) {
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(3);
+      f.put('\x7f');
+    }
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    auto refused = m->resume();
+    if (refused.status().code() != StatusCode::kCorruption) return internal_error("damaged: " + refused.status().to_string());
+    ResumeOptions o;
+    o.fall_back_to_previous = true;
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(o));
+    if (r.step != 2 || r.skipped.size() != 1) return internal_error("fallback to " + std::to_string(r.step));
+    ResumeOptions missing;
+    missing.target = "run-0_99";
+    if (m->resume(missing).status().code() != StatusCode::kNotFound) return internal_error("missing target");
+    ResumeOptions by_step;
+    by_step.step = 1;
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult one, m->resume(by_step));
+    return one.step == 1 ? Status() : internal_error("by step");
+  }));
+}
+
+TEST(Manager, FailedSavesStopOrContinueAlikeOnEveryRank) {
+  for (OnSaveFailure policy : {OnSaveFailure::kStop, OnSaveFailure::kContinue}) {
+    TempDir dir;
+    internal_storage::FaultSpec spec;
+    spec.fail_create_if_contains = "data-00001";
+    auto faulty = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    expect_all_ok(run(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(dir.path());
+      c.on_failure = policy;
+      c.fs = faulty;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      auto out = m->step_end(1, 0);
+      if (policy == OnSaveFailure::kStop)
+        return out.ok() ? internal_error("a failed save returned ok") : Status();
+      if (!out.ok() || out->saved || out->save_error.ok()) return internal_error("continue: " + out.status().to_string());
+      return Status();
+    }));
+    EXPECT_TRUE(names_in(dir.path()).empty());
+  }
+}
+
+TEST(Manager, UnwritableDirectoryAndPartialStateSaves) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/file") << "x";
+  auto res = run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    return CheckpointManager::create(comm, model.state, base_config(dir.path() + "/file/ckpt")).status();
+  });
+  for (const auto& r : res) EXPECT_NE(r.find("file/ckpt"), std::string::npos) << r;
+  // Model only (MMEngine's save_optimizer = false): the other tensors are not saved.
+  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path() + "/partial");
+    c.save_prefixes = {"layer1/", "bias"};
+    c.format = Format::kSafetensors;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(1, 0));
+    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(out.path));
+    if (info.tensors.size() != 2) return internal_error(std::to_string(info.tensors.size()) + " tensors");
+    ResumeOptions partial;
+    partial.strict = false;
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(partial));
+    return r.missing_in_checkpoint.size() == model.state.tensors().size() - 2 ? Status() : internal_error("missing");
+  }));
+}
+
+}  // namespace
+}  // namespace distckpt
