@@ -42,6 +42,11 @@ struct Config {
   bool resume = false;
   std::string format = "native";
   bool integrated = false;
+  int keep_max = 0;           // 0: keep every checkpoint
+  double save_seconds = 0;    // with --save-every 0: save every T seconds
+  std::string save_best;      // keep the best checkpoints by this metric ("loss")
+  std::string rule = "auto";  // less | greater | auto
+  int keep_best = 1;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
 };
@@ -329,73 +334,23 @@ distckpt::StateDict make_state_dict(Model& m, int rank) {
 }
 
 // Collective. False (after rank 0 printed why) when the save failed on any rank.
-bool save_checkpoint(distckpt::Comm& comm, distckpt::StateDict& sd, const Config& cfg,
-                     int64_t step, double loss) {
-  // Wrap explicitly: a bare double or int64_t would pick set_info's int overload.
-  fatal_if_error(sd.set_info("step_num", distckpt::InfoValue{step}), "set_info", comm.rank());
-  fatal_if_error(sd.set_info("epoch_num", distckpt::InfoValue{int64_t{0}}), "set_info", comm.rank());
-  fatal_if_error(sd.set_info("loss", distckpt::InfoValue{loss}), "set_info", comm.rank());
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08" PRId64, step);
-  distckpt::SaveOptions opts;
-  opts.name = name;
-  opts.step = step;
-  opts.epoch = 0;
-  opts.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
-  opts.integrated = cfg.integrated;
-  auto result = distckpt::save(comm, sd, cfg.dir, opts);
-  if (!result.ok() && comm.rank() == 0)
-    std::fprintf(stderr, "save failed: %s\n", result.status().to_string().c_str());
-  return result.ok();
-}
-
-void broadcast_string(std::string& s, int rank) {
-  uint64_t len = s.size();
-  MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  if (rank != 0) s.resize(len);
-  MPI_Bcast(s.data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
-}
-
-// Collective. The step to start from (0 when there is nothing to resume), or nullopt
-// after rank 0 printed an error. resolve_checkpoint is local, so rank 0 decides and
-// broadcasts: every rank then loads the same checkpoint even if file-system caches
-// disagree about which one is newest.
-std::optional<int64_t> resume(distckpt::Comm& comm, distckpt::StateDict& sd, const Config& cfg,
-                              int rank) {
-  int code = static_cast<int>(distckpt::StatusCode::kNotFound);
-  std::string text;  // the checkpoint path when ok, the error otherwise
-  if (rank == 0) {
-    std::error_code ec;
-    if (std::filesystem::exists(cfg.dir, ec)) {
-      auto target = distckpt::resolve_checkpoint(cfg.dir);
-      code = static_cast<int>(target.status().code());
-      text = target.ok() ? target.value() : target.status().to_string();
-    }
-  }
-  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  broadcast_string(text, rank);
-
-  if (code == static_cast<int>(distckpt::StatusCode::kNotFound)) {
-    if (rank == 0)
-      std::printf("no committed checkpoint in %s: starting from step 0\n", cfg.dir.c_str());
-    return 0;
-  }
-  if (code != static_cast<int>(distckpt::StatusCode::kOk)) {
-    if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", text.c_str());
-    return std::nullopt;
-  }
-  auto loaded = distckpt::load(comm, sd, text, distckpt::LoadOptions{});
-  if (!loaded.ok()) {
-    if (rank == 0) std::fprintf(stderr, "load failed: %s\n", loaded.status().to_string().c_str());
-    return std::nullopt;
-  }
-  const int64_t step = loaded->step;  // we always save with opts.step set
-  if (step < 0) {
-    if (rank == 0) std::fprintf(stderr, "load failed: %s records no step\n", text.c_str());
-    return std::nullopt;
-  }
-  if (rank == 0) std::printf("resumed from %s\n", text.c_str());
-  return step;
+// The checkpoint policy of this run, for distckpt's CheckpointManager.
+distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
+  distckpt::CheckpointConfig c;
+  c.directory = cfg.dir;
+  c.prefix = "step";
+  c.name_template = "{prefix}-{step}";
+  c.save_every_steps = cfg.save_every;
+  c.save_every_seconds = cfg.save_seconds;
+  c.keep_max = cfg.keep_max;
+  c.best_metric = cfg.save_best;
+  c.rule = cfg.rule == "less" ? distckpt::CompareRule::kLess
+           : cfg.rule == "greater" ? distckpt::CompareRule::kGreater
+                                   : distckpt::CompareRule::kAuto;
+  c.keep_best = cfg.keep_best;
+  c.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
+  c.integrated = cfg.integrated;
+  return c;
 }
 
 [[noreturn]] void simulate_crash(int rank, int64_t step) {
@@ -422,6 +377,12 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_option("--format", cfg.format, "checkpoint format: native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}));
   app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
+  app.add_option("--keep-max", cfg.keep_max, "keep the newest N checkpoints (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--save-seconds", cfg.save_seconds, "with --save-every 0: save every T seconds");
+  app.add_option("--save-best", cfg.save_best, "also keep the best checkpoints by this metric (loss)");
+  app.add_option("--rule", cfg.rule, "is a larger or smaller metric better")
+      ->check(CLI::IsMember({"less", "greater", "auto"}));
+  app.add_option("--keep-best", cfg.keep_best, "with --save-best: how many to keep")->check(CLI::PositiveNumber);
   app.add_option("--crash-at-step", cfg.crash_at_step,
                  "the last rank aborts at the start of this step (simulated failure)");
   app.add_option("--lr", cfg.lr, "learning rate");
@@ -455,23 +416,60 @@ int run(int argc, char** argv, int rank, int world) {
 
   int exit_code = 0;
   int64_t step = 0;
-  if (cfg.resume) {
-    const auto start = resume(*comm, state, cfg, rank);
-    exit_code = start ? 0 : 1;
-    step = start.value_or(0);
-    if (step > 0) print_fingerprint("restored", step, fingerprint(model, rank), rank);
+  // Everything about checkpoints: when to save, what to keep, resume, signals.
+  auto manager = distckpt::CheckpointManager::create(*comm, state, checkpoint_config(cfg));
+  if (!manager.ok()) {
+    if (rank == 0) std::fprintf(stderr, "checkpoint manager: %s\n", manager.status().to_string().c_str());
+    exit_code = 2;
   }
+  // SIGUSR1 / SIGTERM (Slurm's --signal, scancel, mpirun): finish the step, save, exit 0.
+  if (exit_code == 0) fatal_if_error(distckpt::CheckpointManager::install_signal_handlers(), "signals", rank);
+  if (exit_code == 0 && cfg.resume) {
+    auto resumed = (*manager)->resume();
+    if (!resumed.ok()) {
+      if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", resumed.status().to_string().c_str());
+      exit_code = 1;
+    } else if (!resumed->resumed) {
+      if (rank == 0) std::printf("no committed checkpoint in %s: starting from step 0\n", cfg.dir.c_str());
+    } else {
+      step = resumed->step;
+      if (rank == 0) std::printf("resumed from %s\n", resumed->path.c_str());
+      print_fingerprint("restored", step, fingerprint(model, rank), rank);
+    }
+  }
+  double loss = 0;
+  bool stopped = false;
   while (exit_code == 0 && step < cfg.steps) {
     ++step;
     if (step == cfg.crash_at_step && rank == world - 1) simulate_crash(rank, step);
-    const double loss = train_step(cfg, topo, model, step);
+    loss = train_step(cfg, topo, model, step);
     if (rank == 0 && step % 10 == 0) {
       std::printf("step %" PRId64 " loss %.6f\n", step, loss);
       std::fflush(stdout);
     }
-    if (cfg.save_every > 0 && step % cfg.save_every == 0) {
-      if (!save_checkpoint(*comm, state, cfg, step, loss)) exit_code = 1;
-      else print_fingerprint("saved", step, fingerprint(model, rank), rank);
+    fatal_if_error(state.set_info("loss", distckpt::InfoValue{loss}), "set_info", rank);
+    auto out = (*manager)->step_end(step, 0, {{"loss", loss}});
+    if (!out.ok()) {
+      if (rank == 0) std::fprintf(stderr, "save failed: %s\n", out.status().to_string().c_str());
+      exit_code = 1;
+    } else {
+      if (out->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
+      if (rank == 0)
+        for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
+      if (out->stop) {
+        if (rank == 0) std::printf("signal received: saved %s at step %" PRId64 ", exiting\n", out->path.c_str(), step);
+        stopped = true;
+        break;
+      }
+    }
+  }
+  if (exit_code == 0 && !stopped) {
+    auto last = (*manager)->end(step, 0, {{"loss", loss}});
+    if (!last.ok()) {
+      if (rank == 0) std::fprintf(stderr, "final save failed: %s\n", last.status().to_string().c_str());
+      exit_code = 1;
+    } else if (last->saved) {
+      print_fingerprint("saved", step, fingerprint(model, rank), rank);
     }
   }
   if (exit_code == 0) print_fingerprint("final", step, fingerprint(model, rank), rank);
