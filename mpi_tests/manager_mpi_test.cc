@@ -1,0 +1,65 @@
+// CheckpointManager under mpirun: every rank reaches the same decisions (steps,
+// seconds measured on rank 0 with a slow rank, retention), and resume restores them.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "distckpt/manager.h"
+#include "distckpt/mpi_comm.h"
+#include "format_model.h"
+#include "mpi_test_util.h"
+
+namespace distckpt {
+namespace {
+
+using testing::FormatModel;
+using testing::SharedTempDir;
+
+// Every rank's vector equals rank 0's.
+bool same_on_all_ranks(const std::vector<int>& v) {
+  std::vector<int> root = v;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_INT, 0, MPI_COMM_WORLD);
+  return testing::all_ranks(root == v);
+}
+
+TEST(ManagerMpi, StepsSecondsRetentionAndResumeAgreeOnEveryRank) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  const int world = comm->size();
+  SharedTempDir dir;
+  FormatModel model(comm->rank(), world);
+  CheckpointConfig c;
+  c.directory = dir.path();
+  c.prefix = "m";
+  c.save_every_steps = 0;
+  c.save_every_seconds = 0.05;
+  c.keep_max = 2;
+  auto m = CheckpointManager::create(*comm, model.state, c);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  std::vector<int> saved;
+  for (int64_t step = 1; step <= 15; ++step) {
+    // The last rank is slow and uneven; only rank 0's clock decides, for everyone.
+    std::this_thread::sleep_for(std::chrono::milliseconds(comm->rank() == world - 1 ? 4 + 5 * (step % 3) : 8));
+    auto out = (*m)->step_end(step, 0, {});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    saved.push_back(out->saved ? 1 : 0);
+  }
+  EXPECT_TRUE(same_on_all_ranks(saved));
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->entries.size(), 2u);  // keep_max, after every save
+
+  FormatModel fresh(comm->rank(), world), want(comm->rank(), world);
+  fresh.zero();
+  auto again = CheckpointManager::create(*comm, fresh.state, c);
+  ASSERT_TRUE(again.ok());
+  auto resumed = (*again)->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_TRUE(resumed->resumed);
+  EXPECT_EQ((*again)->series_prefix(), "m");
+  for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
+}
+
+}  // namespace
+}  // namespace distckpt
