@@ -18,6 +18,7 @@
 #include "format_model.h"
 #include "mindspore_checkpoint.pb.h"
 #include "storage/fault_fs.h"
+#include "local_ranks.h"
 #include "test_util.h"
 
 namespace distckpt {
@@ -30,18 +31,9 @@ namespace fs = std::filesystem;
 
 // Runs fn on `world` in-process ranks and returns each rank's Status text.
 std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  std::mutex mu;
-  run_local_ranks(world, [&](Comm& comm) {
-    Status st = fn(comm);
-    std::lock_guard<std::mutex> lock(mu);
-    out[static_cast<std::size_t>(comm.rank())] = st.to_string();
-  });
-  return out;
+  return testing::run_ranks(world, fn);
 }
-void expect_all_ok(const std::vector<std::string>& results) {
-  for (std::size_t r = 0; r < results.size(); ++r) EXPECT_EQ(results[r], "ok") << "rank " << r;
-}
+using testing::expect_all_ok;
 
 Status save_model(int world, const std::string& root, SaveOptions options) {
   std::vector<std::string> res = run(world, [&](Comm& comm) -> Status {

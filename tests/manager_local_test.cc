@@ -18,6 +18,7 @@
 #include "format_model.h"
 #include "manager/retention.h"
 #include "storage/fault_fs.h"
+#include "local_ranks.h"
 #include "test_util.h"
 
 namespace distckpt {
@@ -32,18 +33,9 @@ using testing::TempDir;
 namespace fs = std::filesystem;
 
 std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
-  std::vector<std::string> out(static_cast<std::size_t>(world));
-  std::mutex mu;
-  run_local_ranks(world, [&](Comm& comm) {
-    Status st = fn(comm);
-    std::lock_guard<std::mutex> lock(mu);
-    out[static_cast<std::size_t>(comm.rank())] = st.to_string();
-  });
-  return out;
+  return testing::run_ranks(world, fn);
 }
-void expect_all_ok(const std::vector<std::string>& r) {
-  for (std::size_t i = 0; i < r.size(); ++i) EXPECT_EQ(r[i], "ok") << "rank " << i;
-}
+using testing::expect_all_ok;
 
 std::set<std::string> names_in(const std::string& dir) {
   std::set<std::string> out;

@@ -103,11 +103,12 @@ const Status& as_status(const Result<T>& r) { return r.status(); }
 #define DISTCKPT_CONCAT(a, b) DISTCKPT_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not ok.
-#define DISTCKPT_RETURN_IF_ERROR(expr)                                              \
-  do {                                                                              \
-    const auto& distckpt_status_ = (expr);                                          \
-    if (!::distckpt::internal_status::as_status(distckpt_status_).ok())             \
-      return ::distckpt::internal_status::as_status(distckpt_status_);              \
+// The Status is copied (cheap when ok: an empty message) while `expr` is alive, so
+// that `f().status()` of a temporary Result is safe.
+#define DISTCKPT_RETURN_IF_ERROR(expr)                                                          \
+  do {                                                                                          \
+    const ::distckpt::Status distckpt_status_ = ::distckpt::internal_status::as_status((expr)); \
+    if (!distckpt_status_.ok()) return distckpt_status_;                                        \
   } while (0)
 
 // `DISTCKPT_ASSIGN_OR_RETURN(auto x, f());` declares x from the value of f(), or returns its Status.

@@ -327,20 +327,8 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     if (!google::protobuf::util::JsonStringToMessage(json, &parsed).ok())
       return corruption(where + ": attribute 'distckpt' does not parse");
     meta = parsed;
-    index = parsed;
   }
-  index.clear_tensors();
-  index.clear_files();
-  index.set_format("hdf5");
-  index.mutable_transforms()->set_checksum("none");
-  if (index.world_size() < 1) index.set_world_size(1);
-  if (!meta) {
-    index.set_step(-1);
-    index.set_epoch(-1);
-  }
-  auto* f = index.add_files();
-  f->set_name(file_name);
-  f->set_size(size);
+  index = describe_single_file(meta, "hdf5", "none", file_name, size);
 
   VisitState visit;
   if (H5Ovisit2(file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, visit_object, &visit, H5O_INFO_BASIC) < 0)

@@ -269,21 +269,10 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path) {
   proto::Index index;
-  if (scan.meta) index = *scan.meta;
+  index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
   std::set<std::string> info_keys;
   for (const auto& [k, v] : index.info()) info_keys.insert(k);
-  index.clear_tensors();
-  index.clear_files();
-  index.set_format("ckpt");
-  index.mutable_transforms()->set_checksum("none");
-  if (index.world_size() < 1) index.set_world_size(1);
-  if (!scan.meta) {
-    index.set_step(-1);
-    index.set_epoch(-1);
-  }
-  auto* f = index.add_files();
-  f->set_name(file_name);
-  f->set_size(size);
+  auto* f = index.mutable_files(0);
   if (scan.footer) {
     f->set_crc32_covered(scan.data_end);
     f->set_crc32(*scan.footer);

@@ -144,21 +144,9 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
       if (!google::protobuf::util::JsonStringToMessage(d->get<std::string>(), &parsed).ok())
         return corruption(where + ": __metadata__['distckpt'] does not parse");
       meta = std::move(parsed);
-      index = *meta;
     }
   }
-  index.clear_tensors();
-  index.clear_files();
-  index.set_format("safetensors");
-  index.mutable_transforms()->set_checksum(meta ? "crc32c" : "none");
-  if (index.world_size() < 1) index.set_world_size(1);
-  if (!meta) {
-    index.set_step(-1);
-    index.set_epoch(-1);
-  }
-  auto* f = index.add_files();
-  f->set_name(file_name);
-  f->set_size(size);
+  index = describe_single_file(meta, "safetensors", meta ? "crc32c" : "none", file_name, size);
 
   std::map<std::string, const proto::Tensor*> described;
   if (meta)

@@ -122,6 +122,26 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
   return Status();
 }
 
+proto::Index describe_single_file(const std::optional<proto::Index>& meta, const std::string& format,
+                                  const std::string& checksum, const std::string& file_name, uint64_t size) {
+  proto::Index index;
+  if (meta) {
+    index = *meta;
+  } else {
+    index.set_step(-1);
+    index.set_epoch(-1);
+  }
+  index.clear_tensors();
+  index.clear_files();
+  index.set_format(format);
+  index.mutable_transforms()->set_checksum(checksum);
+  if (index.world_size() < 1) index.set_world_size(1);
+  auto* f = index.add_files();
+  f->set_name(file_name);
+  f->set_size(size);
+  return index;
+}
+
 proto::Index metadata_of(const proto::Index& index) {
   proto::Index meta = index;
   meta.clear_files();

@@ -35,6 +35,12 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
                       const std::vector<std::string>& order, const std::optional<proto::Index>& meta,
                       const std::string& path);
 
+// For format readers: the description of a single file before its tensors are
+// attached: distckpt's metadata when the file has it (step, epoch, info, layouts...),
+// the format, the checksum kind, and the file itself (`file_name`, `size` bytes).
+proto::Index describe_single_file(const std::optional<proto::Index>& meta, const std::string& format,
+                                  const std::string& checksum, const std::string& file_name, uint64_t size);
+
 // The metadata distckpt stores in single files: `index` without chunks and files.
 proto::Index metadata_of(const proto::Index& index);
 

@@ -52,7 +52,7 @@ Status CheckpointConfig::validate() const {
   if (keep_best < 0) return bad("keep_best is negative");
   if (!best_metric.empty()) {
     if (keep_best == 0) return bad("best_metric is set but keep_best is 0");
-    DISTCKPT_RETURN_IF_ERROR(effective_rule().status());
+    DISTCKPT_RETURN_IF_ERROR(effective_rule());
   } else if (rule != CompareRule::kAuto) {
     return bad("rule is set but best_metric is empty");
   }

@@ -101,13 +101,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
       meta.set_epoch(options.epoch);
       meta.set_format(std::string(format_name(format)));
       if (format != Format::kNative) meta.mutable_transforms()->set_checksum("none");
-      for (const auto& [key, value] : state.info()) {
-        proto::InfoValue& v = (*meta.mutable_info())[key];
-        if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
-        else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
-        else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
-        else v.set_string_value(std::get<std::string>(value));
-      }
+      internal_storage::set_info_values(state.info(), &meta);
       if (format == Format::kCkpt) {  // MindSpore's append info
         if (options.epoch >= 0 && !meta.info().count("epoch_num")) (*meta.mutable_info())["epoch_num"].set_int_value(options.epoch);
         if (options.step >= 0 && !meta.info().count("step_num")) (*meta.mutable_info())["step_num"].set_int_value(options.step);

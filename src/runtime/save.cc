@@ -147,13 +147,7 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
       index.set_name(options.name);
       index.set_step(options.step);
       index.set_epoch(options.epoch);
-      for (const auto& [key, value] : state.info()) {
-        proto::InfoValue& v = (*index.mutable_info())[key];
-        if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
-        else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
-        else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
-        else v.set_string_value(std::get<std::string>(value));
-      }
+      internal_storage::set_info_values(state.info(), &index);
       DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context("save: rank 0"));
       if (fs.exists(session.result.path))
         return already_exists("save: checkpoint '" + session.result.path + "' already exists");

@@ -168,6 +168,16 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   return Status();
 }
 
+void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index) {
+  for (const auto& [key, value] : values) {
+    proto::InfoValue& v = (*index->mutable_info())[key];
+    if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
+    else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
+    else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
+    else v.set_string_value(std::get<std::string>(value));
+  }
+}
+
 CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path) {
   CheckpointInfo info;
   info.path = path;

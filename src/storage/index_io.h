@@ -35,6 +35,8 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
 // to the checkpoint directory, the distinct chunks covering each tensor.
 Status validate_index(const proto::Index& index, const std::string& path);
 
+// Stores `values` as the index's info values (replacing those of the same keys).
+void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index);
 // The info values of an index (epoch_num, step_num, user values).
 std::map<std::string, InfoValue> info_values(const proto::Index& index);
 
