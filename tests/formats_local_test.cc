@@ -24,19 +24,15 @@
 namespace distckpt {
 namespace {
 
-using internal_comm::run_local_ranks;
 using testing::FormatModel;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-// Runs fn on `world` in-process ranks and returns each rank's Status text.
-std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
-  return testing::run_ranks(world, fn);
-}
 using testing::expect_all_ok;
+using testing::run_ranks;
 
 Status save_model(int world, const std::string& root, SaveOptions options) {
-  std::vector<std::string> res = run(world, [&](Comm& comm) -> Status {
+  std::vector<std::string> res = run_ranks(world, [&](Comm& comm) -> Status {
     FormatModel m(comm.rank(), world);
     return save(comm, m.state, root, options).status();
   });
@@ -47,7 +43,7 @@ Status save_model(int world, const std::string& root, SaveOptions options) {
 
 // Loads `path` into a FormatModel of `world` ranks and compares with the expected bytes.
 void load_and_compare(int world, const std::string& path) {
-  expect_all_ok(run(world, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(world, [&](Comm& comm) -> Status {
     FormatModel got(comm.rank(), world), want(comm.rank(), world);
     got.zero();
     auto r = load(comm, got.state, path, {});
@@ -64,7 +60,7 @@ void load_and_compare(int world, const std::string& path) {
 
 TEST(GatherFull, EveryTensorOnEveryRankAndOnOneRoot) {
   for (int world : {1, 2, 3, 4}) {
-    expect_all_ok(run(world, [&](Comm& comm) -> Status {
+    expect_all_ok(run_ranks(world, [&](Comm& comm) -> Status {
       FormatModel m(comm.rank(), world);
       // Every rank makes every call (collectives), and reports the first difference.
       Status first;
@@ -92,7 +88,7 @@ TEST(GatherFull, EveryTensorOnEveryRankAndOnOneRoot) {
 }
 
 TEST(GatherFull, BadArgumentsFailOnEveryRank) {
-  auto res = run(3, [&](Comm& comm) -> Status {
+  auto res = run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel m(comm.rank(), 3);
     std::vector<char> out(1 << 12);
     Status a = gather_full(comm, m.state, "nope", out.data());
@@ -212,7 +208,7 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
   EXPECT_EQ(info_value_to_string(info->info.at("note")), "ok\xc3\xa9");
   ASSERT_TRUE(verify_checkpoint(path).ok());
 
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     // net.w split on columns over 2 ranks, big on rows, scalar replicated.
     StateDict state(comm.rank());
     std::vector<float> wpart(6 * 2);
@@ -244,7 +240,7 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
     c = static_cast<char>(c ^ 0x5a);
     f.write(&c, 1);
   }
-  auto res = run(2, [&](Comm& comm) -> Status {
+  auto res = run_ranks(2, [&](Comm& comm) -> Status {
     StateDict state(comm.rank());
     std::vector<float> wfull(24);
     DISTCKPT_RETURN_IF_ERROR(state.add_tensor("net.w", DType::kFloat32, wfull.data(), *TensorLayout::from_device_matrix({6, 4}, {2}, {-1, -1})));
@@ -312,7 +308,7 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
 TEST(MindSporeCkpt, TensorOver512MiBIsSplitIntoRecordsAndJoinedOnRead) {
   TempDir dir;
   const Shape shape{516, 1 << 20};  // 516 MiB of uint8: two records of 258 rows
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     auto layout = TensorLayout::from_device_matrix(shape, {2}, {-1, 0});  // split on columns
     Box box = layout->slice_box(comm.rank());
     std::vector<uint8_t> part(static_cast<std::size_t>(box.num_elements()));
@@ -416,7 +412,7 @@ TEST(BadInput, DamagedHdf5AndMissingDatasets) {
   ASSERT_TRUE(save_model(1, dir.path(), options).ok());
   const std::string path = dir.path() + "/m.h5";
   // A state dict asking for a tensor the file lacks: kMismatch when strict.
-  auto res = run(1, [&](Comm& comm) -> Status {
+  auto res = run_ranks(1, [&](Comm& comm) -> Status {
     StateDict state(comm.rank());
     float x[2];
     DISTCKPT_RETURN_IF_ERROR(state.add_tensor("not_there", DType::kFloat32, x, *TensorLayout::from_device_matrix({2}, {1}, {-1})));
@@ -497,7 +493,7 @@ TEST(Convert, EveryFormatToEveryFormatKeepsTensorsAndInfo) {
 
 TEST(Formats, RanksDisagreeingOnOptionsFailAlike) {
   TempDir dir;
-  auto res = run(3, [&](Comm& comm) -> Status {
+  auto res = run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel m(comm.rank(), 3);
     SaveOptions options;
     options.name = "m";

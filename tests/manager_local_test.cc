@@ -24,7 +24,6 @@
 namespace distckpt {
 namespace {
 
-using internal_comm::run_local_ranks;
 using internal_manager::retention_deletes;
 using internal_manager::RetentionPolicy;
 using internal_manager::SeriesEntry;
@@ -32,10 +31,8 @@ using testing::FormatModel;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
-  return testing::run_ranks(world, fn);
-}
 using testing::expect_all_ok;
+using testing::run_ranks;
 
 std::set<std::string> names_in(const std::string& dir) {
   std::set<std::string> out;
@@ -116,7 +113,7 @@ TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
 
 TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {
   TempDir dir;
-  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 3);
     CheckpointConfig c = base_config(dir.path());
     c.save_every_steps = 2;
@@ -147,7 +144,7 @@ TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   std::vector<std::vector<int>> saved(3);
-  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 3);
     CheckpointConfig c = base_config(dir.path());
     c.save_every_steps = 0;
@@ -171,7 +168,7 @@ TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
 TEST(Manager, RestartsResumeTheSeriesAndKeepMaxHoldsAcrossThem) {
   TempDir dir;
   auto train = [&](int64_t from, int64_t to, bool resume, std::string* prefix, int64_t* resumed_step) {
-    expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
       FormatModel model(comm.rank(), 2);
       CheckpointConfig c = base_config(dir.path());
       c.save_every_steps = 1;
@@ -207,7 +204,7 @@ TEST(Manager, RestartsResumeTheSeriesAndKeepMaxHoldsAcrossThem) {
 TEST(Manager, CrashBetweenCommitAndRetentionIsCleanedUpOnTheNextSave) {
   TempDir dir;
   // Five committed checkpoints of the series, as if retention never ran after them.
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     for (int s = 1; s <= 5; ++s) {
       SaveOptions o;
@@ -230,7 +227,7 @@ TEST(Manager, CrashBetweenCommitAndRetentionIsCleanedUpOnTheNextSave) {
 TEST(Manager, KeepsTheBestByMetricAndRefusesAMissingMetric) {
   TempDir dir;
   const double losses[] = {0.9, 0.2, 0.5, std::nan(""), 0.7};
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path());
     c.keep_max = 1;
@@ -250,7 +247,7 @@ TEST(Manager, SignalMidRunCommitsALoadableBreakpoint) {
   ASSERT_TRUE(CheckpointManager::install_signal_handlers().ok());
   CheckpointManager::clear_signal();
   int64_t stopped_at = -1;
-  expect_all_ok(run(3, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 3);
     CheckpointConfig c = base_config(dir.path());
     c.save_every_steps = 100;
@@ -269,7 +266,7 @@ TEST(Manager, SignalMidRunCommitsALoadableBreakpoint) {
   CheckpointManager::clear_signal();
   EXPECT_GE(stopped_at, 7);
   EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_" + std::to_string(stopped_at) + "_breakpoint"}));
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {  // loads at another world size
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {  // loads at another world size
     FormatModel model(comm.rank(), 2), want(comm.rank(), 2);
     model.zero();
     CheckpointConfig c = base_config(dir.path());
@@ -282,7 +279,7 @@ TEST(Manager, SignalMidRunCommitsALoadableBreakpoint) {
 
 TEST(Manager, ResumeFreshDamagedAndFallback) {
   TempDir dir;
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path());
     c.keep_max = 0;
@@ -299,7 +296,7 @@ TEST(Manager, ResumeFreshDamagedAndFallback) {
       f.seekp(3);
       f.put('\x7f');
     }
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path());
     DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
@@ -325,7 +322,7 @@ TEST(Manager, FailedSavesStopOrContinueAlikeOnEveryRank) {
     internal_storage::FaultSpec spec;
     spec.fail_create_if_contains = "data-00001";
     auto faulty = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
-    expect_all_ok(run(2, [&](Comm& comm) -> Status {
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
       FormatModel model(comm.rank(), 2);
       CheckpointConfig c = base_config(dir.path());
       c.on_failure = policy;
@@ -344,13 +341,13 @@ TEST(Manager, FailedSavesStopOrContinueAlikeOnEveryRank) {
 TEST(Manager, UnwritableDirectoryAndPartialStateSaves) {
   TempDir dir;
   std::ofstream(dir.path() + "/file") << "x";
-  auto res = run(2, [&](Comm& comm) -> Status {
+  auto res = run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     return CheckpointManager::create(comm, model.state, base_config(dir.path() + "/file/ckpt")).status();
   });
   for (const auto& r : res) EXPECT_NE(r.find("file/ckpt"), std::string::npos) << r;
   // Model only (MMEngine's save_optimizer = false): the other tensors are not saved.
-  expect_all_ok(run(2, [&](Comm& comm) -> Status {
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path() + "/partial");
     c.save_prefixes = {"layer1/", "bias"};

@@ -356,20 +356,8 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     const uint64_t bytes = static_cast<uint64_t>(*count) * dtype_size(*dtype);
     const haddr_t offset = H5Dget_offset(dset.get());
     if (bytes > 0 && offset == HADDR_UNDEF) return corruption(tw + ": has no data stored");
-    proto::Tensor t;
-    t.set_name(name);
-    t.set_dtype(std::string(dtype_name(*dtype)));
-    auto* ch = t.add_chunks();
-    for (int64_t d : shape) {
-      t.add_global_shape(d);
-      ch->add_offset(0);
-      ch->add_shape(d);
-    }
-    ch->set_byte_offset(bytes > 0 ? offset : 0);
-    ch->set_length(bytes);
-    ch->set_writer_rank(-1);
     order.emplace_back(bytes > 0 ? offset : 0, name);
-    found.emplace(name, std::move(t));
+    found.emplace(name, whole_tensor(name, *dtype, shape, bytes > 0 ? offset : 0, bytes));
   }
   std::sort(order.begin(), order.end());
   std::vector<std::string> names;

@@ -183,20 +183,9 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
     const uint64_t want = static_cast<uint64_t>(*count) * dtype_size(*dtype);
     if (end - begin != want)
       return corruption(tw + ": " + std::to_string(end - begin) + " bytes for a shape needing " + std::to_string(want));
-    proto::Tensor t;
-    t.set_name(name);
-    t.set_dtype(std::string(dtype_name(*dtype)));
-    auto* ch = t.add_chunks();
-    for (int64_t d : shape) {
-      t.add_global_shape(d);
-      ch->add_offset(0);
-      ch->add_shape(d);
-    }
-    ch->set_byte_offset(data_start + begin);
-    ch->set_length(want);
-    ch->set_writer_rank(-1);
+    proto::Tensor t = whole_tensor(name, *dtype, shape, data_start + begin, want);
     if (auto it = described.find(name); it != described.end() && it->second->chunks_size() == 1)
-      ch->set_crc32c(it->second->chunks(0).crc32c());
+      t.mutable_chunks(0)->set_crc32c(it->second->chunks(0).crc32c());
     ranges.push_back({{begin, end}, name});
     found.emplace(name, std::move(t));
   }

@@ -142,6 +142,24 @@ proto::Index describe_single_file(const std::optional<proto::Index>& meta, const
   return index;
 }
 
+proto::Tensor whole_tensor(const std::string& name, DType dtype, const Shape& shape, uint64_t byte_offset,
+                           uint64_t length) {
+  proto::Tensor t;
+  t.set_name(name);
+  t.set_dtype(std::string(dtype_name(dtype)));
+  auto* ch = t.add_chunks();
+  for (int64_t d : shape) {
+    t.add_global_shape(d);
+    ch->add_offset(0);
+    ch->add_shape(d);
+  }
+  ch->set_file_id(0);
+  ch->set_byte_offset(byte_offset);
+  ch->set_length(length);
+  ch->set_writer_rank(-1);
+  return t;
+}
+
 proto::Index metadata_of(const proto::Index& index) {
   proto::Index meta = index;
   meta.clear_files();

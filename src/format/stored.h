@@ -41,6 +41,11 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
 proto::Index describe_single_file(const std::optional<proto::Index>& meta, const std::string& format,
                                   const std::string& checksum, const std::string& file_name, uint64_t size);
 
+// A tensor stored whole and contiguous: one chunk covering it, `length` bytes at
+// `byte_offset` of file 0.
+proto::Tensor whole_tensor(const std::string& name, DType dtype, const Shape& shape, uint64_t byte_offset,
+                           uint64_t length);
+
 // The metadata distckpt stores in single files: `index` without chunks and files.
 proto::Index metadata_of(const proto::Index& index);
 
