@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
+#include <stdexcept>
 #include <thread>
 
 #include "comm/local_comm.h"
@@ -18,6 +20,7 @@
 #include "format_model.h"
 #include "manager/retention.h"
 #include "storage/fault_fs.h"
+#include "transform/sha256.h"
 #include "local_ranks.h"
 #include "test_util.h"
 
@@ -71,6 +74,9 @@ TEST(Config, ContradictoryAndOutOfRangeOptionsAreRefusedByName) {
   check([](auto& c) { c.best_metric = "loss"; c.keep_best = 0; }, "keep_best");
   check([](auto& c) { c.append_info["step_num"] = int64_t{1}; }, "step_num");
   check([](auto& c) { c.save_prefixes = {""}; }, "save_prefixes");
+  check([](auto& c) { c.exception_save_timeout_s = 0; }, "exception_save_timeout_s");
+  check([](auto& c) { c.publish_at_end = true; c.publish_format = Format::kNative; }, "publish_format");
+  check([](auto& c) { c.publish_only = {"layer"}; }, "publish_at_end");
   CheckpointConfig ok = base_config("/tmp/x");
   ok.save_every_steps = 10;
   ok.save_every_seconds = 60;  // both: steps win (MindSpore), not an error
@@ -361,6 +367,254 @@ TEST(Manager, UnwritableDirectoryAndPartialStateSaves) {
     DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(partial));
     return r.missing_in_checkpoint.size() == model.state.tensors().size() - 2 ? Status() : internal_error("missing");
   }));
+}
+
+}  // namespace
+}  // namespace distckpt
+
+namespace distckpt {
+namespace {
+
+using testing::FormatModel;
+using testing::TempDir;
+
+CheckpointConfig exception_config(const std::string& dir) {
+  CheckpointConfig c;
+  c.directory = dir;
+  c.prefix = "run";
+  c.save_every_steps = 5;
+  c.exception_save = true;
+  return c;
+}
+
+TEST(ExceptionSave, AnExceptionOnEveryRankSavesTheLastStepAndIsRethrown) {
+  TempDir dir;
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    try {
+      m->run([&] {
+        for (int64_t s = 1; s <= 20; ++s) {
+          auto out = m->step_end(s, 0);
+          if (!out.ok()) throw std::runtime_error(out.status().to_string());
+          if (s == 8) throw std::runtime_error("loss is NaN");  // a check every rank makes
+        }
+      });
+      return internal_error("run() did not rethrow");
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()) != "loss is NaN") return internal_error(std::string("rethrown: ") + e.what());
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->last_exception_save());
+    if (!out.saved || out.exception_rank != 0 || out.exception != "loss is NaN" || !out.stop)
+      return internal_error("outcome: " + out.save_error.to_string());
+    // Finished: later calls fail at once, without communicating.
+    if (m->step_end(9, 0).status().code() != StatusCode::kAborted) return internal_error("usable after exception");
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5", "run-0_8_exception"}));
+  auto info = read_checkpoint_info(dir.path() + "/run-0_8_exception");
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->step, 8);
+  EXPECT_FALSE(info->advances_latest);
+  EXPECT_EQ(std::get<std::string>(info->info.at("exception")), "loss is NaN");
+  EXPECT_EQ(std::get<int64_t>(info->info.at("exception_rank")), 0);
+  // resume() keeps to the periodic saves; the exception checkpoint loads when named.
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2), want(comm.rank(), 2);
+    model.zero();
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult newest, m->resume());
+    if (newest.step != 5) return internal_error("resumed step " + std::to_string(newest.step));
+    ResumeOptions named;
+    named.target = "run-0_8_exception";
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(named));
+    if (r.step != 8) return internal_error("named resume");
+    return model.buffers == want.buffers ? Status() : internal_error("state differs");
+  }));
+}
+
+TEST(ExceptionSave, OneRankThrowsWhileTheOthersAreInTheManager) {
+  // Rank 1 throws during step 8 while ranks 0 and 2 finish it: their states are a step
+  // ahead, so nothing is saved, and every rank learns why.
+  TempDir dir;
+  std::vector<StepOutcome> seen(3);
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    bool threw = false;
+    try {
+      m->run([&] {
+        for (int64_t s = 1; s <= 20; ++s) {
+          if (s == 8 && comm.rank() == 1) throw std::out_of_range("bad batch index");
+          auto out = m->step_end(s, 0);
+          if (!out.ok()) throw std::runtime_error(out.status().to_string());
+          if (out->stop) {
+            seen[static_cast<std::size_t>(comm.rank())] = *out;
+            return;
+          }
+        }
+      });
+    } catch (const std::out_of_range&) {
+      threw = true;
+      DISTCKPT_ASSIGN_OR_RETURN(seen[1], m->last_exception_save());
+    }
+    return threw == (comm.rank() == 1) ? Status() : internal_error("rethrow on the wrong rank");
+  }));
+  for (const StepOutcome& out : seen) {
+    EXPECT_TRUE(out.stop);
+    EXPECT_FALSE(out.saved);
+    EXPECT_EQ(out.exception_rank, 1);
+    EXPECT_EQ(out.exception, "bad batch index");
+    EXPECT_EQ(out.save_error.code(), StatusCode::kAborted);
+    EXPECT_NE(out.save_error.message().find("different steps (7 to 8)"), std::string::npos) << out.save_error.to_string();
+  }
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5"}));  // the last good state is untouched
+
+  // Rank 2 throws after step 10's step_end while the others are in end(10): the same
+  // step everywhere, so the state is saved.
+  TempDir dir2;
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir2.path())));
+    try {
+      m->run([&] {
+        for (int64_t s = 1; s <= 10; ++s)
+          if (!m->step_end(s, 0).ok()) throw std::runtime_error("step_end");
+        if (comm.rank() == 2) throw std::runtime_error("evaluation crashed");
+        auto last = m->end(10, 0);
+        if (!last.ok() || !last->stop || !last->saved || last->exception_rank != 2)
+          throw std::logic_error("end() did not report the exception save");
+      });
+    } catch (const std::logic_error& e) {
+      return internal_error(e.what());
+    } catch (const std::runtime_error& e) {
+      if (comm.rank() != 2) return internal_error(e.what());
+    }
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir2.path()), (std::set<std::string>{"run-0_5", "run-0_10", "run-0_10_exception"}));
+}
+
+std::string sha_of(const std::string& path) {
+  auto fs = posix_filesystem();
+  auto sha = internal_transform::sha256_file(*fs, path);
+  EXPECT_TRUE(sha.ok()) << sha.status().to_string();
+  return sha.ok() ? *sha : "";
+}
+
+TEST(Publish, EndPublishesTheLastAndTheBestAsContentNamedFiles) {
+  TempDir dir;
+  std::vector<std::string> published;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c;
+    c.directory = dir.path();
+    c.prefix = "run";
+    c.save_every_steps = 2;
+    c.keep_max = 1;
+    c.best_metric = "loss";
+    c.keep_best = 1;
+    c.publish_at_end = true;
+    c.publish_only = {"layer", "bias"};
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    const double losses[] = {0, 0.9, 0.5, 0.7, 0.2, 0.6, 0.8, 0.4, 0.3};
+    for (int64_t s = 1; s <= 8; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0, {{"loss", losses[s]}}).status());
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->end(8, 0, {{"loss", losses[8]}}));
+    if (comm.rank() == 0) published = out.published;
+    return Status();
+  }));
+  // Kept: the newest (step 8) and the best loss (step 4, 0.2). Published: both.
+  ASSERT_EQ(published.size(), 2u);
+  const std::regex name(R"(.*/run-0_(8|4)-([0-9a-f]{8})\.safetensors)");
+  for (const auto& p : published) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(p, m, name)) << p;
+    EXPECT_EQ(sha_of(p).substr(0, 8), m[2].str());
+    auto info = read_checkpoint_info(p);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    for (const auto& t : info->tensors) EXPECT_TRUE(t.name.rfind("layer", 0) == 0 || t.name == "bias") << t.name;
+    EXPECT_FALSE(info->advances_latest);
+  }
+  EXPECT_NE(published[0], published[1]);
+  // A later run resumes from the newest save, never a published file, and retention
+  // leaves published files alone.
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c;
+    c.directory = dir.path();
+    c.prefix = "run";
+    c.keep_max = 1;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.path != dir.path() + "/run-0_8") return internal_error("resumed " + r.path);
+    for (int64_t s = 9; s <= 11; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    return Status();
+  }));
+  for (const auto& p : published) EXPECT_TRUE(fs::exists(p)) << p;
+}
+
+TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    SaveOptions o;
+    o.name = "src";
+    return save(comm, model.state, dir.path(), o).status();
+  }));
+  const std::string src = dir.path() + "/src";
+  for (Format f : {Format::kSafetensors, Format::kCkpt, Format::kHdf5}) {
+    PublishOptions o;
+    o.format = f;
+    o.directory = dir.path() + "/a";
+    auto first = publish_checkpoint(src, o);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_FALSE(first->already_published);
+    EXPECT_EQ(first->sha256, sha_of(first->path));
+    EXPECT_EQ(first->dropped.size(), 0u);
+    auto again = publish_checkpoint(src, o);  // the same bytes, the same name
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_TRUE(again->already_published);
+    EXPECT_EQ(again->path, first->path);
+    o.directory = dir.path() + "/b";  // written afresh elsewhere: byte-identical
+    auto elsewhere = publish_checkpoint(src, o);
+    ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().to_string();
+    EXPECT_EQ(elsewhere->sha256, first->sha256) << format_name(f);
+  }
+  // Nothing but the published files (no temporaries left behind).
+  EXPECT_EQ(names_in(dir.path() + "/a").size(), 3u);
+
+  PublishOptions only;
+  only.only = {"bias", "scale"};
+  auto subset = publish_checkpoint(dir.path(), only);  // a root: its newest
+  ASSERT_TRUE(subset.ok()) << subset.status().to_string();
+  EXPECT_EQ(subset->tensors, (std::vector<std::string>{"bias", "scale"}));
+  EXPECT_GT(subset->dropped.size(), 5u);
+
+  PublishOptions typo;
+  typo.only = {"bais"};
+  EXPECT_EQ(publish_checkpoint(src, typo).status().code(), StatusCode::kInvalidArgument);
+  PublishOptions native;
+  native.format = Format::kNative;
+  EXPECT_EQ(publish_checkpoint(src, native).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(publish_checkpoint(dir.path() + "/missing").status().code(), StatusCode::kNotFound);
+
+  // A different file under the published name is never replaced.
+  const std::string taken = subset->path;
+  ASSERT_TRUE(fs::remove(taken));
+  { std::ofstream(taken) << "not it"; }
+  EXPECT_EQ(publish_checkpoint(dir.path(), only).status().code(), StatusCode::kAlreadyExists);
+
+  // A damaged source is refused before anything is written.
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename().string().rfind("data-", 0) == 0) {
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(3);
+      f.put('\x5a');
+    }
+  PublishOptions fresh;
+  fresh.directory = dir.path() + "/c";
+  EXPECT_EQ(publish_checkpoint(src, fresh).status().code(), StatusCode::kCorruption);
+  EXPECT_FALSE(fs::exists(dir.path() + "/c") && !fs::is_empty(dir.path() + "/c"));
 }
 
 }  // namespace

@@ -161,6 +161,10 @@ struct ConvertOptions {
   uint64_t region_bytes = uint64_t{64} << 20;
   // Called after each region with bytes done, bytes in total and the tensor's name.
   std::function<void(uint64_t done, uint64_t total, const std::string& tensor)> progress;
+  // Convert only the tensors whose names equal or start with one of these (empty: all).
+  // Each entry must select at least one tensor (kInvalidArgument otherwise: a typo
+  // would silently drop what it meant to keep).
+  std::vector<std::string> only;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
 };
 
@@ -180,6 +184,43 @@ struct ConvertResult {
 // kInvalidArgument for names `to` cannot hold, kIoError.
 Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
                                          const ConvertOptions& options = {});
+
+// ---- publishing (local: one process, no communicator) ----
+
+struct PublishOptions {
+  // A single-file format: kSafetensors (default), kCkpt or kHdf5.
+  Format format = Format::kSafetensors;
+  // The tensors to publish, by name or name prefix (MMEngine's published_keys, e.g.
+  // {"model."} to leave the optimizer out); empty: all. Each must select a tensor.
+  std::vector<std::string> only;
+  std::string directory;  // where the file goes; "" : beside the source checkpoint
+  bool fsync = true;
+  bool ckpt_crc_footer = true;
+  uint64_t region_bytes = uint64_t{64} << 20;  // as ConvertOptions::region_bytes
+  std::shared_ptr<FileSystem> fs;              // null: POSIX
+};
+
+struct PublishResult {
+  std::string path;    // <directory>/<source name>-<first 8 hex digits of sha256><ext>
+  std::string sha256;  // of the whole file, 64 lowercase hex digits
+  uint64_t file_bytes = 0;
+  std::vector<std::string> tensors;  // published
+  std::vector<std::string> dropped;  // in the source, left out by `only`
+  bool already_published = false;    // an identical file was there already
+};
+
+// Local, thread-safe for distinct sources. Exports the checkpoint `src` (any format; a
+// root gives its newest), or the tensors `only` selects, as one integrated file whose
+// name carries the first 8 hex digits of its SHA-256 (MMEngine's published
+// checkpoints). The file is reproducible: no clock or directory state is stored in
+// it, so publishing the same tensors and info twice gives the same bytes and name
+// (the second call finds the file and returns already_published). It is committed like
+// a save (temporary name, fsync, rename without replacing) and never moves `latest`;
+// resume never picks it. Memory: one region of region_bytes. Errors: those of
+// convert_checkpoint (a damaged source is refused before anything is written),
+// kInvalidArgument for a format that is not a single file or an `only` entry that
+// selects nothing, kAlreadyExists when a different file has the same name.
+Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOptions& options = {});
 
 // ---- read-only access (local, thread-safe) ----
 

@@ -34,6 +34,16 @@ class Comm {
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Collective: element-wise reduction of `values` (same length on every rank) in place.
   virtual void allreduce(std::vector<int64_t>& values, ReduceOp op) = 0;
+  // Collective: allreduce() that gives up after `timeout_s` seconds (< 0: never) when
+  // some rank has not joined, returning false. The operation then stays pending and the
+  // communicator must not be used again (the caller is abandoning the job). Ranks must
+  // use allreduce_within, not allreduce, for the matching calls (MPI does not match
+  // blocking with non-blocking collectives). Default: a blocking allreduce (true).
+  virtual bool allreduce_within(std::vector<int64_t>& values, ReduceOp op, double timeout_s) {
+    (void)timeout_s;
+    allreduce(values, op);
+    return true;
+  }
   // Collective: root receives every rank's string (index = rank); others get {}.
   virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;
   // Collective: rank r receives parts[r] from root (`parts` is read on root only).

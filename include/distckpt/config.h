@@ -25,9 +25,9 @@ namespace distckpt {
 enum class CompareRule { kAuto, kGreater, kLess };
 
 // What a failed save does: kStop returns the error from step_end()/end() on every rank
-// (the training loop should stop); kContinue reports it on every rank through
-// CheckpointManager::last_error() and the return value, and training goes on (Caffe2
-// warns and continues). Either way every rank sees the same outcome: no rank hangs.
+// (the training loop should stop); kContinue reports it on every rank in
+// StepOutcome::save_error, and training goes on (Caffe2 warns and continues). Either
+// way every rank sees the same outcome: no rank hangs.
 enum class OnSaveFailure { kStop, kContinue };
 
 struct CheckpointConfig {
@@ -69,6 +69,22 @@ struct CheckpointConfig {
   std::map<std::string, InfoValue> append_info;
 
   OnSaveFailure on_failure = OnSaveFailure::kStop;
+
+  // ---- saves on exception (MindSpore's exception_save; see CheckpointManager::run) ----
+  // An exception escaping the training loop on some rank makes every rank save
+  // "<name>_exception" (when their states are at the same step) before it is rethrown.
+  bool exception_save = false;
+  // How long the failing rank waits for the others to reach the manager. Ranks blocked
+  // in a collective of the training step never come: the rank then gives up (no save)
+  // and rethrows, so the job ends instead of hanging.
+  double exception_save_timeout_s = 60;
+
+  // ---- publishing (MMEngine's published_keys; see publish_checkpoint) ----
+  // end() also exports the final checkpoint and, with best_metric, the best one, each
+  // as one file named with its SHA-256, beside the checkpoints.
+  bool publish_at_end = false;
+  std::vector<std::string> publish_only;  // tensor names/prefixes, e.g. {"model."}; empty: all
+  Format publish_format = Format::kSafetensors;
   std::shared_ptr<FileSystem> fs;  // null: POSIX (tests inject faults here)
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.

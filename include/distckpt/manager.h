@@ -16,6 +16,7 @@
 // state of the step passed to step_end while the call runs.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,8 +38,16 @@ struct StepOutcome {
   // committed (when `saved`) and the loop should end now.
   bool stop = false;
   // With OnSaveFailure::kContinue, the failed save's error (identical on every rank);
-  // training may go on. With kStop the error is returned instead.
+  // training may go on. With kStop the error is returned instead. After an exception,
+  // why no exception checkpoint was saved.
   Status save_error;
+  // An exception escaped the training loop on rank `exception_rank` (the lowest, when
+  // several threw): `stop` is set, the manager is finished on every rank (later calls
+  // return kAborted without communicating), and the loop must end without further
+  // collective calls: the failing rank is rethrowing. `exception` is its what().
+  int exception_rank = -1;
+  std::string exception;
+  std::vector<std::string> published;  // end() with publish_at_end: the files written
 };
 
 struct ResumeOptions {
@@ -83,6 +92,35 @@ class CheckpointManager {
   // Collective. Saves now, whatever the policy, as "<name><suffix>".
   Result<StepOutcome> save_now(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                const std::string& suffix = "");
+
+  // Runs `loop` (the training loop, which calls step_end) and, with exception_save,
+  // turns an exception escaping it into a checkpoint before rethrowing it unchanged.
+  // What is saved: the state dict's buffers as they are when the exception arrives, under
+  // the step of the last step_end/end/save_now call of the failing rank, named
+  // "<name>_exception", with info values "exception" (its what()) and
+  // "exception_rank". This is the state after that step provided the step that
+  // followed had not started to modify the buffers (an exception from data loading,
+  // forward, backward or a loss check, not from the middle of an optimizer update);
+  // the manager cannot know more. It is saved only when every rank's state is at the
+  // same step (the others are in step_end/end/save_now of that step); otherwise, or
+  // when the others do not reach the manager within exception_save_timeout_s (they are
+  // blocked in a collective of the training step), nothing is saved and the reason is
+  // printed on stderr. The checkpoint does not move `latest`: resume() never picks it
+  // by itself (ResumeOptions::target names it). The other ranks see the exception in
+  // StepOutcome (stop, exception_rank). Without exception_save, `loop` runs unwrapped.
+  // Thread: the loop's. last_exception_save() has the outcome on the failing rank.
+  void run(const std::function<void()>& loop);
+  // What run() does in its catch block, for loops with their own: call it from the
+  // catch on the rank(s) that caught (`what`: the exception's description), then
+  // rethrow or abort. Returns the same outcome the other ranks get from step_end.
+  Result<StepOutcome> save_after_exception(const std::string& what);
+  // The outcome of the last exception save on this rank (kNotFound before any).
+  Result<StepOutcome> last_exception_save() const;
+
+  // Collective. Publishes a committed checkpoint of the directory (a name or a path;
+  // "" : the newest) with publish_checkpoint() on rank 0, using publish_format and
+  // publish_only, and returns the file's path on every rank.
+  Result<std::string> publish(const std::string& target = "");
 
   // Collective. Finds, verifies and loads a checkpoint into the state (see ResumeOptions).
   // A directory without committed checkpoints gives resumed = false. Errors: kNotFound

@@ -26,6 +26,7 @@ enum class StatusCode : int {
   kInternal = 8,         // a bug in distckpt
   kAlreadyExists = 9,    // the target name is taken
   kBusy = 10,            // refused: a previous operation is still in flight
+  kAborted = 11,         // given up: another rank failed, or ranks did not answer in time
 };
 
 // Stable lower-case name of a code ("invalid argument", "corruption", ...).
@@ -63,6 +64,7 @@ inline Status mismatch(std::string m) { return {StatusCode::kMismatch, std::move
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status already_exists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
 // A value or the Status explaining why there is none.
 template <typename T>

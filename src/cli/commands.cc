@@ -262,4 +262,33 @@ int cmd_convert(const ConvertArgs& args) {
   return 0;
 }
 
+int cmd_publish(const PublishArgs& args) {
+  const auto to = format_from_name(args.to);
+  if (!to || *to == Format::kNative)
+    return fail(invalid_argument("--to '" + args.to + "': expected safetensors, ckpt or hdf5"), 2);
+  PublishOptions options;
+  options.format = *to;
+  options.only = args.only;
+  options.directory = args.out_dir;
+  auto result = publish_checkpoint(args.src, options);
+  if (!result.ok()) return fail(result.status());
+  if (args.json) {
+    std::cout << dump(json{{"path", result->path},
+                           {"sha256", result->sha256},
+                           {"bytes", result->file_bytes},
+                           {"tensors", result->tensors},
+                           {"dropped", result->dropped},
+                           {"already_published", result->already_published}})
+              << "\n";
+  } else {
+    std::printf("%s %s -> %s (%zu tensors, %s; sha256 %s)\n",
+                result->already_published ? "already published" : "published", args.src.c_str(),
+                result->path.c_str(), result->tensors.size(), human_bytes(result->file_bytes).c_str(),
+                result->sha256.c_str());
+    if (!result->dropped.empty())
+      std::printf("left out %zu tensors not selected by --only\n", result->dropped.size());
+  }
+  return 0;
+}
+
 }  // namespace distckpt::internal_cli

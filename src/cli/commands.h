@@ -23,4 +23,11 @@ struct ConvertArgs {
 };
 int cmd_convert(const ConvertArgs& args);
 
+struct PublishArgs {
+  std::string src, to = "safetensors", out_dir;
+  std::vector<std::string> only;
+  bool json = false;
+};
+int cmd_publish(const PublishArgs& args);
+
 }  // namespace distckpt::internal_cli

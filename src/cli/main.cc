@@ -1,4 +1,4 @@
-// distckpt: inspect, verify, convert and plan checkpoints from the command line.
+// distckpt: inspect, verify, convert, publish and plan checkpoints from the command line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <new>
@@ -37,6 +37,16 @@ int main(int argc, char** argv) {
   convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
   convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");
 
+  PublishArgs pub;
+  auto* publish = app.add_subcommand(
+      "publish", "Export a checkpoint (or some of its tensors) as one file named with its SHA-256's first 8 hex digits");
+  publish->add_option("SRC", pub.src, "checkpoint (directory or single file; a root: its newest)")->required();
+  publish->add_option("--to", pub.to, "safetensors (default), ckpt or hdf5");
+  publish->add_option("--only", pub.only, "tensor names or name prefixes to publish, e.g. model. (default: all)")
+      ->delimiter(',');
+  publish->add_option("--out", pub.out_dir, "directory of the published file (default: beside SRC)");
+  publish->add_flag("--json", pub.json, "machine-readable output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,6 +59,7 @@ int main(int argc, char** argv) {
     if (*inspect) return cmd_inspect(path, json);
     if (*verify) return cmd_verify(path, json);
     if (*convert) return cmd_convert(conv);
+    if (*publish) return cmd_publish(pub);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "distckpt: out of memory\n");
     return 1;

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <cstdio>
 #include <numeric>
 
@@ -59,6 +61,26 @@ class MpiComm final : public Comm {
     MPI_Op mop = op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMin ? MPI_MIN : MPI_MAX;
     MPI_Allreduce(MPI_IN_PLACE, values.data(), checked_count(static_cast<int64_t>(values.size())), MPI_INT64_T,
                   mop, comm_);
+  }
+
+  bool allreduce_within(std::vector<int64_t>& values, ReduceOp op, double timeout_s) override {
+    MPI_Op mop = op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMin ? MPI_MIN : MPI_MAX;
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, values.data(), checked_count(static_cast<int64_t>(values.size())), MPI_INT64_T,
+                   mop, comm_, &request);
+    if (timeout_s < 0) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      return true;
+    }
+    // Polling with a short sleep: the ranks that never come are blocked elsewhere, and
+    // the caller gives up on the job after the timeout anyway.
+    const double deadline = MPI_Wtime() + timeout_s;
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return true;
+      if (MPI_Wtime() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {

@@ -1,5 +1,7 @@
 #include "format/hdf5_io.h"
 
+#include <nlohmann/json.hpp>
+
 #include <google/protobuf/util/json_util.h>
 #include <hdf5.h>
 
@@ -171,7 +173,9 @@ std::string metadata_json(const proto::Index& meta) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(meta, &json, options);
-  return json;
+  // Protobuf prints map entries (the info values) in a per-instance random order;
+  // sorted keys make equal metadata print equally (reproducible published files).
+  return nlohmann::json::parse(json).dump();
 }
 
 Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
@@ -197,6 +201,7 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
   H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);  // every byte is written by a slice
+  H5Pset_obj_track_times(dcpl.get(), 0);              // no clock in the bytes: reproducible files
   // From here on every rank makes the same collective calls whatever fails (the first
   // failure is kept for finish()), so that no rank waits for another in HDF5.
   Status& deferred = w->deferred_;

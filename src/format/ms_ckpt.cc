@@ -9,6 +9,7 @@
 #include "format/wire.h"
 #include "layout/region.h"
 #include "layout/tiling.h"
+#include "storage/index_io.h"
 
 namespace distckpt::internal_format {
 
@@ -194,8 +195,8 @@ std::string ckpt_record(const std::string& tag, const Shape& dims, std::string_v
 }
 
 std::string ckpt_meta_field(const proto::Index& meta) {
-  std::string bytes, out;
-  meta.SerializeToString(&bytes);
+  std::string out;
+  const std::string bytes = internal_storage::serialize_deterministic(meta);
   put_tag(out, kCkptMetaField, 2);
   put_varint(out, bytes.size());
   return out + bytes;

@@ -1,5 +1,7 @@
 #include "format/writers.h"
 
+#include <map>
+
 #include <set>
 
 #include "format/hdf5_io.h"
@@ -136,7 +138,9 @@ class CkptWriter final : public SequentialWriter {
   }
   Result<proto::Index> finish(bool fsync) override {
     DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
-    for (const auto& [key, v] : meta_.info()) {
+    // Sorted by key: protobuf's map order is random per instance (reproducible files).
+    const std::map<std::string, proto::InfoValue> sorted(meta_.info().begin(), meta_.info().end());
+    for (const auto& [key, v] : sorted) {
       std::string content, type;
       switch (v.value_case()) {
         case proto::InfoValue::kIntValue: {

@@ -67,6 +67,13 @@ Status CheckpointConfig::validate() const {
     return bad("append_info may not set '" + best_metric + "' (the metric is stored under that key)");
   for (const auto& p : save_prefixes)
     if (p.empty()) return bad("save_prefixes contains an empty prefix (it would match everything)");
+  if (!(exception_save_timeout_s > 0) || std::isinf(exception_save_timeout_s))
+    return bad("exception_save_timeout_s must be a finite number > 0");
+  if (publish_format == Format::kNative)
+    return bad("publish_format must be a single-file format (ckpt, safetensors or hdf5)");
+  for (const auto& p : publish_only)
+    if (p.empty()) return bad("publish_only contains an empty prefix (it would match everything)");
+  if (!publish_only.empty() && !publish_at_end) return bad("publish_only is set but publish_at_end is false");
   return Status();
 }
 

@@ -9,15 +9,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <tuple>
 
 #include "comm/agree.h"
 #include "format/stored.h"
 #include "manager/retention.h"
+#include "runtime/convert.h"
 #include "runtime/guard.h"
 #include "storage/index_io.h"
 
@@ -68,7 +71,53 @@ struct CheckpointManager::Impl {
   std::string series;
   std::shared_ptr<FileSystem> fs = posix_filesystem();
   int64_t last_saved_step = -1;
+  std::string last_saved_path;
   std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
+  // The step (and epoch) whose state this rank's buffers hold: that of its last
+  // step_end/end/save_now call, or of the checkpoint resumed.
+  int64_t current_step = -1, current_epoch = -1;
+  // After an exception on some rank: no collective call ever again (the failing rank is
+  // rethrowing, or has given up on the others).
+  bool finished = false;
+  Result<StepOutcome> exception_outcome = not_found("checkpoint manager: no exception save on this rank");
+
+  // What every collective call of the manager starts with: one allreduce, so that a
+  // rank that caught an exception (save_after_exception) meets the others whichever
+  // manager call they are in.
+  struct Sync {
+    bool signal = false, save_due = false, exception = false, timed_out = false;
+    int64_t min_step = 0, max_step = 0;
+    int failing_rank = -1;  // the lowest rank that threw
+  };
+  Sync sync(bool failing, double timeout_s) {
+    std::vector<int64_t> v{g_signal != 0 ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
+                           failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN};
+    // Is a time-based save due (rank 0's clock decides for everyone)?
+    if (root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
+      const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count();
+      v[1] = since >= cfg.save_every_seconds ? 1 : 0;
+    }
+    Sync s;
+    if (!comm->allreduce_within(v, ReduceOp::kMax, timeout_s)) {
+      s.timed_out = true;
+      return s;
+    }
+    s.signal = v[0] != 0;
+    s.save_due = v[1] != 0;
+    s.exception = v[2] != 0;
+    s.min_step = -v[3];
+    s.max_step = v[4];
+    if (s.exception) s.failing_rank = static_cast<int>(-v[5]);
+    return s;
+  }
+  Status check_usable() const {
+    if (finished)
+      return aborted(where() + ": finished after an exception in the training loop; no further calls are made");
+    return Status();
+  }
+  Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
+  Result<std::vector<std::string>> publish_on_root(const std::vector<std::string>& sources);
+  std::string best_checkpoint() const;
 
   bool root() const { return comm->rank() == 0; }
   std::string where() const { return "checkpoint manager: rank " + std::to_string(comm->rank()); }
@@ -102,14 +151,10 @@ struct CheckpointManager::Impl {
 
   // Rank 0: retention over this series after a commit. Returns the names removed; a
   // failure to remove one is a warning (the checkpoint stays, retention retries later).
-  std::vector<std::string> retain(std::vector<std::string>* warnings) {
-    auto listing = list_checkpoints(cfg.directory, fs);
-    if (!listing.ok()) {
-      warnings->push_back("retention: " + listing.status().to_string());
-      return {};
-    }
+  // Rank 0: this series' committed checkpoints with their best_metric values.
+  std::vector<internal_manager::SeriesEntry> series_with_metrics(const RootListing& listing) const {
     std::vector<internal_manager::SeriesEntry> entries;
-    for (const auto& e : series_entries(series, *listing)) {
+    for (const auto& e : series_entries(series, listing)) {
       internal_manager::SeriesEntry s{e.name, e.commit_seq, e.created_unix_ms, std::nullopt};
       if (!cfg.best_metric.empty()) {
         auto info = read_checkpoint_info(cfg.directory + "/" + e.name, fs);
@@ -123,6 +168,16 @@ struct CheckpointManager::Impl {
       }
       entries.push_back(std::move(s));
     }
+    return entries;
+  }
+
+  std::vector<std::string> retain(std::vector<std::string>* warnings) {
+    auto listing = list_checkpoints(cfg.directory, fs);
+    if (!listing.ok()) {
+      warnings->push_back("retention: " + listing.status().to_string());
+      return {};
+    }
+    std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
     internal_manager::RetentionPolicy policy{cfg.keep_max, cfg.keep_per_n_minutes,
                                              cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
     std::vector<std::string> removed;
@@ -134,6 +189,13 @@ struct CheckpointManager::Impl {
     return removed;
   }
 
+  struct SaveKind {
+    bool update_latest = true;
+    bool metric_required = true;  // best_metric must be in the metrics (not after an exception)
+    std::map<std::string, InfoValue> info;
+  };
+  Result<StepOutcome> save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
+                           const std::string& suffix, const SaveKind& kind);
   Result<StepOutcome> save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
                            const std::string& suffix);
 };
@@ -141,6 +203,12 @@ struct CheckpointManager::Impl {
 Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
                                                   const std::map<std::string, double>& metrics,
                                                   const std::string& suffix) {
+  return save(step, epoch, metrics, suffix, SaveKind());
+}
+
+Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
+                                                  const std::map<std::string, double>& metrics,
+                                                  const std::string& suffix, const SaveKind& kind) {
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name;
   double metric = std::nan("");
@@ -150,7 +218,9 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
     for (int n = 1; fs->exists(path_of(name)); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
     if (!cfg.best_metric.empty()) {
       auto it = metrics.find(cfg.best_metric);
-      if (it == metrics.end())
+      if (it == metrics.end() && !kind.metric_required) {
+        // No metric for this save: it stays out of best-K.
+      } else if (it == metrics.end())
         local = invalid_argument("checkpoint manager: metric '" + cfg.best_metric +
                                  "' (best_metric) is missing from the metrics passed to step_end at step " +
                                  std::to_string(step));
@@ -165,16 +235,16 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
   // What is saved: the tensors selected by save_prefixes, with the info values.
   StateDict view(state->rank());
   local = internal_runtime::guarded(where(), [&]() -> Status {
-    for (const TensorEntry& e : state->tensors()) {
-      bool wanted = cfg.save_prefixes.empty();
-      for (const auto& p : cfg.save_prefixes) wanted |= e.name.rfind(p, 0) == 0;
-      if (wanted) DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
-    }
+    for (const TensorEntry& e : state->tensors())
+      if (internal_runtime::name_selected(e.name, cfg.save_prefixes))
+        DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
     for (const auto& [k, v] : state->info()) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
-    if (!cfg.best_metric.empty()) DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric)));
+    if (!cfg.best_metric.empty() && kind.metric_required)
+      DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric)));
+    for (const auto& [k, v] : kind.info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
@@ -186,6 +256,7 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
   opts.format = cfg.format;
   opts.integrated = cfg.integrated;
   opts.remove_redundancy = cfg.remove_redundancy;
+  opts.update_latest = kind.update_latest;
   opts.fs = fs;
   auto saved = distckpt::save(*comm, view, cfg.directory, opts);  // identical outcome on every rank
   StepOutcome out;
@@ -197,6 +268,7 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
   out.saved = true;
   out.path = saved->path;
   last_saved_step = step;
+  last_saved_path = saved->path;
   if (root()) last_save_time = std::chrono::steady_clock::now();
 
   // Slowest and fastest writer, for the statistics.
@@ -291,14 +363,12 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics, bool epoch_end) {
   Impl& impl = *impl_;
   const CheckpointConfig& cfg = impl.cfg;
-  // One allreduce: did any rank get a stop signal; is a time-based save due (rank 0's clock).
-  std::vector<int64_t> flags{g_signal != 0 ? 1 : 0, 0};
-  if (impl.root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
-    const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl.last_save_time).count();
-    flags[1] = since >= cfg.save_every_seconds ? 1 : 0;
-  }
-  impl.comm->allreduce(flags, ReduceOp::kMax);
-  if (flags[0] != 0) {
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  impl.current_step = step;
+  impl.current_epoch = epoch;
+  const Impl::Sync sync = impl.sync(false, -1);
+  if (sync.exception) return impl.after_exception(sync, "");
+  if (sync.signal) {
     DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.save(step, epoch, metrics, "_breakpoint"));
     out.stop = true;
     return out;
@@ -307,25 +377,190 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   bool due = false;
   if (counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
     if (cfg.save_every_steps > 0) due = counter % cfg.save_every_steps == 0;
-    else due = flags[1] != 0;
+    else due = sync.save_due;
   }
   if (!due) return StepOutcome{};
   return impl.save(step, epoch, metrics, "");
 }
 
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
-  if (!impl_->cfg.save_last || impl_->last_saved_step == step) return StepOutcome{};
-  return impl_->save(step, epoch, metrics, "");
+  Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  impl.current_step = step;
+  impl.current_epoch = epoch;
+  const Impl::Sync sync = impl.sync(false, -1);
+  if (sync.exception) return impl.after_exception(sync, "");
+  StepOutcome out;
+  if (impl.cfg.save_last && impl.last_saved_step != step) {
+    DISTCKPT_ASSIGN_OR_RETURN(out, impl.save(step, epoch, metrics, ""));
+  }
+  if (!impl.cfg.publish_at_end) return out;
+  // The final checkpoint (this run's last save, else the newest) and the best one.
+  std::vector<std::string> sources;
+  if (impl.root()) {
+    std::string last = impl.last_saved_path;
+    if (last.empty()) {
+      auto newest = resolve_checkpoint(impl.cfg.directory, impl.fs);
+      if (newest.ok()) last = *newest;
+    }
+    if (!last.empty()) sources.push_back(last);
+    const std::string best = impl.best_checkpoint();
+    if (!best.empty() && best != impl.last_saved_path) sources.push_back(best);
+  }
+  auto published = impl.publish_on_root(sources);
+  if (!published.ok()) {
+    if (impl.cfg.on_failure == OnSaveFailure::kStop) return published.status();
+    if (out.save_error.ok()) out.save_error = published.status();
+    return out;
+  }
+  out.published = *published;
+  return out;
 }
 
 Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics,
                                                 const std::string& suffix) {
-  return impl_->save(step, epoch, metrics, suffix);
+  Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  impl.current_step = step;
+  impl.current_epoch = epoch;
+  const Impl::Sync sync = impl.sync(false, -1);
+  if (sync.exception) return impl.after_exception(sync, "");
+  return impl.save(step, epoch, metrics, suffix);
+}
+
+Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, const std::string& what) {
+  finished = true;
+  std::string message = what;
+  comm->broadcast_string(message, s.failing_rank);
+  int64_t epoch = current_epoch;
+  comm->broadcast(&epoch, sizeof(epoch), s.failing_rank);
+  StepOutcome out;
+  out.stop = true;
+  out.exception_rank = s.failing_rank;
+  out.exception = message;
+  const std::string head = "exception save: rank " + std::to_string(s.failing_rank) + " threw (" + message + ")";
+  if (s.min_step != s.max_step) {
+    out.save_error = aborted(head + " while the ranks' states were at different steps (" + std::to_string(s.min_step) +
+                             " to " + std::to_string(s.max_step) + "): no consistent state to save");
+    return out;
+  }
+  if (s.min_step < 0) {
+    out.save_error = aborted(head + " before any step ended: nothing to save");
+    return out;
+  }
+  SaveKind kind;
+  kind.update_latest = false;  // a best-effort state: resume() takes it only when named
+  kind.metric_required = false;
+  kind.info["exception"] = InfoValue(message);
+  kind.info["exception_rank"] = InfoValue(static_cast<int64_t>(s.failing_rank));
+  auto saved = save(s.min_step, epoch, {}, "_exception", kind);
+  if (!saved.ok()) {
+    out.save_error = saved.status();
+    return out;
+  }
+  out.saved = saved->saved;
+  out.path = saved->path;
+  out.removed = saved->removed;
+  out.save_error = saved->save_error;
+  return out;
+}
+
+std::string CheckpointManager::Impl::best_checkpoint() const {
+  if (cfg.best_metric.empty()) return "";
+  auto listing = list_checkpoints(cfg.directory, fs);
+  if (!listing.ok()) return "";
+  const auto ranked = internal_manager::best_by_metric(series_with_metrics(*listing), rule);
+  return ranked.empty() ? "" : cfg.directory + "/" + ranked.front();
+}
+
+Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const std::vector<std::string>& sources) {
+  std::string paths;
+  Status local;
+  if (root()) {
+    local = internal_runtime::guarded(where(), [&]() -> Status {
+      for (const auto& src : sources) {
+        PublishOptions options;
+        options.format = cfg.publish_format;
+        options.only = cfg.publish_only;
+        options.fs = fs;
+        DISTCKPT_ASSIGN_OR_RETURN(PublishResult published, publish_checkpoint(src, options));
+        paths += (paths.empty() ? "" : "\n") + published.path;
+      }
+      return Status();
+    });
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
+  comm->broadcast_string(paths, 0);
+  return split(paths, '\n');
+}
+
+void CheckpointManager::run(const std::function<void()>& loop) {
+  if (!impl_->cfg.exception_save) return loop();
+  try {
+    loop();
+  } catch (...) {
+    std::string what = "unknown exception";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    impl_->exception_outcome = save_after_exception(what);
+    const auto& out = impl_->exception_outcome;
+    const std::string result = !out.ok()              ? "no checkpoint saved: " + out.status().to_string()
+                               : out->saved           ? "saved " + out->path
+                               : !out->save_error.ok() ? "no checkpoint saved: " + out->save_error.to_string()
+                                                       : "no checkpoint saved";
+    std::fprintf(stderr, "distckpt: rank %d: an exception escaped the training loop (%s); %s\n", impl_->comm->rank(),
+                 what.c_str(), result.c_str());
+    throw;
+  }
+}
+
+Result<StepOutcome> CheckpointManager::save_after_exception(const std::string& what) {
+  Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  const Impl::Sync sync = impl.sync(true, impl.cfg.exception_save_timeout_s);
+  if (sync.timed_out) {
+    impl.finished = true;
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", impl.cfg.exception_save_timeout_s);
+    return aborted(impl.where() + ": exception save: the other ranks did not reach the checkpoint manager within " +
+                   seconds + " s (blocked in a collective of the training step?): nothing saved");
+  }
+  return impl.after_exception(sync, what);
+}
+
+Result<StepOutcome> CheckpointManager::last_exception_save() const { return impl_->exception_outcome; }
+
+Result<std::string> CheckpointManager::publish(const std::string& target) {
+  Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  const Impl::Sync sync = impl.sync(false, -1);
+  if (sync.exception) {
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
+    return aborted(impl.where() + ": publish: rank " + std::to_string(out.exception_rank) + " threw (" + out.exception +
+                   ")");
+  }
+  std::string source;
+  Status local;
+  if (impl.root()) {
+    const std::string& dir = impl.cfg.directory;
+    auto resolved = target.empty() ? resolve_checkpoint(dir, impl.fs)
+                                   : Result<std::string>(target.find('/') != std::string::npos ? target : dir + "/" + target);
+    if (resolved.ok()) source = *resolved;
+    else local = resolved.status();
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(*impl.comm, local.with_context(impl.where() + ": publish")));
+  DISTCKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, impl.publish_on_root({source}));
+  return paths.empty() ? std::string() : paths.front();
 }
 
 Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
   const std::string& dir = impl.cfg.directory;
   ResumeResult result;
   std::string chosen, skipped;
@@ -334,9 +569,15 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     local = internal_runtime::guarded(impl.where(), [&]() -> Status {
       // Candidates, best first: the target (or the newest), then older committed ones.
       DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, impl.fs));
+      // Candidates are the saves that move `latest` (not exception saves, conversions or
+      // published files) when there are any, as resolve_checkpoint does.
+      bool any_advancing = false;
+      for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
       std::vector<CheckpointEntry> committed;
       for (const auto& e : listing.entries)
-        if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step)) committed.push_back(e);
+        if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step) &&
+            (!any_advancing || e.advances_latest))
+          committed.push_back(e);
       std::sort(committed.begin(), committed.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) {
         return std::tie(a.commit_seq, a.created_unix_ms) > std::tie(b.commit_seq, b.created_unix_ms);
       });
@@ -391,6 +632,8 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   result.missing_in_checkpoint = std::move(loaded.missing_in_checkpoint);
   result.unexpected_in_checkpoint = std::move(loaded.unexpected_in_checkpoint);
   impl.last_saved_step = result.step;
+  impl.current_step = result.step;
+  impl.current_epoch = result.epoch;
   // Continue the series we resumed from (prefix or prefix_N), so retention sees it.
   std::string series = impl.series;
   if (impl.root()) {

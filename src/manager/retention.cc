@@ -5,15 +5,43 @@
 #include <set>
 
 namespace distckpt::internal_manager {
+namespace {
 
-std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, const RetentionPolicy& policy) {
-  if (entries.empty()) return {};
-  // Commit order (the sequence number; ties by time, then name, for determinism).
+// Commit order (the sequence number; ties by time, then name, for determinism).
+void sort_by_commit(std::vector<SeriesEntry>& entries) {
   std::sort(entries.begin(), entries.end(), [](const SeriesEntry& a, const SeriesEntry& b) {
     if (a.commit_seq != b.commit_seq) return a.commit_seq < b.commit_seq;
     if (a.created_unix_ms != b.created_unix_ms) return a.created_unix_ms < b.created_unix_ms;
     return a.name < b.name;
   });
+}
+
+// Indices of `entries` (in commit order) with a metric, best first; ties: newer first.
+std::vector<std::size_t> ranked_by_metric(const std::vector<SeriesEntry>& entries, CompareRule rule) {
+  std::vector<std::size_t> ranked;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].metric && !std::isnan(*entries[i].metric)) ranked.push_back(i);
+  const bool greater = rule == CompareRule::kGreater;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+    const double x = *entries[a].metric, y = *entries[b].metric;
+    if (x != y) return greater ? x > y : x < y;
+    return a > b;
+  });
+  return ranked;
+}
+
+}  // namespace
+
+std::vector<std::string> best_by_metric(std::vector<SeriesEntry> entries, CompareRule rule) {
+  sort_by_commit(entries);
+  std::vector<std::string> names;
+  for (std::size_t i : ranked_by_metric(entries, rule)) names.push_back(entries[i].name);
+  return names;
+}
+
+std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, const RetentionPolicy& policy) {
+  if (entries.empty()) return {};
+  sort_by_commit(entries);
   const std::size_t n = entries.size();
   std::vector<bool> keep(n, false);
   keep[n - 1] = true;  // the newest committed checkpoint
@@ -29,15 +57,7 @@ std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, con
       }
   }
   if (policy.keep_best > 0) {
-    std::vector<std::size_t> ranked;
-    for (std::size_t i = 0; i < n; ++i)
-      if (entries[i].metric && !std::isnan(*entries[i].metric)) ranked.push_back(i);
-    const bool greater = policy.rule == CompareRule::kGreater;
-    std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
-      const double x = *entries[a].metric, y = *entries[b].metric;
-      if (x != y) return greater ? x > y : x < y;
-      return a > b;  // a tie goes to the newer checkpoint
-    });
+    const std::vector<std::size_t> ranked = ranked_by_metric(entries, policy.rule);
     for (std::size_t k = 0; k < ranked.size() && k < static_cast<std::size_t>(policy.keep_best); ++k) keep[ranked[k]] = true;
   }
   std::vector<std::string> deletes;

@@ -35,4 +35,8 @@ struct RetentionPolicy {
 //  - it is the newest committed one (never deleted).
 std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, const RetentionPolicy& policy);
 
+// Names of the entries with a metric (not NaN), best first by `rule` (kGreater or
+// kLess); a tie goes to the newer checkpoint, as in retention.
+std::vector<std::string> best_by_metric(std::vector<SeriesEntry> entries, CompareRule rule);
+
 }  // namespace distckpt::internal_manager

@@ -1,5 +1,7 @@
 // convert_checkpoint: read region by region (runtime/reader.h), write sequentially
 // (format/writers.h) or as HDF5 hyperslabs, commit like a save without moving `latest`.
+#include "runtime/convert.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -15,10 +17,18 @@
 #include "storage/index_io.h"
 
 namespace distckpt {
+namespace internal_runtime {
 
-Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
-                                         const ConvertOptions& options) {
-  return internal_runtime::guarded("convert", [&]() -> Result<ConvertResult> {
+bool name_selected(const std::string& name, const std::vector<std::string>& only) {
+  if (only.empty()) return true;
+  for (const auto& p : only)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,
+                                 const ConvertOptions& options, const ConvertControl& control) {
+  return guarded("convert", [&]() -> Result<ConvertResult> {
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
     DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src));
     const proto::Index& index = reader->index();
@@ -44,27 +54,48 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
     const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
     DISTCKPT_RETURN_IF_ERROR(internal_storage::validate_checkpoint_name(name));
     DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root));
-    if (fs->exists(path)) return already_exists("convert: '" + path + "' already exists");
+    if (control.commit && fs->exists(path)) return already_exists("convert: '" + path + "' already exists");
 
+    // The tensors converted: all, or those `only` selects (each entry must select one).
+    for (const auto& p : options.only) {
+      bool any = false;
+      for (const auto& t : index.tensors()) any |= t.name().rfind(p, 0) == 0;
+      if (!any) return invalid_argument("convert: '" + p + "' names no tensor of '" + src + "'");
+    }
+    std::vector<int> selected;
+    for (int t = 0; t < index.tensors_size(); ++t)
+      if (name_selected(index.tensors(t).name(), options.only)) selected.push_back(t);
     proto::Index meta = internal_format::metadata_of(index);
-    meta.set_name(name);
+    if (selected.size() != static_cast<std::size_t>(index.tensors_size())) {
+      proto::Index all = meta;
+      meta.clear_tensors();
+      for (int t : selected) *meta.add_tensors() = all.tensors(t);
+    }
+    meta.set_name(control.meta_name.empty() ? name : control.meta_name);
     meta.set_format(std::string(format_name(to)));
     meta.mutable_transforms()->set_checksum(to == Format::kNative ? "crc32c" : "none");
     if (to == Format::kCkpt) {
       if (meta.epoch() >= 0 && !meta.info().count("epoch_num")) (*meta.mutable_info())["epoch_num"].set_int_value(meta.epoch());
       if (meta.step() >= 0 && !meta.info().count("step_num")) (*meta.mutable_info())["step_num"].set_int_value(meta.step());
     }
-    meta.set_commit_seq(internal_runtime::next_commit_seq(*fs, root));
     meta.set_advances_latest(false);
-    meta.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch()).count());
+    if (control.reproducible) {
+      // No clock and no directory state in the bytes: equal tensors give equal files.
+      meta.set_commit_seq(0);
+      meta.set_created_unix_ms(0);
+    } else {
+      meta.set_commit_seq(next_commit_seq(*fs, root));
+      meta.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count());
+    }
     DISTCKPT_RETURN_IF_ERROR(internal_format::check_writable(to, meta));
 
     // A native source is read a stored chunk at a time at least (each chunk's CRC32C is
     // checked as a whole), so regions are not cut finer than its largest chunk.
     uint64_t budget = std::max<uint64_t>(options.region_bytes, 1);
     uint64_t total = 0;
-    for (const auto& t : index.tensors()) {
+    for (int i : selected) {
+      const proto::Tensor& t = index.tensors(i);
       const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
       total += static_cast<uint64_t>(full_box({t.global_shape().begin(), t.global_shape().end()}).num_elements()) * item;
       if (index.format().empty() || index.format() == "native")
@@ -73,7 +104,7 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
 
     ConvertResult result;
     result.path = path;
-    const std::string tmp = internal_runtime::make_tmp_dir_name(root, name);
+    const std::string tmp = make_tmp_dir_name(root, name);
     std::unique_ptr<internal_format::SequentialWriter> writer;
     std::unique_ptr<internal_format::Hdf5Writer> hdf5;
     auto cleanup = [&] {
@@ -93,8 +124,9 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
                                                                                   options.ckpt_crc_footer));
       }
       std::vector<char> buf;
-      for (int t = 0; t < index.tensors_size(); ++t) {
-        const proto::Tensor& tensor = index.tensors(t);
+      for (int t = 0; t < static_cast<int>(selected.size()); ++t) {
+        const int source_tensor = selected[t];
+        const proto::Tensor& tensor = index.tensors(source_tensor);
         const std::size_t item = dtype_size(*dtype_from_name(tensor.dtype()));
         const auto blocks =
             internal_layout::row_blocks({tensor.global_shape().begin(), tensor.global_shape().end()}, item, budget);
@@ -102,25 +134,30 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
         for (const Box& region : blocks) {
           const std::size_t n = static_cast<std::size_t>(region.num_elements()) * item;
           buf.resize(n);
-          DISTCKPT_RETURN_IF_ERROR(reader->read(t, region, buf.data(), &result.bytes_read));
+          DISTCKPT_RETURN_IF_ERROR(reader->read(source_tensor, region, buf.data(), &result.bytes_read));
           if (hdf5) DISTCKPT_RETURN_IF_ERROR(hdf5->write(t, {{region, buf.data()}}, 1));
           else DISTCKPT_RETURN_IF_ERROR(writer->append(t, buf.data(), n));
           result.bytes += n;
           if (options.progress) options.progress(result.bytes, total, tensor.name());
         }
       }
-      Result<internal_runtime::CommitResult> committed = internal_runtime::CommitResult{};
+      Result<CommitResult> committed = CommitResult{};
       if (hdf5) {
         DISTCKPT_RETURN_IF_ERROR(hdf5->finish());
+        hdf5.reset();
         if (options.fsync) DISTCKPT_RETURN_IF_ERROR(fs->sync_file(tmp));
-        committed = internal_runtime::publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
+        if (!control.commit) return Status();
+        committed = publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
       } else {
         DISTCKPT_ASSIGN_OR_RETURN(proto::Index written, writer->finish(options.fsync));
+        writer.reset();
         if (to == Format::kNative) {
           written.set_world_size(std::max(written.world_size(), 1));
-          committed = internal_runtime::commit_checkpoint(*fs, root, tmp, name, written, options.fsync, false);
+          if (!control.commit) return unsupported("convert: a native checkpoint is always committed");
+          committed = commit_checkpoint(*fs, root, tmp, name, written, options.fsync, false);
         } else {
-          committed = internal_runtime::publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
+          if (!control.commit) return Status();
+          committed = publish_checkpoint(*fs, root, tmp, name, options.fsync, false);
         }
       }
       return committed.status();
@@ -129,8 +166,16 @@ Result<ConvertResult> convert_checkpoint(const std::string& src, const std::stri
       if (fs->exists(tmp)) cleanup();
       return st.with_context("convert '" + src + "' -> '" + path + "'");
     }
+    if (!control.commit) result.path = tmp;
     return result;
   });
+}
+
+}  // namespace internal_runtime
+
+Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
+                                         const ConvertOptions& options) {
+  return internal_runtime::convert_to(src, dst, to, options, {});
 }
 
 }  // namespace distckpt

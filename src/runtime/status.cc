@@ -15,6 +15,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kAlreadyExists: return "already exists";
     case StatusCode::kBusy: return "busy";
+    case StatusCode::kAborted: return "aborted";
   }
   return "unknown";
 }

@@ -1,5 +1,8 @@
 #include "storage/index_io.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -50,9 +53,19 @@ Status validate_checkpoint_name(const std::string& name) {
   return Status();
 }
 
+std::string serialize_deterministic(const proto::Index& index) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    coded.SetSerializationDeterministic(true);  // map entries sorted by key
+    index.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
 std::string frame_index(const proto::Index& index) {
-  std::string payload;
-  index.SerializeToString(&payload);
+  const std::string payload = serialize_deterministic(index);
   std::string out(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kIndexFormatVersion);
   put<uint32_t>(out, internal_transform::crc32c(payload.data(), payload.size()));

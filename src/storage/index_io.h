@@ -20,6 +20,8 @@ std::string data_file_name(int writer_rank);
 // most 255 bytes, no '/', no NUL, not "." / ".." / "latest", no ".tmp-".
 Status validate_checkpoint_name(const std::string& name);
 
+// The index's protobuf bytes with map entries sorted: equal indexes, equal bytes.
+std::string serialize_deterministic(const proto::Index& index);
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
 std::string frame_index(const proto::Index& index);
 // Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf

@@ -1,0 +1,28 @@
+// The conversion engine behind convert_checkpoint and publish_checkpoint.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+
+namespace distckpt::internal_runtime {
+
+struct ConvertControl {
+  // false: write and fsync the destination under a temporary name and return that name
+  // in ConvertResult::path, uncommitted (the caller renames it; single files only).
+  bool commit = true;
+  // true: no creation time and no commit sequence in the bytes, so equal tensors and
+  // info give byte-identical files (content-addressed publishing).
+  bool reproducible = false;
+  std::string meta_name;  // the name stored inside the file; "" : the destination's
+};
+
+// Whether `name` is selected by `only` (empty: everything; else equal to or starting
+// with one entry).
+bool name_selected(const std::string& name, const std::vector<std::string>& only);
+
+Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,
+                                 const ConvertOptions& options, const ConvertControl& control);
+
+}  // namespace distckpt::internal_runtime

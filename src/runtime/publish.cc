@@ -1,0 +1,78 @@
+// publish_checkpoint: a reproducible single-file export (runtime/convert.h), named by
+// the SHA-256 of its bytes, committed with the single-file commit (runtime/commit.h).
+#include "distckpt/checkpoint.h"
+#include "format/stored.h"
+#include "runtime/commit.h"
+#include "runtime/convert.h"
+#include "runtime/guard.h"
+#include "transform/sha256.h"
+
+namespace distckpt {
+
+Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOptions& options) {
+  return internal_runtime::guarded("publish", [&]() -> Result<PublishResult> {
+    std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+    if (options.format == Format::kNative)
+      return invalid_argument("publish: the format must be a single file (ckpt, safetensors or hdf5), not native");
+    DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, fs));
+    while (source.size() > 1 && source.back() == '/') source.pop_back();
+    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, fs));
+
+    // <directory>/<stem>-<sha8><ext>, the stem being the source's name without extension.
+    const auto slash = source.find_last_of('/');
+    std::string stem = slash == std::string::npos ? source : source.substr(slash + 1);
+    const std::optional<Format> source_format = format_from_name(info.format);
+    const std::string source_ext(internal_format::format_extension(source_format.value_or(Format::kNative)));
+    if (!source_ext.empty() && stem.size() > source_ext.size() &&
+        stem.compare(stem.size() - source_ext.size(), source_ext.size(), source_ext) == 0)
+      stem.resize(stem.size() - source_ext.size());
+    std::string directory = options.directory;
+    if (directory.empty()) directory = slash == std::string::npos ? "." : source.substr(0, slash);
+    const std::string ext(internal_format::format_extension(options.format));
+
+    ConvertOptions convert;
+    convert.fsync = options.fsync;
+    convert.ckpt_crc_footer = options.ckpt_crc_footer;
+    convert.region_bytes = options.region_bytes;
+    convert.only = options.only;
+    convert.fs = fs;
+    internal_runtime::ConvertControl control;
+    control.commit = false;
+    control.reproducible = true;
+    control.meta_name = stem;
+    DISTCKPT_ASSIGN_OR_RETURN(ConvertResult written,
+                              internal_runtime::convert_to(source, directory + "/" + stem, options.format, convert,
+                                                           control));
+    const std::string tmp = written.path;
+    auto result = [&]() -> Result<PublishResult> {
+      PublishResult out;
+      DISTCKPT_ASSIGN_OR_RETURN(out.sha256, internal_transform::sha256_file(*fs, tmp));
+      const std::string name = stem + "-" + out.sha256.substr(0, 8) + ext;
+      out.path = directory + "/" + name;
+      for (const auto& t : info.tensors)
+        (internal_runtime::name_selected(t.name, options.only) ? out.tensors : out.dropped).push_back(t.name);
+      {
+        DISTCKPT_ASSIGN_OR_RETURN(auto file, fs->open_readable(tmp));
+        DISTCKPT_ASSIGN_OR_RETURN(out.file_bytes, file->size());
+      }
+      if (fs->exists(out.path)) {
+        // Published before? The same name with the same digest is the same file.
+        DISTCKPT_ASSIGN_OR_RETURN(std::string there, internal_transform::sha256_file(*fs, out.path));
+        if (there != out.sha256)
+          return already_exists("publish: '" + out.path + "' exists with a different SHA-256 (" + there + ")");
+        (void)fs->remove_file(tmp);
+        out.already_published = true;
+        return out;
+      }
+      DISTCKPT_ASSIGN_OR_RETURN(auto committed,
+                                internal_runtime::publish_checkpoint(*fs, directory, tmp, name, options.fsync, false));
+      (void)committed;  // a warning only says the directory entry may not be durable yet
+      return out;
+    }();
+    if (!result.ok() && fs->exists(tmp)) (void)fs->remove_file(tmp);
+    if (!result.ok()) return result.status().with_context("publish '" + source + "'");
+    return result;
+  });
+}
+
+}  // namespace distckpt
