@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@ struct Config {
   int64_t steps = 50, save_every = 10, crash_at_step = -1;
   std::string dir;
   bool resume = false;
+  std::string resume_from;  // a checkpoint name under --dir (e.g. an exception save)
   std::string format = "native";
   bool integrated = false;
   int keep_max = 0;           // 0: keep every checkpoint
@@ -47,6 +49,12 @@ struct Config {
   std::string save_best;      // keep the best checkpoints by this metric ("loss")
   std::string rule = "auto";  // less | greater | auto
   int keep_best = 1;
+  bool exception_save = false;     // an exception escaping the loop saves "<name>_exception"
+  double exception_timeout = 60;   // seconds the failing rank waits for the others
+  int64_t throw_at_step = -1;      // simulated exception at the start of this step ...
+  int throw_rank = -1;             // ... on this rank (-1: every rank, like a NaN check)
+  bool publish = false;            // publish the final and best checkpoints at the end
+  std::vector<std::string> publish_only;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
 };
@@ -350,6 +358,10 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.keep_best = cfg.keep_best;
   c.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
   c.integrated = cfg.integrated;
+  c.exception_save = cfg.exception_save;
+  c.exception_save_timeout_s = cfg.exception_timeout;
+  c.publish_at_end = cfg.publish;
+  c.publish_only = cfg.publish_only;
   return c;
 }
 
@@ -374,6 +386,8 @@ int run(int argc, char** argv, int rank, int world) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--dir", cfg.dir, "checkpoint root directory")->required();
   app.add_flag("--resume", cfg.resume, "resume from the newest committed checkpoint in --dir");
+  app.add_option("--resume-from", cfg.resume_from,
+                 "resume from this checkpoint of --dir (a name, e.g. step-24_exception), verified first");
   app.add_option("--format", cfg.format, "checkpoint format: native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}));
   app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
@@ -385,6 +399,19 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_option("--keep-best", cfg.keep_best, "with --save-best: how many to keep")->check(CLI::PositiveNumber);
   app.add_option("--crash-at-step", cfg.crash_at_step,
                  "the last rank aborts at the start of this step (simulated failure)");
+  app.add_flag("--exception-save", cfg.exception_save,
+               "an exception escaping the training loop saves <name>_exception first (all ranks at one step)");
+  app.add_option("--exception-timeout", cfg.exception_timeout,
+                 "seconds the failing rank waits for the others before giving up (default 60)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--throw-at-step", cfg.throw_at_step,
+                 "throw an exception at the start of this step (simulated error, e.g. a NaN loss)");
+  app.add_option("--throw-rank", cfg.throw_rank, "with --throw-at-step: the rank that throws (-1: every rank)");
+  app.add_flag("--publish", cfg.publish,
+               "at the end, publish the final (and, with --save-best, the best) checkpoint as a safetensors file "
+               "named with its SHA-256");
+  app.add_option("--publish-only", cfg.publish_only, "with --publish: tensor name prefixes to publish, e.g. mlp.")
+      ->delimiter(',');
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
@@ -424,8 +451,10 @@ int run(int argc, char** argv, int rank, int world) {
   }
   // SIGUSR1 / SIGTERM (Slurm's --signal, scancel, mpirun): finish the step, save, exit 0.
   if (exit_code == 0) fatal_if_error(distckpt::CheckpointManager::install_signal_handlers(), "signals", rank);
-  if (exit_code == 0 && cfg.resume) {
-    auto resumed = (*manager)->resume();
+  if (exit_code == 0 && (cfg.resume || !cfg.resume_from.empty())) {
+    distckpt::ResumeOptions which;
+    which.target = cfg.resume_from;
+    auto resumed = (*manager)->resume(which);
     if (!resumed.ok()) {
       if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", resumed.status().to_string().c_str());
       exit_code = 1;
@@ -439,28 +468,59 @@ int run(int argc, char** argv, int rank, int world) {
   }
   double loss = 0;
   bool stopped = false;
-  while (exit_code == 0 && step < cfg.steps) {
-    ++step;
-    if (step == cfg.crash_at_step && rank == world - 1) simulate_crash(rank, step);
-    loss = train_step(cfg, topo, model, step);
-    if (rank == 0 && step % 10 == 0) {
-      std::printf("step %" PRId64 " loss %.6f\n", step, loss);
-      std::fflush(stdout);
-    }
-    fatal_if_error(state.set_info("loss", distckpt::InfoValue{loss}), "set_info", rank);
-    auto out = (*manager)->step_end(step, 0, {{"loss", loss}});
-    if (!out.ok()) {
-      if (rank == 0) std::fprintf(stderr, "save failed: %s\n", out.status().to_string().c_str());
-      exit_code = 1;
-    } else {
-      if (out->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
-      if (rank == 0)
-        for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
-      if (out->stop) {
-        if (rank == 0) std::printf("signal received: saved %s at step %" PRId64 ", exiting\n", out->path.c_str(), step);
-        stopped = true;
-        break;
+  // The training loop, run by the manager so that an exception escaping it (with
+  // --exception-save) is turned into a checkpoint on every rank before it is rethrown.
+  auto loop = [&] {
+    while (exit_code == 0 && step < cfg.steps) {
+      ++step;
+      if (step == cfg.crash_at_step && rank == world - 1) simulate_crash(rank, step);
+      if (step == cfg.throw_at_step && (cfg.throw_rank < 0 || cfg.throw_rank == rank)) {
+        --step;  // this step never ran: the state is that of the previous one
+        throw std::runtime_error("simulated error at the start of step " + std::to_string(step + 1));
       }
+      loss = train_step(cfg, topo, model, step);
+      if (rank == 0 && step % 10 == 0) {
+        std::printf("step %" PRId64 " loss %.6f\n", step, loss);
+        std::fflush(stdout);
+      }
+      fatal_if_error(state.set_info("loss", distckpt::InfoValue{loss}), "set_info", rank);
+      auto out = (*manager)->step_end(step, 0, {{"loss", loss}});
+      if (!out.ok()) {
+        if (rank == 0) std::fprintf(stderr, "save failed: %s\n", out.status().to_string().c_str());
+        exit_code = 1;
+      } else {
+        if (out->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
+        if (rank == 0)
+          for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
+        if (out->stop && out->exception_rank >= 0) {
+          // Another rank threw: it is rethrowing; end without further collective calls.
+          if (rank == 0)
+            std::fprintf(stderr, "rank %d threw (%s): %s\n", out->exception_rank, out->exception.c_str(),
+                         out->saved ? ("saved " + out->path).c_str() : out->save_error.to_string().c_str());
+          exit_code = 3;
+          return;
+        }
+        if (out->stop) {
+          if (rank == 0)
+            std::printf("signal received: saved %s at step %" PRId64 ", exiting\n", out->path.c_str(), step);
+          stopped = true;
+          return;
+        }
+      }
+    }
+  };
+  if (exit_code == 0) {
+    try {
+      (*manager)->run(loop);
+    } catch (const std::exception& e) {
+      // run() saved what it could and printed it. If the other ranks never reached the
+      // manager, they are blocked in a collective of the training step: end the job.
+      if (!(*manager)->last_exception_save().ok()) {
+        std::fprintf(stderr, "rank %d: aborting the job\n", rank);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      exit_code = 3;
     }
   }
   if (exit_code == 0 && !stopped) {
@@ -468,8 +528,10 @@ int run(int argc, char** argv, int rank, int world) {
     if (!last.ok()) {
       if (rank == 0) std::fprintf(stderr, "final save failed: %s\n", last.status().to_string().c_str());
       exit_code = 1;
-    } else if (last->saved) {
-      print_fingerprint("saved", step, fingerprint(model, rank), rank);
+    } else {
+      if (last->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
+      if (rank == 0)
+        for (const auto& p : last->published) std::printf("published %s\n", p.c_str());
     }
   }
   if (exit_code == 0) print_fingerprint("final", step, fingerprint(model, rank), rank);
