@@ -51,6 +51,7 @@ struct Config {
   int keep_best = 1;
   bool exception_save = false;     // an exception escaping the loop saves "<name>_exception"
   double exception_timeout = 60;   // seconds the failing rank waits for the others
+  int64_t log_every = 10;          // print the loss every N steps
   int64_t throw_at_step = -1;      // simulated exception at the start of this step ...
   int throw_rank = -1;             // ... on this rank (-1: every rank, like a NaN check)
   bool publish = false;            // publish the final and best checkpoints at the end
@@ -412,6 +413,8 @@ int run(int argc, char** argv, int rank, int world) {
                "named with its SHA-256");
   app.add_option("--publish-only", cfg.publish_only, "with --publish: tensor name prefixes to publish, e.g. mlp.")
       ->delimiter(',');
+  app.add_option("--log-every", cfg.log_every, "print the loss every N steps (default 10)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
@@ -479,7 +482,7 @@ int run(int argc, char** argv, int rank, int world) {
         throw std::runtime_error("simulated error at the start of step " + std::to_string(step + 1));
       }
       loss = train_step(cfg, topo, model, step);
-      if (rank == 0 && step % 10 == 0) {
+      if (rank == 0 && step % cfg.log_every == 0) {
         std::printf("step %" PRId64 " loss %.6f\n", step, loss);
         std::fflush(stdout);
       }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -30,8 +31,11 @@ using internal_comm::agree;
 
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int signo) { g_signal = signo; }
+// Set by the handler, read by the loop's thread: the handler may run on any thread of
+// the process, so it is a lock-free atomic (async-signal-safe), not a plain variable.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lock-free");
+extern "C" void on_stop_signal(int signo) { g_signal.store(signo, std::memory_order_relaxed); }
 
 std::string regex_escape(const std::string& s) {
   static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
@@ -90,7 +94,7 @@ struct CheckpointManager::Impl {
     int failing_rank = -1;  // the lowest rank that threw
   };
   Sync sync(bool failing, double timeout_s) {
-    std::vector<int64_t> v{g_signal != 0 ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
+    std::vector<int64_t> v{g_signal.load(std::memory_order_relaxed) != 0 ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
                            failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN};
     // Is a time-based save due (rank 0's clock decides for everyone)?
     if (root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
@@ -663,7 +667,7 @@ Status CheckpointManager::install_signal_handlers() {
   return Status();
 }
 
-bool CheckpointManager::signal_received() { return g_signal != 0; }
-void CheckpointManager::clear_signal() { g_signal = 0; }
+bool CheckpointManager::signal_received() { return g_signal.load(std::memory_order_relaxed) != 0; }
+void CheckpointManager::clear_signal() { g_signal.store(0, std::memory_order_relaxed); }
 
 }  // namespace distckpt
