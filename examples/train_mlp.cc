@@ -378,6 +378,10 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
 
 // Returns the process exit code. All ranks return the same code.
 int run(int argc, char** argv, int rank, int world) {
+  // SIGUSR1 / SIGTERM (Slurm's --signal, scancel, mpirun): finish the step, save, exit
+  // 0. Installed first, so that a signal arriving during start-up is not fatal: the
+  // first step_end sees it.
+  fatal_if_error(distckpt::CheckpointManager::install_signal_handlers(), "signals", rank);
   Config cfg;
   CLI::App app{"Data- and tensor-parallel MLP training with distckpt checkpoints"};
   app.add_option("--dp", cfg.dp, "data-parallel degree")->check(CLI::PositiveNumber);
@@ -452,8 +456,6 @@ int run(int argc, char** argv, int rank, int world) {
     if (rank == 0) std::fprintf(stderr, "checkpoint manager: %s\n", manager.status().to_string().c_str());
     exit_code = 2;
   }
-  // SIGUSR1 / SIGTERM (Slurm's --signal, scancel, mpirun): finish the step, save, exit 0.
-  if (exit_code == 0) fatal_if_error(distckpt::CheckpointManager::install_signal_handlers(), "signals", rank);
   if (exit_code == 0 && (cfg.resume || !cfg.resume_from.empty())) {
     distckpt::ResumeOptions which;
     which.target = cfg.resume_from;

@@ -76,7 +76,7 @@ TEST(Config, ContradictoryAndOutOfRangeOptionsAreRefusedByName) {
   check([](auto& c) { c.save_prefixes = {""}; }, "save_prefixes");
   check([](auto& c) { c.exception_save_timeout_s = 0; }, "exception_save_timeout_s");
   check([](auto& c) { c.publish_at_end = true; c.publish_format = Format::kNative; }, "publish_format");
-  check([](auto& c) { c.publish_only = {"layer"}; }, "publish_at_end");
+  check([](auto& c) { c.publish_only = {""}; }, "publish_only");
   CheckpointConfig ok = base_config("/tmp/x");
   ok.save_every_steps = 10;
   ok.save_every_seconds = 60;  // both: steps win (MindSpore), not an error
@@ -391,7 +391,9 @@ TEST(ExceptionSave, AnExceptionOnEveryRankSavesTheLastStepAndIsRethrown) {
   TempDir dir;
   expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 3);
-    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    CheckpointConfig c = exception_config(dir.path());
+    c.keep_max = 1;  // retention must neither count nor delete for the exception save
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
     try {
       m->run([&] {
         for (int64_t s = 1; s <= 20; ++s) {
@@ -430,6 +432,34 @@ TEST(ExceptionSave, AnExceptionOnEveryRankSavesTheLastStepAndIsRethrown) {
     DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(named));
     if (r.step != 8) return internal_error("named resume");
     return model.buffers == want.buffers ? Status() : internal_error("state differs");
+  }));
+}
+
+TEST(ExceptionSave, AnExceptionBeforeAnyPeriodicSaveIsNeverResumedImplicitly) {
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    try {
+      m->run([&] {
+        for (int64_t s = 1; s <= 3; ++s)
+          if (!m->step_end(s, 0).ok()) throw std::logic_error("step_end");
+        throw std::runtime_error("diverged");
+      });
+    } catch (const std::runtime_error&) {
+    }
+    return m->last_exception_save().ok() && m->last_exception_save()->saved ? Status() : internal_error("not saved");
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_3_exception"}));
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.resumed) return internal_error("resumed the exception save implicitly: " + r.path);
+    ResumeOptions by_step;
+    by_step.step = 3;  // an explicit request finds it
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult s, m->resume(by_step));
+    return s.resumed && s.step == 3 ? Status() : internal_error("resume by step");
   }));
 }
 
@@ -575,7 +605,10 @@ TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {
     ASSERT_TRUE(again.ok()) << again.status().to_string();
     EXPECT_TRUE(again->already_published);
     EXPECT_EQ(again->path, first->path);
-    o.directory = dir.path() + "/b";  // written afresh elsewhere: byte-identical
+    // Written afresh elsewhere, in another second (HDF5 object times have a resolution
+    // of one second): byte-identical.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    o.directory = dir.path() + "/b";
     auto elsewhere = publish_checkpoint(src, o);
     ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().to_string();
     EXPECT_EQ(elsewhere->sha256, first->sha256) << format_name(f);
@@ -615,6 +648,9 @@ TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {
   fresh.directory = dir.path() + "/c";
   EXPECT_EQ(publish_checkpoint(src, fresh).status().code(), StatusCode::kCorruption);
   EXPECT_FALSE(fs::exists(dir.path() + "/c") && !fs::is_empty(dir.path() + "/c"));
+  // No temporary file left behind by any of the failures.
+  for (const auto& e : fs::recursive_directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
 }  // namespace

@@ -213,8 +213,9 @@ struct PublishResult {
 // root gives its newest), or the tensors `only` selects, as one integrated file whose
 // name carries the first 8 hex digits of its SHA-256 (MMEngine's published
 // checkpoints). The file is reproducible: no clock or directory state is stored in
-// it, so publishing the same tensors and info twice gives the same bytes and name
-// (the second call finds the file and returns already_published). It is committed like
+// it, so publishing the same checkpoint (same name, tensors, layouts at save, step,
+// epoch and info) twice gives the same bytes and name (the second call, or a
+// concurrent one, finds the file and returns already_published). It is committed like
 // a save (temporary name, fsync, rename without replacing) and never moves `latest`;
 // resume never picks it. Memory: one region of region_bytes. Errors: those of
 // convert_checkpoint (a damaged source is refused before anything is written),

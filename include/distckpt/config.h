@@ -76,7 +76,10 @@ struct CheckpointConfig {
   bool exception_save = false;
   // How long the failing rank waits for the others to reach the manager. Ranks blocked
   // in a collective of the training step never come: the rank then gives up (no save)
-  // and rethrows, so the job ends instead of hanging.
+  // and rethrows. The job must then end by MPI_Abort (or the exception terminating
+  // the process), not MPI_Finalize, which would wait for the others. The timeout needs
+  // a communicator that supports it (make_mpi_comm's does; the in-process test
+  // communicator waits without limit).
   double exception_save_timeout_s = 60;
 
   // ---- publishing (MMEngine's published_keys; see publish_checkpoint) ----

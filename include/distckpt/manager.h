@@ -102,10 +102,14 @@ class CheckpointManager {
   // followed had not started to modify the buffers (an exception from data loading,
   // forward, backward or a loss check, not from the middle of an optimizer update);
   // the manager cannot know more. It is saved only when every rank's state is at the
-  // same step (the others are in step_end/end/save_now of that step); otherwise, or
-  // when the others do not reach the manager within exception_save_timeout_s (they are
-  // blocked in a collective of the training step), nothing is saved and the reason is
-  // printed on stderr. The checkpoint does not move `latest`: resume() never picks it
+  // same step (the others are in a manager call, step_end/end/save_now/publish/resume,
+  // for that step); otherwise, or when the others do not reach the manager within
+  // exception_save_timeout_s (they are blocked in a collective of the training step),
+  // nothing is saved and the reason is printed on stderr. After such a timeout the
+  // process must end with MPI_Abort (see CheckpointConfig::exception_save_timeout_s).
+  // In practice: an exception raised on every rank (a check they all make) is saved;
+  // one raised on a single rank is saved only if the others were already waiting in
+  // the manager at the same step. The checkpoint does not move `latest`: resume() never picks it
   // by itself (ResumeOptions::target names it). The other ranks see the exception in
   // StepOutcome (stop, exception_rank). Without exception_save, `loop` runs unwrapped.
   // Thread: the loop's. last_exception_save() has the outcome on the failing rank.

@@ -3,6 +3,7 @@
 #include <climits>
 #include <thread>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 
 #include "distckpt/mpi_comm.h"
@@ -23,6 +24,11 @@ int checked_count(int64_t n) {
 }
 
 class MpiComm final : public Comm {
+  struct Pending {
+    std::vector<int64_t> values;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
  public:
   explicit MpiComm(MPI_Comm comm) {
     MPI_Comm_dup(comm, &comm_);
@@ -65,20 +71,30 @@ class MpiComm final : public Comm {
 
   bool allreduce_within(std::vector<int64_t>& values, ReduceOp op, double timeout_s) override {
     MPI_Op mop = op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMin ? MPI_MIN : MPI_MAX;
-    MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, values.data(), checked_count(static_cast<int64_t>(values.size())), MPI_INT64_T,
-                   mop, comm_, &request);
+    // The operation may outlive this call (timeout): its buffer and request live on the
+    // heap and are deliberately leaked then, so MPI never writes into freed memory.
+    auto pending = std::make_unique<Pending>();
+    pending->values = values;
+    MPI_Iallreduce(MPI_IN_PLACE, pending->values.data(), checked_count(static_cast<int64_t>(values.size())),
+                   MPI_INT64_T, mop, comm_, &pending->request);
     if (timeout_s < 0) {
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      MPI_Wait(&pending->request, MPI_STATUS_IGNORE);
+      values = pending->values;
       return true;
     }
     // Polling with a short sleep: the ranks that never come are blocked elsewhere, and
     // the caller gives up on the job after the timeout anyway.
     const double deadline = MPI_Wtime() + timeout_s;
     for (int done = 0;;) {
-      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (done) return true;
-      if (MPI_Wtime() >= deadline) return false;
+      MPI_Test(&pending->request, &done, MPI_STATUS_IGNORE);
+      if (done) {
+        values = pending->values;
+        return true;
+      }
+      if (MPI_Wtime() >= deadline) {
+        (void)pending.release();  // still in use by MPI; the job is being abandoned
+        return false;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }

@@ -175,7 +175,8 @@ std::string metadata_json(const proto::Index& meta) {
   (void)google::protobuf::util::MessageToJsonString(meta, &json, options);
   // Protobuf prints map entries (the info values) in a per-instance random order;
   // sorted keys make equal metadata print equally (reproducible published files).
-  return nlohmann::json::parse(json).dump();
+  const nlohmann::json sorted = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  return sorted.is_discarded() ? json : sorted.dump();
 }
 
 Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
@@ -191,7 +192,12 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   if (comm != MPI_COMM_NULL) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
   // 1.8 object headers allow attributes over 64 KiB (the metadata of large models).
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
-  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()), H5Fclose);
+  // No clock in the bytes (object modification times), so equal content gives equal
+  // files (reproducible published files): off for the root group, the groups and the
+  // datasets alike.
+  Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  H5Pset_obj_track_times(fcpl.get(), 0);
+  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_EXCL, fcpl.get(), fapl.get()), H5Fclose);
   if (!w->h_->file.ok()) return io_error(where + ": cannot create: " + hdf5_message());
   w->h_->dxpl = Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   if (comm != MPI_COMM_NULL) H5Pset_dxpl_mpio(w->h_->dxpl.get(), H5FD_MPIO_COLLECTIVE);
@@ -201,7 +207,9 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
   H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);  // every byte is written by a slice
-  H5Pset_obj_track_times(dcpl.get(), 0);              // no clock in the bytes: reproducible files
+  H5Pset_obj_track_times(dcpl.get(), 0);
+  Id gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+  H5Pset_obj_track_times(gcpl.get(), 0);
   // From here on every rank makes the same collective calls whatever fails (the first
   // failure is kept for finish()), so that no rank waits for another in HDF5.
   Status& deferred = w->deferred_;
@@ -214,6 +222,14 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
     Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
              H5Sclose);
     Id type = make_type(dtype);
+    // The groups of "a/b/name" first, with our creation properties (the intermediate
+    // groups HDF5 would create itself track times). Same calls on every rank.
+    for (std::size_t slash = t.name().find('/'); slash != std::string::npos; slash = t.name().find('/', slash + 1)) {
+      const std::string group = t.name().substr(0, slash);
+      if (H5Lexists(w->h_->file.get(), group.c_str(), H5P_DEFAULT) > 0) continue;
+      Id g(H5Gcreate2(w->h_->file.get(), group.c_str(), lcpl.get(), gcpl.get(), H5P_DEFAULT), H5Gclose);
+      if (!g.ok()) keep(io_error(where + ": tensor '" + t.name() + "': cannot create group '" + group + "': " + hdf5_message()));
+    }
     Id dset(H5Dcreate2(w->h_->file.get(), t.name().c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(),
                        H5P_DEFAULT),
             H5Dclose);

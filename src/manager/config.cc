@@ -73,7 +73,6 @@ Status CheckpointConfig::validate() const {
     return bad("publish_format must be a single-file format (ckpt, safetensors or hdf5)");
   for (const auto& p : publish_only)
     if (p.empty()) return bad("publish_only contains an empty prefix (it would match everything)");
-  if (!publish_only.empty() && !publish_at_end) return bad("publish_only is set but publish_at_end is false");
   return Status();
 }
 

@@ -159,6 +159,8 @@ struct CheckpointManager::Impl {
   std::vector<internal_manager::SeriesEntry> series_with_metrics(const RootListing& listing) const {
     std::vector<internal_manager::SeriesEntry> entries;
     for (const auto& e : series_entries(series, listing)) {
+      // Exception saves do not move `latest`: retention neither counts nor deletes them.
+      if (!e.advances_latest) continue;
       internal_manager::SeriesEntry s{e.name, e.commit_seq, e.created_unix_ms, std::nullopt};
       if (!cfg.best_metric.empty()) {
         auto info = read_checkpoint_info(cfg.directory + "/" + e.name, fs);
@@ -285,6 +287,7 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
     std::vector<std::string> warnings;
     if (!saved->warning.empty()) warnings.push_back(saved->warning);
     auto retained = internal_runtime::guarded(where(), [&]() -> Result<std::vector<std::string>> {
+      if (!kind.update_latest) return std::vector<std::string>{};
       return retain(&warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
@@ -398,7 +401,8 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   if (impl.cfg.save_last && impl.last_saved_step != step) {
     DISTCKPT_ASSIGN_OR_RETURN(out, impl.save(step, epoch, metrics, ""));
   }
-  if (!impl.cfg.publish_at_end) return out;
+  // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
+  if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;
   // The final checkpoint (this run's last save, else the newest) and the best one.
   std::vector<std::string> sources;
   if (impl.root()) {
@@ -409,7 +413,7 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
     }
     if (!last.empty()) sources.push_back(last);
     const std::string best = impl.best_checkpoint();
-    if (!best.empty() && best != impl.last_saved_path) sources.push_back(best);
+    if (!best.empty() && best != last) sources.push_back(best);
   }
   auto published = impl.publish_on_root(sources);
   if (!published.ok()) {
@@ -565,6 +569,14 @@ Result<std::string> CheckpointManager::publish(const std::string& target) {
 Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   Impl& impl = *impl_;
   DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  {
+    const Impl::Sync sync = impl.sync(false, -1);
+    if (sync.exception) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
+      return aborted(impl.where() + ": resume: rank " + std::to_string(out.exception_rank) + " threw (" +
+                     out.exception + ")");
+    }
+  }
   const std::string& dir = impl.cfg.directory;
   ResumeResult result;
   std::string chosen, skipped;
@@ -573,14 +585,19 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     local = internal_runtime::guarded(impl.where(), [&]() -> Status {
       // Candidates, best first: the target (or the newest), then older committed ones.
       DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, impl.fs));
-      // Candidates are the saves that move `latest` (not exception saves, conversions or
-      // published files) when there are any, as resolve_checkpoint does.
+      // Implicit candidates (no target): the saves that move `latest` (not conversions or
+      // published files) when there are any, as resolve_checkpoint does, and never an
+      // exception save (a best-effort state: loaded only when named).
+      const bool implicit = options.target.empty() && options.step < 0;
+      static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
+      auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
       bool any_advancing = false;
-      for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
+      for (const auto& e : listing.entries)
+        any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && (options.step < 0 || e.step == options.step);
       std::vector<CheckpointEntry> committed;
       for (const auto& e : listing.entries)
         if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step) &&
-            (!any_advancing || e.advances_latest))
+            (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))))
           committed.push_back(e);
       std::sort(committed.begin(), committed.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) {
         return std::tie(a.commit_seq, a.created_unix_ms) > std::tie(b.commit_seq, b.created_unix_ms);
@@ -594,9 +611,10 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
       } else {
         auto newest = resolve_checkpoint(dir, impl.fs);
-        if (newest.ok()) candidates.push_back(*newest);
-        else if (newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
-        else if (!options.fall_back_to_previous) return newest.status().with_context("resume");
+        if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
+        else if (newest.ok() && committed.empty()) return Status();  // only exception saves: a fresh start
+        else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
+        else if (!newest.ok() && !options.fall_back_to_previous) return newest.status().with_context("resume");
       }
       for (const auto& e : committed) {
         const std::string path = dir + "/" + e.name;

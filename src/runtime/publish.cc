@@ -44,6 +44,14 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
                               internal_runtime::convert_to(source, directory + "/" + stem, options.format, convert,
                                                            control));
     const std::string tmp = written.path;
+    // The temporary file goes whatever happens below, exceptions included.
+    struct RemoveTmp {
+      FileSystem& fs;
+      const std::string& path;
+      ~RemoveTmp() {
+        if (fs.exists(path)) (void)fs.remove_file(path);
+      }
+    } remove_tmp{*fs, tmp};
     auto result = [&]() -> Result<PublishResult> {
       PublishResult out;
       DISTCKPT_ASSIGN_OR_RETURN(out.sha256, internal_transform::sha256_file(*fs, tmp));
@@ -55,21 +63,26 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
         DISTCKPT_ASSIGN_OR_RETURN(auto file, fs->open_readable(tmp));
         DISTCKPT_ASSIGN_OR_RETURN(out.file_bytes, file->size());
       }
-      if (fs->exists(out.path)) {
-        // Published before? The same name with the same digest is the same file.
+      // Published before (or by a concurrent publisher)? The same name with the same
+      // digest is the same file.
+      auto same_file_there = [&]() -> Result<bool> {
         DISTCKPT_ASSIGN_OR_RETURN(std::string there, internal_transform::sha256_file(*fs, out.path));
         if (there != out.sha256)
           return already_exists("publish: '" + out.path + "' exists with a different SHA-256 (" + there + ")");
-        (void)fs->remove_file(tmp);
-        out.already_published = true;
+        return true;
+      };
+      if (fs->exists(out.path)) {
+        DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;
       }
-      DISTCKPT_ASSIGN_OR_RETURN(auto committed,
-                                internal_runtime::publish_checkpoint(*fs, directory, tmp, name, options.fsync, false));
-      (void)committed;  // a warning only says the directory entry may not be durable yet
+      auto committed = internal_runtime::publish_checkpoint(*fs, directory, tmp, name, options.fsync, false);
+      if (!committed.ok() && committed.status().code() == StatusCode::kAlreadyExists && fs->exists(out.path)) {
+        DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
+        return out;
+      }
+      DISTCKPT_RETURN_IF_ERROR(committed.status());  // a warning only says the entry may not be durable yet
       return out;
     }();
-    if (!result.ok() && fs->exists(tmp)) (void)fs->remove_file(tmp);
     if (!result.ok()) return result.status().with_context("publish '" + source + "'");
     return result;
   });
