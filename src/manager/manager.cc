@@ -119,6 +119,14 @@ struct CheckpointManager::Impl {
       return aborted(where() + ": finished after an exception in the training loop; no further calls are made");
     return Status();
   }
+  // The start of step_end/end/save_now: the buffers now hold `step`'s state; meet the
+  // other ranks (and a rank that caught an exception).
+  Result<Sync> enter(int64_t step, int64_t epoch) {
+    DISTCKPT_RETURN_IF_ERROR(check_usable());
+    current_step = step;
+    current_epoch = epoch;
+    return sync(false, -1);
+  }
   Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
   Result<std::vector<std::string>> publish_on_root(const std::vector<std::string>& sources);
   std::string best_checkpoint() const;
@@ -370,10 +378,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics, bool epoch_end) {
   Impl& impl = *impl_;
   const CheckpointConfig& cfg = impl.cfg;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  impl.current_step = step;
-  impl.current_epoch = epoch;
-  const Impl::Sync sync = impl.sync(false, -1);
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   if (sync.signal) {
     DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.save(step, epoch, metrics, "_breakpoint"));
@@ -392,10 +397,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
 
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
   Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  impl.current_step = step;
-  impl.current_epoch = epoch;
-  const Impl::Sync sync = impl.sync(false, -1);
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
   if (impl.cfg.save_last && impl.last_saved_step != step) {
@@ -429,10 +431,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics,
                                                 const std::string& suffix) {
   Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  impl.current_step = step;
-  impl.current_epoch = epoch;
-  const Impl::Sync sync = impl.sync(false, -1);
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   return impl.save(step, epoch, metrics, suffix);
 }
