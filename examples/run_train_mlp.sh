@@ -30,6 +30,9 @@ CLI=$BUILD_DIR/distckpt
 
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 4)
 ARGS=(--dp 2 --tp 2 --steps 50 --save-every 10)
+# More train_mlp flags for all three runs, e.g. TRAIN_EXTRA_ARGS=--async.
+read -ra EXTRA <<< "${TRAIN_EXTRA_ARGS:-}"
+ARGS+=("${EXTRA[@]}")
 
 mkdir -p "$WORK_DIR"
 rm -rf "$WORK_DIR/ref" "$WORK_DIR/run"

@@ -55,6 +55,8 @@ struct Config {
   int64_t throw_at_step = -1;      // simulated exception at the start of this step ...
   int throw_rank = -1;             // ... on this rank (-1: every rank, like a NaN check)
   bool publish = false;            // publish the final and best checkpoints at the end
+  bool async_save = false;         // periodic saves in the background (the loop only stages)
+  int async_staging_mb = 256;      // staging memory per rank for --async
   std::vector<std::string> publish_only;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
@@ -363,6 +365,8 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.exception_save_timeout_s = cfg.exception_timeout;
   c.publish_at_end = cfg.publish;
   c.publish_only = cfg.publish_only;
+  c.async_save = cfg.async_save;
+  c.async_staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
   return c;
 }
 
@@ -417,6 +421,10 @@ int run(int argc, char** argv, int rank, int world) {
                "named with its SHA-256");
   app.add_option("--publish-only", cfg.publish_only, "with --publish: tensor name prefixes to publish, e.g. mlp.")
       ->delimiter(',');
+  app.add_flag("--async", cfg.async_save,
+               "periodic saves run in the background: the loop is blocked only while its tensors are staged");
+  app.add_option("--async-staging-mb", cfg.async_staging_mb, "with --async: staging memory per rank (MiB)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-every", cfg.log_every, "print the loss every N steps (default 10)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", cfg.lr, "learning rate");
@@ -495,6 +503,10 @@ int run(int argc, char** argv, int rank, int world) {
         exit_code = 1;
       } else {
         if (out->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
+        if (rank == 0 && cfg.async_save)
+          for (const auto& done : out->committed) std::printf("committed %s (in the background)\n", done.c_str());
+        if (rank == 0 && !out->save_error.ok())
+          std::fprintf(stderr, "save failed: %s\n", out->save_error.to_string().c_str());
         if (rank == 0)
           for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
         if (out->stop && out->exception_rank >= 0) {
@@ -535,6 +547,8 @@ int run(int argc, char** argv, int rank, int world) {
       exit_code = 1;
     } else {
       if (last->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
+      if (rank == 0 && cfg.async_save)
+        for (const auto& done : last->committed) std::printf("committed %s\n", done.c_str());
       if (rank == 0)
         for (const auto& p : last->published) std::printf("published %s\n", p.c_str());
     }
@@ -550,7 +564,9 @@ int run(int argc, char** argv, int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // --async saves make MPI calls on a background thread while the loop makes its own.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -61,5 +61,55 @@ TEST(ManagerMpi, StepsSecondsRetentionAndResumeAgreeOnEveryRank) {
   for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
 }
 
+// async_save under mpirun: the manager duplicates MPI_COMM_WORLD for its background
+// saves (MPI_THREAD_MULTIPLE, see mpi_gtest_main.cc); every rank sees the same saves
+// started and committed, back to back, and end() completes the one in flight.
+TEST(ManagerMpi, AsyncSavesCommitInTheBackgroundAndResume) {
+  auto comm = make_mpi_comm(MPI_COMM_WORLD);
+  const int world = comm->size();
+  SharedTempDir dir;
+  FormatModel model(comm->rank(), world);
+  CheckpointConfig c;
+  c.directory = dir.path();
+  c.prefix = "a";
+  c.save_every_steps = 1;  // back-to-back: each save waits for the one before
+  c.keep_max = 2;
+  c.async_save = true;
+  c.async_staging_bytes = 1 << 20;
+  c.async_slab_bytes = 256 << 10;
+  auto m = CheckpointManager::create(*comm, model.state, c);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  std::vector<int> started, committed;
+  for (int64_t step = 1; step <= 7; ++step) {
+    auto out = (*m)->step_end(step, 0, {});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(out->saved && out->in_flight);
+    started.push_back(out->saved ? 1 : 0);
+    committed.push_back(static_cast<int>(out->committed.size()));
+  }
+  auto last = (*m)->end(7, 0, {});
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_FALSE(last->saved);  // step 7 was saved; end() only completed it
+  committed.push_back(static_cast<int>(last->committed.size()));
+  EXPECT_TRUE(same_on_all_ranks(started));
+  EXPECT_TRUE(same_on_all_ranks(committed));
+  int total = 0;
+  for (int n : committed) total += n;
+  EXPECT_EQ(total, 7);  // every save committed exactly once
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  EXPECT_EQ(listing->entries.size(), 2u);
+
+  FormatModel fresh(comm->rank(), world), want(comm->rank(), world);
+  fresh.zero();
+  c.async_save = false;
+  auto again = CheckpointManager::create(*comm, fresh.state, c);
+  ASSERT_TRUE(again.ok());
+  auto resumed = (*again)->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->step, 7);
+  for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
+}
+
 }  // namespace
 }  // namespace distckpt

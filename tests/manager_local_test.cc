@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -651,6 +652,182 @@ TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {
   // No temporary file left behind by any of the failures.
   for (const auto& e : fs::recursive_directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace distckpt
+
+// ---- async_save: periodic saves on an AsyncCheckpointer ----
+namespace distckpt {
+namespace {
+
+using testing::FormatModel;
+using testing::TempDir;
+
+// Runs fn on `world` in-process ranks, each with an AsyncCheckpointer over two
+// in-process groups of its own (what create() makes from an MPI communicator).
+std::vector<std::string> run_async_ranks(int world,
+                                         const std::function<Status(Comm&, std::unique_ptr<AsyncCheckpointer>)>& fn) {
+  auto fg = internal_comm::make_local_comms(world);
+  auto bg = internal_comm::make_local_comms(world);
+  return testing::run_ranks(world, [&](Comm& comm) -> Status {
+    AsyncOptions small;  // tests stage little; 1 GiB per rank would dominate their time
+    small.staging_bytes = 1 << 20;
+    small.slab_bytes = 256 << 10;
+    const auto r = static_cast<std::size_t>(comm.rank());
+    DISTCKPT_ASSIGN_OR_RETURN(auto async, AsyncCheckpointer::create(std::move(fg[r]), std::move(bg[r]), small));
+    return fn(comm, std::move(async));
+  });
+}
+
+CheckpointConfig async_config(const std::string& dir) {
+  CheckpointConfig c;
+  c.directory = dir;
+  c.prefix = "run";
+  c.async_save = true;
+  return c;
+}
+
+std::string show(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += "[" + s + "]";
+  return out;
+}
+
+TEST(AsyncSave, RefusedWhereItCannotRun) {
+  CheckpointConfig c = async_config("/tmp/x");
+  c.format = Format::kSafetensors;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  c = async_config("/tmp/x");
+  c.integrated = true;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  c = async_config("/tmp/x");
+  c.async_slab_bytes = 1000;
+  EXPECT_NE(c.validate().message().find("async_slab_bytes"), std::string::npos);
+  TempDir dir;
+  // No MPI communicator to duplicate, and none given: refused on every rank.
+  auto results = testing::run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    auto m = CheckpointManager::create(comm, model.state, async_config(dir.path()));
+    return m.ok() ? internal_error("created") : m.status();
+  });
+  for (const auto& r : results) EXPECT_NE(r.find("needs an MPI communicator"), std::string::npos) << r;
+  // A checkpointer given while async_save is off: refused, not silently unused.
+  results = run_async_ranks(2, [&](Comm& comm, std::unique_ptr<AsyncCheckpointer> async) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig off = async_config(dir.path());
+    off.async_save = false;
+    auto m = CheckpointManager::create(comm, model.state, off, std::move(async));
+    return m.ok() ? internal_error("created") : m.status();
+  });
+  for (const auto& r : results) EXPECT_NE(r.find("async_save is off"), std::string::npos) << r;
+}
+
+// The save of step 4 is held in the background (its data cannot be fsynced until the
+// test lets it): meanwhile the loop goes on, the newest committed checkpoint (step 2)
+// stays although keep_max is 1, and the held save completes at the next save.
+TEST(AsyncSave, BackgroundSavesCompleteInOrderAndRetentionKeepsTheNewestCommitted) {
+  TempDir dir;
+  std::atomic<bool> release{false};
+  internal_storage::FaultSpec spec;
+  spec.hook = [&](const std::string& op, const std::string& path) {
+    if (op == "sync" && path.find("run-0_4.tmp-") != std::string::npos)
+      for (int i = 0; i < 20000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  auto gated = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+  std::set<std::string> committed_while_held;
+  expect_all_ok(run_async_ranks(2, [&](Comm& comm, std::unique_ptr<AsyncCheckpointer> async) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = async_config(dir.path());
+    c.save_every_steps = 2;
+    c.keep_max = 1;
+    c.fs = gated;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c, std::move(async)));
+    const std::string d = dir.path() + "/";
+    std::vector<std::string> committed;
+    for (int64_t step = 1; step <= 6; ++step) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      committed.insert(committed.end(), out.committed.begin(), out.committed.end());
+      const std::string at = "step " + std::to_string(step) + ": ";
+      if (out.saved != (step % 2 == 0) || out.in_flight != out.saved || !out.save_error.ok())
+        return internal_error(at + "saved/in_flight " + out.save_error.to_string());
+      if (out.saved && out.path != d + "run-0_" + std::to_string(step)) return internal_error(at + out.path);
+      // Save 2 completed at the latest when save 4 started (which waited for it).
+      if (step == 4 && committed != std::vector<std::string>{d + "run-0_2"}) return internal_error(at + show(committed));
+      if (step == 5) {
+        if (!out.committed.empty() || !out.removed.empty()) return internal_error(at + "save 4 is held");
+        if (comm.rank() == 0) {
+          DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir.path()));
+          for (const auto& e : listing.entries)
+            if (e.state == EntryState::kCommitted) committed_while_held.insert(e.name);
+          release = true;
+        }
+      }
+      if (step == 6 && (out.committed != std::vector<std::string>{d + "run-0_4"} ||
+                        out.removed != std::vector<std::string>{"run-0_2"}))
+        return internal_error(at + show(out.committed) + " removed " + show(out.removed));
+    }
+    // end() completes the save in flight (step 6's own): nothing more to save.
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(6, 0));
+    if (last.saved || last.committed != std::vector<std::string>{d + "run-0_6"} ||
+        last.removed != std::vector<std::string>{"run-0_4"})
+      return internal_error("end: " + show(last.committed) + " removed " + show(last.removed));
+    return Status();
+  }));
+  EXPECT_EQ(committed_while_held, (std::set<std::string>{"run-0_2"}));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_6"}));
+  std::ifstream stats(dir.path() + "/stats.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(stats, line); ++lines) {
+    EXPECT_NE(line.find("\"async\":true"), std::string::npos) << line;
+    EXPECT_NE(line.find("\"blocking_s\""), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 3);
+  // What the background wrote loads at another world size, with a synchronous manager.
+  expect_all_ok(testing::run_ranks(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3), want(comm.rank(), 3);
+    model.zero();
+    CheckpointConfig c = async_config(dir.path());
+    c.async_save = false;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (!r.resumed || r.step != 6) return internal_error("resume");
+    return model.buffers == want.buffers ? Status() : internal_error("state differs");
+  }));
+}
+
+// A failure in the background writer (an fsync error on some rank) reaches every rank at
+// the next manager call: as that call's error (kStop) or in save_error (kContinue).
+TEST(AsyncSave, ABackgroundFailureReachesEveryRank) {
+  for (OnSaveFailure policy : {OnSaveFailure::kStop, OnSaveFailure::kContinue}) {
+    TempDir dir;
+    internal_storage::FaultSpec spec;
+    spec.fail_sync_if_contains = "run-0_1.tmp-";
+    auto faulty = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    expect_all_ok(run_async_ranks(3, [&](Comm& comm, std::unique_ptr<AsyncCheckpointer> async) -> Status {
+      FormatModel model(comm.rank(), 3);
+      CheckpointConfig c = async_config(dir.path());
+      c.on_failure = policy;
+      c.fs = faulty;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c, std::move(async)));
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome first, m->step_end(1, 0));  // staged: the failure comes later
+      if (!first.in_flight) return internal_error("step 1 not in flight");
+      auto second = m->step_end(2, 0);  // waits for save 1 before starting save 2
+      if (policy == OnSaveFailure::kStop) {
+        if (second.ok()) return internal_error("kStop: a failed background save was not reported");
+        return second.status().message().find("run-0_1") != std::string::npos
+                   ? Status()
+                   : internal_error("kStop: " + second.status().to_string());
+      }
+      if (!second.ok() || second->save_error.ok() || !second->in_flight ||
+          second->save_error.message().find("run-0_1") == std::string::npos)
+        return internal_error("kContinue: " + (second.ok() ? second->save_error.to_string() : second.status().to_string()));
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(2, 0));
+      return last.committed.size() == 1 ? Status() : internal_error("kContinue: save 2 not committed");
+    }));
+    if (policy == OnSaveFailure::kStop) EXPECT_TRUE(names_in(dir.path()).empty());
+    else EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_2"}));
+  }
 }
 
 }  // namespace

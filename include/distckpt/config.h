@@ -70,6 +70,18 @@ struct CheckpointConfig {
 
   OnSaveFailure on_failure = OnSaveFailure::kStop;
 
+  // ---- asynchronous saves (AsyncCheckpointer, async.h; MindSpore's async_save) ----
+  // Periodic saves (step_end, save_now) return once this rank's share of the state is
+  // copied into staging memory; a background thread writes and commits it. Its outcome,
+  // retention and statistics line come at the first manager call after every rank has
+  // finished it, or before the next save starts (which waits for it): StepOutcome's
+  // `committed` and `save_error` then report it. Breakpoint (signal), exception and
+  // final (end) saves are synchronous: the job is about to stop. Native sharded saves
+  // only. Needs MPI_THREAD_MULTIPLE (or an AsyncCheckpointer given to create()).
+  bool async_save = false;
+  std::size_t async_staging_bytes = std::size_t{1} << 30;  // per rank (AsyncOptions)
+  std::size_t async_slab_bytes = std::size_t{8} << 20;     // a multiple of 4096
+
   // ---- saves on exception (MindSpore's exception_save; see CheckpointManager::run) ----
   // An exception escaping the training loop on some rank makes every rank save
   // "<name>_exception" (when their states are at the same step) before it is rethrown.

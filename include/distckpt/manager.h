@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/async.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/comm.h"
 #include "distckpt/config.h"
@@ -31,9 +32,16 @@
 namespace distckpt {
 
 struct StepOutcome {
+  // A save of this step was made: committed (sync), or started and staged (in_flight).
   bool saved = false;
   std::string path;                  // the checkpoint saved, if any
-  std::vector<std::string> removed;  // checkpoints retention deleted after it
+  // async_save: `path` is being written in the background. A later call reports it in
+  // `committed` (or its failure as save_error, or as that call's error with kStop).
+  bool in_flight = false;
+  // Checkpoints committed during this call, retention and statistics done: the
+  // synchronous save, and a background save that completed.
+  std::vector<std::string> committed;
+  std::vector<std::string> removed;  // checkpoints retention deleted after those commits
   // A SIGUSR1 or SIGTERM reached some rank: a "<name>_breakpoint" checkpoint was
   // committed (when `saved`) and the loop should end now.
   bool stop = false;
@@ -77,17 +85,26 @@ class CheckpointManager {
   // is writable (creating it), and chooses the series prefix: `prefix`, or
   // `prefix_N` when committed checkpoints of another run already use it (resume()
   // adopts the series it resumes from). Errors on every rank alike.
-  static Result<std::unique_ptr<CheckpointManager>> create(Comm& comm, StateDict& state, CheckpointConfig config);
+  // With async_save, saves run on `async` when given (tests pass one over in-process
+  // communicators), else on one created with AsyncCheckpointer::create() from `comm`'s
+  // MPI communicator (kUnsupported on every rank without MPI_THREAD_MULTIPLE, or for a
+  // Comm without MPI). `async` without async_save is kInvalidArgument.
+  static Result<std::unique_ptr<CheckpointManager>> create(Comm& comm, StateDict& state, CheckpointConfig config,
+                                                           std::unique_ptr<AsyncCheckpointer> async = nullptr);
+  // Waits for a save still in flight (its retention and statistics are then skipped:
+  // call end() first).
   ~CheckpointManager();
 
   // Collective. Called after each training step: saves when the policy says so (or
   // when a signal arrived), then applies retention on rank 0 after the commit and
-  // appends a line to <directory>/stats.jsonl. `metrics` is read on rank 0 only; it
+  // appends a line to <directory>/stats.jsonl (with async_save, when the background
+  // save completes; see CheckpointConfig::async_save). `metrics` is read on rank 0 only; it
   // must hold best_metric when a save happens (else kInvalidArgument on every rank).
   // `epoch_end`: this step ends an epoch (by_epoch counts these).
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
-  // Collective. Saves the final state (save_last) unless this step was just saved.
+  // Collective. Completes a save in flight, then saves the final state (save_last)
+  // unless this step was just saved.
   Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {});
   // Collective. Saves now, whatever the policy, as "<name><suffix>".
   Result<StepOutcome> save_now(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},

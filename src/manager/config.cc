@@ -69,6 +69,11 @@ Status CheckpointConfig::validate() const {
     if (p.empty()) return bad("save_prefixes contains an empty prefix (it would match everything)");
   if (!(exception_save_timeout_s > 0) || std::isinf(exception_save_timeout_s))
     return bad("exception_save_timeout_s must be a finite number > 0");
+  if (async_save && (format != Format::kNative || integrated))
+    return bad("async_save writes native sharded checkpoints only (format native, integrated off); single-file "
+               "formats are written from gathered tensors while the loop waits");
+  if (async_slab_bytes == 0 || async_slab_bytes % kDirectIoAlignment != 0)
+    return bad("async_slab_bytes must be a positive multiple of " + std::to_string(kDirectIoAlignment));
   if (publish_format == Format::kNative)
     return bad("publish_format must be a single-file format (ckpt, safetensors or hdf5)");
   for (const auto& p : publish_only)

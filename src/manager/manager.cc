@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <tuple>
 
@@ -23,6 +24,7 @@
 #include "manager/retention.h"
 #include "runtime/convert.h"
 #include "runtime/guard.h"
+#include "runtime/timer.h"
 #include "storage/index_io.h"
 
 namespace distckpt {
@@ -90,12 +92,14 @@ struct CheckpointManager::Impl {
   // manager call they are in.
   struct Sync {
     bool signal = false, save_due = false, exception = false, timed_out = false;
+    bool async_busy = false;  // some rank's background save is still running
     int64_t min_step = 0, max_step = 0;
     int failing_rank = -1;  // the lowest rank that threw
   };
   Sync sync(bool failing, double timeout_s) {
     std::vector<int64_t> v{g_signal.load(std::memory_order_relaxed) != 0 ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
-                           failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN};
+                           failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN,
+                           async && async->in_flight() ? 1 : 0};
     // Is a time-based save due (rank 0's clock decides for everyone)?
     if (root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
       const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count();
@@ -112,6 +116,7 @@ struct CheckpointManager::Impl {
     s.min_step = -v[3];
     s.max_step = v[4];
     if (s.exception) s.failing_rank = static_cast<int>(-v[5]);
+    s.async_busy = v[6] != 0;
     return s;
   }
   Status check_usable() const {
@@ -206,23 +211,62 @@ struct CheckpointManager::Impl {
   struct SaveKind {
     bool update_latest = true;
     bool metric_required = true;  // best_metric must be in the metrics (not after an exception)
+    bool may_run_async = false;   // periodic saves, with async_save
     std::map<std::string, InfoValue> info;
   };
-  Result<StepOutcome> save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
-                           const std::string& suffix, const SaveKind& kind);
-  Result<StepOutcome> save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
-                           const std::string& suffix);
+  // A save: its outcome goes into *out. Returns an error only for a failed save under
+  // OnSaveFailure::kStop (identical on every rank); with kContinue the failure is in
+  // out->save_error.
+  Status save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix,
+              const SaveKind& kind, StepOutcome* out);
+  Status save_failed(const Status& error, StepOutcome* out) const {
+    if (cfg.on_failure == OnSaveFailure::kStop) return error;
+    if (out->save_error.ok()) out->save_error = error;
+    return Status();
+  }
+
+  // async_save: the background save in flight (the same on every rank: started and
+  // completed by collective calls) and what its completion needs.
+  std::unique_ptr<AsyncCheckpointer> async;
+  struct Record {
+    std::string name;
+    int64_t step = 0, epoch = 0;
+    double metric = 0;
+    double blocking_s = 0;  // how long the loop was blocked by the save
+    bool in_background = false;
+  };
+  std::optional<Record> in_flight;
+  // Collective: waits for the save in flight, if any, and completes it as a
+  // synchronous save completes (latest, retention, statistics), or reports its failure.
+  Status complete_async(StepOutcome* out) {
+    if (!in_flight) return Status();
+    const Record record = *in_flight;
+    in_flight.reset();
+    auto saved = async->wait();  // identical on every rank: they agreed in the background
+    if (!saved.ok()) return save_failed(saved.status().with_context("background save '" + record.name + "'"), out);
+    return after_commit(*saved, record, /*apply_retention=*/true, out);
+  }
+  // complete_async() before publish/resume, which have no StepOutcome: a failure under
+  // kContinue is printed (rank 0) instead.
+  Status complete_async_quietly(const char* call) {
+    StepOutcome out;
+    DISTCKPT_RETURN_IF_ERROR(complete_async(&out));
+    if (!out.save_error.ok() && root())
+      std::fprintf(stderr, "distckpt: %s: %s\n", call, out.save_error.to_string().c_str());
+    return Status();
+  }
+  // Collective, after a commit: statistics of the slowest and fastest writer, then
+  // retention and the statistics line on rank 0.
+  Status after_commit(const SaveResult& saved, const Record& record, bool apply_retention, StepOutcome* out);
 };
 
-Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
-                                                  const std::map<std::string, double>& metrics,
-                                                  const std::string& suffix) {
-  return save(step, epoch, metrics, suffix, SaveKind());
-}
+Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
+                                     const std::string& suffix, const SaveKind& kind, StepOutcome* out) {
+  // One save at a time, committed and retained in order: a save in flight completes
+  // first (this waits for it).
+  DISTCKPT_RETURN_IF_ERROR(complete_async(out));
+  internal_runtime::Timer blocked;
 
-Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
-                                                  const std::map<std::string, double>& metrics,
-                                                  const std::string& suffix, const SaveKind& kind) {
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name;
   double metric = std::nan("");
@@ -272,49 +316,71 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
   opts.remove_redundancy = cfg.remove_redundancy;
   opts.update_latest = kind.update_latest;
   opts.fs = fs;
-  auto saved = distckpt::save(*comm, view, cfg.directory, opts);  // identical outcome on every rank
-  StepOutcome out;
-  if (!saved.ok()) {
-    if (cfg.on_failure == OnSaveFailure::kStop) return saved.status();
-    out.save_error = saved.status();
-    return out;
-  }
-  out.saved = true;
-  out.path = saved->path;
-  last_saved_step = step;
-  last_saved_path = saved->path;
-  if (root()) last_save_time = std::chrono::steady_clock::now();
+  Record record{name, step, epoch, metric, 0, false};
 
+  if (async && kind.may_run_async) {
+    // Returns once this rank's share is staged; the view may go, the buffers may change.
+    Status started = async->save_async(view, cfg.directory, opts);  // identical on every rank
+    if (!started.ok()) return save_failed(started, out);
+    record.blocking_s = blocked.seconds();
+    record.in_background = true;
+    in_flight = record;
+    out->saved = true;
+    out->in_flight = true;
+    out->path = cfg.directory + "/" + name;
+    if (root()) last_save_time = std::chrono::steady_clock::now();
+    return Status();
+  }
+  auto saved = distckpt::save(*comm, view, cfg.directory, opts);  // identical outcome on every rank
+  if (!saved.ok()) return save_failed(saved.status(), out);
+  record.blocking_s = blocked.seconds();
+  out->saved = true;
+  out->path = saved->path;
+  if (root()) last_save_time = std::chrono::steady_clock::now();
+  return after_commit(*saved, record, kind.update_latest, out);
+}
+
+Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Record& record, bool apply_retention,
+                                             StepOutcome* out) {
+  last_saved_step = record.step;
+  last_saved_path = saved.path;
+  out->committed.push_back(saved.path);
   // Slowest and fastest writer, for the statistics.
-  std::vector<int64_t> lo{static_cast<int64_t>(saved->write_s * 1e6)}, hi = lo;
+  std::vector<int64_t> lo{static_cast<int64_t>(saved.write_s * 1e6)}, hi = lo;
   comm->allreduce(lo, ReduceOp::kMin);
   comm->allreduce(hi, ReduceOp::kMax);
-  // Retention and statistics on rank 0, only now that the checkpoint is committed.
+  // Retention and statistics on rank 0, only now that the checkpoint is committed. The
+  // listing holds committed checkpoints only, and the newest of them is never deleted;
+  // with async_save no other save is in flight here (a save completes before the next
+  // one starts), so the newest committed checkpoint is always there.
   std::string removed;
   if (root()) {
     std::vector<std::string> warnings;
-    if (!saved->warning.empty()) warnings.push_back(saved->warning);
+    if (!saved.warning.empty()) warnings.push_back(saved.warning);
     auto retained = internal_runtime::guarded(where(), [&]() -> Result<std::vector<std::string>> {
-      if (!kind.update_latest) return std::vector<std::string>{};
+      if (!apply_retention) return std::vector<std::string>{};
       return retain(&warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
     const std::vector<std::string> gone = retained.ok() ? *retained : std::vector<std::string>{};
     removed = join(gone, '\n');
     nlohmann::ordered_json j;
-    j["step"] = step;
-    j["epoch"] = epoch;
-    j["name"] = name;
-    j["path"] = saved->path;
+    j["step"] = record.step;
+    j["epoch"] = record.epoch;
+    j["name"] = record.name;
+    j["path"] = saved.path;
     j["format"] = std::string(format_name(cfg.format));
-    j["bytes"] = saved->bytes_written;
-    j["index_bytes"] = saved->index_bytes;
-    j["plan_s"] = saved->plan_s;
-    j["write_s"] = saved->write_s;
-    j["commit_s"] = saved->commit_s;
+    j["bytes"] = saved.bytes_written;
+    j["index_bytes"] = saved.index_bytes;
+    j["async"] = record.in_background;
+    j["blocking_s"] = record.blocking_s;
+    j["plan_s"] = saved.plan_s;
+    j["write_s"] = saved.write_s;
+    j["commit_s"] = saved.commit_s;
     j["write_s_fastest_rank"] = static_cast<double>(lo[0]) / 1e6;
     j["write_s_slowest_rank"] = static_cast<double>(hi[0]) / 1e6;
-    if (!cfg.best_metric.empty()) j[cfg.best_metric] = std::isnan(metric) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(metric);
+    if (!cfg.best_metric.empty())
+      j[cfg.best_metric] = std::isnan(record.metric) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(record.metric);
     j["removed"] = gone;
     j["warnings"] = warnings;
     j["unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -327,8 +393,8 @@ Result<StepOutcome> CheckpointManager::Impl::save(int64_t step, int64_t epoch,
     }
   }
   comm->broadcast_string(removed, 0);
-  out.removed = split(removed, '\n');
-  return out;
+  for (auto& name : split(removed, '\n')) out->removed.push_back(std::move(name));
+  return Status();
 }
 
 CheckpointManager::CheckpointManager() = default;
@@ -337,7 +403,8 @@ const std::string& CheckpointManager::series_prefix() const { return impl_->seri
 const CheckpointConfig& CheckpointManager::config() const { return impl_->cfg; }
 
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm, StateDict& state,
-                                                                     CheckpointConfig config) {
+                                                                     CheckpointConfig config,
+                                                                     std::unique_ptr<AsyncCheckpointer> async) {
   std::unique_ptr<CheckpointManager> m(new CheckpointManager());
   m->impl_ = std::make_unique<Impl>();
   Impl& impl = *m->impl_;
@@ -349,7 +416,20 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("checkpoint manager: the state dict was built for rank " + std::to_string(state.rank()));
   if (local.ok() && !impl.cfg.best_metric.empty()) impl.rule = *impl.cfg.effective_rule();
+  if (local.ok() && async && !impl.cfg.async_save)
+    local = invalid_argument("checkpoint manager: an AsyncCheckpointer was given but async_save is off");
+  if (local.ok() && impl.cfg.async_save && !async && comm.mpi_comm_handle() == nullptr)
+    local = unsupported("checkpoint manager: async_save needs an MPI communicator, or an AsyncCheckpointer given to create()");
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(impl.where())));
+  if (impl.cfg.async_save && !async) {
+    AsyncOptions options;
+    options.staging_bytes = impl.cfg.async_staging_bytes;
+    options.slab_bytes = impl.cfg.async_slab_bytes;
+    // Collective; fails alike on every rank (same MPI thread level everywhere, then agreed).
+    DISTCKPT_ASSIGN_OR_RETURN(async, AsyncCheckpointer::create(*static_cast<const MPI_Comm*>(comm.mpi_comm_handle()),
+                                                              options));
+  }
+  impl.async = std::move(async);
 
   if (impl.root()) {
     local = internal_runtime::guarded(impl.where(), [&]() -> Status {
@@ -380,8 +460,12 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   const CheckpointConfig& cfg = impl.cfg;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
+  StepOutcome out;
+  // A background save every rank has finished: complete it now (no waiting).
+  if (!sync.async_busy) DISTCKPT_RETURN_IF_ERROR(impl.complete_async(&out));
   if (sync.signal) {
-    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.save(step, epoch, metrics, "_breakpoint"));
+    // Synchronous: the job is about to stop.
+    DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "_breakpoint", Impl::SaveKind(), &out));
     out.stop = true;
     return out;
   }
@@ -391,8 +475,11 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
     if (cfg.save_every_steps > 0) due = counter % cfg.save_every_steps == 0;
     else due = sync.save_due;
   }
-  if (!due) return StepOutcome{};
-  return impl.save(step, epoch, metrics, "");
+  if (!due) return out;
+  Impl::SaveKind periodic;
+  periodic.may_run_async = true;
+  DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", periodic, &out));
+  return out;
 }
 
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
@@ -400,9 +487,10 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
-  if (impl.cfg.save_last && impl.last_saved_step != step) {
-    DISTCKPT_ASSIGN_OR_RETURN(out, impl.save(step, epoch, metrics, ""));
-  }
+  // A save in flight completes first (this waits for it): it may be this very step.
+  DISTCKPT_RETURN_IF_ERROR(impl.complete_async(&out));
+  if (impl.cfg.save_last && impl.last_saved_step != step)
+    DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", Impl::SaveKind(), &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;
   // The final checkpoint (this run's last save, else the newest) and the best one.
@@ -433,7 +521,11 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
   Impl& impl = *impl_;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
-  return impl.save(step, epoch, metrics, suffix);
+  StepOutcome out;
+  Impl::SaveKind now;
+  now.may_run_async = true;
+  DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, suffix, now, &out));
+  return out;
 }
 
 Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, const std::string& what) {
@@ -446,6 +538,10 @@ Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, cons
   out.stop = true;
   out.exception_rank = s.failing_rank;
   out.exception = message;
+  // A background save completes first, whatever the policy: its failure is reported,
+  // and the exception save still runs.
+  const Status previous = complete_async(&out);
+  if (!previous.ok() && out.save_error.ok()) out.save_error = previous;
   const std::string head = "exception save: rank " + std::to_string(s.failing_rank) + " threw (" + message + ")";
   if (s.min_step != s.max_step) {
     out.save_error = aborted(head + " while the ranks' states were at different steps (" + std::to_string(s.min_step) +
@@ -461,15 +557,8 @@ Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, cons
   kind.metric_required = false;
   kind.info["exception"] = InfoValue(message);
   kind.info["exception_rank"] = InfoValue(static_cast<int64_t>(s.failing_rank));
-  auto saved = save(s.min_step, epoch, {}, "_exception", kind);
-  if (!saved.ok()) {
-    out.save_error = saved.status();
-    return out;
-  }
-  out.saved = saved->saved;
-  out.path = saved->path;
-  out.removed = saved->removed;
-  out.save_error = saved->save_error;
+  const Status saved = save(s.min_step, epoch, {}, "_exception", kind, &out);
+  if (!saved.ok()) out.save_error = saved;
   return out;
 }
 
@@ -551,6 +640,7 @@ Result<std::string> CheckpointManager::publish(const std::string& target) {
     return aborted(impl.where() + ": publish: rank " + std::to_string(out.exception_rank) + " threw (" + out.exception +
                    ")");
   }
+  DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("publish"));
   std::string source;
   Status local;
   if (impl.root()) {
@@ -576,6 +666,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
                      out.exception + ")");
     }
   }
+  DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("resume"));
   const std::string& dir = impl.cfg.directory;
   ResumeResult result;
   std::string chosen, skipped;
