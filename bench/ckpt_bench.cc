@@ -310,6 +310,11 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["bytes_unique"] = bytes_unique;
     j["bytes_written"] = runs.saved ? json(runs.saved->bytes_written) : json(nullptr);
     j["bytes_read"] = runs.loaded ? json(runs.loaded->bytes_read) : json(nullptr);
+    j["bytes_needed"] = runs.loaded ? json(runs.loaded->bytes_needed) : json(nullptr);
+    j["read_amplification"] = runs.loaded && runs.loaded->bytes_needed > 0
+                                  ? json(static_cast<double>(runs.loaded->bytes_read) /
+                                         static_cast<double>(runs.loaded->bytes_needed))
+                                  : json(nullptr);
     j["save_gbps"] = opt(do_save, gbps(save_s));
     j["load_gbps"] = opt(do_load, gbps(load_s));
     // Where a save's time goes: each phase's maximum over ranks (median over runs).
@@ -349,8 +354,9 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 gbps(save_s), static_cast<unsigned long long>(runs.saved->bytes_written), median(runs.plan),
                 median(runs.write), median(runs.commit));
   if (do_load)
-    std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  %s (%llu mismatches)\n", load_s, gbps(load_s),
-                static_cast<unsigned long long>(runs.loaded->bytes_read), verified ? "verified" : "VERIFICATION FAILED",
+    std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  bytes_needed %llu  %s (%llu mismatches)\n", load_s,
+                gbps(load_s), static_cast<unsigned long long>(runs.loaded->bytes_read),
+                static_cast<unsigned long long>(runs.loaded->bytes_needed), verified ? "verified" : "VERIFICATION FAILED",
                 static_cast<unsigned long long>(runs.mismatches));
   if (!runs.blocking.empty())
     std::printf("async: caller blocked %.3f s (memcpy of the rank's bytes: %.3f s, ratio %.2f); committed after %.3f s\n",

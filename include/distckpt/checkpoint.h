@@ -123,6 +123,11 @@ struct LoadOptions {
   // kShared falls back to kEach when ranks do not load the same tensors in order.
   enum class ReplicaReads { kAuto, kShared, kEach };
   ReplicaReads replica_reads = ReplicaReads::kAuto;
+  // A stored chunk only partly needed (a load into another layout): false (default)
+  // reads only the byte ranges needed (read amplification 1.0), which its CRC32C, taken
+  // over the whole chunk, cannot check; true reads the whole chunk and checks it. Chunks
+  // needed whole are always checked. verify_checkpoint() checks every byte.
+  bool check_partial_chunks = false;
 };
 
 struct LoadResult {
@@ -134,6 +139,11 @@ struct LoadResult {
   std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not asked for
   uint64_t rank_bytes_read = 0;  // data bytes this rank read
   uint64_t bytes_read = 0;       // summed over ranks
+  // Bytes of the boxes this rank read for (its own, and with shared replica reads those
+  // it sends), summed over ranks: bytes_read / bytes_needed is the read amplification
+  // (1.0 unless check_partial_chunks, or runs under 4 KiB read by data sieving).
+  uint64_t rank_bytes_needed = 0;
+  uint64_t bytes_needed = 0;
   double load_s = 0;
 };
 

@@ -81,6 +81,32 @@ class FileCache {
   uint64_t clock_ = 0;
 };
 
+// Whether two global shapes differ only by trailing dims of size 1 ([12,2048,1,1] and
+// [12,2048]): the same elements in the same row-major order. MindSpore accepts a
+// checkpoint shape with extra trailing 1s (its _special_process_par, for GE's 4-D
+// tensors); the other direction is the same bytes, so it is accepted too.
+bool same_up_to_trailing_ones(const Shape& a, const Shape& b) {
+  const Shape& longer = a.size() >= b.size() ? a : b;
+  const Shape& shorter = a.size() >= b.size() ? b : a;
+  if (!std::equal(shorter.begin(), shorter.end(), longer.begin())) return false;
+  return std::all_of(longer.begin() + static_cast<std::ptrdiff_t>(shorter.size()), longer.end(),
+                     [](int64_t d) { return d == 1; });
+}
+
+// Rewrites a stored tensor's shape and chunk boxes to `to` (same_up_to_trailing_ones):
+// trailing dims of size 1 are dropped or added (offset 0, extent 1).
+void reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
+  const int n = static_cast<int>(to.size());
+  t.clear_global_shape();
+  for (int64_t d : to) t.add_global_shape(d);
+  for (proto::Chunk& c : *t.mutable_chunks()) {
+    c.mutable_offset()->Truncate(std::min(n, c.offset_size()));
+    c.mutable_shape()->Truncate(std::min(n, c.shape_size()));
+    while (c.offset_size() < n) c.add_offset(0);
+    while (c.shape_size() < n) c.add_shape(1);
+  }
+}
+
 // Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C. The CRC of
 // each piece is computed right after the piece is read, while it is still in cache.
 Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bool check) {
@@ -172,13 +198,13 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
   return Status();
 }
 
-// Fills box `b` of `e` from the chunks of `t` that overlap it. Native checkpoints
-// read whole chunks and check each one's CRC32C; single-file formats read only the
-// bytes of the region (their checksums, when they have any, cover whole tensors or the
-// whole file: see check_file_crc32 and verify), checking a tensor's CRC32C when the
-// whole tensor is read anyway.
+// Fills box `b` of `e` from the chunks of `t` that overlap it. A chunk needed whole is
+// read whole and its CRC32C checked; of a chunk needed in part only the bytes of the
+// region are read (its CRC32C covers the whole chunk, so it is not checked), unless
+// `check_partial` asks for whole chunks. Single-file formats have no per-chunk
+// checksums (theirs cover whole tensors or the file: see check_file_crc32 and verify).
 Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t, const Box& needed, void* dst,
-                 std::vector<char>& scratch, uint64_t* bytes_read) {
+                 std::vector<char>& scratch, uint64_t* bytes_read, bool check_partial) {
   const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = index.format().empty() || index.format() == "native";
@@ -190,7 +216,7 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
     if (r.whole) {
       DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, dst, checksums));
       *bytes_read += chunk.length();
-    } else if (native) {
+    } else if (native && (check_partial || r.region == internal_plan::chunk_box(chunk))) {
       scratch.resize(chunk.length());
       DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, scratch.data(), checksums));
       copy_box(scratch.data(), internal_plan::chunk_box(chunk), dst, needed, r.region, item);
@@ -314,7 +340,8 @@ Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t
   (void)internal_plan::plan_reads(t, region, &covered);
   if (covered != region.num_elements())
     return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
-  return read_into(*impl_->files, impl_->index, t, region, dst, impl_->scratch, bytes_read);
+  return read_into(*impl_->files, impl_->index, t, region, dst, impl_->scratch, bytes_read,
+                   /*check_partial=*/true);  // conversions check every chunk they read
 }
 
 }  // namespace internal_runtime
@@ -391,14 +418,17 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         result.missing_in_checkpoint.push_back(e.name);
         continue;
       }
-      const proto::Tensor& t = index.tensors(it->second);
+      proto::Tensor& t = *index.mutable_tensors(it->second);
       if (t.dtype() != dtype_name(e.dtype))
         return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) +
                         " in the state dict, " + t.dtype() + " in the checkpoint");
       const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
-      if (stored_shape != e.layout.global_shape())
-        return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
-                        " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
+      if (stored_shape != e.layout.global_shape()) {
+        if (!same_up_to_trailing_ones(stored_shape, e.layout.global_shape()))
+          return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
+                          " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
+        reshape_trailing_ones(t, e.layout.global_shape());
+      }
       DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, e));
       plan.emplace_back(i, it->second);
     }
@@ -438,7 +468,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         }
         if (reader == comm.rank()) {
           DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), e.boxes[b], e.buffers[b], scratch,
-                                             &result.rank_bytes_read));
+                                             &result.rank_bytes_read, options.check_partial_chunks));
+          result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)
               if (member != comm.rank()) sends.push_back({member, e.buffers[b], bytes});
@@ -456,7 +487,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   // Every read succeeded everywhere, so every listed message will be sent.
   if (share) comm.transfer(sends, receives);
-  result.bytes_read = static_cast<uint64_t>(comm.allreduce_one(static_cast<int64_t>(result.rank_bytes_read), ReduceOp::kSum));
+  std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed)};
+  comm.allreduce(totals, ReduceOp::kSum);
+  result.bytes_read = static_cast<uint64_t>(totals[0]);
+  result.bytes_needed = static_cast<uint64_t>(totals[1]);
   result.load_s = timer.seconds();
   return result;
 }
