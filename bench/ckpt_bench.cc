@@ -202,6 +202,7 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
 
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
+  std::vector<double> load_read, load_exchange;  // where a load's time goes (max over ranks)
   std::vector<double> blocking, memcpy_s;  // --async
   std::optional<distckpt::SaveResult> saved;
   std::optional<distckpt::LoadResult> loaded;
@@ -275,6 +276,8 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
     if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
     return false;
   }
+  runs.load_read.push_back(max_over_ranks(r->read_s));
+  runs.load_exchange.push_back(max_over_ranks(r->exchange_s));
   runs.loaded = std::move(r).value();
   uint64_t mine = 0, all = 0;
   for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
@@ -321,6 +324,8 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["save_plan_s"] = opt(do_save, median(runs.plan));
     j["save_write_s"] = opt(do_save, median(runs.write));
     j["save_commit_s"] = opt(do_save, median(runs.commit));
+    j["load_read_s"] = opt(do_load, median(runs.load_read));
+    j["load_exchange_s"] = opt(do_load, median(runs.load_exchange));
     j["verified"] = do_load ? json(verified) : json(nullptr);
     j["mismatches"] = do_load ? json(runs.mismatches) : json(nullptr);
     j["runs"] = std::max(runs.save.size(), runs.load.size());
@@ -354,9 +359,11 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 gbps(save_s), static_cast<unsigned long long>(runs.saved->bytes_written), median(runs.plan),
                 median(runs.write), median(runs.commit));
   if (do_load)
-    std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  bytes_needed %llu  %s (%llu mismatches)\n", load_s,
-                gbps(load_s), static_cast<unsigned long long>(runs.loaded->bytes_read),
-                static_cast<unsigned long long>(runs.loaded->bytes_needed), verified ? "verified" : "VERIFICATION FAILED",
+    std::printf("load: %.3f s  %.3f GB/s  bytes_read %llu  bytes_needed %llu  (read %.3f, exchange %.3f s)  %s (%llu "
+                "mismatches)\n",
+                load_s, gbps(load_s), static_cast<unsigned long long>(runs.loaded->bytes_read),
+                static_cast<unsigned long long>(runs.loaded->bytes_needed), median(runs.load_read),
+                median(runs.load_exchange), verified ? "verified" : "VERIFICATION FAILED",
                 static_cast<unsigned long long>(runs.mismatches));
   if (!runs.blocking.empty())
     std::printf("async: caller blocked %.3f s (memcpy of the rank's bytes: %.3f s, ratio %.2f); committed after %.3f s\n",

@@ -144,13 +144,19 @@ struct LoadResult {
   // (1.0 unless check_partial_chunks, or runs under 4 KiB read by data sieving).
   uint64_t rank_bytes_needed = 0;
   uint64_t bytes_needed = 0;
+  // Where this rank's time went: reading (with checksums and copies into the buffers),
+  // and sending/receiving boxes shared between replicas (shared replica reads).
+  double read_s = 0, exchange_s = 0;
   double load_s = 0;
 };
 
 // Collective. Fills the buffers of `state` from the checkpoint directory `path` (a
 // root is resolved to its newest committed checkpoint, see resolve_checkpoint). Each
-// rank reads only the chunks overlapping its boxes, checks every chunk's CRC32C, and
-// copies the overlap into its buffers. Errors, identical on all ranks: kNotFound (no
+// rank reads only the bytes of its boxes (any layout: stored chunks are intersected with
+// the boxes), checks the CRC32C of every chunk it reads whole (partly needed chunks: see
+// LoadOptions::check_partial_chunks), and copies them into its buffers. A global shape
+// differing only by trailing dims of size 1 is accepted. Thread: the communicator's.
+// Memory: `state`'s buffers are borrowed and written. Errors, identical on all ranks: kNotFound (no
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
 // strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is

@@ -439,7 +439,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
 
-  // Phase 2: read the chunks, check every CRC32C, copy overlaps into the buffers. With
+  // Phase 2: read what each box needs (checking the CRC32C of chunks read whole), copy it
+  // into the buffers. With
   // shared reads, each box needed by several replicas is read by one of them (chosen
   // greedily by bytes within the replica group, the same choice on every member) and,
   // after all ranks agreed that every read succeeded, sent to the others.
@@ -448,6 +449,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1);
   const bool share = comm.size() > 1 && may_share_reads(comm, state, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
+  internal_runtime::Timer read_timer;
   local = internal_runtime::guarded(where, [&]() -> Status {
     std::vector<char> scratch;
     std::map<std::vector<int>, std::map<int, uint64_t>> group_load;
@@ -484,9 +486,12 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     result.info = internal_storage::info_values(index);
     return Status();
   });
+  result.read_s = read_timer.seconds();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   // Every read succeeded everywhere, so every listed message will be sent.
+  internal_runtime::Timer exchange_timer;
   if (share) comm.transfer(sends, receives);
+  result.exchange_s = exchange_timer.seconds();
   std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed)};
   comm.allreduce(totals, ReduceOp::kSum);
   result.bytes_read = static_cast<uint64_t>(totals[0]);
