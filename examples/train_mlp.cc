@@ -505,8 +505,8 @@ int run(int argc, char** argv, int rank, int world) {
         if (out->saved) print_fingerprint("saved", step, fingerprint(model, rank), rank);
         if (rank == 0 && cfg.async_save)
           for (const auto& done : out->committed) std::printf("committed %s (in the background)\n", done.c_str());
-        if (rank == 0 && !out->save_error.ok())
-          std::fprintf(stderr, "save failed: %s\n", out->save_error.to_string().c_str());
+        if (rank == 0 && !out->background_error.ok())
+          std::fprintf(stderr, "background save failed: %s\n", out->background_error.to_string().c_str());
         if (rank == 0)
           for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
         if (out->stop && out->exception_rank >= 0) {

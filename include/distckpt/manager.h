@@ -45,10 +45,14 @@ struct StepOutcome {
   // A SIGUSR1 or SIGTERM reached some rank: a "<name>_breakpoint" checkpoint was
   // committed (when `saved`) and the loop should end now.
   bool stop = false;
-  // With OnSaveFailure::kContinue, the failed save's error (identical on every rank);
-  // training may go on. With kStop the error is returned instead. After an exception,
-  // why no exception checkpoint was saved.
+  // With OnSaveFailure::kContinue, the error of this call's own save (identical on every
+  // rank); training may go on. With kStop the error is returned instead. After an
+  // exception, why no exception checkpoint was saved.
   Status save_error;
+  // async_save with kContinue: a background save started by an earlier call failed
+  // (identical on every rank). With kStop it is returned instead, after a breakpoint or
+  // final save of this call was made.
+  Status background_error;
   // An exception escaped the training loop on rank `exception_rank` (the lowest, when
   // several threw): `stop` is set, the manager is finished on every rank (later calls
   // return kAborted without communicating), and the loop must end without further
@@ -106,7 +110,9 @@ class CheckpointManager {
   // Collective. Completes a save in flight, then saves the final state (save_last)
   // unless this step was just saved.
   Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {});
-  // Collective. Saves now, whatever the policy, as "<name><suffix>".
+  // Collective. Saves now, whatever the policy, as "<name><suffix>". With async_save
+  // the save runs in the background like a periodic one (in_flight): it is committed
+  // when a later call reports it in `committed` (end() always completes it).
   Result<StepOutcome> save_now(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                const std::string& suffix = "");
 

@@ -238,21 +238,32 @@ struct CheckpointManager::Impl {
   std::optional<Record> in_flight;
   // Collective: waits for the save in flight, if any, and completes it as a
   // synchronous save completes (latest, retention, statistics), or reports its failure.
-  Status complete_async(StepOutcome* out) {
+  // finish_in_flight() returns the background save's failure whatever the policy, so
+  // that a breakpoint or final save can still be made before it is reported;
+  // background_failed() then applies the policy (kStop: the error; kContinue:
+  // StepOutcome::background_error).
+  Status finish_in_flight(StepOutcome* out) {
     if (!in_flight) return Status();
     const Record record = *in_flight;
     in_flight.reset();
     auto saved = async->wait();  // identical on every rank: they agreed in the background
-    if (!saved.ok()) return save_failed(saved.status().with_context("background save '" + record.name + "'"), out);
+    if (!saved.ok()) return saved.status().with_context("background save '" + record.name + "'");
     return after_commit(*saved, record, /*apply_retention=*/true, out);
   }
+  Status background_failed(const Status& error, StepOutcome* out) const {
+    if (error.ok()) return Status();
+    if (cfg.on_failure == OnSaveFailure::kStop) return error;
+    if (out->background_error.ok()) out->background_error = error;
+    return Status();
+  }
+  Status complete_async(StepOutcome* out) { return background_failed(finish_in_flight(out), out); }
   // complete_async() before publish/resume, which have no StepOutcome: a failure under
   // kContinue is printed (rank 0) instead.
   Status complete_async_quietly(const char* call) {
     StepOutcome out;
     DISTCKPT_RETURN_IF_ERROR(complete_async(&out));
-    if (!out.save_error.ok() && root())
-      std::fprintf(stderr, "distckpt: %s: %s\n", call, out.save_error.to_string().c_str());
+    if (!out.background_error.ok() && root())
+      std::fprintf(stderr, "distckpt: %s: %s\n", call, out.background_error.to_string().c_str());
     return Status();
   }
   // Collective, after a commit: statistics of the slowest and fastest writer, then
@@ -263,9 +274,9 @@ struct CheckpointManager::Impl {
 Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
                                      const std::string& suffix, const SaveKind& kind, StepOutcome* out) {
   // One save at a time, committed and retained in order: a save in flight completes
-  // first (this waits for it).
-  DISTCKPT_RETURN_IF_ERROR(complete_async(out));
+  // first (this waits for it, and the wait counts in blocking_s).
   internal_runtime::Timer blocked;
+  DISTCKPT_RETURN_IF_ERROR(complete_async(out));
 
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name;
@@ -416,6 +427,11 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("checkpoint manager: the state dict was built for rank " + std::to_string(state.rank()));
   if (local.ok() && !impl.cfg.best_metric.empty()) impl.rule = *impl.cfg.effective_rule();
+  // Every rank must have been given one, or none (else some would create one alone).
+  std::vector<int64_t> given{async ? 1 : 0, async ? 0 : 1};  // {some rank has one, some has none}
+  comm.allreduce(given, ReduceOp::kMax);
+  if (local.ok() && given[0] == 1 && given[1] == 1)
+    local = invalid_argument("checkpoint manager: an AsyncCheckpointer was given on some ranks but not on others");
   if (local.ok() && async && !impl.cfg.async_save)
     local = invalid_argument("checkpoint manager: an AsyncCheckpointer was given but async_save is off");
   if (local.ok() && impl.cfg.async_save && !async && comm.mpi_comm_handle() == nullptr)
@@ -461,14 +477,19 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
-  // A background save every rank has finished: complete it now (no waiting).
-  if (!sync.async_busy) DISTCKPT_RETURN_IF_ERROR(impl.complete_async(&out));
+  // A background save every rank has finished: complete it now (no waiting). Its
+  // failure is reported after a breakpoint save, which must still be made.
+  Status background = sync.async_busy ? Status() : impl.finish_in_flight(&out);
   if (sync.signal) {
+    const Status waited = impl.finish_in_flight(&out);
+    if (background.ok()) background = waited;
     // Synchronous: the job is about to stop.
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "_breakpoint", Impl::SaveKind(), &out));
+    DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
     out.stop = true;
     return out;
   }
+  DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   const int64_t counter = cfg.by_epoch ? epoch : step;
   bool due = false;
   if (counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
@@ -487,10 +508,12 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
-  // A save in flight completes first (this waits for it): it may be this very step.
-  DISTCKPT_RETURN_IF_ERROR(impl.complete_async(&out));
+  // A save in flight completes first (this waits for it): it may be this very step. If
+  // it failed, the final state is saved all the same before the failure is reported.
+  const Status background = impl.finish_in_flight(&out);
   if (impl.cfg.save_last && impl.last_saved_step != step)
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", Impl::SaveKind(), &out));
+  DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;
   // The final checkpoint (this run's last save, else the newest) and the best one.
@@ -540,8 +563,7 @@ Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, cons
   out.exception = message;
   // A background save completes first, whatever the policy: its failure is reported,
   // and the exception save still runs.
-  const Status previous = complete_async(&out);
-  if (!previous.ok() && out.save_error.ok()) out.save_error = previous;
+  out.background_error = finish_in_flight(&out);
   const std::string head = "exception save: rank " + std::to_string(s.failing_rank) + " threw (" + message + ")";
   if (s.min_step != s.max_step) {
     out.save_error = aborted(head + " while the ranks' states were at different steps (" + std::to_string(s.min_step) +

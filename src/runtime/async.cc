@@ -7,7 +7,9 @@
 // for the stream (finish: tail, trim, fsync) and runs the agreement and the commit
 // (finish_save) on the background communicator.
 #include <atomic>
+#include <memory>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "comm/agree.h"
@@ -71,8 +73,8 @@ class AsyncCheckpointer::Impl {
     const double stage_s = stage_timer.seconds();
 
     running_ = true;
-    worker_ = std::thread([this, session = std::move(session), writer = std::move(writer), staged,
-                           stage_s, fsync = options.fsync]() mutable {
+    auto finish = [this, session = std::move(session), writer = std::move(writer), staged, stage_s,
+                   fsync = options.fsync]() mutable {
       internal_runtime::Timer write_timer;
       Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
                                                        : Result<std::vector<uint32_t>>(staged);
@@ -83,7 +85,17 @@ class AsyncCheckpointer::Impl {
       session.result.write_s = stage_s + write_timer.seconds();
       pending_ = internal_runtime::finish_save(*bg_, session, crcs);
       running_ = false;
-    });
+    };
+    // Shared, so that it is still here to run when the thread cannot be created.
+    auto task = std::make_shared<decltype(finish)>(std::move(finish));
+    try {
+      worker_ = std::thread([task] { (*task)(); });
+    } catch (const std::system_error&) {
+      // No thread to be had on this rank: finish here, synchronously. The other ranks'
+      // background threads meet this one in finish_save's collectives, so every rank
+      // still gets the same result (from wait()), only later than usual.
+      (*task)();
+    }
     return Status();
   }
 

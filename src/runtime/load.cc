@@ -94,9 +94,16 @@ bool same_up_to_trailing_ones(const Shape& a, const Shape& b) {
 }
 
 // Rewrites a stored tensor's shape and chunk boxes to `to` (same_up_to_trailing_ones):
-// trailing dims of size 1 are dropped or added (offset 0, extent 1).
-void reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
+// trailing dims of size 1 are dropped or added (offset 0, extent 1). A chunk whose
+// dropped dim is not offset 0, extent 1 (an empty chunk, say) would change meaning.
+Status reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
   const int n = static_cast<int>(to.size());
+  for (const proto::Chunk& c : t.chunks())
+    for (int d = n; d < c.shape_size(); ++d)
+      if (c.offset(d) != 0 || c.shape(d) != 1)
+        return corruption("tensor '" + t.name() + "': a chunk of extent " + std::to_string(c.shape(d)) + " at " +
+                          std::to_string(c.offset(d)) + " in dim " + std::to_string(d) +
+                          " of size 1 cannot be reshaped");
   t.clear_global_shape();
   for (int64_t d : to) t.add_global_shape(d);
   for (proto::Chunk& c : *t.mutable_chunks()) {
@@ -105,6 +112,7 @@ void reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
     while (c.offset_size() < n) c.add_offset(0);
     while (c.shape_size() < n) c.add_shape(1);
   }
+  return Status();
 }
 
 // Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C. The CRC of
@@ -427,7 +435,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         if (!same_up_to_trailing_ones(stored_shape, e.layout.global_shape()))
           return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
                           " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
-        reshape_trailing_ones(t, e.layout.global_shape());
+        DISTCKPT_RETURN_IF_ERROR(reshape_trailing_ones(t, e.layout.global_shape()));
       }
       DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, e));
       plan.emplace_back(i, it->second);
