@@ -24,6 +24,21 @@ bool same_on_all_ranks(const std::vector<int>& v) {
   return testing::all_ranks(root == v);
 }
 
+// A fresh manager over zeroed buffers resumes the newest checkpoint of `c`'s series (at
+// `step`, when >= 0) and gets the saved values back.
+void expect_resumes(Comm& comm, const CheckpointConfig& c, int64_t step) {
+  FormatModel fresh(comm.rank(), comm.size()), want(comm.rank(), comm.size());
+  fresh.zero();
+  auto again = CheckpointManager::create(comm, fresh.state, c);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  auto resumed = (*again)->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_TRUE(resumed->resumed);
+  EXPECT_EQ((*again)->series_prefix(), c.prefix);
+  if (step >= 0) EXPECT_EQ(resumed->step, step);
+  for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
+}
+
 TEST(ManagerMpi, StepsSecondsRetentionAndResumeAgreeOnEveryRank) {
   auto comm = make_mpi_comm(MPI_COMM_WORLD);
   const int world = comm->size();
@@ -50,15 +65,7 @@ TEST(ManagerMpi, StepsSecondsRetentionAndResumeAgreeOnEveryRank) {
   ASSERT_TRUE(listing.ok());
   EXPECT_EQ(listing->entries.size(), 2u);  // keep_max, after every save
 
-  FormatModel fresh(comm->rank(), world), want(comm->rank(), world);
-  fresh.zero();
-  auto again = CheckpointManager::create(*comm, fresh.state, c);
-  ASSERT_TRUE(again.ok());
-  auto resumed = (*again)->resume();
-  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
-  EXPECT_TRUE(resumed->resumed);
-  EXPECT_EQ((*again)->series_prefix(), "m");
-  for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
+  expect_resumes(*comm, c, -1);
 }
 
 // async_save under mpirun: the manager duplicates MPI_COMM_WORLD for its background
@@ -103,15 +110,8 @@ TEST(ManagerMpi, AsyncSavesCommitInTheBackgroundAndResume) {
   ASSERT_TRUE(listing.ok());
   EXPECT_EQ(listing->entries.size(), 2u);
 
-  FormatModel fresh(comm->rank(), world), want(comm->rank(), world);
-  fresh.zero();
   c.async_save = false;
-  auto again = CheckpointManager::create(*comm, fresh.state, c);
-  ASSERT_TRUE(again.ok());
-  auto resumed = (*again)->resume();
-  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
-  EXPECT_EQ(resumed->step, 9);
-  for (std::size_t i = 0; i < fresh.buffers.size(); ++i) EXPECT_EQ(fresh.buffers[i], want.buffers[i]);
+  expect_resumes(*comm, c, 9);
 }
 
 }  // namespace

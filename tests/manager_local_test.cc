@@ -654,15 +654,7 @@ TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
-}  // namespace
-}  // namespace distckpt
-
 // ---- async_save: periodic saves on an AsyncCheckpointer ----
-namespace distckpt {
-namespace {
-
-using testing::FormatModel;
-using testing::TempDir;
 
 // Runs fn on `world` in-process ranks, each with an AsyncCheckpointer over two
 // in-process groups of its own (what create() makes from an MPI communicator).

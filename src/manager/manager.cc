@@ -219,10 +219,16 @@ struct CheckpointManager::Impl {
   // out->save_error.
   Status save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix,
               const SaveKind& kind, StepOutcome* out);
-  Status save_failed(const Status& error, StepOutcome* out) const {
+  // The failure policy: kStop returns `error` (identical on every rank); kContinue
+  // keeps the first one in `*reported` (a StepOutcome field) and goes on.
+  Status apply_failure_policy(const Status& error, Status* reported) const {
+    if (error.ok()) return Status();
     if (cfg.on_failure == OnSaveFailure::kStop) return error;
-    if (out->save_error.ok()) out->save_error = error;
+    if (reported->ok()) *reported = error;
     return Status();
+  }
+  Status save_failed(const Status& error, StepOutcome* out) const {
+    return apply_failure_policy(error, &out->save_error);
   }
 
   // async_save: the background save in flight (the same on every rank: started and
@@ -251,10 +257,7 @@ struct CheckpointManager::Impl {
     return after_commit(*saved, record, /*apply_retention=*/true, out);
   }
   Status background_failed(const Status& error, StepOutcome* out) const {
-    if (error.ok()) return Status();
-    if (cfg.on_failure == OnSaveFailure::kStop) return error;
-    if (out->background_error.ok()) out->background_error = error;
-    return Status();
+    return apply_failure_policy(error, &out->background_error);
   }
   Status complete_async(StepOutcome* out) { return background_failed(finish_in_flight(out), out); }
   // complete_async() before publish/resume, which have no StepOutcome: a failure under
