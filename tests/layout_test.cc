@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "distckpt/layout.h"
@@ -142,6 +143,39 @@ TEST(LayoutTest, TilingCheckScalesToManyBoxes) {
   EXPECT_TRUE(TensorLayout::from_boxes({300, 300}, grid).ok());
   grid[0].back() = Box{{299, 298}, {1, 1}};  // duplicate of its neighbour: a gap
   EXPECT_FALSE(TensorLayout::from_boxes({300, 300}, grid).ok());
+}
+
+// replica_group and group_index are computed arithmetically (no scan of the group):
+// they must equal the definition (members whose slice box is identical) for groups
+// given as the identity, a contiguous run (a pipeline stage) and a permutation.
+TEST(LayoutTest, ReplicaGroupsMatchTheDefinition) {
+  struct Case {
+    Shape shape, dev_mat, map;
+    std::vector<int> ranks;
+  };
+  std::vector<int> stage(24), permuted(24);
+  std::iota(stage.begin(), stage.end(), 100);
+  for (int i = 0; i < 24; ++i) permuted[i] = (i * 7) % 24 + 3;  // 7 is coprime with 24
+  const std::vector<Case> cases = {
+      {{12, 8}, {2, 3, 4}, {2, 0}, {}},       {{12, 6}, {2, 3, 4}, {-1, 1}, stage},
+      {{12, 8}, {2, 3, 4}, {0, 2}, permuted}, {{6}, {2, 3, 4}, {-1}, permuted},
+      {{24, 4}, {24}, {0, -1}, stage},        {{12, 8, 6}, {2, 3, 4}, {2, 0, 1}, permuted}};
+  for (const Case& c : cases) {
+    const TensorLayout l = make(c.shape, c.dev_mat, c.map, c.ranks);
+    for (int m = 0; m < l.group_size(); ++m) {
+      const int rank = l.ranks()[m];
+      EXPECT_EQ(l.group_index(rank), m);
+      std::vector<int> expected;
+      for (int other : l.ranks())
+        if (l.slice_box(other) == l.slice_box(rank)) expected.push_back(other);
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(l.replica_group(rank), expected) << l.to_string() << " rank " << rank;
+    }
+    EXPECT_EQ(l.group_index(-1), -1);
+    EXPECT_EQ(l.group_index(1000), -1);
+    EXPECT_EQ(l.max_rank(), *std::max_element(l.ranks().begin(), l.ranks().end()));
+    EXPECT_EQ(l.contiguous_first_rank(), c.ranks.empty() ? 0 : (c.ranks == stage ? 100 : -1));
+  }
 }
 
 TEST(BoxTest, IntersectAndContains) {

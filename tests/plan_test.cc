@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <random>
+#include <set>
 
 #include "plan/load_plan.h"
 #include "plan/save_plan.h"
@@ -8,20 +12,24 @@
 namespace distckpt::internal_plan {
 namespace {
 
-// The descriptions every rank of a DP x TP job would send for the given tensors.
-std::vector<proto::Index> describe(int world, const std::vector<std::pair<std::string, TensorLayout>>& tensors,
-                                   DType dtype = DType::kFloat32) {
-  std::vector<proto::Index> out;
-  static char dummy[1];
-  for (int r = 0; r < world; ++r) {
-    StateDict sd(r);
-    for (const auto& [name, layout] : tensors) {
-      std::vector<void*> bufs(layout.boxes_of(r).size(), dummy);
-      EXPECT_TRUE(sd.add_tensor(name, dtype, bufs, layout).ok());
-    }
-    out.push_back(describe_local_state(sd));
-  }
+using Tensors = std::vector<std::pair<std::string, TensorLayout>>;
+
+// What rank 0 plans from (it borrows the layouts: keep `tensors` alive).
+std::vector<PlannedTensor> planned(const Tensors& tensors, DType dtype = DType::kFloat32) {
+  std::vector<PlannedTensor> out;
+  for (const auto& [name, layout] : tensors) out.push_back(PlannedTensor{name, dtype, &layout});
   return out;
+}
+
+// The state-dict description rank `rank` would send.
+std::string description(int rank, const Tensors& tensors, DType dtype = DType::kFloat32) {
+  static char dummy[1];
+  StateDict sd(rank);
+  for (const auto& [name, layout] : tensors) {
+    std::vector<void*> bufs(layout.boxes_of(rank).size(), dummy);
+    EXPECT_TRUE(sd.add_tensor(name, dtype, bufs, layout).ok());
+  }
+  return describe_state(sd);
 }
 
 TensorLayout dm(const Shape& shape, const Shape& dev, const Shape& map) {
@@ -31,8 +39,8 @@ TensorLayout dm(const Shape& shape, const Shape& dev, const Shape& map) {
 TEST(SavePlanTest, ReplicasAreWrittenOnce) {
   // DP2 x TP2: a row-split weight (2 unique slices, 2 holders each) and a bias
   // replicated on all 4 ranks.
-  auto ranks = describe(4, {{"w", dm({8, 4}, {2, 2}, {0, -1})}, {"b", dm({4}, {2, 2}, {-1})}});
-  auto plan = plan_save(ranks, /*remove_redundancy=*/true);
+  const Tensors tensors{{"w", dm({8, 4}, {2, 2}, {0, -1})}, {"b", dm({4}, {2, 2}, {-1})}};
+  auto plan = plan_save(planned(tensors), 4, /*remove_redundancy=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   const proto::Index& index = plan->index;
   ASSERT_EQ(index.tensors_size(), 2);
@@ -50,41 +58,41 @@ TEST(SavePlanTest, ReplicasAreWrittenOnce) {
 
 TEST(SavePlanTest, BalancesBytesAcrossReplicas) {
   // 16 equal slices each held by all 4 ranks: every rank writes 4 of them.
-  std::vector<std::pair<std::string, TensorLayout>> tensors;
+  Tensors tensors;
   for (int i = 0; i < 16; ++i) tensors.push_back({"t" + std::to_string(i), dm({256}, {4}, {-1})});
-  auto plan = plan_save(describe(4, tensors), true);
+  auto plan = plan_save(planned(tensors), 4, true);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>(4, 4 * 1024)));
   // Largest first: 1 big + 3 small on 2 ranks -> big alone on one, smalls spread.
-  auto mixed = plan_save(describe(2, {{"big", dm({300}, {2}, {-1})},
-                                      {"s1", dm({100}, {2}, {-1})},
-                                      {"s2", dm({100}, {2}, {-1})},
-                                      {"s3", dm({100}, {2}, {-1})}}),
-                         true);
+  const Tensors mixed_tensors{{"big", dm({300}, {2}, {-1})},
+                             {"s1", dm({100}, {2}, {-1})},
+                             {"s2", dm({100}, {2}, {-1})},
+                             {"s3", dm({100}, {2}, {-1})}};
+  auto mixed = plan_save(planned(mixed_tensors), 2, true);
   ASSERT_TRUE(mixed.ok());
   EXPECT_EQ(mixed->bytes_per_rank, (std::vector<uint64_t>{1200, 1200}));
 }
 
 TEST(SavePlanTest, IsDeterministic) {
-  auto ranks = describe(4, {{"w", dm({8, 4}, {2, 2}, {0, -1})}, {"b", dm({4}, {2, 2}, {-1})}});
-  auto a = plan_save(ranks, true);
-  auto b = plan_save(ranks, true);
+  const Tensors tensors{{"w", dm({8, 4}, {2, 2}, {0, -1})}, {"b", dm({4}, {2, 2}, {-1})}};
+  auto a = plan_save(planned(tensors), 4, true);
+  auto b = plan_save(planned(tensors), 4, true);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->index.SerializeAsString(), b->index.SerializeAsString());
   EXPECT_EQ(a->writes, b->writes);
 }
 
 TEST(SavePlanTest, WithoutRedundancyRemovalEveryHolderWrites) {
-  auto ranks = describe(4, {{"b", dm({4}, {4}, {-1})}});
-  auto plan = plan_save(ranks, false);
+  const Tensors tensors{{"b", dm({4}, {4}, {-1})}};
+  auto plan = plan_save(planned(tensors), 4, false);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->index.tensors(0).chunks_size(), 4);
   EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>(4, 16)));
 }
 
 TEST(SavePlanTest, FileOffsetsArePackedPerWriter) {
-  auto ranks = describe(1, {{"a", dm({10}, {1}, {-1})}, {"b", dm({6}, {1}, {-1})}}, DType::kFloat64);
-  auto plan = plan_save(ranks, true);
+  const Tensors tensors{{"a", dm({10}, {1}, {-1})}, {"b", dm({6}, {1}, {-1})}};
+  auto plan = plan_save(planned(tensors, DType::kFloat64), 1, true);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->writes[0].size(), 2u);
   EXPECT_EQ(plan->writes[0][0].byte_offset, 0u);
@@ -92,40 +100,91 @@ TEST(SavePlanTest, FileOffsetsArePackedPerWriter) {
   EXPECT_EQ(plan->index.files(0).size(), 128u);
 }
 
-TEST(SavePlanTest, InconsistentRanksAreRejected) {
-  auto ranks = describe(2, {{"w", dm({8}, {2}, {0})}});
-  auto other = describe(2, {{"v", dm({8}, {2}, {0})}});
-  ranks[1] = other[1];
-  auto plan = plan_save(ranks, true);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("rank 1"), std::string::npos) << plan.status().message();
-  auto dtype = describe(2, {{"w", dm({8}, {2}, {0})}}, DType::kInt32);
-  auto base = describe(2, {{"w", dm({8}, {2}, {0})}});
-  base[1] = dtype[1];
-  EXPECT_NE(plan_save(base, true).status().message().find("dtype"), std::string::npos);
-  auto missing = describe(2, {{"w", dm({8}, {2}, {0})}, {"x", dm({8}, {2}, {0})}});
-  missing[1] = describe(2, {{"w", dm({8}, {2}, {0})}})[1];
-  EXPECT_NE(plan_save(missing, true).status().message().find("missing"), std::string::npos);
+TEST(SavePlanTest, InconsistentRanksAreExplained) {
+  const Tensors w{{"w", dm({8}, {2}, {0})}};
+  EXPECT_TRUE(explain_mismatch({description(0, w), description(1, w)}).ok());
+  EXPECT_EQ(fingerprint(description(0, w)), fingerprint(description(1, w)));  // same layouts, other rank
+
+  const Tensors v{{"v", dm({8}, {2}, {0})}};
+  EXPECT_NE(fingerprint(description(0, w)), fingerprint(description(1, v)));
+  Status other = explain_mismatch({description(0, w), description(1, v)});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("rank 1"), std::string::npos) << other.message();
+  EXPECT_NE(explain_mismatch({description(0, w), description(1, w, DType::kInt32)}).message().find("dtype"),
+            std::string::npos);
+  const Tensors wx{{"w", dm({8}, {2}, {0})}, {"x", dm({8}, {2}, {0})}};
+  EXPECT_NE(explain_mismatch({description(0, wx), description(1, w)}).message().find("missing"), std::string::npos);
+  const Tensors shape{{"w", dm({16}, {2}, {0})}};
+  EXPECT_NE(explain_mismatch({description(0, w), description(1, shape)}).message().find("global shape"),
+            std::string::npos);
+  const Tensors layout{{"w", dm({8}, {2}, {-1})}};
+  EXPECT_NE(explain_mismatch({description(0, w), description(1, layout)}).message().find("layout differs"),
+            std::string::npos);
+  EXPECT_FALSE(explain_mismatch({description(0, w), "not a description"}).ok());
 }
 
 TEST(SavePlanTest, LayoutLargerThanTheWorldIsRejected) {
   // dev_mat [2,4] names 8 ranks; only 4 take part: rows 16-31 would never be written.
-  auto plan = plan_save(describe(4, {{"w", dm({32, 16}, {2, 4}, {1, -1})}}), true);
+  const Tensors tensors{{"w", dm({32, 16}, {2, 4}, {1, -1})}};
+  auto plan = plan_save(planned(tensors), 4, true);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(plan.status().message().find("names rank 4 but the communicator has 4 ranks"), std::string::npos)
       << plan.status().message();
 }
 
-TEST(SavePlanTest, BoxesThatDoNotTileAreRejected) {
+TEST(SavePlanTest, DifferentExplicitBoxesAreExplained) {
   // Rank 0 and rank 1 built different explicit layouts: [0:16] and [8:24] of [32].
-  auto a = *TensorLayout::from_boxes({32}, {{Box{{0}, {16}}}, {Box{{16}, {16}}}});
-  auto b = *TensorLayout::from_boxes({32}, {{Box{{0}, {8}}}, {Box{{8}, {24}}}});
-  auto ranks = describe(2, {{"t", a}});
-  ranks[1] = describe(2, {{"t", b}})[1];
-  auto plan = plan_save(ranks, true);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("tile"), std::string::npos) << plan.status().message();
+  const Tensors a{{"t", *TensorLayout::from_boxes({32}, {{Box{{0}, {16}}}, {Box{{16}, {16}}}})}};
+  const Tensors b{{"t", *TensorLayout::from_boxes({32}, {{Box{{0}, {8}}}, {Box{{8}, {24}}}})}};
+  EXPECT_NE(fingerprint(description(0, a)), fingerprint(description(1, b)));
+  Status st = explain_mismatch({description(0, a), description(1, b)});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("explicit boxes differ"), std::string::npos) << st.message();
+}
+
+// The planner derives every rank's boxes from the layouts. Checked against the
+// definition: every distinct non-empty box of every member is written exactly once, by
+// a member holding it, and the plan's bytes are the unique bytes.
+TEST(SavePlanTest, EveryDistinctBoxIsWrittenOnceByAHolder) {
+  std::vector<int> stage(8), permuted(8);
+  std::iota(stage.begin(), stage.end(), 8);
+  for (int i = 0; i < 8; ++i) permuted[i] = (i * 3) % 8;
+  const Tensors tensors{
+      {"col", dm({16, 8}, {2, 4}, {0, -1})},
+      {"row_stage", *TensorLayout::from_device_matrix({16, 8}, {2, 4}, {-1, 0}, stage)},
+      {"grid_perm", *TensorLayout::from_device_matrix({16, 8}, {2, 4}, {1, 0}, permuted)},
+      {"replicated_stage", *TensorLayout::from_device_matrix({5}, {4, 2}, {-1}, stage)},
+      {"explicit", *TensorLayout::from_boxes({10}, {{Box{{0}, {3}}}, {Box{{3}, {7}}}, {Box{{0}, {3}}}}, {2, 9, 5})}};
+  const int world = 16;
+  auto plan = plan_save(planned(tensors), world, true);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  uint64_t unique = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorLayout& l = tensors[t].second;
+    std::set<Box> distinct;
+    for (int r : l.ranks())
+      for (const Box& b : l.boxes_of(r))
+        if (!b.empty()) distinct.insert(b);
+    const proto::Tensor& stored = plan->index.tensors(static_cast<int>(t));
+    ASSERT_EQ(stored.chunks_size(), static_cast<int>(distinct.size())) << tensors[t].first;
+    for (const auto& c : stored.chunks()) {
+      const Box box = chunk_box(c);
+      EXPECT_EQ(distinct.erase(box), 1u) << tensors[t].first << " " << box.to_string();
+      const auto held = l.boxes_of(c.writer_rank());
+      EXPECT_NE(std::find(held.begin(), held.end(), box), held.end()) << tensors[t].first;
+      unique += c.length();
+    }
+  }
+  uint64_t written = 0;
+  for (uint64_t b : plan->bytes_per_rank) written += b;
+  EXPECT_EQ(written, unique);
+  EXPECT_EQ(unique, (16 * 8 * 3 + 5 + 10) * 4u);
+  // Compact rank lists: contiguous device-matrix groups are stored as their first rank.
+  EXPECT_EQ(plan->index.tensors(1).layout().ranks_size(), 0);
+  EXPECT_EQ(plan->index.tensors(1).layout().ranks_first(), 8);
+  EXPECT_EQ(plan->index.tensors(2).layout().ranks_size(), 8);
+  EXPECT_EQ(plan->index.tensors(4).layout().ranks_size(), 3);
 }
 
 TEST(SavePlanTest, WriteListsRoundTrip) {
@@ -137,7 +196,8 @@ TEST(SavePlanTest, WriteListsRoundTrip) {
 }
 
 TEST(LoadPlanTest, ExactMatchIsOneWholeRead) {
-  auto plan = plan_save(describe(4, {{"w", dm({8, 4}, {2, 2}, {0, -1})}}), true);
+  const Tensors tensors{{"w", dm({8, 4}, {2, 2}, {0, -1})}};
+  auto plan = plan_save(planned(tensors), 4, true);
   ASSERT_TRUE(plan.ok());
   int64_t covered = 0;
   auto reads = plan_reads(plan->index.tensors(0), Box{{4, 0}, {4, 4}}, &covered);
@@ -148,7 +208,8 @@ TEST(LoadPlanTest, ExactMatchIsOneWholeRead) {
 
 TEST(LoadPlanTest, ReshardIntersectsChunks) {
   // Stored as 2 row slabs; needed: a column split crossing both.
-  auto plan = plan_save(describe(2, {{"w", dm({8, 4}, {2}, {0, -1})}}), true);
+  const Tensors tensors{{"w", dm({8, 4}, {2}, {0, -1})}};
+  auto plan = plan_save(planned(tensors), 2, true);
   ASSERT_TRUE(plan.ok());
   int64_t covered = 0;
   auto reads = plan_reads(plan->index.tensors(0), Box{{0, 2}, {8, 2}}, &covered);
@@ -159,12 +220,75 @@ TEST(LoadPlanTest, ReshardIntersectsChunks) {
 }
 
 TEST(LoadPlanTest, DuplicateChunksUsedOnce) {
-  auto plan = plan_save(describe(3, {{"b", dm({6}, {3}, {-1})}}), false);
+  const Tensors tensors{{"b", dm({6}, {3}, {-1})}};
+  auto plan = plan_save(planned(tensors), 3, false);
   ASSERT_TRUE(plan.ok());
   int64_t covered = 0;
   auto reads = plan_reads(plan->index.tensors(0), Box{{1}, {4}}, &covered);
   EXPECT_EQ(reads.size(), 1u);
   EXPECT_EQ(covered, 4);
+}
+
+// The lookup visits only candidate chunks; its answers must equal a scan of every
+// chunk (exact match first, else every overlap, identical boxes once), for slab, grid
+// and duplicated (no redundancy removal) chunks and arbitrary needed boxes.
+TEST(LoadPlanTest, LookupEqualsAFullScan) {
+  auto scan = [](const proto::Tensor& t, const Box& needed, int64_t* covered) {
+    std::vector<ReadItem> reads;
+    *covered = 0;
+    for (int c = 0; c < t.chunks_size(); ++c)
+      if (chunk_box(t.chunks(c)) == needed) {
+        *covered = needed.num_elements();
+        return std::vector<ReadItem>{ReadItem{c, needed, true}};
+      }
+    std::set<Box> seen;
+    for (int c = 0; c < t.chunks_size(); ++c) {
+      const Box box = chunk_box(t.chunks(c));
+      Box region = intersect(box, needed);
+      if (region.empty() || !seen.insert(box).second) continue;
+      *covered += region.num_elements();
+      reads.push_back(ReadItem{c, region, false});
+    }
+    return reads;
+  };
+  const Tensors tensors{{"slab", dm({64, 12}, {8}, {0, -1})},
+                        {"grid", dm({24, 36}, {3, 4, 2}, {2, 0})},
+                        {"dup", dm({24, 36}, {3, 4, 2}, {1, -1})},
+                        {"uneven", *TensorLayout::from_boxes({40, 6}, {{Box{{0, 0}, {7, 6}}, Box{{7, 0}, {20, 3}}},
+                                                                       {Box{{7, 3}, {20, 3}}, Box{{27, 0}, {13, 6}}}})}};
+  std::mt19937 rng(7);
+  for (bool dedupe : {true, false}) {
+    auto plan = plan_save(planned(tensors), 24, dedupe);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    for (int t = 0; t < plan->index.tensors_size(); ++t) {
+      const proto::Tensor& stored = plan->index.tensors(t);
+      const ChunkLookup lookup(stored);
+      std::vector<Box> queries;
+      for (const auto& c : stored.chunks()) queries.push_back(chunk_box(c));  // exact matches
+      for (int q = 0; q < 200; ++q) {
+        Box b{Shape(2), Shape(2)};
+        for (int d = 0; d < 2; ++d) {
+          const int64_t g = stored.global_shape(d);
+          b.offset[d] = std::uniform_int_distribution<int64_t>(0, g - 1)(rng);
+          b.shape[d] = std::uniform_int_distribution<int64_t>(1, g - b.offset[d])(rng);
+        }
+        queries.push_back(b);
+      }
+      for (const Box& q : queries) {
+        int64_t got_covered = -1, want_covered = -1;
+        const auto got = lookup.plan_reads(q, &got_covered);
+        const auto want = scan(stored, q, &want_covered);
+        EXPECT_EQ(got_covered, want_covered) << stored.name() << " " << q.to_string();
+        EXPECT_EQ(got_covered, q.num_elements()) << stored.name() << " " << q.to_string();
+        ASSERT_EQ(got.size(), want.size()) << stored.name() << " " << q.to_string();
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].chunk, want[i].chunk);
+          EXPECT_EQ(got[i].region, want[i].region);
+          EXPECT_EQ(got[i].whole, want[i].whole);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

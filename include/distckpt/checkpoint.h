@@ -256,7 +256,10 @@ struct TensorInfo {
   Shape global_shape;
   Shape dev_mat;       // empty for explicit layouts
   Shape tensor_map;
+  // The group at save time. Empty for a device-matrix group that was the contiguous run
+  // of prod(dev_mat) ranks starting at ranks_first (how the index stores it compactly).
   std::vector<int> ranks;
+  int ranks_first = 0;
   std::vector<ChunkInfo> chunks;
 };
 

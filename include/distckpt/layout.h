@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distckpt/status.h"
@@ -82,8 +83,14 @@ class TensorLayout {
   const Shape& tensor_map() const { return tensor_map_; }  // empty in explicit form
   const std::vector<int>& ranks() const { return ranks_; }
   int group_size() const { return static_cast<int>(ranks_.size()); }
+  // The first rank when the group is the contiguous run first, first+1, ... (the
+  // identity group, a pipeline stage), else -1.
+  int contiguous_first_rank() const { return contiguous_first_; }
+  // The largest global rank in the group.
+  int max_rank() const { return max_rank_; }
 
-  // Position of a global rank in the group, or -1 when it is not a member.
+  // Position of a global rank in the group, or -1 when it is not a member. O(1) for a
+  // contiguous group, O(log group size) otherwise.
   int group_index(int global_rank) const;
 
   // The boxes a global rank holds (one box in device-matrix form; none for a non-member).
@@ -95,8 +102,8 @@ class TensorLayout {
   // split dims (0 when nothing is split). Precondition: member.
   int64_t slice_index(int global_rank) const;
   // Global ranks holding exactly the same box (including the rank itself), ascending;
-  // empty for a non-member. O(group size) per call.
-  // Explicit form: members holding an identical list of boxes.
+  // empty for a non-member. Device-matrix form: O(replicas); explicit form: members
+  // holding an identical list of boxes, O(group size).
   std::vector<int> replica_group(int global_rank) const;
 
   std::string to_string() const;
@@ -107,6 +114,11 @@ class TensorLayout {
   Shape tensor_map_;
   std::vector<int> ranks_;
   std::vector<std::vector<Box>> explicit_boxes_;
+  int contiguous_first_ = -1;
+  int max_rank_ = -1;
+  std::vector<std::pair<int, int>> by_rank_;  // (global rank, group index), sorted; non-contiguous groups only
+
+  void index_ranks();
 };
 
 }  // namespace distckpt

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "distckpt/layout.h"
+#include "layout/slices.h"
 #include "layout/tiling.h"
 
 namespace distckpt {
@@ -87,6 +88,7 @@ Result<TensorLayout> TensorLayout::from_device_matrix(const Shape& global_shape,
   l.dev_mat_ = dev_mat;
   l.tensor_map_ = tensor_map;
   l.ranks_ = std::move(ranks);
+  l.index_ranks();
   return l;
 }
 
@@ -118,15 +120,28 @@ Result<TensorLayout> TensorLayout::from_boxes(const Shape& global_shape, std::ve
   l.global_shape_ = global_shape;
   l.ranks_ = std::move(ranks);
   l.explicit_boxes_ = std::move(boxes);
+  l.index_ranks();
   return l;
 }
 
+void TensorLayout::index_ranks() {
+  bool contiguous = true;
+  for (std::size_t i = 1; i < ranks_.size() && contiguous; ++i) contiguous = ranks_[i] == ranks_[0] + static_cast<int>(i);
+  contiguous_first_ = contiguous && !ranks_.empty() ? ranks_[0] : -1;
+  max_rank_ = ranks_.empty() ? -1 : *std::max_element(ranks_.begin(), ranks_.end());
+  if (contiguous) return;
+  by_rank_.reserve(ranks_.size());
+  for (std::size_t i = 0; i < ranks_.size(); ++i) by_rank_.emplace_back(ranks_[i], static_cast<int>(i));
+  std::sort(by_rank_.begin(), by_rank_.end());
+}
+
 int TensorLayout::group_index(int global_rank) const {
-  // Most groups are the identity mapping; avoid the scan for them.
-  if (global_rank >= 0 && global_rank < group_size() && ranks_[global_rank] == global_rank) return global_rank;
-  for (int i = 0; i < group_size(); ++i)
-    if (ranks_[i] == global_rank) return i;
-  return -1;
+  if (contiguous_first_ >= 0) {
+    const int64_t idx = int64_t{global_rank} - contiguous_first_;
+    return idx >= 0 && idx < group_size() ? static_cast<int>(idx) : -1;
+  }
+  auto it = std::lower_bound(by_rank_.begin(), by_rank_.end(), std::make_pair(global_rank, -1));
+  return it != by_rank_.end() && it->first == global_rank ? it->second : -1;
 }
 
 std::vector<Box> TensorLayout::boxes_of(int global_rank) const {
@@ -181,17 +196,9 @@ std::vector<int> TensorLayout::replica_group(int global_rank) const {
     for (int m = 0; m < group_size(); ++m)
       if (explicit_boxes_[m] == explicit_boxes_[idx]) group.push_back(ranks_[m]);
   } else {
-    const int64_t naxes = static_cast<int64_t>(dev_mat_.size());
-    std::vector<bool> named(dev_mat_.size(), false);
-    for (int64_t k : tensor_map_)
-      if (k >= 0) named[static_cast<std::size_t>(naxes - 1 - k)] = true;
-    const Shape mine = coords_of(idx, dev_mat_);
-    for (int m = 0; m < group_size(); ++m) {
-      const Shape c = coords_of(m, dev_mat_);
-      bool same = true;
-      for (std::size_t a = 0; a < c.size() && same; ++a) same = !named[a] || c[a] == mine[a];
-      if (same) group.push_back(ranks_[m]);
-    }
+    const internal_layout::DeviceSlices slices(*this);
+    group.reserve(static_cast<std::size_t>(slices.replicas()));
+    slices.for_each_holder(slice_index(global_rank), [&](int member) { group.push_back(ranks_[member]); });
   }
   std::sort(group.begin(), group.end());
   return group;

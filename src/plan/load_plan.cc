@@ -1,6 +1,8 @@
 #include "plan/load_plan.h"
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace distckpt::internal_plan {
 
@@ -8,26 +10,67 @@ Box chunk_box(const proto::Chunk& c) {
   return Box{Shape(c.offset().begin(), c.offset().end()), Shape(c.shape().begin(), c.shape().end())};
 }
 
-std::vector<ReadItem> plan_reads(const proto::Tensor& tensor, const Box& needed, int64_t* covered) {
+ChunkLookup::ChunkLookup(const proto::Tensor& tensor) {
+  boxes_.reserve(static_cast<std::size_t>(tensor.chunks_size()));
+  for (const auto& c : tensor.chunks()) boxes_.push_back(chunk_box(c));
+  const int dims = tensor.global_shape_size();
+  std::size_t best = 0;
+  for (int d = 0; d < dims; ++d) {
+    std::vector<int64_t> starts;
+    for (const Box& b : boxes_)
+      if (static_cast<int>(b.offset.size()) == dims) starts.push_back(b.offset[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (dim_ < 0 || distinct > best) best = distinct, dim_ = d;
+  }
+  for (int c = 0; c < static_cast<int>(boxes_.size()); ++c)
+    if (!boxes_[c].empty() && static_cast<int>(boxes_[c].offset.size()) == dims) order_.push_back(c);
+  if (dim_ >= 0) {
+    std::sort(order_.begin(), order_.end(), [&](int x, int y) {
+      return std::tie(boxes_[x].offset[dim_], x) < std::tie(boxes_[y].offset[dim_], y);
+    });
+    for (int c : order_) {
+      starts_.push_back(boxes_[c].offset[dim_]);
+      max_extent_ = std::max(max_extent_, boxes_[c].shape[dim_]);
+    }
+  }
+}
+
+std::vector<ReadItem> ChunkLookup::plan_reads(const Box& needed, int64_t* covered) const {
   std::vector<ReadItem> reads;
-  std::set<Box> seen;
   *covered = 0;
+  if (needed.empty()) return reads;
+  // Candidates: chunks starting on dim_ after (needed's start - the largest extent) and
+  // before needed's end; the others cannot overlap it.
+  std::vector<int> candidates;
+  if (dim_ < 0) {
+    candidates = order_;
+  } else {
+    const int64_t lo = needed.offset[dim_] - max_extent_, hi = needed.offset[dim_] + needed.shape[dim_];
+    auto first = std::upper_bound(starts_.begin(), starts_.end(), lo);
+    auto last = std::lower_bound(first, starts_.end(), hi);
+    for (auto it = first; it != last; ++it) candidates.push_back(order_[static_cast<std::size_t>(it - starts_.begin())]);
+  }
+  std::sort(candidates.begin(), candidates.end());
   // An exact match serves the whole box with one read and no copy.
-  for (int c = 0; c < tensor.chunks_size(); ++c) {
-    if (chunk_box(tensor.chunks(c)) == needed) {
+  for (int c : candidates)
+    if (boxes_[c] == needed) {
       reads.push_back(ReadItem{c, needed, true});
       *covered = needed.num_elements();
       return reads;
     }
-  }
-  for (int c = 0; c < tensor.chunks_size(); ++c) {
-    Box box = chunk_box(tensor.chunks(c));
-    Box region = intersect(box, needed);
-    if (region.empty() || !seen.insert(box).second) continue;
+  std::set<Box> seen;
+  for (int c : candidates) {
+    Box region = intersect(boxes_[c], needed);
+    if (region.empty() || !seen.insert(boxes_[c]).second) continue;
     *covered += region.num_elements();
     reads.push_back(ReadItem{c, std::move(region), false});
   }
   return reads;
+}
+
+std::vector<ReadItem> plan_reads(const proto::Tensor& tensor, const Box& needed, int64_t* covered) {
+  return ChunkLookup(tensor).plan_reads(needed, covered);
 }
 
 }  // namespace distckpt::internal_plan

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <tuple>
 
 #include "google/protobuf/util/message_differencer.h"
+#include "layout/slices.h"
 #include "plan/load_plan.h"
 #include "storage/index_io.h"
+#include "transform/sha256.h"
 
 namespace distckpt::internal_plan {
 namespace {
@@ -16,24 +20,81 @@ struct Holder {
   uint32_t local_box;
 };
 
+// A distinct box to write. Device-matrix slices (with redundancy removal) compute
+// their holders from the layout; the others list them in `flat` [holders_at, +count).
 struct Slice {
   uint32_t tensor;
+  int64_t device_slice;  // -1: holders listed
+  std::size_t holders_at;
+  uint32_t holder_count;
   Box box;
   uint64_t bytes;
-  std::vector<Holder> holders;  // ascending rank
   int writer = -1;
   uint32_t writer_box = 0;
 };
 
-Status check_consistent(const std::vector<proto::Index>& ranks) {
+// The first rank (in group order) of a layout that is outside the world.
+int first_rank_outside(const TensorLayout& layout, int world) {
+  for (int r : layout.ranks())
+    if (r >= world) return r;
+  return layout.max_rank();
+}
+
+}  // namespace
+
+std::vector<PlannedTensor> planned_tensors(const StateDict& state) {
+  std::vector<PlannedTensor> out;
+  out.reserve(state.tensors().size());
+  for (const TensorEntry& e : state.tensors()) out.push_back(PlannedTensor{e.name, e.dtype, &e.layout});
+  return out;
+}
+
+void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tensor* t) {
+  const TensorLayout& layout = *tensor.layout;
+  t->set_name(tensor.name);
+  t->set_dtype(std::string(dtype_name(tensor.dtype)));
+  for (int64_t d : layout.global_shape()) t->add_global_shape(d);
+  proto::Layout* l = t->mutable_layout();
+  for (int64_t d : layout.dev_mat()) l->add_dev_mat(d);
+  for (int64_t d : layout.tensor_map()) l->add_tensor_map(d);
+  if (layout.is_device_matrix() && layout.contiguous_first_rank() >= 0) {
+    l->set_ranks_first(layout.contiguous_first_rank());
+  } else {
+    for (int r : layout.ranks()) l->add_ranks(r);
+  }
+  if (member_boxes && !layout.is_device_matrix()) {
+    for (int r : layout.ranks())
+      for (const Box& b : layout.boxes_of(r)) {
+        proto::Chunk* c = t->add_chunks();
+        for (int64_t o : b.offset) c->add_offset(o);
+        for (int64_t s : b.shape) c->add_shape(s);
+        c->set_writer_rank(r);
+      }
+  }
+}
+
+std::string describe_state(const StateDict& state) {
+  proto::Index index;
+  for (const PlannedTensor& t : planned_tensors(state)) describe_tensor(t, /*member_boxes=*/true, index.add_tensors());
+  return index.SerializeAsString();  // no map fields: the same bytes for the same message
+}
+
+std::vector<int64_t> fingerprint(const std::string& description) {
+  const std::string hex = internal_transform::sha256_hex(description.data(), description.size());
+  std::vector<int64_t> words;
+  for (std::size_t i = 0; i + 16 <= hex.size(); i += 16)
+    words.push_back(static_cast<int64_t>(std::stoull(hex.substr(i, 16), nullptr, 16)));
+  return words;
+}
+
+Status explain_mismatch(const std::vector<std::string>& descriptions) {
+  std::vector<proto::Index> ranks(descriptions.size());
+  for (std::size_t r = 0; r < descriptions.size(); ++r)
+    if (!ranks[r].ParseFromString(descriptions[r]))
+      return internal_error("save: the description of rank " + std::to_string(r) + " does not parse");
+  if (ranks.empty()) return invalid_argument("save: no ranks");
   const proto::Index& first = ranks[0];
-  const int world = static_cast<int>(ranks.size());
-  for (const auto& t : first.tensors())
-    for (int r : t.layout().ranks())
-      if (r >= world)
-        return invalid_argument("save: tensor '" + t.name() + "': its layout names rank " + std::to_string(r) +
-                                " but the communicator has " + std::to_string(world) +
-                                " ranks (is prod(dev_mat) larger than the group?)");
+  using google::protobuf::util::MessageDifferencer;
   for (std::size_t r = 1; r < ranks.size(); ++r) {
     const proto::Index& other = ranks[r];
     const std::string who = "save: rank " + std::to_string(r);
@@ -53,65 +114,87 @@ Status check_consistent(const std::vector<proto::Index>& ranks) {
       if (!std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
                       b.global_shape().end()))
         return invalid_argument(who + ": tensor '" + a.name() + "': global shape differs from rank 0's");
-      if (!google::protobuf::util::MessageDifferencer::Equals(a.layout(), b.layout()))
+      if (!MessageDifferencer::Equals(a.layout(), b.layout()))
         return invalid_argument(who + ": tensor '" + a.name() + "': layout differs from rank 0's");
+      if (a.chunks_size() != b.chunks_size() ||
+          !std::equal(a.chunks().begin(), a.chunks().end(), b.chunks().begin(),
+                      [](const proto::Chunk& x, const proto::Chunk& y) { return MessageDifferencer::Equals(x, y); }))
+        return invalid_argument(who + ": tensor '" + a.name() + "': explicit boxes differ from rank 0's");
     }
+    if (!MessageDifferencer::Equals(first, other))
+      return invalid_argument(who + ": its state dict's description differs from rank 0's");
   }
   return Status();
 }
 
-}  // namespace
+Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy) {
+  if (world < 1) return invalid_argument("save: no ranks");
+  for (const PlannedTensor& t : tensors)
+    if (t.layout->max_rank() >= world)
+      return invalid_argument("save: tensor '" + t.name + "': its layout names rank " +
+                              std::to_string(first_rank_outside(*t.layout, world)) + " but the communicator has " +
+                              std::to_string(world) + " ranks (is prod(dev_mat) larger than the group?)");
 
-proto::Index describe_local_state(const StateDict& state) {
-  proto::Index index;
-  for (const TensorEntry& e : state.tensors()) {
-    proto::Tensor* t = index.add_tensors();
-    t->set_name(e.name);
-    t->set_dtype(std::string(dtype_name(e.dtype)));
-    for (int64_t d : e.layout.global_shape()) t->add_global_shape(d);
-    proto::Layout* l = t->mutable_layout();
-    for (int64_t d : e.layout.dev_mat()) l->add_dev_mat(d);
-    for (int64_t d : e.layout.tensor_map()) l->add_tensor_map(d);
-    for (int r : e.layout.ranks()) l->add_ranks(r);
-    for (const Box& b : e.boxes) {
-      proto::Chunk* c = t->add_chunks();
-      for (int64_t o : b.offset) c->add_offset(o);
-      for (int64_t s : b.shape) c->add_shape(s);
-      c->set_writer_rank(state.rank());
-    }
-  }
-  return index;
-}
-
-Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_redundancy) {
-  if (ranks.empty()) return invalid_argument("save: no ranks");
-  DISTCKPT_RETURN_IF_ERROR(check_consistent(ranks));
-  const int world = static_cast<int>(ranks.size());
-  const proto::Index& first = ranks[0];
-
-  // Distinct (tensor, box) slices and who holds them. Ranks are visited in order,
-  // so holder lists come out sorted.
+  // Distinct (tensor, box) slices and who holds them.
   std::vector<Slice> slices;
-  for (int t = 0; t < first.tensors_size(); ++t) {
-    const std::size_t item = dtype_size(*dtype_from_name(first.tensors(t).dtype()));
-    std::map<Box, std::size_t> by_box;
-    for (int r = 0; r < world; ++r) {
-      const auto& chunks = ranks[r].tensors(t).chunks();
-      for (int b = 0; b < chunks.size(); ++b) {
-        Box box = chunk_box(chunks[b]);
+  std::vector<Holder> flat;
+  std::vector<std::unique_ptr<internal_layout::DeviceSlices>> device(tensors.size());
+  for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
+    const TensorLayout& layout = *tensors[ti].layout;
+    const uint32_t t = static_cast<uint32_t>(ti);
+    const uint64_t item = dtype_size(tensors[ti].dtype);
+    auto add = [&](Box box, int64_t device_slice, std::size_t holders_at, uint32_t count) {
+      const uint64_t bytes = static_cast<uint64_t>(box.num_elements()) * item;
+      slices.push_back(Slice{t, device_slice, holders_at, count, std::move(box), bytes});
+    };
+    if (layout.is_device_matrix()) {
+      device[ti] = std::make_unique<internal_layout::DeviceSlices>(layout);
+      const auto& ds = *device[ti];
+      for (int64_t s = 0; s < ds.count(); ++s) {
+        Box box = ds.box(s);
         if (box.num_elements() == 0) continue;
-        auto it = remove_redundancy ? by_box.find(box) : by_box.end();
-        if (it == by_box.end()) {
-          const uint64_t bytes = static_cast<uint64_t>(box.num_elements()) * item;
-          if (remove_redundancy) by_box.emplace(box, slices.size());
-          slices.push_back(Slice{static_cast<uint32_t>(t), std::move(box), bytes, {}});
-          slices.back().holders.push_back(Holder{r, static_cast<uint32_t>(b)});
+        if (remove_redundancy) {
+          add(std::move(box), s, 0, static_cast<uint32_t>(ds.replicas()));
         } else {
-          slices[it->second].holders.push_back(Holder{r, static_cast<uint32_t>(b)});
+          ds.for_each_holder(s, [&](int member) {
+            flat.push_back(Holder{layout.ranks()[member], 0});
+            add(box, -1, flat.size() - 1, 1);
+          });
         }
       }
+      continue;
     }
+    // Explicit boxes: members in rank order, so holder lists come out sorted.
+    std::vector<int> members(static_cast<std::size_t>(layout.group_size()));
+    for (std::size_t m = 0; m < members.size(); ++m) members[m] = static_cast<int>(m);
+    std::sort(members.begin(), members.end(), [&](int x, int y) { return layout.ranks()[x] < layout.ranks()[y]; });
+    std::map<Box, std::vector<Holder>> by_box;
+    std::vector<std::pair<Box, std::vector<Holder>>> own;  // without redundancy removal
+    for (int m : members) {
+      const int rank = layout.ranks()[m];
+      const std::vector<Box> boxes = layout.boxes_of(rank);
+      for (std::size_t b = 0; b < boxes.size(); ++b) {
+        if (boxes[b].num_elements() == 0) continue;
+        const Holder h{rank, static_cast<uint32_t>(b)};
+        if (remove_redundancy) by_box[boxes[b]].push_back(h);
+        else own.push_back({boxes[b], {h}});
+      }
+    }
+    auto emit = [&](const Box& box, const std::vector<Holder>& holders) {
+      add(box, -1, flat.size(), static_cast<uint32_t>(holders.size()));
+      flat.insert(flat.end(), holders.begin(), holders.end());
+    };
+    for (const auto& [box, holders] : by_box) emit(box, holders);
+    for (const auto& [box, holders] : own) emit(box, holders);
   }
+  auto for_each_holder = [&](const Slice& s, auto&& fn) {
+    if (s.device_slice < 0) {
+      for (std::size_t i = s.holders_at; i < s.holders_at + s.holder_count; ++i) fn(flat[i]);
+      return;
+    }
+    const auto& ranks = tensors[s.tensor].layout->ranks();
+    device[s.tensor]->for_each_holder(s.device_slice, [&](int member) { fn(Holder{ranks[member], 0}); });
+  };
 
   // Greedy balance: fewest holders first, largest first, to the least-loaded holder.
   std::vector<std::size_t> order(slices.size());
@@ -119,21 +202,22 @@ Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_r
   std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
     const Slice& a = slices[x];
     const Slice& b = slices[y];
-    if (a.holders.size() != b.holders.size()) return a.holders.size() < b.holders.size();
+    if (a.holder_count != b.holder_count) return a.holder_count < b.holder_count;
     if (a.bytes != b.bytes) return a.bytes > b.bytes;
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
     return a.box < b.box;
   });
   SavePlan plan;
-  plan.bytes_per_rank.assign(world, 0);
+  plan.bytes_per_rank.assign(static_cast<std::size_t>(world), 0);
   for (std::size_t i : order) {
     Slice& s = slices[i];
-    const Holder* best = &s.holders[0];
-    for (const Holder& h : s.holders)
-      if (plan.bytes_per_rank[h.rank] < plan.bytes_per_rank[best->rank]) best = &h;
-    s.writer = best->rank;
-    s.writer_box = best->local_box;
-    plan.bytes_per_rank[best->rank] += s.bytes;
+    for_each_holder(s, [&](const Holder& h) {
+      if (s.writer < 0 || std::tie(plan.bytes_per_rank[h.rank], h.rank) < std::tie(plan.bytes_per_rank[s.writer], s.writer)) {
+        s.writer = h.rank;
+        s.writer_box = h.local_box;
+      }
+    });
+    plan.bytes_per_rank[s.writer] += s.bytes;
   }
 
   // Index skeleton: tensors in state-dict order, chunks sorted by box; each writer's
@@ -145,12 +229,14 @@ Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_r
   plan.index.mutable_transforms()->set_compression("none");
   std::vector<std::size_t> by_tensor(slices.size());
   for (std::size_t i = 0; i < by_tensor.size(); ++i) by_tensor[i] = i;
-  std::stable_sort(by_tensor.begin(), by_tensor.end(), [&](std::size_t x, std::size_t y) {
-    if (slices[x].tensor != slices[y].tensor) return slices[x].tensor < slices[y].tensor;
-    if (!(slices[x].box == slices[y].box)) return slices[x].box < slices[y].box;
-    return slices[x].writer < slices[y].writer;
+  std::sort(by_tensor.begin(), by_tensor.end(), [&](std::size_t x, std::size_t y) {
+    const Slice& a = slices[x];
+    const Slice& b = slices[y];
+    if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    if (!(a.box == b.box)) return a.box < b.box;
+    return a.writer < b.writer;
   });
-  std::vector<int> file_of_rank(world, -1);
+  std::vector<int> file_of_rank(static_cast<std::size_t>(world), -1);
   for (int r = 0; r < world; ++r) {
     if (plan.bytes_per_rank[r] == 0) continue;
     file_of_rank[r] = plan.index.files_size();
@@ -158,13 +244,9 @@ Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_r
     f->set_name(internal_storage::data_file_name(r));
     f->set_size(plan.bytes_per_rank[r]);
   }
-  for (int t = 0; t < first.tensors_size(); ++t) {
-    proto::Tensor* dst = plan.index.add_tensors();
-    *dst = first.tensors(t);
-    dst->clear_chunks();
-  }
-  plan.writes.assign(world, {});
-  std::vector<uint64_t> cursor(world, 0);
+  for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/false, plan.index.add_tensors());
+  plan.writes.assign(static_cast<std::size_t>(world), {});
+  std::vector<uint64_t> cursor(static_cast<std::size_t>(world), 0);
   for (std::size_t i : by_tensor) {
     const Slice& s = slices[i];
     proto::Tensor* t = plan.index.mutable_tensors(static_cast<int>(s.tensor));

@@ -1,11 +1,15 @@
 // Save planning: metadata only, no tensor bytes.
 //
-// Each rank describes what it holds (describe_local_state); rank 0 gathers the
-// descriptions and plan_save() removes replicas, balances the writing and lays out
+// Ranks first agree that their state dicts describe the same tensors with the same
+// layouts (describe_state, compared by fingerprint: O(tensors) bytes per rank, never
+// the world's boxes). Rank 0 then plans for everyone from its own layouts, which give
+// every rank's boxes: plan_save() removes replicas, balances the writing and lays out
 // the data files. The result is the index (checksums filled in after the write) and,
-// per rank, the list of chunks that rank writes.
+// per rank, the list of chunks that rank writes. Cost: O(ranks x tensors) for
+// device-matrix layouts, with no pairwise comparison of ranks or boxes.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "distckpt/state_dict.h"
@@ -31,17 +35,42 @@ struct SavePlan {
   std::vector<uint64_t> bytes_per_rank;
 };
 
-// The rank's tensors as an Index skeleton: name, dtype, global shape, layout, and one
-// chunk (offset + shape only) per box the rank holds, in state-dict order.
-proto::Index describe_local_state(const StateDict& state);
+// A tensor as the planner sees it. `layout` is borrowed.
+struct PlannedTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  const TensorLayout* layout = nullptr;
+};
 
-// Plans a save from every rank's description (index = rank). With remove_redundancy,
-// each distinct box is written once, by one of its holders, chosen greedily and
-// deterministically: slices with the fewest holders first, then the largest, each to
-// the holder with the least bytes so far (ties: lowest rank). Without it, every
-// holder writes its own copy. Fails with kInvalidArgument when ranks disagree on a
-// tensor's presence, order, dtype, global shape or layout.
-Result<SavePlan> plan_save(const std::vector<proto::Index>& ranks, bool remove_redundancy);
+// The state dict's tensors, borrowing its layouts.
+std::vector<PlannedTensor> planned_tensors(const StateDict& state);
+
+// The index entry of a tensor without chunks: name, dtype, global shape, layout (a
+// contiguous device-matrix group as ranks_first). With `member_boxes` and an explicit
+// layout, one chunk per box of every member (writer_rank = the member), so that two
+// descriptions are equal exactly when the layouts are.
+void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tensor* out);
+
+// A rank's state dict as the bytes ranks must agree on before rank 0 plans for all:
+// every tensor's describe_tensor(.., member_boxes = true), in order. O(tensors) bytes
+// for device-matrix layouts over contiguous groups.
+std::string describe_state(const StateDict& state);
+
+// Four 64-bit words of the SHA-256 of a description, for an allreduce min/max check.
+std::vector<int64_t> fingerprint(const std::string& description);
+
+// The error for descriptions (index = rank) that do not all equal rank 0's: names the
+// first rank and tensor that differ and how (presence, order, dtype, shape, layout).
+Status explain_mismatch(const std::vector<std::string>& descriptions);
+
+// Plans a save by `world` ranks that all hold `tensors` (boxes per rank from the
+// layouts). With remove_redundancy, each distinct box is written once, by one of its
+// holders, chosen greedily and deterministically: slices with the fewest holders
+// first, then the largest, each to the holder with the least bytes so far (ties:
+// lowest rank). Without it, every holder writes its own copy. Fails with
+// kInvalidArgument when a layout names a rank outside the world or the boxes do not
+// tile a tensor.
+Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy);
 
 std::string encode_writes(const std::vector<WriteItem>& items);
 Result<std::vector<WriteItem>> decode_writes(const std::string& bytes);

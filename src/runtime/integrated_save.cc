@@ -24,6 +24,7 @@
 #include "runtime/commit.h"
 #include "runtime/guard.h"
 #include "runtime/listing.h"
+#include "runtime/save_session.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
 
@@ -82,18 +83,14 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
     local = unsupported("HDF5 saves over several ranks need an MPI communicator (make_mpi_comm)");
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
 
-  // Plan on rank 0 (the sharded save's planner checks that the ranks agree).
+  // Plan on rank 0 from its own layouts, once the ranks agree their state dicts match.
   Plan plan;
-  std::string description;
-  internal_plan::describe_local_state(state).SerializeToString(&description);
-  std::vector<std::string> gathered = comm.gather(description, 0);
+  DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
   std::vector<std::string> parts;
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
-      std::vector<proto::Index> ranks(gathered.size());
-      for (std::size_t r = 0; r < gathered.size(); ++r)
-        if (!ranks[r].ParseFromString(gathered[r])) return internal_error("save: bad plan from rank " + std::to_string(r));
-      DISTCKPT_ASSIGN_OR_RETURN(internal_plan::SavePlan sp, internal_plan::plan_save(ranks, true));
+      DISTCKPT_ASSIGN_OR_RETURN(internal_plan::SavePlan sp,
+                                internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(), true));
       plan.meta = internal_format::metadata_of(sp.index);
       proto::Index& meta = plan.meta;
       meta.set_name(file_name);
@@ -127,7 +124,6 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
       return Status();
     });
   }
-  gathered.clear();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   std::string meta_bytes;
   if (comm.rank() == 0) plan.meta.SerializeToString(&meta_bytes);

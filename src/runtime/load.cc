@@ -17,6 +17,7 @@
 #include "format/stored.h"
 #include "layout/region.h"
 #include "plan/load_plan.h"
+#include "plan/save_plan.h"
 #include "runtime/guard.h"
 #include "runtime/reader.h"
 #include "runtime/timer.h"
@@ -138,11 +139,12 @@ Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bo
 
 // Checks, without reading data, that the checkpoint covers every box of `e` and that
 // the files those chunks live in exist with their recorded sizes.
-Status check_sources(FileCache& files, const proto::Tensor& t, const TensorEntry& e) {
+Status check_sources(FileCache& files, const proto::Tensor& t, const internal_plan::ChunkLookup& lookup,
+                     const TensorEntry& e) {
   for (const Box& needed : e.boxes) {
     if (needed.num_elements() == 0) continue;
     int64_t covered = 0;
-    for (const auto& r : internal_plan::plan_reads(t, needed, &covered))
+    for (const auto& r : lookup.plan_reads(needed, &covered))
       DISTCKPT_RETURN_IF_ERROR(files.get(t.chunks(r.chunk).file_id()).status().with_context("tensor '" + t.name() + "'"));
     if (covered != needed.num_elements())
       return corruption("tensor '" + t.name() + "': the checkpoint covers " + std::to_string(covered) + " of the " +
@@ -211,14 +213,15 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
 // region are read (its CRC32C covers the whole chunk, so it is not checked), unless
 // `check_partial` asks for whole chunks. Single-file formats have no per-chunk
 // checksums (theirs cover whole tensors or the file: see check_file_crc32 and verify).
-Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t, const Box& needed, void* dst,
-                 std::vector<char>& scratch, uint64_t* bytes_read, bool check_partial) {
+Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
+                 const internal_plan::ChunkLookup& lookup, const Box& needed, void* dst, std::vector<char>& scratch,
+                 uint64_t* bytes_read, bool check_partial) {
   const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = index.format().empty() || index.format() == "native";
   const bool checksums = index.transforms().checksum() == "crc32c";
   int64_t covered = 0;
-  const auto reads = internal_plan::plan_reads(t, needed, &covered);  // coverage checked in phase 1
+  const auto reads = lookup.plan_reads(needed, &covered);  // coverage checked in phase 1
   for (const auto& r : reads) {
     const proto::Chunk& chunk = t.chunks(r.chunk);
     if (r.whole) {
@@ -294,12 +297,9 @@ bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::
   bool tied = false;
   for (const auto& [i, t] : plan) {
     const TensorEntry& e = state.tensors()[i];
-    signature += e.name + '\0' + std::string(dtype_name(e.dtype)) + '\0' + e.layout.to_string() + '\0';
-    for (int r : e.layout.ranks()) {
-      signature += std::to_string(r) + ':';
-      if (!e.layout.is_device_matrix())
-        for (const Box& b : e.layout.boxes_of(r)) signature += b.to_string();
-    }
+    proto::Tensor described;  // compact: O(1) for a device-matrix layout over a contiguous group
+    internal_plan::describe_tensor(internal_plan::PlannedTensor{e.name, e.dtype, &e.layout}, true, &described);
+    signature += described.SerializeAsString();
     for (std::size_t b = 0; b < e.buffers.size(); ++b)
       if (e.boxes[b].num_elements() > 0 && !buffers.insert(e.buffers[b]).second) tied = true;
   }
@@ -319,6 +319,7 @@ struct CheckpointReader::Impl {
   proto::Index index;
   std::unique_ptr<FileCache> files;
   std::vector<char> scratch;
+  std::map<int, internal_plan::ChunkLookup> lookups;  // built on first use
 };
 
 CheckpointReader::CheckpointReader() = default;
@@ -344,11 +345,13 @@ const proto::Index& CheckpointReader::index() const { return impl_->index; }
 
 Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read) {
   const proto::Tensor& t = impl_->index.tensors(tensor);
+  auto it = impl_->lookups.find(tensor);
+  if (it == impl_->lookups.end()) it = impl_->lookups.emplace(tensor, internal_plan::ChunkLookup(t)).first;
   int64_t covered = 0;
-  (void)internal_plan::plan_reads(t, region, &covered);
+  (void)it->second.plan_reads(region, &covered);
   if (covered != region.num_elements())
     return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
-  return read_into(*impl_->files, impl_->index, t, region, dst, impl_->scratch, bytes_read,
+  return read_into(*impl_->files, impl_->index, t, it->second, region, dst, impl_->scratch, bytes_read,
                    /*check_partial=*/true);  // conversions check every chunk they read
 }
 
@@ -389,6 +392,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   LoadResult result;
   proto::Index index;
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
+  std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
   local = internal_runtime::guarded(where, [&]() -> Status {
     if (index_bytes.rfind("DCKPTIDX", 0) == 0) {
@@ -437,7 +441,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
                           " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
         DISTCKPT_RETURN_IF_ERROR(reshape_trailing_ones(t, e.layout.global_shape()));
       }
-      DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, e));
+      auto lookup = lookups.emplace(it->second, internal_plan::ChunkLookup(t)).first;
+      DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, lookup->second, e));
       plan.emplace_back(i, it->second);
     }
     for (const auto& t : index.tensors())
@@ -477,8 +482,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
           load[reader] += bytes;
         }
         if (reader == comm.rank()) {
-          DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), e.boxes[b], e.buffers[b], scratch,
-                                             &result.rank_bytes_read, options.check_partial_chunks));
+          DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), lookups.at(t), e.boxes[b],
+                                             e.buffers[b], scratch, &result.rank_bytes_read,
+                                             options.check_partial_chunks));
           result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)

@@ -113,6 +113,26 @@ Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& s
   return Status();
 }
 
+Status agree_on_state(Comm& comm, const StateDict& state) {
+  const std::string description = internal_plan::describe_state(state);
+  const std::vector<int64_t> mine = internal_plan::fingerprint(description);
+  // min(x) and ~min(~x) = max(x) in one allreduce: equal everywhere iff all ranks match.
+  std::vector<int64_t> v = mine;
+  for (int64_t x : mine) v.push_back(~x);
+  comm.allreduce(v, ReduceOp::kMin);
+  bool same = true;
+  for (std::size_t i = 0; i < mine.size(); ++i) same = same && v[i] == mine[i] && ~v[mine.size() + i] == mine[i];
+  if (same) return Status();
+  // Only now are the descriptions gathered, so that rank 0 can name who differs and how.
+  std::vector<std::string> all = comm.gather(description, 0);
+  Status local;
+  if (comm.rank() == 0) {
+    local = internal_plan::explain_mismatch(all);
+    if (local.ok()) local = invalid_argument("save: the ranks' state dicts differ");
+  }
+  return agree(comm, local);
+}
+
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
                                const SaveOptions& options) {
   Timer timer;
@@ -131,18 +151,15 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
     local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(rank_prefix(comm))));
 
-  // Plan: rank 0 gathers every rank's boxes, removes replicas, balances, lays out files.
-  // Everything the index needs from `state` is taken now, so the caller may change the
-  // state dict (not the tensor bytes) once the data is written or staged.
-  std::string description;
-  internal_plan::describe_local_state(state).SerializeToString(&description);
-  std::vector<std::string> gathered = comm.gather(description, 0);
+  // Plan: once the ranks agree that their state dicts match, rank 0 plans for all from
+  // its own layouts (which give every rank's boxes): removes replicas, balances, lays
+  // out files. Everything the index needs from `state` is taken now, so the caller may
+  // change the state dict (not the tensor bytes) once the data is written or staged.
+  DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
   if (coordinator) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
-      std::vector<proto::Index> ranks(gathered.size());
-      for (std::size_t r = 0; r < gathered.size(); ++r)
-        if (!ranks[r].ParseFromString(gathered[r])) return internal_error("save: bad plan from rank " + std::to_string(r));
-      DISTCKPT_ASSIGN_OR_RETURN(session.plan, internal_plan::plan_save(ranks, options.remove_redundancy));
+      DISTCKPT_ASSIGN_OR_RETURN(session.plan, internal_plan::plan_save(internal_plan::planned_tensors(state),
+                                                                       comm.size(), options.remove_redundancy));
       proto::Index& index = session.plan.index;
       index.set_name(options.name);
       index.set_step(options.step);
@@ -157,7 +174,6 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
       return fs.create_dir(session.tmp_dir).with_context("save: rank 0");
     });
   }
-  gathered.clear();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   comm.broadcast_string(session.tmp_dir, 0);
   std::vector<std::string> parts;

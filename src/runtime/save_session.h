@@ -26,6 +26,12 @@ struct SaveSession {
   SaveResult result;
 };
 
+// Collective: every rank's state dict lists the same tensors, dtypes, shapes and layouts
+// in the same order (so rank 0 can plan for all from its own). One allreduce of
+// fingerprints decides; descriptions are gathered only to explain a mismatch. Errors,
+// identical on all ranks: kInvalidArgument naming the first rank and tensor that differ.
+Status agree_on_state(Comm& comm, const StateDict& state);
+
 // Collective. Takes everything the index needs from `state` (names, layouts, info).
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
                                const SaveOptions& options);

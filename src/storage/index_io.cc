@@ -149,6 +149,8 @@ Status validate_index(const proto::Index& index, const std::string& path) {
                         std::to_string(dims) + " dims");
     for (int r : L.ranks())
       if (r < 0) return corruption(tw + ": negative rank in layout");
+    if (L.ranks_first() < 0 || (L.ranks_first() > 0 && (L.dev_mat_size() == 0 || L.ranks_size() > 0)))
+      return corruption(tw + ": layout has a bad ranks_first " + std::to_string(L.ranks_first()));
     std::set<Box> distinct;
     for (int c = 0; c < t.chunks_size(); ++c) {
       const auto& ch = t.chunks(c);
@@ -213,6 +215,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
     ti.dev_mat.assign(t.layout().dev_mat().begin(), t.layout().dev_mat().end());
     ti.tensor_map.assign(t.layout().tensor_map().begin(), t.layout().tensor_map().end());
     ti.ranks.assign(t.layout().ranks().begin(), t.layout().ranks().end());
+    ti.ranks_first = t.layout().ranks_first();
     for (const auto& c : t.chunks()) {
       ChunkInfo ci;
       ci.box.offset.assign(c.offset().begin(), c.offset().end());
