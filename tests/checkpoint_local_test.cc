@@ -313,6 +313,43 @@ TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
   expect_all_equal(partial, "ok");
 }
 
+// Ranks agree on a fingerprint of their state dicts before rank 0 plans for all; when
+// one rank differs, every rank gets the same error naming it and the tensor, nothing is
+// written, and the ranks that agreed are not blamed.
+TEST_P(LocalCheckpointTest, StateDictsThatDifferAcrossRanksAreNamed) {
+  const int world = this->world();
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  const int odd = world - 1;
+  for (bool integrated : {false, true}) {
+    auto statuses = run(world, [&](Comm& comm) {
+      Model m(comm.rank(), world);
+      std::vector<float> f(3);
+      std::vector<double> d(3);
+      auto l = TensorLayout::from_device_matrix({3}, {comm.size()}, {-1});
+      if (comm.rank() == odd) EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat64, d.data(), *l).ok());
+      else EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat32, f.data(), *l).ok());
+      SaveOptions opts = options(integrated ? "integrated" : "sharded");
+      opts.integrated = integrated;
+      return save(comm, m.state, root(), opts).status();
+    });
+    expect_all_equal(statuses, "rank " + std::to_string(odd) + ": tensor 'extra': dtype float64 but rank 0 has float32");
+  }
+  // A layout that names other ranks on one rank only.
+  auto layouts = run(world, [&](Comm& comm) {
+    Model m(comm.rank(), world);
+    std::vector<float> buf(4);
+    auto l = comm.rank() == odd ? TensorLayout::from_device_matrix({4}, {1}, {-1}, {odd})
+                                : TensorLayout::from_device_matrix({4}, {1}, {-1}, {0});
+    const bool member = comm.rank() == odd || comm.rank() == 0;
+    EXPECT_TRUE(m.state.add_tensor("owned", DType::kFloat32, member ? buf.data() : nullptr, *l).ok());
+    return save(comm, m.state, root(), options("layouts")).status();
+  });
+  expect_all_equal(layouts, "rank " + std::to_string(odd) + ": tensor 'owned': layout differs from rank 0's");
+  EXPECT_FALSE(fs::exists(root() + "/sharded"));
+  EXPECT_FALSE(fs::exists(root() + "/integrated"));
+  EXPECT_FALSE(fs::exists(root() + "/layouts"));
+}
+
 TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
   const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
