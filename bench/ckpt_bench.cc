@@ -16,6 +16,12 @@
 // the state buffers are excluded from every figure). A timed phase starts after a
 // barrier and its time is the maximum over ranks.
 //
+//   ckpt_bench --simulate-ranks 16384 --tensors 2000     (planning only: no MPI, no data)
+//
+// --simulate-ranks N plans, in one process, the save of a transformer-like model by N
+// simulated ranks (DP x TP8 x PP16 by default) and its load onto DP x TP4 x PP8, with the
+// library's own planner, and reports plan times and the index size.
+//
 // Exit status (identical on all ranks): 0 success, 1 a distckpt error, 2 bad arguments
 // (including a world size other than dp*tp), 3 loaded data differs from the workload.
 #include <fcntl.h>
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "distckpt/distckpt.h"
+#include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
 #include "workload.h"
 
 namespace {
@@ -111,6 +118,14 @@ double max_over_ranks(double seconds) {
 std::string human_bytes(uint64_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return buf;
+}
+
+// Metadata sizes: KiB or MiB.
+std::string metadata_bytes(uint64_t bytes) {
+  char buf[64];
+  if (bytes < (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1u << 20));
   return buf;
 }
 
@@ -499,7 +514,83 @@ int run(int rank, int world, int argc, char** argv) {
 
 }  // namespace
 
+// --simulate-ranks: planning only, in this one process, without MPI or data.
+int simulate(int argc, char** argv) {
+  distckpt::internal_plan::SimulationConfig c;
+  bool json = false;
+  CLI::App app{"Planning-only simulation: plans a save by N simulated ranks and its load onto another layout."};
+  app.add_option("--simulate-ranks", c.ranks, "simulated ranks of the save (dp x tp x pp)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tensors", c.tensors, "tensors of the model (6 per transformer layer)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--hidden", c.hidden, "hidden size (bfloat16 weights of hidden x hidden multiples)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--sim-tp", c.save.tp, "save: tensor-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--sim-pp", c.save.pp, "save: pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--load-ranks", c.load_ranks, "load: simulated ranks (default: the same)")->check(CLI::NonNegativeNumber);
+  app.add_option("--load-tp", c.load.tp, "load: tensor-parallel degree")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--load-pp", c.load.pp, "load: pipeline stages")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--json", json, "print one JSON line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  auto r = distckpt::internal_plan::simulate_planning(c);
+  if (!r.ok()) {
+    std::cerr << "ckpt_bench: --simulate-ranks: " << r.status().to_string() << "\n";
+    return r.status().code() == distckpt::StatusCode::kInvalidArgument ? kExitUsage : kExitError;
+  }
+  const int save_dp = r->save_dp;
+  if (json) {
+    nlohmann::json j{{"simulate_ranks", c.ranks},
+                     {"tensors", c.tensors},
+                     {"state_bytes", r->state_bytes},
+                     {"save", {{"dp", save_dp}, {"tp", c.save.tp}, {"pp", c.save.pp}}},
+                     {"load", {{"ranks", r->load_ranks}, {"dp", r->load_dp}, {"tp", c.load.tp}, {"pp", c.load.pp}}},
+                     {"describe_s", r->describe_s},
+                     {"description_bytes", r->description_bytes},
+                     {"plan_save_s", r->plan_save_s},
+                     {"frame_index_s", r->frame_index_s},
+                     {"index_bytes", r->index_bytes},
+                     {"chunks", r->chunks},
+                     {"files", r->files},
+                     {"writer_balance", r->writer_balance},
+                     {"parse_index_s", r->parse_index_s},
+                     {"build_lookups_s", r->build_lookups_s},
+                     {"plan_load_total_s", r->plan_load_total_s},
+                     {"plan_load_max_s", r->plan_load_max_s},
+                     {"reads", r->reads},
+                     {"bytes_needed", r->bytes_needed}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("planning-only simulation (no MPI, no data): %d tensors, %s of bfloat16 state\n", c.tensors,
+              human_bytes(r->state_bytes).c_str());
+  std::printf("save  %d ranks = DP%d x TP%d x PP%d\n", c.ranks, save_dp, c.save.tp, c.save.pp);
+  std::printf("  every rank: describe + fingerprint %.4f s (description %s, compared by a 32-byte fingerprint)\n",
+              r->describe_s, metadata_bytes(r->description_bytes).c_str());
+  std::printf("  rank 0: plan %.3f s, frame index %.3f s -> index %s (%llu bytes): %llu chunks, %llu data files, "
+              "busiest writer %.2fx its lower bound\n",
+              r->plan_save_s, r->frame_index_s, metadata_bytes(r->index_bytes).c_str(),
+              static_cast<unsigned long long>(r->index_bytes),
+              static_cast<unsigned long long>(r->chunks), static_cast<unsigned long long>(r->files),
+              r->writer_balance);
+  std::printf("load  %d ranks = DP%d x TP%d x PP%d (reshard)\n", r->load_ranks, r->load_dp, c.load.tp, c.load.pp);
+  std::printf("  every rank: parse + validate index %.3f s, chunk lookups %.3f s, its read plan <= %.5f s\n",
+              r->parse_index_s, r->build_lookups_s, r->plan_load_max_s);
+  std::printf("  all %d ranks' read plans, one after another: %.3f s; %llu reads, %s needed (every box covered)\n",
+              r->load_ranks, r->plan_load_total_s, static_cast<unsigned long long>(r->reads),
+              human_bytes(r->bytes_needed).c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--simulate-ranks", 16) == 0) return simulate(argc, argv);
   // --async needs MPI_THREAD_MULTIPLE (its background thread makes MPI calls).
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

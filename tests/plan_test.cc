@@ -5,9 +5,11 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "plan/load_plan.h"
 #include "plan/save_plan.h"
+#include "plan/simulate.h"
 
 namespace distckpt::internal_plan {
 namespace {
@@ -289,6 +291,77 @@ TEST(LoadPlanTest, LookupEqualsAFullScan) {
       }
     }
   }
+}
+
+// Readers of shared boxes: the least-loaded member (ties: lowest rank), as a full scan
+// would pick; every member derives the same sequence; tensors whose layouts give the
+// same group share one load account.
+TEST(LoadPlanTest, ReplicaReadersAreTheLeastLoadedAndAgreed) {
+  std::vector<int> stage(8);
+  std::iota(stage.begin(), stage.end(), 4);
+  const Tensors tensors{{"col", *TensorLayout::from_device_matrix({8, 4}, {4, 2}, {0, -1}, stage)},
+                        {"bias", *TensorLayout::from_device_matrix({8}, {4, 2}, {0}, stage)},
+                        {"norm", *TensorLayout::from_device_matrix({4}, {4, 2}, {-1}, stage)},
+                        {"perm", *TensorLayout::from_device_matrix({8}, {4, 2}, {0}, {11, 9, 7, 5, 10, 8, 6, 4})}};
+  std::mt19937 rng(3);
+  std::vector<std::pair<int, uint64_t>> boxes;  // (tensor, bytes)
+  for (int i = 0; i < 60; ++i)
+    boxes.push_back({std::uniform_int_distribution<int>(0, 3)(rng), std::uniform_int_distribution<uint64_t>(1, 9)(rng)});
+  std::map<int, std::vector<int>> reader_of;  // rank -> the reader of each box
+  for (int rank = 4; rank < 12; ++rank) {
+    ReplicaGroups groups(rank);
+    // The definition: a load account per (dev_mat, contiguous or not, member list).
+    std::map<std::tuple<Shape, bool, std::vector<int>>, std::map<int, uint64_t>> reference;
+    for (const auto& [t, bytes] : boxes) {
+      const TensorLayout& l = tensors[static_cast<std::size_t>(t)].second;
+      const int g = groups.group_of(l);
+      EXPECT_EQ(groups.members(g), l.replica_group(rank));
+      const std::vector<int>& members = groups.members(g);
+      auto& load = reference[{l.dev_mat(), l.contiguous_first_rank() >= 0, members}];
+      const int want = *std::min_element(members.begin(), members.end(), [&](int x, int y) {
+        return std::tie(load[x], x) < std::tie(load[y], y);
+      });
+      load[want] += bytes;
+      const int got = groups.pick_reader(g, bytes);
+      EXPECT_EQ(got, want) << "rank " << rank << " tensor " << t;
+      reader_of[rank].push_back(got);
+    }
+  }
+  // Every member of a box's group names the same reader, without communicating.
+  for (std::size_t i = 0; i < boxes.size(); ++i)
+    for (int rank = 4; rank < 12; ++rank)
+      for (int member : tensors[static_cast<std::size_t>(boxes[i].first)].second.replica_group(rank))
+        EXPECT_EQ(reader_of[member][i], reader_of[rank][i]) << "box " << i << " ranks " << rank << ", " << member;
+}
+
+TEST(SimulationTest, PlansASaveAndAReshardThatCoverEveryBox) {
+  SimulationConfig c;
+  c.ranks = 256;
+  c.tensors = 120;
+  c.hidden = 256;
+  c.save = {0, 8, 4};
+  c.load_ranks = 96;
+  c.load = {0, 4, 3};
+  auto r = simulate_planning(c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->save_dp, 8);
+  EXPECT_EQ(r->load_dp, 8);
+  // 20 layers of qkv, proj, fc1, fc1 bias, fc2 (8 slices each under TP8) and a norm (1).
+  EXPECT_EQ(r->chunks, 20u * (5 * 8 + 1));
+  EXPECT_EQ(r->state_bytes, 20u * (3 + 1 + 4 + 4) * 256 * 256 * 2 + 20u * (4 * 256 + 256) * 2);
+  EXPECT_EQ(r->bytes_needed, r->bytes_needed_expected);
+  EXPECT_GT(r->index_bytes, 0u);
+  EXPECT_GE(r->writer_balance, 1.0);
+  EXPECT_LE(r->files, 256u);
+  // Other world sizes and layouts that are not dp x tp x pp are refused.
+  c.load_ranks = 100;
+  EXPECT_EQ(simulate_planning(c).status().code(), StatusCode::kInvalidArgument);
+  c.load_ranks = 0;
+  c.hidden = 250;  // not divisible by TP 8
+  EXPECT_EQ(simulate_planning(c).status().code(), StatusCode::kInvalidArgument);
+  c.hidden = 256;
+  c.tensors = 6;  // one layer for four stages
+  EXPECT_EQ(simulate_planning(c).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

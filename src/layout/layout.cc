@@ -200,7 +200,7 @@ std::vector<int> TensorLayout::replica_group(int global_rank) const {
     group.reserve(static_cast<std::size_t>(slices.replicas()));
     slices.for_each_holder(slice_index(global_rank), [&](int member) { group.push_back(ranks_[member]); });
   }
-  std::sort(group.begin(), group.end());
+  if (!std::is_sorted(group.begin(), group.end())) std::sort(group.begin(), group.end());
   return group;
 }
 

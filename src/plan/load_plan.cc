@@ -69,6 +69,62 @@ std::vector<ReadItem> ChunkLookup::plan_reads(const Box& needed, int64_t* covere
   return reads;
 }
 
+int ReplicaGroups::add(std::vector<int> members) {
+  members_.push_back(std::move(members));
+  load_.emplace_back();
+  unused_.push_back(0);
+  return static_cast<int>(members_.size()) - 1;
+}
+
+int ReplicaGroups::group_of(const TensorLayout& layout) {
+  if (layout.is_device_matrix() && layout.contiguous_first_rank() >= 0) {
+    // The group is the members agreeing with this rank on the axes the tensor map
+    // names: (first rank, dev_mat, per axis: this rank's coordinate or -1 if unnamed).
+    const Shape& dev = layout.dev_mat();
+    const int64_t naxes = static_cast<int64_t>(dev.size());
+    std::vector<bool> named(dev.size(), false);
+    for (int64_t k : layout.tensor_map())
+      if (k >= 0) named[static_cast<std::size_t>(naxes - 1 - k)] = true;
+    std::vector<int64_t> key{layout.contiguous_first_rank()};
+    key.insert(key.end(), dev.begin(), dev.end());
+    int64_t idx = layout.group_index(rank_);
+    std::vector<int64_t> coords(dev.size());
+    for (int64_t a = naxes - 1; a >= 0; --a) {
+      coords[static_cast<std::size_t>(a)] = named[static_cast<std::size_t>(a)] ? idx % dev[a] : -1;
+      idx /= dev[a];
+    }
+    key.insert(key.end(), coords.begin(), coords.end());
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) return it->second;
+    const int group = add(layout.replica_group(rank_));
+    by_key_.emplace(std::move(key), group);
+    return group;
+  }
+  std::vector<int> members = layout.replica_group(rank_);
+  auto it = by_members_.find(members);
+  if (it != by_members_.end()) return it->second;
+  const int group = add(members);
+  by_members_.emplace(std::move(members), group);
+  return group;
+}
+
+int ReplicaGroups::pick_reader(int group, uint64_t bytes) {
+  const auto g = static_cast<std::size_t>(group);
+  auto& load = load_[g];
+  // Members that read nothing yet have the fewest bytes (0; every pick adds some), the
+  // lowest rank first: they go before any in `load`, which is filled as they are used.
+  if (unused_[g] < members_[g].size()) {
+    const int reader = members_[g][unused_[g]++];
+    load.emplace(bytes, reader);
+    return reader;
+  }
+  auto least = load.begin();
+  const auto [so_far, reader] = *least;
+  load.erase(least);
+  load.emplace(so_far + bytes, reader);
+  return reader;
+}
+
 std::vector<ReadItem> plan_reads(const proto::Tensor& tensor, const Box& needed, int64_t* covered) {
   return ChunkLookup(tensor).plan_reads(needed, covered);
 }

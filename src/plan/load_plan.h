@@ -1,6 +1,9 @@
 // Load planning: which stored chunks a rank reads for the boxes it needs.
 #pragma once
 
+#include <map>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "distckpt/layout.h"
@@ -37,6 +40,33 @@ class ChunkLookup {
   std::vector<int> order_;        // non-empty chunks by offset on dim_
   std::vector<int64_t> starts_;   // their offsets on dim_
   int64_t max_extent_ = 0;        // the largest chunk extent on dim_
+};
+
+// One rank's replica groups when replicas share reads, and who reads each box a group
+// needs: the member with the fewest bytes so far (ties: the lowest rank). Every member
+// of a group makes the same calls in the same order and so derives the same readers
+// without communicating. Tensors whose layouts give the same group share one entry: for
+// a device-matrix layout over a contiguous group it is found by a key of O(axes)
+// numbers, so the member list is built once per group, not per tensor, and a pick costs
+// O(log group).
+class ReplicaGroups {
+ public:
+  explicit ReplicaGroups(int rank) : rank_(rank) {}
+  // The entry of this rank's group in `layout` (precondition: the rank is a member).
+  int group_of(const TensorLayout& layout);
+  // Its members: global ranks, ascending, this rank included.
+  const std::vector<int>& members(int group) const { return members_[static_cast<std::size_t>(group)]; }
+  // The member that reads the next box of `bytes` (> 0) bytes that the group needs.
+  int pick_reader(int group, uint64_t bytes);
+
+ private:
+  int rank_;
+  std::map<std::vector<int64_t>, int> by_key_;  // contiguous device-matrix groups
+  std::map<std::vector<int>, int> by_members_;  // the others, by member list
+  std::vector<std::vector<int>> members_;
+  std::vector<std::set<std::pair<uint64_t, int>>> load_;  // per group: (bytes so far, rank) of members used
+  std::vector<std::size_t> unused_;                       // per group: members [unused_, end) read nothing yet
+  int add(std::vector<int> members);
 };
 
 // One query without keeping the lookup.

@@ -73,11 +73,13 @@ void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tens
   }
 }
 
-std::string describe_state(const StateDict& state) {
+std::string describe_tensors(const std::vector<PlannedTensor>& tensors) {
   proto::Index index;
-  for (const PlannedTensor& t : planned_tensors(state)) describe_tensor(t, /*member_boxes=*/true, index.add_tensors());
-  return index.SerializeAsString();  // no map fields: the same bytes for the same message
+  for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/true, index.add_tensors());
+  return internal_storage::serialize_deterministic(index);
 }
+
+std::string describe_state(const StateDict& state) { return describe_tensors(planned_tensors(state)); }
 
 std::vector<int64_t> fingerprint(const std::string& description) {
   const std::string hex = internal_transform::sha256_hex(description.data(), description.size());

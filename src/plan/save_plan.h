@@ -55,6 +55,7 @@ void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tens
 // every tensor's describe_tensor(.., member_boxes = true), in order. O(tensors) bytes
 // for device-matrix layouts over contiguous groups.
 std::string describe_state(const StateDict& state);
+std::string describe_tensors(const std::vector<PlannedTensor>& tensors);
 
 // Four 64-bit words of the SHA-256 of a description, for an allreduce min/max check.
 std::vector<int64_t> fingerprint(const std::string& description);

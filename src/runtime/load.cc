@@ -465,22 +465,17 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   internal_runtime::Timer read_timer;
   local = internal_runtime::guarded(where, [&]() -> Status {
     std::vector<char> scratch;
-    std::map<std::vector<int>, std::map<int, uint64_t>> group_load;
+    internal_plan::ReplicaGroups groups(comm.rank());
     for (const auto& [i, t] : plan) {
       TensorEntry& e = state.mutable_tensors()[i];
-      std::vector<int> group;
-      if (share) group = e.layout.replica_group(comm.rank());
+      const int g = share && e.layout.group_index(comm.rank()) >= 0 ? groups.group_of(e.layout) : -1;
+      static const std::vector<int> kAlone;
+      const std::vector<int>& group = g >= 0 ? groups.members(g) : kAlone;
       const bool shared = group.size() > 1 && group.back() < comm.size();
       for (std::size_t b = 0; b < e.boxes.size(); ++b) {
         const uint64_t bytes = static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(e.dtype);
         int reader = comm.rank();
-        if (shared && bytes > 0) {
-          auto& load = group_load[group];
-          reader = *std::min_element(group.begin(), group.end(), [&](int x, int y) {
-            return std::tie(load[x], x) < std::tie(load[y], y);
-          });
-          load[reader] += bytes;
-        }
+        if (shared && bytes > 0) reader = groups.pick_reader(g, bytes);
         if (reader == comm.rank()) {
           DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), lookups.at(t), e.boxes[b],
                                              e.buffers[b], scratch, &result.rank_bytes_read,
