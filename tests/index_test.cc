@@ -97,6 +97,24 @@ TEST(IndexTest, SemanticValidation) {
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(0)->add_shape(1); }, "wrong number of dims"},
       {[](proto::Index& i) { *i.add_tensors() = i.tensors(0); }, "appears twice"},
       {[](proto::Index& i) { i.set_world_size(0); }, "world size"},
+      {[](proto::Index& i) { i.set_world_size(int64_t{1} << 30); }, "world size"},
+      // Layouts: compact rank runs must lie in the world, lists must match dev_mat.
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_layout()->set_ranks_first(-1); }, "bad ranks_first"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_layout()->set_ranks_first(1); }, "bad ranks_first"},
+      {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
+                             l->add_dev_mat(2); l->add_tensor_map(0); l->add_tensor_map(-1);
+                             l->set_ranks_first(1); }, "lie outside the world of 2"},
+      {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
+                             l->add_dev_mat(2); l->add_tensor_map(0); l->add_tensor_map(-1);
+                             l->add_ranks(0); l->set_ranks_first(1); }, "bad ranks_first"},
+      {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
+                             l->add_dev_mat(2); l->add_tensor_map(0); l->add_tensor_map(-1);
+                             l->add_ranks(0); }, "lists 1 ranks for dev_mat of 2"},
+      {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
+                             l->add_dev_mat(int64_t{1} << 40); l->add_tensor_map(0); l->add_tensor_map(-1); },
+       "too large entry"},
+      {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
+                             l->add_dev_mat(0); l->add_tensor_map(0); l->add_tensor_map(-1); }, "non-positive"},
       // Overlapping chunks whose volumes add up must not hide a gap.
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_offset(0, 1); }, "overlap"},
   };
@@ -105,6 +123,21 @@ TEST(IndexTest, SemanticValidation) {
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << c.expect;
     EXPECT_NE(st.message().find(c.expect), std::string::npos) << st.message();
   }
+}
+
+// A contiguous group is stored as its first rank; summaries list every rank as before.
+TEST(IndexTest, CompactRankRunsAreListedInFull) {
+  proto::Index index = sample();
+  index.set_world_size(8);
+  auto* l = index.mutable_tensors(0)->mutable_layout();
+  l->add_dev_mat(2);
+  l->add_dev_mat(2);
+  l->add_tensor_map(1);
+  l->add_tensor_map(-1);
+  l->set_ranks_first(4);
+  auto parsed = parse_index(frame_index(index), "x");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(to_checkpoint_info(*parsed, "/ck").tensors[0].ranks, (std::vector<int>{4, 5, 6, 7}));
 }
 
 TEST(IndexTest, CheckpointNames) {

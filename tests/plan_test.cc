@@ -104,25 +104,25 @@ TEST(SavePlanTest, FileOffsetsArePackedPerWriter) {
 
 TEST(SavePlanTest, InconsistentRanksAreExplained) {
   const Tensors w{{"w", dm({8}, {2}, {0})}};
-  EXPECT_TRUE(explain_mismatch({description(0, w), description(1, w)}).ok());
-  EXPECT_EQ(fingerprint(description(0, w)), fingerprint(description(1, w)));  // same layouts, other rank
+  EXPECT_TRUE(explain_mismatch(description(0, w), description(1, w), 1).ok());
+  EXPECT_EQ(*fingerprint(description(0, w)), *fingerprint(description(1, w)));  // same layouts, other rank
 
   const Tensors v{{"v", dm({8}, {2}, {0})}};
-  EXPECT_NE(fingerprint(description(0, w)), fingerprint(description(1, v)));
-  Status other = explain_mismatch({description(0, w), description(1, v)});
+  EXPECT_NE(*fingerprint(description(0, w)), *fingerprint(description(1, v)));
+  Status other = explain_mismatch(description(0, w), description(1, v), 1);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.message().find("rank 1"), std::string::npos) << other.message();
-  EXPECT_NE(explain_mismatch({description(0, w), description(1, w, DType::kInt32)}).message().find("dtype"),
+  EXPECT_NE(explain_mismatch(description(0, w), description(1, w, DType::kInt32), 1).message().find("dtype"),
             std::string::npos);
   const Tensors wx{{"w", dm({8}, {2}, {0})}, {"x", dm({8}, {2}, {0})}};
-  EXPECT_NE(explain_mismatch({description(0, wx), description(1, w)}).message().find("missing"), std::string::npos);
+  EXPECT_NE(explain_mismatch(description(0, wx), description(1, w), 1).message().find("missing"), std::string::npos);
   const Tensors shape{{"w", dm({16}, {2}, {0})}};
-  EXPECT_NE(explain_mismatch({description(0, w), description(1, shape)}).message().find("global shape"),
+  EXPECT_NE(explain_mismatch(description(0, w), description(1, shape), 1).message().find("global shape"),
             std::string::npos);
   const Tensors layout{{"w", dm({8}, {2}, {-1})}};
-  EXPECT_NE(explain_mismatch({description(0, w), description(1, layout)}).message().find("layout differs"),
+  EXPECT_NE(explain_mismatch(description(0, w), description(1, layout), 1).message().find("layout differs"),
             std::string::npos);
-  EXPECT_FALSE(explain_mismatch({description(0, w), "not a description"}).ok());
+  EXPECT_FALSE(explain_mismatch(description(0, w), "not a description", 1).ok());
 }
 
 TEST(SavePlanTest, LayoutLargerThanTheWorldIsRejected) {
@@ -139,8 +139,8 @@ TEST(SavePlanTest, DifferentExplicitBoxesAreExplained) {
   // Rank 0 and rank 1 built different explicit layouts: [0:16] and [8:24] of [32].
   const Tensors a{{"t", *TensorLayout::from_boxes({32}, {{Box{{0}, {16}}}, {Box{{16}, {16}}}})}};
   const Tensors b{{"t", *TensorLayout::from_boxes({32}, {{Box{{0}, {8}}}, {Box{{8}, {24}}}})}};
-  EXPECT_NE(fingerprint(description(0, a)), fingerprint(description(1, b)));
-  Status st = explain_mismatch({description(0, a), description(1, b)});
+  EXPECT_NE(*fingerprint(description(0, a)), *fingerprint(description(1, b)));
+  Status st = explain_mismatch(description(0, a), description(1, b), 1);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("explicit boxes differ"), std::string::npos) << st.message();
 }
@@ -257,7 +257,12 @@ TEST(LoadPlanTest, LookupEqualsAFullScan) {
                         {"grid", dm({24, 36}, {3, 4, 2}, {2, 0})},
                         {"dup", dm({24, 36}, {3, 4, 2}, {1, -1})},
                         {"uneven", *TensorLayout::from_boxes({40, 6}, {{Box{{0, 0}, {7, 6}}, Box{{7, 0}, {20, 3}}},
-                                                                       {Box{{7, 3}, {20, 3}}, Box{{27, 0}, {13, 6}}}})}};
+                                                                       {Box{{7, 3}, {20, 3}}, Box{{27, 0}, {13, 6}}}})},
+                        {"vector", dm({48}, {6, 4}, {1})},
+                        {"cube", dm({6, 8, 12}, {2, 3, 4}, {2, 0, 1})},
+                        {"scalar", dm({}, {24}, {})},
+                        {"empty", dm({0, 8}, {3, 8}, {1, 0})},
+                        {"with_empty_box", *TensorLayout::from_boxes({10}, {{Box{{0}, {10}}, Box{{4}, {0}}}, {}})}};
   std::mt19937 rng(7);
   for (bool dedupe : {true, false}) {
     auto plan = plan_save(planned(tensors), 24, dedupe);
@@ -267,12 +272,13 @@ TEST(LoadPlanTest, LookupEqualsAFullScan) {
       const ChunkLookup lookup(stored);
       std::vector<Box> queries;
       for (const auto& c : stored.chunks()) queries.push_back(chunk_box(c));  // exact matches
+      const int dims = stored.global_shape_size();
       for (int q = 0; q < 200; ++q) {
-        Box b{Shape(2), Shape(2)};
-        for (int d = 0; d < 2; ++d) {
+        Box b{Shape(static_cast<std::size_t>(dims)), Shape(static_cast<std::size_t>(dims))};
+        for (int d = 0; d < dims; ++d) {
           const int64_t g = stored.global_shape(d);
-          b.offset[d] = std::uniform_int_distribution<int64_t>(0, g - 1)(rng);
-          b.shape[d] = std::uniform_int_distribution<int64_t>(1, g - b.offset[d])(rng);
+          b.offset[d] = g == 0 ? 0 : std::uniform_int_distribution<int64_t>(0, g - 1)(rng);
+          b.shape[d] = g == 0 ? 0 : std::uniform_int_distribution<int64_t>(1, g - b.offset[d])(rng);
         }
         queries.push_back(b);
       }
@@ -280,6 +286,10 @@ TEST(LoadPlanTest, LookupEqualsAFullScan) {
         int64_t got_covered = -1, want_covered = -1;
         const auto got = lookup.plan_reads(q, &got_covered);
         const auto want = scan(stored, q, &want_covered);
+        if (q.empty()) {  // callers skip empty boxes; the lookup plans nothing for them
+          EXPECT_TRUE(got.empty());
+          continue;
+        }
         EXPECT_EQ(got_covered, want_covered) << stored.name() << " " << q.to_string();
         EXPECT_EQ(got_covered, q.num_elements()) << stored.name() << " " << q.to_string();
         ASSERT_EQ(got.size(), want.size()) << stored.name() << " " << q.to_string();
@@ -302,22 +312,25 @@ TEST(LoadPlanTest, ReplicaReadersAreTheLeastLoadedAndAgreed) {
   const Tensors tensors{{"col", *TensorLayout::from_device_matrix({8, 4}, {4, 2}, {0, -1}, stage)},
                         {"bias", *TensorLayout::from_device_matrix({8}, {4, 2}, {0}, stage)},
                         {"norm", *TensorLayout::from_device_matrix({4}, {4, 2}, {-1}, stage)},
-                        {"perm", *TensorLayout::from_device_matrix({8}, {4, 2}, {0}, {11, 9, 7, 5, 10, 8, 6, 4})}};
+                        {"perm", *TensorLayout::from_device_matrix({8}, {4, 2}, {0}, {11, 9, 7, 5, 10, 8, 6, 4})},
+                        // The same members as "norm" through another dev_mat and a permuted list.
+                        {"flat", *TensorLayout::from_device_matrix({4}, {8}, {-1}, stage)},
+                        {"norm_perm", *TensorLayout::from_device_matrix({4}, {8}, {-1}, {11, 9, 7, 5, 10, 8, 6, 4})}};
   std::mt19937 rng(3);
   std::vector<std::pair<int, uint64_t>> boxes;  // (tensor, bytes)
   for (int i = 0; i < 60; ++i)
-    boxes.push_back({std::uniform_int_distribution<int>(0, 3)(rng), std::uniform_int_distribution<uint64_t>(1, 9)(rng)});
+    boxes.push_back({std::uniform_int_distribution<int>(0, 5)(rng), std::uniform_int_distribution<uint64_t>(1, 9)(rng)});
   std::map<int, std::vector<int>> reader_of;  // rank -> the reader of each box
   for (int rank = 4; rank < 12; ++rank) {
     ReplicaGroups groups(rank);
-    // The definition: a load account per (dev_mat, contiguous or not, member list).
-    std::map<std::tuple<Shape, bool, std::vector<int>>, std::map<int, uint64_t>> reference;
+    // The definition: one load account per member list.
+    std::map<std::vector<int>, std::map<int, uint64_t>> reference;
     for (const auto& [t, bytes] : boxes) {
       const TensorLayout& l = tensors[static_cast<std::size_t>(t)].second;
       const int g = groups.group_of(l);
       EXPECT_EQ(groups.members(g), l.replica_group(rank));
       const std::vector<int>& members = groups.members(g);
-      auto& load = reference[{l.dev_mat(), l.contiguous_first_rank() >= 0, members}];
+      auto& load = reference[members];
       const int want = *std::min_element(members.begin(), members.end(), [&](int x, int y) {
         return std::tie(load[x], x) < std::tie(load[y], y);
       });
@@ -351,8 +364,10 @@ TEST(SimulationTest, PlansASaveAndAReshardThatCoverEveryBox) {
   EXPECT_EQ(r->state_bytes, 20u * (3 + 1 + 4 + 4) * 256 * 256 * 2 + 20u * (4 * 256 + 256) * 2);
   EXPECT_EQ(r->bytes_needed, r->bytes_needed_expected);
   EXPECT_GT(r->index_bytes, 0u);
+  // Whole slices to holders: the busiest writer within 10% of the best possible.
   EXPECT_GE(r->writer_balance, 1.0);
-  EXPECT_LE(r->files, 256u);
+  EXPECT_LE(r->writer_balance, 1.1);
+  EXPECT_EQ(r->files, 256u);  // more slices (820) than ranks: everyone writes
   // Other world sizes and layouts that are not dp x tp x pp are refused.
   c.load_ranks = 100;
   EXPECT_EQ(simulate_planning(c).status().code(), StatusCode::kInvalidArgument);

@@ -99,7 +99,9 @@ struct SaveResult {
 // only read, during the call; nothing is kept after it returns. Info values are taken
 // from rank 0's state dict. Errors, identical on all ranks: kInvalidArgument (bad name,
 // layouts naming ranks outside the communicator, state dicts that disagree across
-// ranks on names, order, dtypes, shapes or layouts, boxes that do not tile a tensor),
+// ranks on names, order, dtypes, shapes or layouts, boxes that do not tile a tensor; an
+// explicit layout must be built identically on every rank, every member's boxes in the
+// same order, because rank 0 plans every rank's writes from its own copy),
 // kAlreadyExists (the name is taken), kIoError and any other error of the file system,
 // kInternal (a bug). On error nothing new is visible under `root` and existing
 // checkpoints are untouched; a leftover <name>.tmp-* directory can remain only if the
@@ -256,10 +258,7 @@ struct TensorInfo {
   Shape global_shape;
   Shape dev_mat;       // empty for explicit layouts
   Shape tensor_map;
-  // The group at save time. Empty for a device-matrix group that was the contiguous run
-  // of prod(dev_mat) ranks starting at ranks_first (how the index stores it compactly).
-  std::vector<int> ranks;
-  int ranks_first = 0;
+  std::vector<int> ranks;  // the group at save time (group index -> global rank)
   std::vector<ChunkInfo> chunks;
 };
 

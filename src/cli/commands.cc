@@ -175,9 +175,8 @@ int cmd_inspect(const std::string& path, bool as_json) {
     json layout = t.dev_mat.empty() ? json{{"kind", "explicit"}, {"ranks", t.ranks}}
                                     : json{{"kind", "device_matrix"},
                                            {"dev_mat", t.dev_mat},
-                                           {"tensor_map", t.tensor_map}};
-    if (!t.ranks.empty() || t.dev_mat.empty()) layout["ranks"] = t.ranks;
-    else layout["ranks_first"] = t.ranks_first;  // a contiguous run of prod(dev_mat) ranks
+                                           {"tensor_map", t.tensor_map},
+                                           {"ranks", t.ranks}};
     tensors.push_back({{"name", t.name},
                        {"dtype", std::string(dtype_name(t.dtype))},
                        {"global_shape", t.global_shape},

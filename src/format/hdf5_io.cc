@@ -318,6 +318,12 @@ Status Hdf5Writer::finish() {
   return st.with_context(where);
 }
 
+Result<proto::Index> parse_metadata_json(const std::string& json, const std::string& where) {
+  proto::Index parsed;
+  if (!google::protobuf::util::JsonStringToMessage(json, &parsed).ok()) return corruption(where + " does not parse");
+  return parsed;
+}
+
 Result<proto::Index> hdf5_index(const std::string& path, const std::string& file_name) {
   quiet_hdf5();
   const std::string where = "hdf5 '" + path + "'";
@@ -344,10 +350,7 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     std::string json(n, '\0');
     if (H5Aread(attr.get(), type.get(), json.data()) < 0) return corruption(where + ": " + hdf5_message());
     json.resize(json.find('\0') == std::string::npos ? n : json.find('\0'));
-    proto::Index parsed;
-    if (!google::protobuf::util::JsonStringToMessage(json, &parsed).ok())
-      return corruption(where + ": attribute 'distckpt' does not parse");
-    meta = parsed;
+    DISTCKPT_ASSIGN_OR_RETURN(meta, parse_metadata_json(json, where + ": attribute 'distckpt'"));
   }
   index = describe_single_file(meta, "hdf5", "none", file_name, size);
 

@@ -56,5 +56,8 @@ class Hdf5Writer {
 
 // distckpt's metadata as JSON (field names as in the .proto), for HDF5 and safetensors.
 std::string metadata_json(const proto::Index& meta);
+// Its inverse, for bytes from a file: kCorruption ("<where> does not parse"). The result
+// is only a description; attach_tensors checks it against the file's datasets.
+Result<proto::Index> parse_metadata_json(const std::string& json, const std::string& where);
 
 }  // namespace distckpt::internal_format

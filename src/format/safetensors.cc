@@ -140,10 +140,7 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
     for (const auto& [k, v] : m->items())
       if (!v.is_string()) return corruption(where + ": __metadata__['" + k + "'] is not a string");
     if (auto d = m->find(kSafetensorsMetaKey); d != m->end()) {
-      proto::Index parsed;
-      if (!google::protobuf::util::JsonStringToMessage(d->get<std::string>(), &parsed).ok())
-        return corruption(where + ": __metadata__['distckpt'] does not parse");
-      meta = std::move(parsed);
+      DISTCKPT_ASSIGN_OR_RETURN(meta, parse_metadata_json(d->get<std::string>(), where + ": __metadata__['distckpt']"));
     }
   }
   index = describe_single_file(meta, "safetensors", meta ? "crc32c" : "none", file_name, size);

@@ -126,7 +126,7 @@ Result<TensorLayout> TensorLayout::from_boxes(const Shape& global_shape, std::ve
 
 void TensorLayout::index_ranks() {
   bool contiguous = true;
-  for (std::size_t i = 1; i < ranks_.size() && contiguous; ++i) contiguous = ranks_[i] == ranks_[0] + static_cast<int>(i);
+  for (std::size_t i = 1; i < ranks_.size() && contiguous; ++i) contiguous = int64_t{ranks_[i]} - ranks_[i - 1] == 1;
   contiguous_first_ = contiguous && !ranks_.empty() ? ranks_[0] : -1;
   max_rank_ = ranks_.empty() ? -1 : *std::max_element(ranks_.begin(), ranks_.end());
   if (contiguous) return;

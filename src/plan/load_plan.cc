@@ -96,11 +96,14 @@ int ReplicaGroups::group_of(const TensorLayout& layout) {
     key.insert(key.end(), coords.begin(), coords.end());
     auto it = by_key_.find(key);
     if (it != by_key_.end()) return it->second;
-    const int group = add(layout.replica_group(rank_));
+    const int group = by_members(layout.replica_group(rank_));
     by_key_.emplace(std::move(key), group);
     return group;
   }
-  std::vector<int> members = layout.replica_group(rank_);
+  return by_members(layout.replica_group(rank_));
+}
+
+int ReplicaGroups::by_members(std::vector<int> members) {
   auto it = by_members_.find(members);
   if (it != by_members_.end()) return it->second;
   const int group = add(members);

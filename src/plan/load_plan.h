@@ -45,10 +45,10 @@ class ChunkLookup {
 // One rank's replica groups when replicas share reads, and who reads each box a group
 // needs: the member with the fewest bytes so far (ties: the lowest rank). Every member
 // of a group makes the same calls in the same order and so derives the same readers
-// without communicating. Tensors whose layouts give the same group share one entry: for
-// a device-matrix layout over a contiguous group it is found by a key of O(axes)
-// numbers, so the member list is built once per group, not per tensor, and a pick costs
-// O(log group).
+// without communicating. Tensors whose layouts give the same members share one entry
+// (one load account). For a device-matrix layout over a contiguous group the entry is
+// found by a key of O(axes) numbers, so the member list is built once per distinct key,
+// not per tensor; a pick costs O(log group).
 class ReplicaGroups {
  public:
   explicit ReplicaGroups(int rank) : rank_(rank) {}
@@ -67,6 +67,7 @@ class ReplicaGroups {
   std::vector<std::set<std::pair<uint64_t, int>>> load_;  // per group: (bytes so far, rank) of members used
   std::vector<std::size_t> unused_;                       // per group: members [unused_, end) read nothing yet
   int add(std::vector<int> members);
+  int by_members(std::vector<int> members);
 };
 
 // One query without keeping the lookup.

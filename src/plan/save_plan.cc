@@ -81,51 +81,46 @@ std::string describe_tensors(const std::vector<PlannedTensor>& tensors) {
 
 std::string describe_state(const StateDict& state) { return describe_tensors(planned_tensors(state)); }
 
-std::vector<int64_t> fingerprint(const std::string& description) {
+Result<std::vector<int64_t>> fingerprint(const std::string& description) {
   const std::string hex = internal_transform::sha256_hex(description.data(), description.size());
+  if (hex.size() != 16 * kFingerprintWords) return internal_error("save: SHA-256 of the state description failed");
   std::vector<int64_t> words;
-  for (std::size_t i = 0; i + 16 <= hex.size(); i += 16)
+  for (std::size_t i = 0; i < hex.size(); i += 16)
     words.push_back(static_cast<int64_t>(std::stoull(hex.substr(i, 16), nullptr, 16)));
   return words;
 }
 
-Status explain_mismatch(const std::vector<std::string>& descriptions) {
-  std::vector<proto::Index> ranks(descriptions.size());
-  for (std::size_t r = 0; r < descriptions.size(); ++r)
-    if (!ranks[r].ParseFromString(descriptions[r]))
-      return internal_error("save: the description of rank " + std::to_string(r) + " does not parse");
-  if (ranks.empty()) return invalid_argument("save: no ranks");
-  const proto::Index& first = ranks[0];
+Status explain_mismatch(const std::string& rank0, const std::string& other_bytes, int other_rank) {
+  proto::Index first, other;
+  if (!first.ParseFromString(rank0)) return internal_error("save: the description of rank 0 does not parse");
+  if (!other.ParseFromString(other_bytes))
+    return internal_error("save: the description of rank " + std::to_string(other_rank) + " does not parse");
   using google::protobuf::util::MessageDifferencer;
-  for (std::size_t r = 1; r < ranks.size(); ++r) {
-    const proto::Index& other = ranks[r];
-    const std::string who = "save: rank " + std::to_string(r);
-    for (int t = 0; t < std::max(first.tensors_size(), other.tensors_size()); ++t) {
-      if (t >= other.tensors_size())
-        return invalid_argument(who + ": tensor '" + first.tensors(t).name() + "' is missing (rank 0 has it)");
-      if (t >= first.tensors_size())
-        return invalid_argument(who + ": tensor '" + other.tensors(t).name() + "' is not on rank 0");
-      const auto& a = first.tensors(t);
-      const auto& b = other.tensors(t);
-      if (a.name() != b.name())
-        return invalid_argument(who + ": tensor #" + std::to_string(t) + " is '" + b.name() + "' but rank 0 has '" +
-                                a.name() + "' (state dicts must list the same tensors in the same order)");
-      if (a.dtype() != b.dtype())
-        return invalid_argument(who + ": tensor '" + a.name() + "': dtype " + b.dtype() + " but rank 0 has " +
-                                a.dtype());
-      if (!std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
-                      b.global_shape().end()))
-        return invalid_argument(who + ": tensor '" + a.name() + "': global shape differs from rank 0's");
-      if (!MessageDifferencer::Equals(a.layout(), b.layout()))
-        return invalid_argument(who + ": tensor '" + a.name() + "': layout differs from rank 0's");
-      if (a.chunks_size() != b.chunks_size() ||
-          !std::equal(a.chunks().begin(), a.chunks().end(), b.chunks().begin(),
-                      [](const proto::Chunk& x, const proto::Chunk& y) { return MessageDifferencer::Equals(x, y); }))
-        return invalid_argument(who + ": tensor '" + a.name() + "': explicit boxes differ from rank 0's");
-    }
-    if (!MessageDifferencer::Equals(first, other))
-      return invalid_argument(who + ": its state dict's description differs from rank 0's");
+  const std::string who = "save: rank " + std::to_string(other_rank);
+  for (int t = 0; t < std::max(first.tensors_size(), other.tensors_size()); ++t) {
+    if (t >= other.tensors_size())
+      return invalid_argument(who + ": tensor '" + first.tensors(t).name() + "' is missing (rank 0 has it)");
+    if (t >= first.tensors_size())
+      return invalid_argument(who + ": tensor '" + other.tensors(t).name() + "' is not on rank 0");
+    const auto& a = first.tensors(t);
+    const auto& b = other.tensors(t);
+    if (a.name() != b.name())
+      return invalid_argument(who + ": tensor #" + std::to_string(t) + " is '" + b.name() + "' but rank 0 has '" +
+                              a.name() + "' (state dicts must list the same tensors in the same order)");
+    if (a.dtype() != b.dtype())
+      return invalid_argument(who + ": tensor '" + a.name() + "': dtype " + b.dtype() + " but rank 0 has " + a.dtype());
+    if (!std::equal(a.global_shape().begin(), a.global_shape().end(), b.global_shape().begin(),
+                    b.global_shape().end()))
+      return invalid_argument(who + ": tensor '" + a.name() + "': global shape differs from rank 0's");
+    if (!MessageDifferencer::Equals(a.layout(), b.layout()))
+      return invalid_argument(who + ": tensor '" + a.name() + "': layout differs from rank 0's");
+    if (a.chunks_size() != b.chunks_size() ||
+        !std::equal(a.chunks().begin(), a.chunks().end(), b.chunks().begin(),
+                    [](const proto::Chunk& x, const proto::Chunk& y) { return MessageDifferencer::Equals(x, y); }))
+      return invalid_argument(who + ": tensor '" + a.name() + "': explicit boxes differ from rank 0's");
   }
+  if (!MessageDifferencer::Equals(first, other))
+    return invalid_argument(who + ": its state dict's description differs from rank 0's");
   return Status();
 }
 

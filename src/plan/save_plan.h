@@ -57,12 +57,15 @@ void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tens
 std::string describe_state(const StateDict& state);
 std::string describe_tensors(const std::vector<PlannedTensor>& tensors);
 
-// Four 64-bit words of the SHA-256 of a description, for an allreduce min/max check.
-std::vector<int64_t> fingerprint(const std::string& description);
+// The SHA-256 of a description as kFingerprintWords 64-bit words, for an allreduce
+// min/max check. kInternal if OpenSSL fails.
+inline constexpr std::size_t kFingerprintWords = 4;
+Result<std::vector<int64_t>> fingerprint(const std::string& description);
 
-// The error for descriptions (index = rank) that do not all equal rank 0's: names the
-// first rank and tensor that differ and how (presence, order, dtype, shape, layout).
-Status explain_mismatch(const std::vector<std::string>& descriptions);
+// The error for rank `other_rank`'s description that differs from rank 0's: names the
+// rank, the first tensor that differs and how (presence, order, dtype, shape, layout,
+// explicit boxes); OK when they are equal.
+Status explain_mismatch(const std::string& rank0, const std::string& other, int other_rank);
 
 // Plans a save by `world` ranks that all hold `tensors` (boxes per rank from the
 // layouts). With remove_redundancy, each distinct box is written once, by one of its

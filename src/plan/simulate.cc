@@ -31,9 +31,12 @@ struct Model {
 // contiguous ranks [s * dp * tp, (s + 1) * dp * tp).
 Result<Model> build_model(int ranks, int tensors, int64_t hidden, Parallelism p, const std::string& what) {
   Model m;
-  if (ranks < 1 || p.tp < 1 || p.pp < 1 || p.dp < 0)
-    return invalid_argument(what + ": ranks, tp and pp must be positive");
-  m.dp = p.dp > 0 ? p.dp : ranks / (p.tp * p.pp);
+  constexpr int kMax = 1 << 24;
+  if (ranks < 1 || p.tp < 1 || p.pp < 1 || p.dp < 0 || ranks > kMax || p.tp > kMax || p.pp > kMax || p.dp > kMax ||
+      tensors > kMax)
+    return invalid_argument(what + ": ranks, tp and pp must be in 1.." + std::to_string(kMax) +
+                            " and tensors at most " + std::to_string(kMax));
+  m.dp = p.dp > 0 ? p.dp : static_cast<int>(ranks / (int64_t{p.tp} * p.pp));
   if (static_cast<int64_t>(m.dp) * p.tp * p.pp != ranks)
     return invalid_argument(what + ": " + std::to_string(ranks) + " ranks are not dp x tp x pp (tp " +
                             std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ")");
@@ -86,7 +89,7 @@ Result<SimulationReport> simulate_planning(const SimulationConfig& config) {
   // Save: what every rank computes to agree, then rank 0's plan and index.
   auto start = Clock::now();
   const std::string description = describe_tensors(planned);
-  const std::vector<int64_t> print = fingerprint(description);
+  DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int64_t> print, fingerprint(description));
   report.describe_s = seconds_since(start);
   report.description_bytes = description.size();
   start = Clock::now();

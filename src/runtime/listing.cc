@@ -32,17 +32,21 @@ bool is_single_file_name(std::string name) {
 std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
   const std::string path = root + "/" + kLatestFileName;
   auto size = fs.file_size(path);
-  if (!size.ok() || *size > 4096) return "";  // a pointer is a short name; refuse anything else
-  auto text = read_whole_file(fs, path, 4096);
+  if (!size.ok() || *size > internal_runtime::kMaxLatestBytes) return "";  // a pointer is a short name
+  auto text = read_whole_file(fs, path, internal_runtime::kMaxLatestBytes);
   if (!text.ok()) return "";
-  std::string name = *text;
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-  if (!internal_storage::validate_checkpoint_name(name).ok()) return "";
-  return name;
+  return internal_runtime::parse_latest_pointer(*text);
 }
 }  // namespace
 
 namespace internal_runtime {
+std::string parse_latest_pointer(std::string text) {
+  if (text.size() > kMaxLatestBytes) return "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (!internal_storage::validate_checkpoint_name(text).ok()) return "";
+  return text;
+}
+
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
   const std::string latest = read_latest_pointer(fs, root);
   if (!latest.empty()) {

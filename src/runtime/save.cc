@@ -114,21 +114,39 @@ Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& s
 }
 
 Status agree_on_state(Comm& comm, const StateDict& state) {
-  const std::string description = internal_plan::describe_state(state);
-  const std::vector<int64_t> mine = internal_plan::fingerprint(description);
-  // min(x) and ~min(~x) = max(x) in one allreduce: equal everywhere iff all ranks match.
-  std::vector<int64_t> v = mine;
+  std::string description;
+  std::vector<int64_t> mine(internal_plan::kFingerprintWords, 0);
+  Status local = guarded(rank_prefix(comm) + ": describe", [&]() -> Status {
+    description = internal_plan::describe_state(state);
+    DISTCKPT_ASSIGN_OR_RETURN(mine, internal_plan::fingerprint(description));
+    return Status();
+  });
+  // One allreduce: whether every rank could describe its state, then min(x) and
+  // ~min(~x) = max(x) of each word: equal everywhere iff all ranks match.
+  std::vector<int64_t> v{local.ok() ? 0 : -1};
+  v.insert(v.end(), mine.begin(), mine.end());
   for (int64_t x : mine) v.push_back(~x);
   comm.allreduce(v, ReduceOp::kMin);
+  if (v[0] < 0) return agree(comm, local);  // every rank takes this branch
+  const std::size_t n = mine.size();
   bool same = true;
-  for (std::size_t i = 0; i < mine.size(); ++i) same = same && v[i] == mine[i] && ~v[mine.size() + i] == mine[i];
+  for (std::size_t i = 0; i < n; ++i) same = same && v[1 + i] == mine[i] && ~v[1 + n + i] == mine[i];
   if (same) return Status();
-  // Only now are the descriptions gathered, so that rank 0 can name who differs and how.
-  std::vector<std::string> all = comm.gather(description, 0);
-  Status local;
-  if (comm.rank() == 0) {
-    local = internal_plan::explain_mismatch(all);
-    if (local.ok()) local = invalid_argument("save: the ranks' state dicts differ");
+  // They differ: the first rank whose fingerprint is not rank 0's sends its description,
+  // so that rank 0 can name it, the tensor and how (O(tensors) bytes, whatever the world).
+  std::string zero(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));
+  comm.broadcast_string(zero, 0);
+  const bool differs = zero != std::string(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));
+  const int first = static_cast<int>(comm.allreduce_one(differs ? comm.rank() : comm.size(), ReduceOp::kMin));
+  local = invalid_argument("save: the ranks' state dicts differ");
+  if (first < comm.size()) {
+    std::string other = description;
+    comm.broadcast_string(other, first);
+    if (comm.rank() == 0) {
+      Status why = guarded("save: rank 0: compare state dicts",
+                           [&] { return internal_plan::explain_mismatch(description, other, first); });
+      if (!why.ok()) local = why;
+    }
   }
   return agree(comm, local);
 }

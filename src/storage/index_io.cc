@@ -124,7 +124,9 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
 
 Status validate_index(const proto::Index& index, const std::string& path) {
   const std::string where = "index '" + path + "'";
-  if (index.world_size() < 1) return corruption(where + ": world size " + std::to_string(index.world_size()));
+  if (index.world_size() < 1 || index.world_size() > kMaxWorldSize)
+    return corruption(where + ": world size " + std::to_string(index.world_size()));
+  int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
     if (!valid_file_name(f.name()))
@@ -149,8 +151,26 @@ Status validate_index(const proto::Index& index, const std::string& path) {
                         std::to_string(dims) + " dims");
     for (int r : L.ranks())
       if (r < 0) return corruption(tw + ": negative rank in layout");
+    // The save-time group: a rank list, or (device-matrix form) the contiguous run of
+    // prod(dev_mat) ranks from ranks_first, which must lie inside the world.
+    int64_t group = 1;
+    for (int64_t d : L.dev_mat()) {
+      if (d <= 0 || d > kMaxWorldSize || group * d > kMaxWorldSize)
+        return corruption(tw + ": layout dev_mat has a non-positive or too large entry");
+      group *= d;
+    }
     if (L.ranks_first() < 0 || (L.ranks_first() > 0 && (L.dev_mat_size() == 0 || L.ranks_size() > 0)))
       return corruption(tw + ": layout has a bad ranks_first " + std::to_string(L.ranks_first()));
+    if (L.dev_mat_size() > 0 && L.ranks_size() == 0 && L.ranks_first() + group > index.world_size())
+      return corruption(tw + ": layout's ranks " + std::to_string(L.ranks_first()) + ".." +
+                        std::to_string(L.ranks_first() + group - 1) + " lie outside the world of " +
+                        std::to_string(index.world_size()));
+    if (L.dev_mat_size() > 0 && L.ranks_size() > 0 && L.ranks_size() != group)
+      return corruption(tw + ": layout lists " + std::to_string(L.ranks_size()) + " ranks for dev_mat of " +
+                        std::to_string(group));
+    listed_ranks += L.ranks_size() > 0 || L.dev_mat_size() == 0 ? L.ranks_size() : group;
+    if (listed_ranks > kMaxListedRanks)
+      return corruption(where + ": its layouts name more than " + std::to_string(kMaxListedRanks) + " ranks in all");
     std::set<Box> distinct;
     for (int c = 0; c < t.chunks_size(); ++c) {
       const auto& ch = t.chunks(c);
@@ -215,7 +235,12 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
     ti.dev_mat.assign(t.layout().dev_mat().begin(), t.layout().dev_mat().end());
     ti.tensor_map.assign(t.layout().tensor_map().begin(), t.layout().tensor_map().end());
     ti.ranks.assign(t.layout().ranks().begin(), t.layout().ranks().end());
-    ti.ranks_first = t.layout().ranks_first();
+    if (ti.ranks.empty() && !ti.dev_mat.empty()) {  // stored compactly: the contiguous run from ranks_first
+      int64_t group = 1;
+      for (int64_t d : ti.dev_mat) group *= d;  // bounded by validate_index
+      ti.ranks.resize(static_cast<std::size_t>(group));
+      for (int64_t i = 0; i < group; ++i) ti.ranks[static_cast<std::size_t>(i)] = t.layout().ranks_first() + static_cast<int>(i);
+    }
     for (const auto& c : t.chunks()) {
       ChunkInfo ci;
       ci.box.offset.assign(c.offset().begin(), c.offset().end());

@@ -46,7 +46,7 @@ Result<std::string> sha256_file(FileSystem& fs, const std::string& path) {
 std::string sha256_hex(const void* data, std::size_t n) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  EVP_Digest(data, n, digest, &length, EVP_sha256(), nullptr);
+  if (EVP_Digest(data, n, digest, &length, EVP_sha256(), nullptr) != 1) return "";
   return to_hex(digest, length);
 }
 

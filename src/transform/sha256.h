@@ -12,7 +12,7 @@ namespace distckpt::internal_transform {
 // OpenSSL fails.
 Result<std::string> sha256_file(FileSystem& fs, const std::string& path);
 
-// The digest of `n` bytes at `data` as hex (tests, small inputs).
+// The digest of `n` bytes at `data` as hex; "" if OpenSSL fails.
 std::string sha256_hex(const void* data, std::size_t n);
 
 }  // namespace distckpt::internal_transform

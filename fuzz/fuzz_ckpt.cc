@@ -1,0 +1,14 @@
+// A MindSpore .ckpt file: protobuf records (tags, dims, types, contents), distckpt's
+// meta field, the CRC-32 footer.
+#include "format/ms_ckpt.h"
+#include "fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  using namespace distckpt;
+  const fuzz::MemoryFile file(data, size);
+  auto scan = internal_format::scan_ckpt(file, size, "fuzz.ckpt");
+  if (!scan.ok()) return 0;
+  auto index = internal_format::ckpt_index(*scan, "fuzz.ckpt", size, "fuzz.ckpt");
+  if (index.ok()) fuzz::check_accepted(*index);
+  return 0;
+}
