@@ -105,7 +105,7 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
       auto it = found.find(name);
       if (it != found.end()) *index.add_tensors() = std::move(it->second);
     }
-    return Status();
+    return internal_storage::validate_index(index, path);
   }
   for (const auto& m : meta->tensors()) {
     auto it = found.find(m.name());
@@ -119,7 +119,9 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
     found.erase(it);
   }
   if (!found.empty()) return corruption("'" + path + "': tensor '" + found.begin()->first + "' is stored but not described");
-  return Status();
+  // The description came from the file too (layouts, world size...): the result must pass
+  // every check a native index passes, as load applies them.
+  return internal_storage::validate_index(index, path);
 }
 
 proto::Index describe_single_file(const std::optional<proto::Index>& meta, const std::string& format,

@@ -30,7 +30,8 @@ Result<proto::Index> read_stored_index(FileSystem& fs, const std::string& path);
 
 // For format readers: orders `found` tensors and applies distckpt's metadata (layouts
 // at save, tensor order) when the file has it, checking that the metadata and the file
-// agree on names, dtypes and shapes. Without metadata, `order` is kept.
+// agree on names, dtypes and shapes. Without metadata, `order` is kept. The result is
+// checked as a native index is (validate_index): kCorruption otherwise.
 Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> found,
                       const std::vector<std::string>& order, const std::optional<proto::Index>& meta,
                       const std::string& path);

@@ -64,8 +64,9 @@ std::string serialize_deterministic(const proto::Index& index) {
   return bytes;
 }
 
-std::string frame_index(const proto::Index& index) {
-  const std::string payload = serialize_deterministic(index);
+std::string frame_index(const proto::Index& index) { return frame_payload(serialize_deterministic(index)); }
+
+std::string frame_payload(const std::string& payload) {
   std::string out(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kIndexFormatVersion);
   put<uint32_t>(out, internal_transform::crc32c(payload.data(), payload.size()));

@@ -28,6 +28,8 @@ Status validate_checkpoint_name(const std::string& name);
 std::string serialize_deterministic(const proto::Index& index);
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
 std::string frame_index(const proto::Index& index);
+// The same frame around payload bytes as they are (fuzzing, tests of hostile payloads).
+std::string frame_payload(const std::string& payload);
 // Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf
 // and every number in it (see validate_index). `path` is used in messages.
 Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
