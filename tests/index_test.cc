@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "format/stored.h"
 #include "storage/index_io.h"
 #include "transform/crc32c.h"
 
@@ -138,6 +139,32 @@ TEST(IndexTest, CompactRankRunsAreListedInFull) {
   auto parsed = parse_index(frame_index(index), "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
   EXPECT_EQ(to_checkpoint_info(*parsed, "/ck").tensors[0].ranks, (std::vector<int>{4, 5, 6, 7}));
+}
+
+// A single file's own description (distckpt's metadata in a .ckpt, safetensors or HDF5
+// file) is checked like a native index once attached: a layout that disagrees with the
+// stored dims is corruption when the file is opened, not a surprise later (found by
+// fuzz_ckpt).
+TEST(IndexTest, SingleFileDescriptionsAreValidated) {
+  proto::Index meta;
+  meta.set_world_size(2);
+  auto* t = meta.add_tensors();
+  t->set_name("b");
+  t->set_dtype("int64");
+  t->add_global_shape(3);
+  t->mutable_layout()->add_dev_mat(2);
+  t->mutable_layout()->add_tensor_map(-1);
+  auto attach = [&](const proto::Index& m) {
+    proto::Index index = internal_format::describe_single_file(m, "ckpt", "none", "x.ckpt", 4096);
+    std::map<std::string, proto::Tensor> found;
+    found.emplace("b", internal_format::whole_tensor("b", DType::kInt64, {3}, 100, 24));
+    return internal_format::attach_tensors(index, std::move(found), {"b"}, m, "x.ckpt");
+  };
+  EXPECT_TRUE(attach(meta).ok()) << attach(meta).to_string();
+  meta.mutable_tensors(0)->mutable_layout()->add_tensor_map(-1);
+  Status st = attach(meta);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("tensor_map has 2 entries for 1 dims"), std::string::npos) << st.message();
 }
 
 TEST(IndexTest, CheckpointNames) {
