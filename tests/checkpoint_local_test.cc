@@ -146,6 +146,14 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
   expect_all_equal(statuses, "ok");
   auto report = verify_checkpoint(root() + "/ck");
   ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_FALSE(report->deep);
+  VerifyOptions deep;
+  deep.deep = true;
+  auto deep_report = verify_checkpoint(root() + "/ck", deep);
+  ASSERT_TRUE(deep_report.ok()) << deep_report.status().to_string();
+  EXPECT_TRUE(deep_report->deep);
+  EXPECT_EQ(deep_report->bytes_checked, report->bytes_checked);
+  EXPECT_EQ(deep_report->chunks, report->chunks);
   auto listing = list_checkpoints(root());
   ASSERT_TRUE(listing.ok());
   EXPECT_EQ(listing->latest, "ck");
@@ -233,6 +241,9 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
   auto verify = verify_checkpoint(root() + "/ck");
   EXPECT_NE(verify.status().message().find("data-00000.bin"), std::string::npos) << verify.status().message();
   EXPECT_NE(verify.status().message().find("tensor '"), std::string::npos);
+  VerifyOptions deep;
+  deep.deep = true;  // finds the same damage
+  EXPECT_EQ(verify_checkpoint(root() + "/ck", deep).status().message(), verify.status().message());
 
   fs::resize_file(data, size - 1);
   expect_load_fails(world, root(), "truncated");

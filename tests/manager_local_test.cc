@@ -231,6 +231,26 @@ TEST(Manager, CrashBetweenCommitAndRetentionIsCleanedUpOnTheNextSave) {
   EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5", "run-0_6"}));
 }
 
+// Retention renames a checkpoint away before removing it, so a crash never leaves a
+// listed checkpoint half deleted; what such a crash leaves (a "*.deleting.tmp-*"
+// directory, listed as in flight) is removed by the next retention. Another job's
+// in-flight save is never touched.
+TEST(Manager, LeftoversOfACrashedRemovalAreRemovedAndInFlightSavesAreNot) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/run-0_1.deleting.tmp-00000000000000ab/sub");
+  std::ofstream(dir.path() + "/run-0_1.deleting.tmp-00000000000000ab/index.pb") << "partial";
+  fs::create_directories(dir.path() + "/other-0_7.tmp-00000000000000cd");
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 1;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 2; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, 0).status());
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_2", "other-0_7.tmp-00000000000000cd"}));
+}
+
 TEST(Manager, KeepsTheBestByMetricAndRefusesAMissingMetric) {
   TempDir dir;
   const double losses[] = {0.9, 0.2, 0.5, std::nan(""), 0.7};

@@ -290,12 +290,23 @@ struct CheckpointInfo {
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
                                             std::shared_ptr<FileSystem> fs = nullptr);
 
+struct VerifyOptions {
+  // Drop each file from the operating system's page cache before reading it, so that
+  // every byte checked comes from storage, not from memory a writer left behind
+  // (FileSystem::evict_cached; best effort: a file system without it is read as usual).
+  bool deep = false;
+};
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
+  bool deep = false;  // files were evicted from the cache before being read
 };
-// Reads every chunk and checks file sizes, bounds and CRC32C. kCorruption naming the
-// file and tensor on the first failure.
+// Local (no MPI), any thread. Reads every chunk and checks the index (framing, CRC32C,
+// every number), file sizes, bounds and every chunk's CRC32C (single files: their
+// whole-file CRC-32 and per-tensor CRC32C where recorded). kCorruption naming the file
+// and tensor on the first failure; kNotFound for a missing file; kIoError.
 Result<VerifyReport> verify_checkpoint(const std::string& path,
+                                       std::shared_ptr<FileSystem> fs = nullptr);
+Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options,
                                        std::shared_ptr<FileSystem> fs = nullptr);
 
 enum class EntryState { kCommitted, kInFlight, kBroken };

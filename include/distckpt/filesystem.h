@@ -84,6 +84,12 @@ class FileSystem {
   virtual Status sync_dir(const std::string& path) = 0;
   // fsync of an existing file written by someone else (HDF5 writes its own files).
   virtual Status sync_file(const std::string& path) = 0;
+  // Best effort: drops the file's pages from the operating system's cache, so that the
+  // next reads come from storage (verify --deep). The default does nothing.
+  virtual Status evict_cached(const std::string& path) {
+    (void)path;
+    return Status();
+  }
 };
 
 // The process-wide POSIX file system (thread-safe, never null, not owned by the caller).

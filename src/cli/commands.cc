@@ -218,21 +218,25 @@ int cmd_inspect(const std::string& path, bool as_json) {
   return 0;
 }
 
-int cmd_verify(const std::string& path, bool as_json) {
+int cmd_verify(const std::string& path, bool as_json, bool deep) {
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
-  auto report = verify_checkpoint(*dir);
+  VerifyOptions options;
+  options.deep = deep;
+  auto report = verify_checkpoint(*dir, options);
   if (!report.ok()) {
     if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";
     return fail(report.status());
   }
   if (as_json) {
     std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
-                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked}}) << "\n";
+                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
+                      {"deep", report->deep}}) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and checksums)\n", dir->c_str(),
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and checksums%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
-                static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str());
+                static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
+                report->deep ? ", re-read from storage" : "");
   }
   return 0;
 }

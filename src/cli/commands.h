@@ -14,7 +14,7 @@ struct LayoutArgs {
 int cmd_layout(const LayoutArgs& args);
 int cmd_ls(const std::string& root, bool json);
 int cmd_inspect(const std::string& path, bool json);
-int cmd_verify(const std::string& path, bool json);
+int cmd_verify(const std::string& path, bool json, bool deep);
 
 struct ConvertArgs {
   std::string src, dst, to;

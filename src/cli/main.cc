@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "Read every byte; check file sizes and checksums");
   verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   verify->add_flag("--json", json, "machine-readable output");
+  bool deep = false;
+  verify->add_flag("--deep", deep, "drop each file from the page cache first: every byte is re-read from storage");
 
   ConvertArgs conv;
   auto* convert = app.add_subcommand("convert", "Write a checkpoint in another format, streaming with bounded memory");
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     if (*lay) return cmd_layout(layout);
     if (*ls) return cmd_ls(path, json);
     if (*inspect) return cmd_inspect(path, json);
-    if (*verify) return cmd_verify(path, json);
+    if (*verify) return cmd_verify(path, json, deep);
     if (*convert) return cmd_convert(conv);
     if (*publish) return cmd_publish(pub);
   } catch (const std::bad_alloc&) {

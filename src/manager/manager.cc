@@ -22,6 +22,7 @@
 #include "comm/agree.h"
 #include "format/stored.h"
 #include "manager/retention.h"
+#include "runtime/commit.h"
 #include "runtime/convert.h"
 #include "runtime/guard.h"
 #include "runtime/timer.h"
@@ -201,11 +202,26 @@ struct CheckpointManager::Impl {
                                              cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
     std::vector<std::string> removed;
     for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
-      Status st = fs->remove_all(cfg.directory + "/" + name);
+      Status st = remove_checkpoint(name);
       if (st.ok()) removed.push_back(name);
       else warnings->push_back("retention: " + st.to_string());
     }
+    // What a crash in an earlier removal left behind (only retention makes such names).
+    if (auto all = fs->list_dir(cfg.directory); all.ok())
+      for (const auto& e : *all)
+        if (e.name.find(kDeletingMarker) != std::string::npos) (void)fs->remove_all(cfg.directory + "/" + e.name);
     return removed;
+  }
+
+  // A crash must never leave a listed checkpoint half deleted (its index without all its
+  // data): the checkpoint is first renamed, atomically and durably, to a name listings
+  // show as in flight and never resume from, then removed.
+  static constexpr const char* kDeletingMarker = ".deleting.tmp-";
+  Status remove_checkpoint(const std::string& name) {
+    const std::string trash = internal_runtime::make_tmp_dir_name(cfg.directory, name + ".deleting");
+    DISTCKPT_RETURN_IF_ERROR(fs->rename(cfg.directory + "/" + name, trash));
+    DISTCKPT_RETURN_IF_ERROR(fs->sync_dir(cfg.directory));
+    return fs->remove_all(trash);
   }
 
   struct SaveKind {

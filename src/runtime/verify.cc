@@ -13,6 +13,11 @@
 namespace distckpt {
 
 Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  return verify_checkpoint(path, VerifyOptions{}, std::move(fs));
+}
+
+Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options,
+                                       std::shared_ptr<FileSystem> fs) {
   if (!fs) fs = posix_filesystem();
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, internal_format::read_stored_index(*fs, path));
   const bool single = !(index.format().empty() || index.format() == "native");
@@ -24,6 +29,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<
     dir = slash == std::string::npos ? "." : path.substr(0, slash);
   }
   VerifyReport report;
+  report.deep = options.deep;
   // Chunks grouped by file, so that one file is open at a time whatever the number of
   // writers, and each file is read front to back.
   std::vector<std::vector<std::pair<int, int>>> by_file(static_cast<std::size_t>(index.files_size()));
@@ -37,6 +43,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<
   for (int f = 0; f < index.files_size(); ++f) {
     const auto& meta = index.files(f);
     const std::string file_path = dir + "/" + meta.name();
+    if (options.deep) DISTCKPT_RETURN_IF_ERROR(fs->evict_cached(file_path).with_context("verify --deep"));
     auto file = fs->open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)

@@ -47,6 +47,7 @@ class FaultFileSystem final : public FileSystem {
   Result<uint64_t> file_size(const std::string& path) override;
   Status sync_dir(const std::string& path) override;
   Status sync_file(const std::string& path) override;
+  Status evict_cached(const std::string& path) override { return base_->evict_cached(path); }
 
   uint64_t bytes_written() const { return written_.load(); }
 
