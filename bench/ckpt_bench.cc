@@ -71,6 +71,7 @@ struct Args {
   bool keep = false;
   int repeat = 1;
   bool compare_dd = false;
+  bool no_checksum = false;
   bool async = false;
   std::string staging = "1G";
   std::string replica_reads = "auto";
@@ -252,6 +253,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   opts.step = 0;
   opts.format = *distckpt::format_from_name(a.format);
   opts.integrated = a.integrated;
+  opts.checksum = !a.no_checksum;
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
   MPI_Barrier(MPI_COMM_WORLD);
@@ -322,6 +324,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["replica_reads"] = a.replica_reads;
     j["format"] = a.format;
     j["integrated"] = a.integrated || a.format == "ckpt" || a.format == "safetensors";
+    j["checksum"] = !a.no_checksum;
     j["tensors"] = w.tensors.size();
     j["save_s"] = opt(do_save, save_s);
     j["load_s"] = opt(do_load, load_s);
@@ -424,6 +427,8 @@ int run(int rank, int world, int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--integrated", a.integrated,
                "native: write full tensors (gathered) into one file; ckpt and safetensors always are");
+  app.add_flag("--no-checksum", a.no_checksum,
+               "save without per-chunk CRC32C (to measure its cost; loads then check none)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {

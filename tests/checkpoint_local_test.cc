@@ -361,6 +361,36 @@ TEST_P(LocalCheckpointTest, StateDictsThatDifferAcrossRanksAreNamed) {
   EXPECT_FALSE(fs::exists(root() + "/layouts"));
 }
 
+// Checksums off (to measure their cost): recorded as "none", loads check nothing, and
+// one rank keeping them on keeps them on for all (the index never claims CRCs a writer
+// did not compute).
+TEST_P(LocalCheckpointTest, ChecksumsOffAreRecordedAndAgreed) {
+  const int world = this->world();
+  for (bool one_keeps_them : {false, true}) {
+    const std::string name = one_keeps_them ? "mixed" : "off";
+    expect_all_equal(run(world, [&](Comm& comm) {
+                       Model m(comm.rank(), world);
+                       SaveOptions opts = options(name);
+                       opts.checksum = one_keeps_them && comm.rank() == world - 1;
+                       return save(comm, m.state, root(), opts).status();
+                     }),
+                     "ok");
+    auto info = read_checkpoint_info(root() + "/" + name);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_EQ(info->checksum, one_keeps_them ? "crc32c" : "none");
+    ASSERT_TRUE(verify_checkpoint(root() + "/" + name).ok());
+    expect_all_equal(run(world, [&](Comm& comm) -> Status {
+                       Model m(comm.rank(), world);
+                       const auto expected = m.snapshot();
+                       m.zero();
+                       DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/" + name, {}).status());
+                       EXPECT_EQ(m.buffers, expected);
+                       return Status();
+                     }),
+                     "ok");
+  }
+}
+
 TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
   const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");

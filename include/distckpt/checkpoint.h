@@ -60,6 +60,10 @@ struct SaveOptions {
   // listed and loadable by path, but never picked by resolve_checkpoint / resume.
   bool update_latest = true;
   bool fsync = true;          // fsync files and directories (commit protocol steps 2-3)
+  // CRC32C of every chunk, computed while the bytes are hot and checked by load and
+  // verify. Off only to measure its cost (ckpt_bench --no-checksum): the index is
+  // checksummed either way, the data then is not (transforms.checksum = "none").
+  bool checksum = true;
   // Write data files with O_DIRECT through aligned staging buffers where the file
   // system allows it (buffered I/O otherwise). Faster and steadier on the machines we
   // measured: see src/storage/stream_writer.h.

@@ -43,7 +43,7 @@ Result<std::vector<uint32_t>> write_chunks(const internal_runtime::SaveSession& 
   if (file->direct()) {
     internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4);
     internal_storage::StreamWriter writer(std::move(file), pool, internal_runtime::chunk_ends(items),
-                                          internal_runtime::data_file_path(session, comm));
+                                          internal_runtime::data_file_path(session, comm), session.options.checksum);
     DISTCKPT_RETURN_IF_ERROR(internal_runtime::stage_chunks(writer, session, state, comm, bytes));
     auto done = writer.finish(session.options.fsync);
     if (!done.ok()) return done.status().with_context(where);
@@ -57,7 +57,7 @@ Result<std::vector<uint32_t>> write_chunks(const internal_runtime::SaveSession& 
     uint32_t crc = internal_transform::kCrc32cInit;
     for (uint64_t done = 0; done < item.length;) {
       const uint64_t n = std::min(kPiece, item.length - done);
-      crc = internal_transform::crc32c_extend(crc, data + done, n);
+      if (session.options.checksum) crc = internal_transform::crc32c_extend(crc, data + done, n);
       Status st = file->write_at(data + done, n, item.byte_offset + done);
       if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
       done += n;
@@ -174,11 +174,15 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
   // out files. Everything the index needs from `state` is taken now, so the caller may
   // change the state dict (not the tensor bytes) once the data is written or staged.
   DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
+  // Checksums are on unless every rank turned them off, so that the index never records
+  // "crc32c" for a chunk whose writer computed none.
+  session.options.checksum = comm.allreduce_one(options.checksum ? 1 : 0, ReduceOp::kMax) == 1;
   if (coordinator) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(session.plan, internal_plan::plan_save(internal_plan::planned_tensors(state),
                                                                        comm.size(), options.remove_redundancy));
       proto::Index& index = session.plan.index;
+      if (!session.options.checksum) index.mutable_transforms()->set_checksum("none");
       index.set_name(options.name);
       index.set_step(options.step);
       index.set_epoch(options.epoch);

@@ -8,9 +8,9 @@
 namespace distckpt::internal_storage {
 
 StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
-                           std::string path)
+                           std::string path, bool checksum)
     : file_(std::move(file)), pool_(pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)),
-      crc_state_(internal_transform::kCrc32cInit) {
+      crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,7 +76,8 @@ void StreamWriter::run() {
       const uint64_t end = job.offset + job.bytes;
       while (pos < end && chunk_ < chunk_ends_.size()) {
         const uint64_t stop = std::min(end, chunk_ends_[chunk_]);
-        crc_state_ = internal_transform::crc32c_extend(crc_state_, job.slab + (pos - job.offset), stop - pos);
+        if (checksum_)
+          crc_state_ = internal_transform::crc32c_extend(crc_state_, job.slab + (pos - job.offset), stop - pos);
         pos = stop;
         if (pos == chunk_ends_[chunk_]) {
           crcs_.push_back(internal_transform::crc32c_finish(crc_state_));

@@ -34,8 +34,9 @@ class StreamWriter {
   // `chunk_ends` are the stream offsets where chunks end (ascending; the last one is
   // the file's size): the writer computes one CRC32C per chunk. `file` is written from
   // offset 0; `pool` must outlive the writer and serve only it while it runs.
+  // With `checksum` false no CRC is computed (finish() returns zeros).
   StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
-               std::string path);
+               std::string path, bool checksum = true);
   ~StreamWriter();  // joins the writer thread (after an abandoned stream, too)
 
   // Copies `n` bytes into the stream. Returns the writer's first error, if any.
@@ -72,6 +73,7 @@ class StreamWriter {
   std::vector<uint32_t> crcs_;
   std::size_t chunk_ = 0;
   uint32_t crc_state_ = 0;
+  bool checksum_ = true;
   std::thread thread_;
 };
 
