@@ -448,6 +448,10 @@ int run(int rank, int world, int argc, char** argv) {
     }
     return kExitUsage;
   }
+  if (a.no_checksum && (a.integrated || a.format != "native")) {
+    if (root) std::cerr << "ckpt_bench: --no-checksum applies to sharded native saves only\n";
+    return kExitUsage;
+  }
   if (a.mode != "both" && a.repeat > 1) {
     if (root) std::cerr << "ckpt_bench: --repeat needs --mode both\n";
     return kExitUsage;

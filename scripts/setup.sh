@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev                          # CRC-32 combine for MindSpore's .ckpt footer
   libgtest-dev libgmock-dev           # tests
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
+  procps                              # tests: pgrep finds the ranks a crash test kills
 )
 
 installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)

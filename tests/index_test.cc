@@ -142,9 +142,8 @@ TEST(IndexTest, CompactRankRunsAreListedInFull) {
 }
 
 // A single file's own description (distckpt's metadata in a .ckpt, safetensors or HDF5
-// file) is checked like a native index once attached: a layout that disagrees with the
-// stored dims is corruption when the file is opened, not a surprise later (found by
-// fuzz_ckpt).
+// file) is checked like a native index by the reader itself (attach_tensors), not only
+// by its callers: a layout that disagrees with the stored dims is corruption.
 TEST(IndexTest, SingleFileDescriptionsAreValidated) {
   proto::Index meta;
   meta.set_world_size(2);

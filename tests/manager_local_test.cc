@@ -232,14 +232,17 @@ TEST(Manager, CrashBetweenCommitAndRetentionIsCleanedUpOnTheNextSave) {
 }
 
 // Retention renames a checkpoint away before removing it, so a crash never leaves a
-// listed checkpoint half deleted; what such a crash leaves (a "*.deleting.tmp-*"
-// directory, listed as in flight) is removed by the next retention. Another job's
-// in-flight save is never touched.
+// listed checkpoint half deleted; what such a crash leaves ("<name>.tmp-deleting-<id>",
+// listed as in flight) is removed by the next retention of the same series. In-flight
+// saves, other series' leftovers and look-alike names are never touched.
 TEST(Manager, LeftoversOfACrashedRemovalAreRemovedAndInFlightSavesAreNot) {
   TempDir dir;
-  fs::create_directories(dir.path() + "/run-0_1.deleting.tmp-00000000000000ab/sub");
-  std::ofstream(dir.path() + "/run-0_1.deleting.tmp-00000000000000ab/index.pb") << "partial";
+  fs::create_directories(dir.path() + "/run-0_1.tmp-deleting-00000000000000ab/sub");
+  std::ofstream(dir.path() + "/run-0_1.tmp-deleting-00000000000000ab/index.pb") << "partial";
+  std::ofstream(dir.path() + "/run-0_3.safetensors.tmp-deleting-00000000000000ef") << "partial";
   fs::create_directories(dir.path() + "/other-0_7.tmp-00000000000000cd");
+  fs::create_directories(dir.path() + "/other-0_7.tmp-deleting-00000000000000cd");
+  fs::create_directories(dir.path() + "/run-0_9.deleting.tmp-00000000000000cd");
   expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path());
@@ -248,7 +251,9 @@ TEST(Manager, LeftoversOfACrashedRemovalAreRemovedAndInFlightSavesAreNot) {
     for (int64_t step = 1; step <= 2; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, 0).status());
     return Status();
   }));
-  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_2", "other-0_7.tmp-00000000000000cd"}));
+  EXPECT_EQ(names_in(dir.path()),
+            (std::set<std::string>{"run-0_2", "other-0_7.tmp-00000000000000cd", "other-0_7.tmp-deleting-00000000000000cd",
+                                   "run-0_9.deleting.tmp-00000000000000cd"}));
 }
 
 TEST(Manager, KeepsTheBestByMetricAndRefusesAMissingMetric) {

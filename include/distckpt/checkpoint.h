@@ -63,6 +63,7 @@ struct SaveOptions {
   // CRC32C of every chunk, computed while the bytes are hot and checked by load and
   // verify. Off only to measure its cost (ckpt_bench --no-checksum): the index is
   // checksummed either way, the data then is not (transforms.checksum = "none").
+  // Sharded native saves only; integrated saves and single files keep their checksums.
   bool checksum = true;
   // Write data files with O_DIRECT through aligned staging buffers where the file
   // system allows it (buffered I/O otherwise). Faster and steadier on the machines we
@@ -302,7 +303,8 @@ struct VerifyOptions {
 };
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
-  bool deep = false;  // files were evicted from the cache before being read
+  bool deep = false;    // every file was evicted from the cache before being read
+  bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
 };
 // Local (no MPI), any thread. Reads every chunk and checks the index (framing, CRC32C,
 // every number), file sizes, bounds and every chunk's CRC32C (single files: their

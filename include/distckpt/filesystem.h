@@ -84,11 +84,10 @@ class FileSystem {
   virtual Status sync_dir(const std::string& path) = 0;
   // fsync of an existing file written by someone else (HDF5 writes its own files).
   virtual Status sync_file(const std::string& path) = 0;
-  // Best effort: drops the file's pages from the operating system's cache, so that the
-  // next reads come from storage (verify --deep). The default does nothing.
+  // Best effort: drops the file's clean pages from the operating system's cache, so that
+  // the next reads come from storage (verify --deep). The default cannot: kUnsupported.
   virtual Status evict_cached(const std::string& path) {
-    (void)path;
-    return Status();
+    return unsupported("evict '" + path + "' from the cache: not supported by this file system");
   }
 };
 

@@ -231,11 +231,12 @@ int cmd_verify(const std::string& path, bool as_json, bool deep) {
   if (as_json) {
     std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
                       {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
-                      {"deep", report->deep}}) << "\n";
+                      {"deep", report->deep}, {"checksums", report->checksums}}) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (sizes and checksums%s)\n", dir->c_str(),
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
+                report->checksums ? "sizes and checksums" : "sizes only: no checksums recorded",
                 report->deep ? ", re-read from storage" : "");
   }
   return 0;

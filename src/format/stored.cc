@@ -119,8 +119,9 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
     found.erase(it);
   }
   if (!found.empty()) return corruption("'" + path + "': tensor '" + found.begin()->first + "' is stored but not described");
-  // The description came from the file too (layouts, world size...): the result must pass
-  // every check a native index passes, as load applies them.
+  // The description came from the file too (layouts, world size...): the reader's result
+  // passes every check a native index passes, whoever calls it (read_stored_index checks
+  // again; the fuzz targets call the readers directly).
   return internal_storage::validate_index(index, path);
 }
 

@@ -206,20 +206,26 @@ struct CheckpointManager::Impl {
       if (st.ok()) removed.push_back(name);
       else warnings->push_back("retention: " + st.to_string());
     }
-    // What a crash in an earlier removal left behind (only retention makes such names).
+    // What a crash in an earlier removal of this series left behind. Checkpoint names
+    // cannot contain ".tmp-" and saves use ".tmp-<16 hex>", so only retention makes these.
+    static const std::regex trash_re(R"((.+)\.tmp-deleting-[0-9a-f]{16})");
     if (auto all = fs->list_dir(cfg.directory); all.ok())
-      for (const auto& e : *all)
-        if (e.name.find(kDeletingMarker) != std::string::npos) (void)fs->remove_all(cfg.directory + "/" + e.name);
+      for (const auto& e : *all) {
+        std::smatch m;
+        if (std::regex_match(e.name, m, trash_re) && std::regex_match(m[1].str(), series_regex(series)))
+          (void)fs->remove_all(cfg.directory + "/" + e.name);
+      }
     return removed;
   }
 
   // A crash must never leave a listed checkpoint half deleted (its index without all its
-  // data): the checkpoint is first renamed, atomically and durably, to a name listings
-  // show as in flight and never resume from, then removed.
-  static constexpr const char* kDeletingMarker = ".deleting.tmp-";
+  // data): the checkpoint is first renamed, atomically and durably, to
+  // "<name>.tmp-deleting-<id>" (listed as in flight, never resumed from), then removed.
   Status remove_checkpoint(const std::string& name) {
-    const std::string trash = internal_runtime::make_tmp_dir_name(cfg.directory, name + ".deleting");
-    DISTCKPT_RETURN_IF_ERROR(fs->rename(cfg.directory + "/" + name, trash));
+    const std::string tmp = internal_runtime::make_tmp_dir_name(cfg.directory, name);  // <dir>/<name>.tmp-<hex>
+    const std::size_t at = tmp.rfind(internal_storage::kTmpMarker) + std::strlen(internal_storage::kTmpMarker);
+    const std::string trash = tmp.substr(0, at) + "deleting-" + tmp.substr(at);
+    DISTCKPT_RETURN_IF_ERROR(fs->rename_no_replace(cfg.directory + "/" + name, trash));
     DISTCKPT_RETURN_IF_ERROR(fs->sync_dir(cfg.directory));
     return fs->remove_all(trash);
   }

@@ -15,7 +15,7 @@ inline constexpr const char* kTmpMarker = ".tmp-";
 // Bounds on numbers read from an index, checked before anything is sized by them: the
 // world size, and the rank entries the layouts name in all (what a summary lists).
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
-inline constexpr int64_t kMaxListedRanks = int64_t{1} << 28;
+inline constexpr int64_t kMaxListedRanks = int64_t{1} << 26;  // 16,384 ranks x 4,096 tensors
 
 // "data-00003.bin" for writer rank 3.
 std::string data_file_name(int writer_rank);
