@@ -128,6 +128,12 @@ TEST_P(RoundTrip, EveryDTypeAcrossLayouts) {
   ASSERT_TRUE(fs::exists(path));
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // Owner-only, whichever library wrote it (HDF5 creates files with the umask's mode).
+  const auto expected_perms = fs::is_directory(path) ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write;
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, expected_perms) << path;
+  if (fs::is_directory(path))
+    for (const auto& e : fs::directory_iterator(path))
+      EXPECT_EQ(e.status().permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write) << e.path();
   auto verified = verify_checkpoint(path);
   ASSERT_TRUE(verified.ok()) << verified.status().to_string();
   auto info = read_checkpoint_info(path);

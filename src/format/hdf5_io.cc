@@ -4,9 +4,12 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -315,6 +318,9 @@ Status Hdf5Writer::finish() {
   h_->dxpl.reset();
   // Closed explicitly to see the error: closing flushes the metadata.
   if (H5Fclose(h_->file.release()) < 0) keep(io_error(where + ": close failed: " + hdf5_message()));
+  // HDF5 creates the file with the umask's mode: owner-only, like every checkpoint file.
+  if (::chmod(path_.c_str(), 0600) != 0 && errno != ENOENT)
+    keep(io_error(where + ": chmod 0600: " + std::strerror(errno)));
   return st.with_context(where);
 }
 

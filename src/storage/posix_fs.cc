@@ -96,17 +96,21 @@ class PosixReadableFile final : public ReadableFile {
 
 class PosixFileSystem final : public FileSystem {
  public:
+  // Checkpoints are the owner's alone (as MindSpore makes them): files and the
+  // directories this interface creates are owner-only. A root made by create_dirs keeps
+  // the usual mode, as users may share it.
+  static constexpr mode_t kFileMode = 0600, kDirMode = 0700;
   Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
                                                       const WriteOpenOptions& options) override {
     constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
     if (options.direct_io) {
-      const int fd = ::open(path.c_str(), kFlags | O_DIRECT, 0644);
+      const int fd = ::open(path.c_str(), kFlags | O_DIRECT, kFileMode);
       if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true));
       // EINVAL: the file system does not do O_DIRECT (some FUSE and network file
       // systems); fall back to buffered I/O. Other errors are reported below.
       if (errno != EINVAL) return errno_status("create", path, errno);
     }
-    const int fd = ::open(path.c_str(), kFlags, 0644);
+    const int fd = ::open(path.c_str(), kFlags, kFileMode);
     if (fd < 0) return errno_status("create", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false));
   }
@@ -141,7 +145,7 @@ class PosixFileSystem final : public FileSystem {
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(fd, path));
   }
   Status create_dir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0) {
+    if (::mkdir(path.c_str(), kDirMode) != 0) {
       if (errno == EEXIST) return already_exists("mkdir '" + path + "': exists");
       return errno_status("mkdir", path, errno);
     }
