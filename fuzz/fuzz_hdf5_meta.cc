@@ -6,13 +6,6 @@
 #include "format/stored.h"
 #include "fuzz_util.h"
 
-#include <google/protobuf/stubs/logging.h>
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);  // hostile strings make protobuf log each one
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace distckpt;
   auto meta = internal_format::parse_metadata_json(std::string(reinterpret_cast<const char*>(data), size), "fuzz");

@@ -2,14 +2,7 @@
 // An input that does not start with the frame's magic is taken as a payload and framed
 // with a correct checksum, so that mutations reach the semantic checks instead of
 // stopping at the CRC.
-#include <google/protobuf/stubs/logging.h>
-
 #include "fuzz_util.h"
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);  // hostile strings make protobuf log each one
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace distckpt;

@@ -3,13 +3,6 @@
 #include "format/safetensors.h"
 #include "fuzz_util.h"
 
-#include <google/protobuf/stubs/logging.h>
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);  // hostile strings make protobuf log each one
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace distckpt;
   const fuzz::MemoryFile file(data, size);

@@ -7,9 +7,18 @@
 #include <cstring>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "distckpt/filesystem.h"
 #include "plan/load_plan.h"
 #include "storage/index_io.h"
+
+// Included once per fuzz target (each is its own program): silences protobuf, which
+// logs every invalid UTF-8 string a hostile input contains.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 namespace distckpt::fuzz {
 
