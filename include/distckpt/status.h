@@ -64,6 +64,7 @@ inline Status mismatch(std::string m) { return {StatusCode::kMismatch, std::move
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status already_exists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status auth_failed(std::string m) { return {StatusCode::kAuthFailed, std::move(m)}; }
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
 // A value or the Status explaining why there is none.

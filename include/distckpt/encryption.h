@@ -1,0 +1,72 @@
+// Encryption of checkpoints: modes and keys.
+//
+// An encrypted checkpoint (SaveOptions::encryption) stores every chunk's bytes
+// encrypted and authenticated, each chunk under its own nonce with its identity (tensor,
+// chunk number, file, offset, lengths) as associated data, so a chunk cannot be
+// modified, moved or swapped with another unnoticed. Its tensor table (names, dtypes,
+// shapes, layouts, chunk boxes, checksums and tags) is sealed in the index the same way.
+// Step, epoch, info values and file sizes stay readable, so checkpoints can be listed,
+// ordered and retained without the key (README "Security and integrity").
+//
+// Keys are 16, 24 or 32 bytes (AES-128/192/256; SM4 takes 16). Each checkpoint's keys
+// are derived from it and a random per-checkpoint salt (HKDF-SHA256), so no nonce is
+// ever reused under a key. distckpt never logs, prints or writes a key.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+// kAesGcm: AES-GCM (the default; authenticated encryption).
+// kAesCbc, kSm4Cbc: CBC with PKCS#7 padding, as MindSpore offers them, authenticated
+// here by an HMAC-SHA256 of the ciphertext (encrypt-then-MAC, checked before
+// decrypting).
+enum class EncryptionMode { kNone, kAesGcm, kAesCbc, kSm4Cbc };
+
+// "none", "AES-GCM", "AES-CBC", "SM4-CBC" (MindSpore's enc_mode names).
+std::string_view encryption_mode_name(EncryptionMode mode);
+// Inverse of encryption_mode_name, case-insensitive; nullopt for anything else.
+std::optional<EncryptionMode> encryption_mode_from_name(std::string_view name);
+
+// Key bytes, wiped from memory when destroyed. Copyable (each copy is wiped); any
+// thread. Never printed: messages about a key name its source, not its bytes.
+class EncryptionKey {
+ public:
+  // kInvalidArgument unless `bytes` has 16, 24 or 32 bytes.
+  static Result<EncryptionKey> from_bytes(std::string_view bytes);
+  // A key file holds either the raw 16/24/32 bytes (`openssl rand 32 > key`) or their
+  // 32/48/64 hex digits, optionally followed by a newline (`openssl rand -hex 32`).
+  // kNotFound, kIoError, or kInvalidArgument for any other content (the message gives
+  // the file's size, never its bytes).
+  static Result<EncryptionKey> from_file(const std::string& path);
+  // The environment variable `variable` holds the key as 32/48/64 hex digits.
+  // kNotFound when it is unset, kInvalidArgument for any other content.
+  static Result<EncryptionKey> from_env(const std::string& variable);
+
+  EncryptionKey(const EncryptionKey& other);
+  EncryptionKey& operator=(const EncryptionKey& other);
+  ~EncryptionKey();
+
+  std::size_t size() const { return bytes_.size(); }
+  const unsigned char* data() const { return bytes_.data(); }
+
+ private:
+  EncryptionKey() = default;
+  std::vector<unsigned char> bytes_;
+};
+
+// What a save encrypts with. `key` is shared, never copied into the checkpoint.
+struct Encryption {
+  EncryptionMode mode = EncryptionMode::kNone;
+  std::shared_ptr<const EncryptionKey> key;
+  bool enabled() const { return mode != EncryptionMode::kNone; }
+};
+
+}  // namespace distckpt

@@ -1,0 +1,540 @@
+#include "transform/cipher.h"
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace distckpt {
+
+std::string_view encryption_mode_name(EncryptionMode mode) {
+  switch (mode) {
+    case EncryptionMode::kNone: return "none";
+    case EncryptionMode::kAesGcm: return "AES-GCM";
+    case EncryptionMode::kAesCbc: return "AES-CBC";
+    case EncryptionMode::kSm4Cbc: return "SM4-CBC";
+  }
+  return "none";
+}
+
+std::optional<EncryptionMode> encryption_mode_from_name(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (EncryptionMode m : {EncryptionMode::kNone, EncryptionMode::kAesGcm, EncryptionMode::kAesCbc,
+                           EncryptionMode::kSm4Cbc}) {
+    std::string known(encryption_mode_name(m));
+    for (char& c : known) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (upper == known) return m;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+bool valid_key_size(std::size_t n) { return n == 16 || n == 24 || n == 32; }
+
+// Hex digits to bytes; nullopt unless every character is a hex digit and there is an
+// even number of them.
+std::optional<std::string> from_hex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out(hex.size() / 2, '\0');
+  auto value = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int hi = value(hex[2 * i]), lo = value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      OPENSSL_cleanse(out.data(), out.size());
+      return std::nullopt;
+    }
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  return s;
+}
+
+// Wipes a string holding secret bytes when it goes out of scope.
+struct Wiped {
+  std::string bytes;
+  ~Wiped() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
+};
+
+}  // namespace
+
+Result<EncryptionKey> EncryptionKey::from_bytes(std::string_view bytes) {
+  if (!valid_key_size(bytes.size()))
+    return invalid_argument("an encryption key has 16, 24 or 32 bytes, not " + std::to_string(bytes.size()));
+  EncryptionKey key;
+  key.bytes_.assign(bytes.begin(), bytes.end());
+  return key;
+}
+
+Result<EncryptionKey> EncryptionKey::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("key file '" + path + "' cannot be opened: " + std::strerror(errno));
+  constexpr std::size_t kMaxKeyFile = 4096;
+  Wiped content;
+  content.bytes.resize(kMaxKeyFile + 1);
+  in.read(content.bytes.data(), static_cast<std::streamsize>(content.bytes.size()));
+  if (in.bad()) return io_error("key file '" + path + "' cannot be read");
+  content.bytes.resize(static_cast<std::size_t>(in.gcount()));
+  const std::string_view text = trim(content.bytes);
+  if (text.size() == 32 || text.size() == 48 || text.size() == 64) {
+    if (auto raw = from_hex(text)) {
+      Wiped decoded{std::move(*raw)};
+      return from_bytes(decoded.bytes);
+    }
+  }
+  if (valid_key_size(content.bytes.size())) return from_bytes(content.bytes);
+  return invalid_argument("key file '" + path + "' (" + std::to_string(content.bytes.size()) +
+                          " bytes) holds neither 16, 24 or 32 raw bytes nor 32, 48 or 64 hex digits");
+}
+
+Result<EncryptionKey> EncryptionKey::from_env(const std::string& variable) {
+  const char* value = std::getenv(variable.c_str());
+  if (value == nullptr) return not_found("environment variable " + variable + " (the key) is not set");
+  const std::string_view text = trim(value);
+  if (text.size() == 32 || text.size() == 48 || text.size() == 64) {
+    if (auto raw = from_hex(text)) {
+      Wiped decoded{std::move(*raw)};
+      return from_bytes(decoded.bytes);
+    }
+  }
+  return invalid_argument("environment variable " + variable + " does not hold 32, 48 or 64 hex digits (" +
+                          std::to_string(text.size()) + " characters)");
+}
+
+EncryptionKey::EncryptionKey(const EncryptionKey& other) : bytes_(other.bytes_) {}
+EncryptionKey& EncryptionKey::operator=(const EncryptionKey& other) {
+  if (this != &other) {
+    OPENSSL_cleanse(bytes_.data(), bytes_.size());
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+EncryptionKey::~EncryptionKey() { OPENSSL_cleanse(bytes_.data(), bytes_.size()); }
+
+namespace internal_transform {
+
+namespace {
+
+constexpr std::size_t kGcmNonce = 12, kGcmTag = 16, kCbcBlock = 16, kHmacTag = 32;
+// EVP lengths are ints: larger buffers go in pieces.
+constexpr std::size_t kEvpPiece = std::size_t{1} << 30;
+// GCM encrypts at most 2^39 - 256 bits under one nonce.
+constexpr uint64_t kGcmMaxBytes = (uint64_t{1} << 36) - 32;
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+Status openssl_error(const std::string& what) { return internal_error("OpenSSL: " + what + " failed"); }
+
+Result<std::string> hkdf(const EncryptionKey& key, const std::string& salt, const char* info, std::size_t n) {
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  if (kdf == nullptr) return openssl_error("EVP_KDF_fetch(HKDF)");
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  EVP_KDF_free(kdf);
+  if (ctx == nullptr) return openssl_error("EVP_KDF_CTX_new");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<unsigned char*>(key.data()), key.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info), std::strlen(info)),
+      OSSL_PARAM_construct_end()};
+  std::string out(n, '\0');
+  const int ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), n, params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) return openssl_error("HKDF");
+  return out;
+}
+
+struct MacCtx {
+  EVP_MAC* mac = nullptr;
+  EVP_MAC_CTX* ctx = nullptr;
+  ~MacCtx() {
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+  }
+  Status init(const std::string& key) {
+    mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    if (mac == nullptr) return openssl_error("EVP_MAC_fetch(HMAC)");
+    ctx = EVP_MAC_CTX_new(mac);
+    if (ctx == nullptr) return openssl_error("EVP_MAC_CTX_new");
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+    if (EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1)
+      return openssl_error("EVP_MAC_init");
+    return Status();
+  }
+  Status update(const void* p, std::size_t n) {
+    if (n > 0 && EVP_MAC_update(ctx, static_cast<const unsigned char*>(p), n) != 1) return openssl_error("EVP_MAC_update");
+    return Status();
+  }
+  Result<std::string> final() {
+    std::string out(kHmacTag, '\0');
+    std::size_t n = 0;
+    if (EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) != 1 || n != kHmacTag)
+      return openssl_error("EVP_MAC_final");
+    return out;
+  }
+};
+
+Result<std::string> hmac(const std::string& key, const std::string& data) {
+  MacCtx mac;
+  DISTCKPT_RETURN_IF_ERROR(mac.init(key));
+  DISTCKPT_RETURN_IF_ERROR(mac.update(data.data(), data.size()));
+  return mac.final();
+}
+
+// Starts the HMAC of a CBC chunk: length of the associated data, the data, the IV.
+Status begin_cbc_mac(MacCtx& mac, const std::string& key, const std::string& aad, const std::string& iv) {
+  DISTCKPT_RETURN_IF_ERROR(mac.init(key));
+  std::string head;
+  put_u64(head, aad.size());
+  head += aad;
+  head += iv;
+  return mac.update(head.data(), head.size());
+}
+
+const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes) {
+  switch (mode) {
+    case EncryptionMode::kAesGcm:
+      return key_bytes == 16 ? EVP_aes_128_gcm() : key_bytes == 24 ? EVP_aes_192_gcm() : EVP_aes_256_gcm();
+    case EncryptionMode::kAesCbc:
+      return key_bytes == 16 ? EVP_aes_128_cbc() : key_bytes == 24 ? EVP_aes_192_cbc() : EVP_aes_256_cbc();
+    case EncryptionMode::kSm4Cbc: return EVP_sm4_cbc();
+    case EncryptionMode::kNone: break;
+  }
+  return nullptr;
+}
+
+struct CipherCtx {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
+};
+
+Status init_cipher(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::size_t key_bytes,
+                   const std::string& key, const std::string& nonce) {
+  if (ctx == nullptr) return openssl_error("EVP_CIPHER_CTX_new");
+  const EVP_CIPHER* cipher = evp_cipher(mode, key_bytes);
+  if (cipher == nullptr) return internal_error("no cipher for mode " + std::string(encryption_mode_name(mode)));
+  if (EVP_CipherInit_ex(ctx, cipher, nullptr, nullptr, nullptr, encrypt ? 1 : 0) != 1)
+    return openssl_error("EVP_CipherInit_ex");
+  if (mode == EncryptionMode::kAesGcm &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, static_cast<int>(nonce.size()), nullptr) != 1)
+    return openssl_error("EVP_CTRL_GCM_SET_IVLEN");
+  if (EVP_CipherInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
+                        reinterpret_cast<const unsigned char*>(nonce.data()), encrypt ? 1 : 0) != 1)
+    return openssl_error("EVP_CipherInit_ex(key)");
+  // CBC: padding is added by the sealer and removed by hand when opening (the caller's
+  // buffer holds the plaintext exactly, not a padded block).
+  if (mode != EncryptionMode::kAesGcm && !encrypt) EVP_CIPHER_CTX_set_padding(ctx, 0);
+  return Status();
+}
+
+// In pieces of at most kEvpPiece bytes. `out` may equal `in`.
+Status cipher_update(EVP_CIPHER_CTX* ctx, const unsigned char* in, std::size_t n, unsigned char* out,
+                     std::size_t* out_n) {
+  *out_n = 0;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t piece = std::min(kEvpPiece, n - done);
+    int produced = 0;
+    if (EVP_CipherUpdate(ctx, out + *out_n, &produced, in + done, static_cast<int>(piece)) != 1)
+      return openssl_error("EVP_CipherUpdate");
+    *out_n += static_cast<std::size_t>(produced);
+    done += piece;
+  }
+  return Status();
+}
+
+}  // namespace
+
+std::string chunk_aad(const std::string& tensor, uint64_t chunk, const std::string& file, uint64_t byte_offset,
+                      uint64_t stored_length, uint64_t plain_length) {
+  std::string aad = "distckpt chunk v1";
+  put_u64(aad, tensor.size());
+  aad += tensor;
+  put_u64(aad, chunk);
+  put_u64(aad, file.size());
+  aad += file;
+  put_u64(aad, byte_offset);
+  put_u64(aad, stored_length);
+  put_u64(aad, plain_length);
+  return aad;
+}
+
+Result<std::shared_ptr<const CheckpointCipher>> CheckpointCipher::create(EncryptionMode mode, const EncryptionKey& key,
+                                                                         const std::string& salt) {
+  if (mode == EncryptionMode::kNone) return invalid_argument("no encryption mode");
+  if (!valid_key_size(key.size()))
+    return invalid_argument("an encryption key has 16, 24 or 32 bytes, not " + std::to_string(key.size()));
+  if (mode == EncryptionMode::kSm4Cbc && key.size() != 16)
+    return invalid_argument("SM4-CBC takes a 16-byte key, not " + std::to_string(key.size()) + " bytes");
+  if (salt.size() != kSaltBytes)
+    return corruption("the encryption salt has " + std::to_string(salt.size()) + " bytes, not " +
+                      std::to_string(kSaltBytes));
+  if (evp_cipher(mode, key.size()) == nullptr)
+    return unsupported(std::string(encryption_mode_name(mode)) + " is not available in this OpenSSL");
+  std::shared_ptr<CheckpointCipher> c(new CheckpointCipher());
+  c->mode_ = mode;
+  c->key_bytes_ = key.size();
+  c->salt_ = salt;
+  DISTCKPT_ASSIGN_OR_RETURN(c->data_key_, hkdf(key, salt, "distckpt v1 data key", key.size()));
+  DISTCKPT_ASSIGN_OR_RETURN(c->index_key_, hkdf(key, salt, "distckpt v1 index key", key.size()));
+  DISTCKPT_ASSIGN_OR_RETURN(c->mac_key_, hkdf(key, salt, "distckpt v1 mac key", 32));
+  DISTCKPT_ASSIGN_OR_RETURN(c->iv_key_, hkdf(key, salt, "distckpt v1 iv key", 32));
+  return std::shared_ptr<const CheckpointCipher>(std::move(c));
+}
+
+Result<std::string> CheckpointCipher::random_bytes(std::size_t n) {
+  std::string salt(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(salt.data()), static_cast<int>(salt.size())) != 1)
+    return openssl_error("RAND_bytes");
+  return salt;
+}
+
+CheckpointCipher::~CheckpointCipher() {
+  for (std::string* k : {&data_key_, &index_key_, &mac_key_, &iv_key_}) OPENSSL_cleanse(k->data(), k->size());
+}
+
+std::string CheckpointCipher::algorithm() const {
+  const std::string bits = std::to_string(key_bytes_ * 8);
+  switch (mode_) {
+    case EncryptionMode::kAesGcm: return "AES-" + bits + "-GCM";
+    case EncryptionMode::kAesCbc: return "AES-" + bits + "-CBC-HMAC-SHA256";
+    case EncryptionMode::kSm4Cbc: return "SM4-CBC-HMAC-SHA256";
+    case EncryptionMode::kNone: break;
+  }
+  return "none";
+}
+
+uint64_t stored_length(EncryptionMode mode, uint64_t plain) {
+  if (mode == EncryptionMode::kAesGcm || mode == EncryptionMode::kNone) return plain;
+  return plain + (kCbcBlock - plain % kCbcBlock);
+}
+
+std::size_t CheckpointCipher::nonce_bytes() const { return mode_ == EncryptionMode::kAesGcm ? kGcmNonce : kCbcBlock; }
+std::size_t CheckpointCipher::tag_bytes() const { return mode_ == EncryptionMode::kAesGcm ? kGcmTag : kHmacTag; }
+
+std::string CheckpointCipher::chunk_nonce(uint32_t tensor, uint64_t chunk) const {
+  std::string id;
+  put_u32(id, tensor);
+  put_u64(id, chunk);
+  if (mode_ == EncryptionMode::kAesGcm) return id;
+  auto mac = hmac(iv_key_, id);
+  // HMAC cannot fail short of an OpenSSL fault; a zero IV would still be unique per key
+  // only by luck, so fall back to a random one (stored in the index like any IV).
+  if (!mac.ok()) {
+    std::string iv(kCbcBlock, '\0');
+    (void)RAND_bytes(reinterpret_cast<unsigned char*>(iv.data()), static_cast<int>(iv.size()));
+    return iv;
+  }
+  return mac->substr(0, kCbcBlock);
+}
+
+struct CheckpointCipher::Sealer::State {
+  CipherCtx cipher;
+  MacCtx mac;
+  EncryptionMode mode = EncryptionMode::kNone;
+  uint64_t total = 0;
+};
+
+CheckpointCipher::Sealer::Sealer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CheckpointCipher::Sealer::Sealer(Sealer&&) noexcept = default;
+CheckpointCipher::Sealer::~Sealer() = default;
+
+Result<CheckpointCipher::Sealer> CheckpointCipher::begin_seal(const std::string& nonce, const std::string& aad) const {
+  if (nonce.size() != nonce_bytes()) return internal_error("seal: nonce of " + std::to_string(nonce.size()) + " bytes");
+  auto state = std::make_unique<Sealer::State>();
+  state->mode = mode_;
+  DISTCKPT_RETURN_IF_ERROR(init_cipher(state->cipher.ctx, true, mode_, key_bytes_, data_key_, nonce));
+  if (mode_ == EncryptionMode::kAesGcm) {
+    int ignored = 0;
+    for (std::size_t done = 0; done < aad.size();) {
+      const std::size_t piece = std::min(kEvpPiece, aad.size() - done);
+      if (EVP_EncryptUpdate(state->cipher.ctx, nullptr, &ignored,
+                            reinterpret_cast<const unsigned char*>(aad.data()) + done, static_cast<int>(piece)) != 1)
+        return openssl_error("EVP_EncryptUpdate(aad)");
+      done += piece;
+    }
+  } else {
+    DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(state->mac, mac_key_, aad, nonce));
+  }
+  return Sealer(std::move(state));
+}
+
+Status CheckpointCipher::Sealer::update(const void* in, std::size_t n, void* out, std::size_t* out_n) {
+  State& s = *state_;
+  s.total += n;
+  if (s.mode == EncryptionMode::kAesGcm && s.total > kGcmMaxBytes)
+    return invalid_argument("a chunk of more than 64 GiB cannot be encrypted with AES-GCM under one nonce");
+  DISTCKPT_RETURN_IF_ERROR(cipher_update(s.cipher.ctx, static_cast<const unsigned char*>(in), n,
+                                         static_cast<unsigned char*>(out), out_n));
+  if (s.mode != EncryptionMode::kAesGcm) DISTCKPT_RETURN_IF_ERROR(s.mac.update(out, *out_n));
+  return Status();
+}
+
+Status CheckpointCipher::Sealer::finish(void* out, std::size_t* out_n, std::string* tag) {
+  State& s = *state_;
+  int produced = 0;
+  if (EVP_EncryptFinal_ex(s.cipher.ctx, static_cast<unsigned char*>(out), &produced) != 1)
+    return openssl_error("EVP_EncryptFinal_ex");
+  *out_n = static_cast<std::size_t>(produced);
+  if (s.mode == EncryptionMode::kAesGcm) {
+    tag->assign(kGcmTag, '\0');
+    if (EVP_CIPHER_CTX_ctrl(s.cipher.ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kGcmTag), tag->data()) != 1)
+      return openssl_error("EVP_CTRL_GCM_GET_TAG");
+    return Status();
+  }
+  DISTCKPT_RETURN_IF_ERROR(s.mac.update(out, *out_n));
+  DISTCKPT_ASSIGN_OR_RETURN(*tag, s.mac.final());
+  return Status();
+}
+
+Status CheckpointCipher::open(const std::string& nonce, const std::string& aad, const void* in, uint64_t stored,
+                              void* out, uint64_t plain, const std::string& tag, const std::string& where) const {
+  return open_with(data_key_, nonce, aad, in, stored, out, plain, tag, where);
+}
+
+Status CheckpointCipher::open_with(const std::string& key, const std::string& nonce, const std::string& aad,
+                                   const void* in, uint64_t stored, void* out, uint64_t plain, const std::string& tag,
+                                   const std::string& where) const {
+  if (nonce.size() != nonce_bytes() || tag.size() != tag_bytes())
+    return auth_failed(where + ": its nonce (" + std::to_string(nonce.size()) + " bytes) or tag (" +
+                       std::to_string(tag.size()) + " bytes) has the wrong size for " + algorithm());
+  if (stored != stored_length(plain))
+    return corruption(where + ": " + std::to_string(stored) + " stored bytes cannot hold " + std::to_string(plain) +
+                      " bytes with " + algorithm());
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  const std::string failed = where + ": authentication failed (" + algorithm() +
+                             "): wrong key, or the bytes were modified or belong to another chunk";
+  CipherCtx cipher;
+  if (mode_ == EncryptionMode::kAesGcm) {
+    DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, false, mode_, key_bytes_, key, nonce));
+    std::size_t n = 0;
+    DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, reinterpret_cast<const unsigned char*>(aad.data()), aad.size(),
+                                           nullptr, &n));
+    DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, src, stored, dst, &n));
+    if (EVP_CIPHER_CTX_ctrl(cipher.ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
+                            const_cast<char*>(tag.data())) != 1)
+      return openssl_error("EVP_CTRL_GCM_SET_TAG");
+    int last = 0;
+    unsigned char none[16];
+    if (EVP_DecryptFinal_ex(cipher.ctx, none, &last) != 1) return auth_failed(failed);
+    return Status();
+  }
+  // CBC: the HMAC of the ciphertext first (encrypt-then-MAC), then decrypt.
+  MacCtx mac;
+  DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, mac_key_, aad, nonce));
+  DISTCKPT_RETURN_IF_ERROR(mac.update(src, stored));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string expected, mac.final());
+  if (CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
+  DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, false, mode_, key_bytes_, key, nonce));
+  const uint64_t whole = plain / kCbcBlock * kCbcBlock;  // blocks of plaintext only
+  std::size_t n = 0;
+  DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, src, whole, dst, &n));
+  unsigned char last[kCbcBlock];
+  DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, src + whole, kCbcBlock, last, &n));
+  const uint64_t pad = stored - plain;
+  for (uint64_t i = plain - whole; i < kCbcBlock; ++i)
+    if (last[i] != pad) return corruption(where + ": bad padding after a valid tag (a writer bug)");
+  std::memcpy(dst + whole, last, plain - whole);
+  OPENSSL_cleanse(last, sizeof(last));
+  return Status();
+}
+
+Status CheckpointCipher::seal_with(const std::string& key, const std::string& nonce, const std::string& aad,
+                                   const std::string& plain, std::string* sealed, std::string* tag) const {
+  CipherCtx cipher;
+  DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, true, mode_, key_bytes_, key, nonce));
+  sealed->assign(plain.size() + kCbcBlock, '\0');
+  auto* out = reinterpret_cast<unsigned char*>(sealed->data());
+  std::size_t n = 0, m = 0;
+  MacCtx mac;
+  if (mode_ == EncryptionMode::kAesGcm) {
+    DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, reinterpret_cast<const unsigned char*>(aad.data()), aad.size(),
+                                           nullptr, &n));
+  } else {
+    DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, mac_key_, aad, nonce));
+  }
+  DISTCKPT_RETURN_IF_ERROR(
+      cipher_update(cipher.ctx, reinterpret_cast<const unsigned char*>(plain.data()), plain.size(), out, &n));
+  int last = 0;
+  if (EVP_EncryptFinal_ex(cipher.ctx, out + n, &last) != 1) return openssl_error("EVP_EncryptFinal_ex");
+  m = n + static_cast<std::size_t>(last);
+  sealed->resize(m);
+  if (mode_ == EncryptionMode::kAesGcm) {
+    tag->assign(kGcmTag, '\0');
+    if (EVP_CIPHER_CTX_ctrl(cipher.ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kGcmTag), tag->data()) != 1)
+      return openssl_error("EVP_CTRL_GCM_GET_TAG");
+    return Status();
+  }
+  DISTCKPT_RETURN_IF_ERROR(mac.update(sealed->data(), sealed->size()));
+  DISTCKPT_ASSIGN_OR_RETURN(*tag, mac.final());
+  return Status();
+}
+
+Status CheckpointCipher::seal_buffer(const std::string& aad, const std::string& plain, const std::string& nonce,
+                                     std::string* sealed, std::string* tag) const {
+  if (nonce.size() != nonce_bytes()) return internal_error("seal: nonce of " + std::to_string(nonce.size()) + " bytes");
+  return seal_with(index_key_, nonce, aad, plain, sealed, tag);
+}
+
+Result<std::string> CheckpointCipher::open_buffer(const std::string& aad, const std::string& nonce,
+                                                  const std::string& sealed, const std::string& tag,
+                                                  const std::string& where) const {
+  const std::string failed = where + ": authentication failed (" + algorithm() + "): wrong key or modified bytes";
+  if (mode_ == EncryptionMode::kAesGcm) {
+    std::string plain(sealed.size(), '\0');
+    Status st = open_with(index_key_, nonce, aad, sealed.data(), sealed.size(), plain.data(), plain.size(), tag, where);
+    if (st.code() == StatusCode::kAuthFailed) return auth_failed(failed);
+    DISTCKPT_RETURN_IF_ERROR(st);
+    return plain;
+  }
+  // CBC: the size of the plaintext is known only from its padding, so the HMAC is
+  // checked here, then OpenSSL decrypts and strips the padding.
+  if (nonce.size() != nonce_bytes() || tag.size() != tag_bytes() || sealed.empty() || sealed.size() % kCbcBlock != 0)
+    return auth_failed(failed);
+  MacCtx mac;
+  DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, mac_key_, aad, nonce));
+  DISTCKPT_RETURN_IF_ERROR(mac.update(sealed.data(), sealed.size()));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string expected, mac.final());
+  if (CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
+  CipherCtx cipher;
+  DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, false, mode_, key_bytes_, index_key_, nonce));
+  EVP_CIPHER_CTX_set_padding(cipher.ctx, 1);
+  std::string plain(sealed.size() + kCbcBlock, '\0');
+  std::size_t n = 0;
+  DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, reinterpret_cast<const unsigned char*>(sealed.data()),
+                                         sealed.size(), reinterpret_cast<unsigned char*>(plain.data()), &n));
+  int last = 0;
+  if (EVP_DecryptFinal_ex(cipher.ctx, reinterpret_cast<unsigned char*>(plain.data()) + n, &last) != 1)
+    return corruption(where + ": bad padding after a valid tag (a writer bug)");
+  plain.resize(n + static_cast<std::size_t>(last));
+  return plain;
+}
+
+}  // namespace internal_transform
+}  // namespace distckpt
