@@ -77,6 +77,8 @@ struct Args {
   std::string replica_reads = "auto";
   std::string format = "native";
   bool integrated = false;
+  std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";
+  std::shared_ptr<const distckpt::EncryptionKey> key;  // loaded from enc_key_file / enc_key_env
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -254,6 +256,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   opts.format = *distckpt::format_from_name(a.format);
   opts.integrated = a.integrated;
   opts.checksum = !a.no_checksum;
+  if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
   MPI_Barrier(MPI_COMM_WORLD);
@@ -287,6 +290,7 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   opts.replica_reads = a.replica_reads == "shared" ? distckpt::LoadOptions::ReplicaReads::kShared
                       : a.replica_reads == "each" ? distckpt::LoadOptions::ReplicaReads::kEach
                                                   : distckpt::LoadOptions::ReplicaReads::kAuto;
+  opts.key = a.key;
   auto r = distckpt::load(comm, w.state, checkpoint_path(a), opts);
   runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
@@ -325,6 +329,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["format"] = a.format;
     j["integrated"] = a.integrated || a.format == "ckpt" || a.format == "safetensors";
     j["checksum"] = !a.no_checksum;
+    j["encryption"] = a.key ? a.enc_mode : std::string("none");
     j["tensors"] = w.tensors.size();
     j["save_s"] = opt(do_save, save_s);
     j["load_s"] = opt(do_load, load_s);
@@ -369,7 +374,9 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   }
   std::printf("ckpt_bench: %zu tensors, %s unique (%llu bytes), %d ranks (dp=%d x tp=%d), %s\n", w.tensors.size(),
               human_bytes(bytes_unique).c_str(), static_cast<unsigned long long>(bytes_unique), world, a.dp, a.tp,
-              (checkpoint_path(a) + " (" + a.format + (a.integrated ? ", integrated" : "") + ")").c_str());
+              (checkpoint_path(a) + " (" + a.format + (a.integrated ? ", integrated" : "") +
+               (a.no_checksum ? ", no checksum" : "") + (a.key ? ", " + a.enc_mode : std::string()) + ")")
+                  .c_str());
   std::printf("setup: rank 0 holds %s, generated in %.3f s (not timed below)\n", human_bytes(w.rank_bytes).c_str(),
               gen_s);
   if (do_save)
@@ -429,6 +436,12 @@ int run(int rank, int world, int argc, char** argv) {
                "native: write full tensors (gathered) into one file; ckpt and safetensors always are");
   app.add_flag("--no-checksum", a.no_checksum,
                "save without per-chunk CRC32C (to measure its cost; loads then check none)");
+  app.add_option("--enc-key-file", a.enc_key_file,
+                 "encrypt the checkpoint with this key file (16/24/32 raw bytes or 32/48/64 hex digits)");
+  app.add_option("--enc-key-env", a.enc_key_env, "encrypt with the key in this environment variable (hex digits)");
+  app.add_option("--enc-mode", a.enc_mode, "with a key: AES-GCM, AES-CBC or SM4-CBC")
+      ->check(CLI::IsMember({"AES-GCM", "AES-CBC", "SM4-CBC"}, CLI::ignore_case))
+      ->capture_default_str();
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -451,6 +464,15 @@ int run(int rank, int world, int argc, char** argv) {
   if (a.no_checksum && (a.integrated || a.format != "native")) {
     if (root) std::cerr << "ckpt_bench: --no-checksum applies to sharded native saves only\n";
     return kExitUsage;
+  }
+  if (!a.enc_key_file.empty() || !a.enc_key_env.empty()) {
+    auto key = !a.enc_key_file.empty() ? distckpt::EncryptionKey::from_file(a.enc_key_file)
+                                       : distckpt::EncryptionKey::from_env(a.enc_key_env);
+    if (!key.ok()) {
+      if (root) std::cerr << "ckpt_bench: " << key.status().to_string() << "\n";
+      return kExitUsage;
+    }
+    a.key = std::make_shared<const distckpt::EncryptionKey>(std::move(key).value());
   }
   if (a.mode != "both" && a.repeat > 1) {
     if (root) std::cerr << "ckpt_bench: --repeat needs --mode both\n";

@@ -58,6 +58,8 @@ struct Config {
   bool async_save = false;         // periodic saves in the background (the loop only stages)
   int async_staging_mb = 256;      // staging memory per rank for --async
   std::vector<std::string> publish_only;
+  std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";  // encrypt checkpoints with this key
+  std::shared_ptr<const distckpt::EncryptionKey> key;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
 };
@@ -367,6 +369,7 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.publish_only = cfg.publish_only;
   c.async_save = cfg.async_save;
   c.async_staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
+  if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
   return c;
 }
 
@@ -425,6 +428,11 @@ int run(int argc, char** argv, int rank, int world) {
                "periodic saves run in the background: the loop is blocked only while its tensors are staged");
   app.add_option("--async-staging-mb", cfg.async_staging_mb, "with --async: staging memory per rank (MiB)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--enc-key-file", cfg.enc_key_file,
+                 "encrypt checkpoints (and resume) with this key file: 16/24/32 raw bytes or 32/48/64 hex digits");
+  app.add_option("--enc-key-env", cfg.enc_key_env, "the key in this environment variable (hex digits)");
+  app.add_option("--enc-mode", cfg.enc_mode, "with a key: AES-GCM (default), AES-CBC or SM4-CBC")
+      ->check(CLI::IsMember({"AES-GCM", "AES-CBC", "SM4-CBC"}, CLI::ignore_case));
   app.add_option("--log-every", cfg.log_every, "print the loss every N steps (default 10)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", cfg.lr, "learning rate");
@@ -437,6 +445,15 @@ int run(int argc, char** argv, int rank, int world) {
   } catch (const CLI::ParseError& e) {
     const int code = rank == 0 ? app.exit(e) : e.get_exit_code();  // only rank 0 prints
     return code == 0 ? 0 : 2;                                        // --help: 0; bad usage: 2
+  }
+  if (!cfg.enc_key_file.empty() || !cfg.enc_key_env.empty()) {
+    auto key = !cfg.enc_key_file.empty() ? distckpt::EncryptionKey::from_file(cfg.enc_key_file)
+                                         : distckpt::EncryptionKey::from_env(cfg.enc_key_env);
+    if (!key.ok()) {
+      if (rank == 0) std::fprintf(stderr, "error: %s\n", key.status().to_string().c_str());
+      return 2;
+    }
+    cfg.key = std::make_shared<const distckpt::EncryptionKey>(std::move(key).value());
   }
   const int64_t ranks = static_cast<int64_t>(cfg.dp) * cfg.tp;
   if (world != ranks) {

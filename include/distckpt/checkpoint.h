@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "distckpt/comm.h"
+#include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
@@ -70,6 +71,13 @@ struct SaveOptions {
   // measured: see src/storage/stream_writer.h.
   bool direct_io = true;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
+  // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor
+  // table. Every rank passes the same mode and key (compared by fingerprint, never sent;
+  // kInvalidArgument otherwise). Native checkpoints (sharded, integrated, asynchronous)
+  // and .ckpt files (whose tensor names, dtypes, shapes and layouts stay readable: the
+  // records name them); safetensors and HDF5 cannot carry it and refuse
+  // (kInvalidArgument).
+  Encryption encryption;
 
   // ---- single-file (integrated) saves ----
   Format format = Format::kNative;
@@ -134,7 +142,10 @@ struct LoadOptions {
   // reads only the byte ranges needed (read amplification 1.0), which its CRC32C, taken
   // over the whole chunk, cannot check; true reads the whole chunk and checks it. Chunks
   // needed whole are always checked. verify_checkpoint() checks every byte.
+  // (Encrypted chunks are always read whole: a part of one cannot be authenticated.)
   bool check_partial_chunks = false;
+  // The key of an encrypted checkpoint (kAuthFailed without it, or with a wrong one).
+  std::shared_ptr<const EncryptionKey> key;
 };
 
 struct LoadResult {
@@ -189,6 +200,10 @@ struct ConvertOptions {
   // would silently drop what it meant to keep).
   std::vector<std::string> only;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
+  std::shared_ptr<const EncryptionKey> key;  // the source's, when it is encrypted
+  // Encrypt the destination (native or ckpt; a new salt, so new keys and nonces).
+  // Other formats refuse (kInvalidArgument).
+  Encryption encryption;
 };
 
 struct ConvertResult {
@@ -221,6 +236,9 @@ struct PublishOptions {
   bool ckpt_crc_footer = true;
   uint64_t region_bytes = uint64_t{64} << 20;  // as ConvertOptions::region_bytes
   std::shared_ptr<FileSystem> fs;              // null: POSIX
+  // The source's key, when it is encrypted. The published file is not encrypted: it is
+  // meant to be shared (publish to native or ckpt with convert_checkpoint to keep it so).
+  std::shared_ptr<const EncryptionKey> key;
 };
 
 struct PublishResult {
@@ -284,6 +302,10 @@ struct CheckpointInfo {
   uint64_t commit_seq = 0;
   bool advances_latest = false;
   std::string checksum = "crc32c";
+  // "none", or the algorithm ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256", ...).
+  std::string encryption = "none";
+  // Encrypted and read without its key: `tensors` is empty (the table is sealed).
+  bool tensors_sealed = false;
   std::vector<TensorInfo> tensors;
   std::vector<FileInfo> files;
   std::map<std::string, InfoValue> info;
@@ -291,20 +313,28 @@ struct CheckpointInfo {
 };
 
 // Reads and validates the index of the checkpoint directory `path`. kNotFound without
-// an index; kCorruption / kUnsupported for a damaged or newer one; kIoError.
+// an index; kCorruption / kUnsupported for a damaged or newer one; kIoError. An
+// encrypted checkpoint read without `key` describes everything but its tensors
+// (tensors_sealed); with a key, kAuthFailed if it is not the right one.
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
                                             std::shared_ptr<FileSystem> fs = nullptr);
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
+                                            std::shared_ptr<const EncryptionKey> key);
 
 struct VerifyOptions {
   // Drop each file from the operating system's page cache before reading it, so that
   // every byte checked comes from storage, not from memory a writer left behind
   // (FileSystem::evict_cached; best effort: a file system without it is read as usual).
   bool deep = false;
+  // The key of an encrypted checkpoint: every chunk is then authenticated too. Without
+  // it only the index and file sizes can be checked (kAuthFailed: the key is needed).
+  std::shared_ptr<const EncryptionKey> key;
 };
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
   bool deep = false;    // every file was evicted from the cache before being read
   bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
+  bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
 };
 // Local (no MPI), any thread. Reads every chunk and checks the index (framing, CRC32C,
 // every number), file sizes, bounds and every chunk's CRC32C (single files: their

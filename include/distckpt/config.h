@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distckpt/checkpoint.h"
+#include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
@@ -69,6 +70,11 @@ struct CheckpointConfig {
   std::map<std::string, InfoValue> append_info;
 
   OnSaveFailure on_failure = OnSaveFailure::kStop;
+
+  // Encrypt every checkpoint (MindSpore's enc_key / enc_mode; SaveOptions::encryption),
+  // and use the key to resume and verify. Native (sharded, integrated or asynchronous)
+  // and ckpt formats. Listing and retention need no key.
+  Encryption encryption;
 
   // ---- asynchronous saves (AsyncCheckpointer, async.h; MindSpore's async_save) ----
   // Periodic saves (step_end, save_now) return once this rank's share of the state is

@@ -6,6 +6,7 @@
 #include "distckpt/comm.h"
 #include "distckpt/config.h"
 #include "distckpt/dtype.h"
+#include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
 #include "distckpt/gather.h"
 #include "distckpt/layout.h"

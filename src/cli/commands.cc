@@ -155,10 +155,26 @@ int cmd_ls(const std::string& root, bool as_json) {
   return 0;
 }
 
-int cmd_inspect(const std::string& path, bool as_json) {
+// Null when neither --key-file nor --key-env was given.
+Result<std::shared_ptr<const EncryptionKey>> load_key(const KeyArgs& args) {
+  if (!args.file.empty() && !args.env.empty()) return invalid_argument("give --key-file or --key-env, not both");
+  if (!args.file.empty()) {
+    DISTCKPT_ASSIGN_OR_RETURN(EncryptionKey key, EncryptionKey::from_file(args.file));
+    return std::make_shared<const EncryptionKey>(std::move(key));
+  }
+  if (!args.env.empty()) {
+    DISTCKPT_ASSIGN_OR_RETURN(EncryptionKey key, EncryptionKey::from_env(args.env));
+    return std::make_shared<const EncryptionKey>(std::move(key));
+  }
+  return std::shared_ptr<const EncryptionKey>();
+}
+
+int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) {
+  auto key = load_key(key_args);
+  if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
-  auto info = read_checkpoint_info(*dir);
+  auto info = read_checkpoint_info(*dir, nullptr, *key);
   if (!info.ok()) return fail(info.status());
   const CheckpointInfo& ci = *info;
   json tensors = json::array();
@@ -192,14 +208,17 @@ int cmd_inspect(const std::string& path, bool as_json) {
                       {"format_version", ci.format_version},        {"step", ci.step},
                       {"epoch", ci.epoch},     {"world_size", ci.world_size},
                       {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
-                      {"checksum", ci.checksum},
+                      {"checksum", ci.checksum}, {"encryption", ci.encryption},
+                      {"tensors_sealed", ci.tensors_sealed},
                       {"tensors", tensors},    {"files", files},          {"info", info_values}}) << "\n";
     return 0;
   }
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
               ci.format.c_str(), ci.format_version, static_cast<long long>(ci.step),
               static_cast<long long>(ci.epoch), ci.world_size, ci.checksum.c_str());
-  std::printf("tensors (%zu):\n", ci.tensors.size());
+  if (ci.encryption != "none") std::printf("  encryption %s\n", ci.encryption.c_str());
+  if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");
+  else std::printf("tensors (%zu):\n", ci.tensors.size());
   for (const auto& t : ci.tensors) {
     std::printf("  %-40s %-8s %-18s %s\n", printable(t.name).c_str(), std::string(dtype_name(t.dtype)).c_str(),
                 full_box(t.global_shape).to_string().c_str(),
@@ -218,11 +237,14 @@ int cmd_inspect(const std::string& path, bool as_json) {
   return 0;
 }
 
-int cmd_verify(const std::string& path, bool as_json, bool deep) {
+int cmd_verify(const std::string& path, bool as_json, bool deep, const KeyArgs& key_args) {
+  auto key = load_key(key_args);
+  if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
   VerifyOptions options;
   options.deep = deep;
+  options.key = *key;
   auto report = verify_checkpoint(*dir, options);
   if (!report.ok()) {
     if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";
@@ -231,12 +253,14 @@ int cmd_verify(const std::string& path, bool as_json, bool deep) {
   if (as_json) {
     std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
                       {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
-                      {"deep", report->deep}, {"checksums", report->checksums}}) << "\n";
+                      {"deep", report->deep}, {"checksums", report->checksums},
+                      {"authenticated", report->authenticated}}) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s)\n", dir->c_str(),
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
                 report->checksums ? "sizes and checksums" : "sizes only: no checksums recorded",
+                report->authenticated ? ", every chunk authenticated" : "",
                 report->deep ? ", re-read from storage" : "");
   }
   return 0;
@@ -247,6 +271,20 @@ int cmd_convert(const ConvertArgs& args) {
   if (!to) return fail(invalid_argument("--to '" + args.to + "': expected native, ckpt, safetensors or hdf5"), 2);
   ConvertOptions options;
   options.ckpt_crc_footer = !args.no_crc_footer;
+  auto key = load_key(args.key);
+  if (!key.ok()) return fail(key.status(), 2);
+  options.key = *key;
+  if (!args.enc_mode.empty()) {
+    const auto mode = encryption_mode_from_name(args.enc_mode);
+    if (!mode || *mode == EncryptionMode::kNone)
+      return fail(invalid_argument("--enc-mode '" + args.enc_mode + "': expected AES-GCM, AES-CBC or SM4-CBC"), 2);
+    auto enc_key = load_key(args.enc_key);
+    if (!enc_key.ok()) return fail(enc_key.status(), 2);
+    options.encryption.mode = *mode;
+    options.encryption.key = *enc_key ? *enc_key : *key;
+    if (!options.encryption.key)
+      return fail(invalid_argument("--enc-mode needs a key: --enc-key-file, --enc-key-env, or the source's --key-file"), 2);
+  }
   if (args.region_mib > 0) options.region_bytes = args.region_mib << 20;
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
   auto last = std::chrono::steady_clock::now();
@@ -273,6 +311,9 @@ int cmd_publish(const PublishArgs& args) {
     return fail(invalid_argument("--to '" + args.to + "': expected safetensors, ckpt or hdf5"), 2);
   PublishOptions options;
   options.format = *to;
+  auto key = load_key(args.key);
+  if (!key.ok()) return fail(key.status(), 2);
+  options.key = *key;
   options.only = args.only;
   options.directory = args.out_dir;
   auto result = publish_checkpoint(args.src, options);

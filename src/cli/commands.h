@@ -13,13 +13,21 @@ struct LayoutArgs {
 };
 int cmd_layout(const LayoutArgs& args);
 int cmd_ls(const std::string& root, bool json);
-int cmd_inspect(const std::string& path, bool json);
-int cmd_verify(const std::string& path, bool json, bool deep);
+
+// The key of an encrypted checkpoint: --key-file F or --key-env VAR (hex digits).
+struct KeyArgs {
+  std::string file, env;
+};
+int cmd_inspect(const std::string& path, bool json, const KeyArgs& key);
+int cmd_verify(const std::string& path, bool json, bool deep, const KeyArgs& key);
 
 struct ConvertArgs {
   std::string src, dst, to;
   bool no_crc_footer = false;
   uint64_t region_mib = 0;
+  KeyArgs key;              // the source's
+  std::string enc_mode;     // encrypt the destination (with enc_key, or else `key`)
+  KeyArgs enc_key;
 };
 int cmd_convert(const ConvertArgs& args);
 
@@ -27,6 +35,7 @@ struct PublishArgs {
   std::string src, to = "safetensors", out_dir;
   std::vector<std::string> only;
   bool json = false;
+  KeyArgs key;  // the source's
 };
 int cmd_publish(const PublishArgs& args);
 

@@ -25,11 +25,19 @@ int main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "Show tensors, chunks, files and info values of a checkpoint");
   inspect->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   inspect->add_flag("--json", json, "machine-readable output");
+  KeyArgs key;
+  auto add_key = [](CLI::App* cmd, KeyArgs& k, const std::string& prefix, const std::string& whose) {
+    cmd->add_option("--" + prefix + "key-file", k.file,
+                    whose + " key file: 16/24/32 raw bytes or 32/48/64 hex digits");
+    cmd->add_option("--" + prefix + "key-env", k.env, whose + " key in this environment variable (hex digits)");
+  };
+  add_key(inspect, key, "", "an encrypted checkpoint's");
   auto* verify = app.add_subcommand("verify", "Read every byte; check file sizes and checksums");
   verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   verify->add_flag("--json", json, "machine-readable output");
   bool deep = false;
   verify->add_flag("--deep", deep, "drop each file from the page cache first: every byte is re-read from storage");
+  add_key(verify, key, "", "an encrypted checkpoint's (every chunk is then authenticated)");
 
   ConvertArgs conv;
   auto* convert = app.add_subcommand("convert", "Write a checkpoint in another format, streaming with bounded memory");
@@ -38,6 +46,9 @@ int main(int argc, char** argv) {
   convert->add_option("--to", conv.to, "native, ckpt, safetensors or hdf5")->required();
   convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
   convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");
+  add_key(convert, conv.key, "", "the encrypted source's");
+  convert->add_option("--enc-mode", conv.enc_mode, "encrypt the destination (native): AES-GCM, AES-CBC or SM4-CBC");
+  add_key(convert, conv.enc_key, "enc-", "the destination's (default: the source's)");
 
   PublishArgs pub;
   auto* publish = app.add_subcommand(
@@ -48,6 +59,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   publish->add_option("--out", pub.out_dir, "directory of the published file (default: beside SRC)");
   publish->add_flag("--json", pub.json, "machine-readable output");
+  add_key(publish, pub.key, "", "the encrypted source's (the published file is not encrypted)");
 
   try {
     app.parse(argc, argv);
@@ -58,8 +70,8 @@ int main(int argc, char** argv) {
   try {
     if (*lay) return cmd_layout(layout);
     if (*ls) return cmd_ls(path, json);
-    if (*inspect) return cmd_inspect(path, json);
-    if (*verify) return cmd_verify(path, json, deep);
+    if (*inspect) return cmd_inspect(path, json, key);
+    if (*verify) return cmd_verify(path, json, deep, key);
     if (*convert) return cmd_convert(conv);
     if (*publish) return cmd_publish(pub);
   } catch (const std::bad_alloc&) {

@@ -10,6 +10,7 @@
 #include "layout/region.h"
 #include "layout/tiling.h"
 #include "storage/index_io.h"
+#include "transform/cipher.h"
 
 namespace distckpt::internal_format {
 
@@ -202,6 +203,14 @@ std::string ckpt_meta_field(const proto::Index& meta) {
   return out + bytes;
 }
 
+std::string ckpt_encryption_field(const proto::CkptEncryption& encryption) {
+  std::string out, bytes;
+  encryption.SerializeToString(&bytes);
+  put_tag(out, kCkptEncryptionField, 2);
+  put_varint(out, bytes.size());
+  return out + bytes;
+}
+
 std::string ckpt_footer(uint32_t crc32) {
   std::string out(kFooterMagic, 7);
   for (int i = 9; i >= 0; --i) out.push_back(i < 4 ? static_cast<char>((crc32 >> (8 * i)) & 0xff) : '\0');
@@ -257,6 +266,12 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
       proto::Index meta;
       if (!meta.ParseFromString(bytes)) return c.error("distckpt's metadata field does not parse");
       scan.meta = std::move(meta);
+    } else if (field == kCkptEncryptionField && wire == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, c.bytes(n, kMaxMetaBytes));
+      proto::CkptEncryption encryption;
+      if (!encryption.ParseFromString(bytes)) return c.error("distckpt's encryption field does not parse");
+      scan.encryption = std::move(encryption);
     } else if (field == 0) {
       return c.error("field number 0 (not a .ckpt file?)");
     } else {
@@ -266,6 +281,68 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
   scan.data_end = end;
   return scan;
 }
+
+namespace {
+
+// Records i..j-1 of an encrypted file as one tensor: its shape comes from distckpt's
+// metadata (a record's dims [0] cannot tell a scalar from an empty vector once its
+// content is padded), its records must be the writer's split, and each box of a record
+// is one chunk of stored length, with the next nonce and tag of the encryption field.
+Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std::size_t j, DType dtype,
+                                       std::size_t* next_chunk, const std::string& where) {
+  const CkptRecord& first = scan.records[i];
+  const proto::CkptEncryption& e = *scan.encryption;
+  const EncryptionMode mode = *encryption_mode_from_name(e.mode());
+  const proto::Tensor* described = nullptr;
+  for (const auto& t : scan.meta->tensors())
+    if (t.name() == first.tag) described = &t;
+  if (described == nullptr) return corruption(where + ": not in distckpt's metadata");
+  const Shape shape(described->global_shape().begin(), described->global_shape().end());
+  const auto count = internal_layout::checked_num_elements(shape);
+  if (!count) return corruption(where + ": its global shape overflows");
+  const std::size_t item = dtype_size(dtype);
+  const auto ranges = *count == 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, 0}} : ckpt_record_ranges(shape, item);
+  if (j - i != ranges.size())
+    return corruption(where + ": " + std::to_string(j - i) + " records, the writer makes " + std::to_string(ranges.size()));
+  proto::Tensor t;
+  t.set_name(first.tag);
+  t.set_dtype(std::string(dtype_name(dtype)));
+  for (int64_t d : shape) t.add_global_shape(d);
+  for (std::size_t k = i; k < j; ++k) {
+    const CkptRecord& r = scan.records[k];
+    if (r.type != first.type || r.dims != first.dims) return corruption(where + ": its records disagree on type or dims");
+    const auto [begin, end] = ranges[k - i];
+    const std::vector<Box> boxes =
+        *count == 0 ? std::vector<Box>{full_box(shape)} : internal_layout::flat_range_to_boxes(shape, begin, end);
+    uint64_t byte = r.content_offset;
+    for (const Box& box : boxes) {
+      if (*next_chunk >= static_cast<std::size_t>(e.nonce_size()))
+        return corruption(where + ": more chunks than the encryption field lists");
+      const uint64_t stored = internal_transform::stored_length(mode, static_cast<uint64_t>(box.num_elements()) * item);
+      if (stored > r.content_offset + r.content_bytes - byte)
+        return corruption(where + ": a record's tensor_content is too short for its encrypted chunks");
+      auto* ch = t.add_chunks();
+      for (std::size_t d = 0; d < shape.size(); ++d) {
+        ch->add_offset(box.offset[d]);
+        ch->add_shape(box.shape[d]);
+      }
+      ch->set_file_id(0);
+      ch->set_byte_offset(byte);
+      ch->set_length(stored);
+      ch->set_writer_rank(-1);
+      ch->set_nonce(e.nonce(static_cast<int>(*next_chunk)));
+      ch->set_tag(e.tag(static_cast<int>(*next_chunk)));
+      ++*next_chunk;
+      byte += stored;
+    }
+    if (byte != r.content_offset + r.content_bytes)
+      return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
+                        " bytes is not its encrypted chunks'");
+  }
+  return t;
+}
+
+}  // namespace
 
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path) {
@@ -281,6 +358,17 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
   std::map<std::string, proto::Tensor> found;
   std::vector<std::string> order;
   std::set<std::string> seen;
+  std::size_t next_chunk = 0;  // encrypted: the next nonce and tag of the encryption field
+  if (scan.encryption) {
+    if (!scan.meta) return corruption("'" + path + "': encrypted, but without distckpt's metadata");
+    const auto& e = *scan.encryption;
+    if (e.nonce_size() != e.tag_size())
+      return corruption("'" + path + "': the encryption field lists " + std::to_string(e.nonce_size()) + " nonces and " +
+                        std::to_string(e.tag_size()) + " tags");
+    const auto mode = encryption_mode_from_name(e.mode());
+    if (!mode || *mode == EncryptionMode::kNone)
+      return corruption("'" + path + "': unknown encryption mode '" + e.mode() + "'");
+  }
   for (std::size_t i = 0; i < scan.records.size();) {
     std::size_t j = i + 1;
     while (j < scan.records.size() && scan.records[j].tag == scan.records[i].tag) ++j;
@@ -325,6 +413,13 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     }
     const auto dtype = ms_type_from_name(first.type);
     if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
+    if (scan.encryption) {
+      DISTCKPT_ASSIGN_OR_RETURN(proto::Tensor t, encrypted_tensor(scan, i, j, *dtype, &next_chunk, where));
+      order.push_back(first.tag);
+      found.emplace(first.tag, std::move(t));
+      i = j;
+      continue;
+    }
     const Shape shape = scalar ? Shape{} : first.dims;
     if (first.type == "str") return corruption(where + ": a str record is not a tensor");
     const auto count = internal_layout::checked_num_elements(shape);
@@ -386,6 +481,17 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     order.push_back(first.tag);
     found.emplace(first.tag, std::move(t));
     i = j;
+  }
+  if (scan.encryption) {
+    const proto::CkptEncryption& e = *scan.encryption;
+    if (next_chunk != static_cast<std::size_t>(e.nonce_size()))
+      return corruption("'" + path + "': the encryption field lists " + std::to_string(e.nonce_size()) +
+                        " chunks, the records hold " + std::to_string(next_chunk));
+    proto::Encryption* enc = index.mutable_encryption();
+    enc->set_mode(e.mode());
+    enc->set_algorithm(e.algorithm());
+    enc->set_salt(e.salt());
+    index.mutable_transforms()->set_encryption(e.algorithm());
   }
   DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, scan.meta, path));
   return index;

@@ -30,6 +30,8 @@ namespace distckpt::internal_format {
 
 inline constexpr uint64_t kCkptRecordBytes = uint64_t{512} << 20;  // MindSpore's SLICE_SIZE
 inline constexpr uint32_t kCkptMetaField = 1000;
+// An encrypted file's parameters, nonces and tags (proto::CkptEncryption).
+inline constexpr uint32_t kCkptEncryptionField = 1001;
 inline constexpr std::size_t kCkptFooterBytes = 17;  // "crc_num" + 10 bytes
 
 // MindSpore's tensor_type strings ("Float32", "BFloat16", "Bool", ...).
@@ -48,6 +50,8 @@ std::optional<std::string> utf32le_to_utf8(const std::string& s);
 // The meta field (kCkptMetaField) holding `meta`.
 std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);
+// The encryption field (kCkptEncryptionField) holding `encryption`.
+std::string ckpt_encryption_field(const proto::CkptEncryption& encryption);
 
 // How a tensor of `shape` is split into records: element ranges [begin, end), split on
 // dim 0 into ceil(bytes / 512 MiB) parts as numpy.array_split does (flat elements when
@@ -63,6 +67,7 @@ struct CkptRecord {
 struct CkptScan {
   std::vector<CkptRecord> records;
   std::optional<proto::Index> meta;
+  std::optional<proto::CkptEncryption> encryption;
   uint64_t data_end = 0;           // where the records end (the footer starts)
   std::optional<uint32_t> footer;  // CRC-32 from the footer
 };
@@ -74,7 +79,9 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
 // The description of a scanned .ckpt as an index (format "ckpt", one file named
 // `file_name`, a chunk per record). Without distckpt's meta field (a file written by
 // MindSpore), scalar Int records tagged epoch_num / step_num give step and epoch and,
-// with "str" records, become info values rather than tensors.
+// with "str" records, become info values rather than tensors. An encrypted file (its
+// encryption field present, written by distckpt with its meta field) is described with
+// one chunk per box of each record, its stored (encrypted) length, nonce and tag.
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path);
 

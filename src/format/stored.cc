@@ -167,6 +167,10 @@ proto::Index metadata_of(const proto::Index& index) {
   proto::Index meta = index;
   meta.clear_files();
   for (auto& t : *meta.mutable_tensors()) t.clear_chunks();
+  // Encryption belongs to the stored bytes, not to the tensors: a copy is encrypted (or
+  // not) on its own terms.
+  meta.clear_encryption();
+  meta.mutable_transforms()->set_encryption("none");
   return meta;
 }
 

@@ -11,6 +11,10 @@
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
 
+namespace distckpt::internal_transform {
+class CheckpointCipher;
+}
+
 namespace distckpt::internal_format {
 
 class SequentialWriter {
@@ -30,10 +34,18 @@ class SequentialWriter {
 
 // `meta`: metadata_of the checkpoint's index (tensors with dtype, shape and layout;
 // step, epoch, info...). `path`: the file to create (for kNative, the data file inside
-// the checkpoint directory). kInvalidArgument for names the format cannot hold.
+// the checkpoint directory). `cipher` (kNative only; borrowed, must outlive the
+// writer): each tensor becomes one encrypted chunk. kInvalidArgument for names the
+// format cannot hold; encryption_refused(format) for a cipher with another format.
 Result<std::unique_ptr<SequentialWriter>> make_sequential_writer(Format format, FileSystem& fs,
                                                                  const std::string& path, const proto::Index& meta,
-                                                                 bool ckpt_crc_footer);
+                                                                 bool ckpt_crc_footer,
+                                                                 const internal_transform::CheckpointCipher* cipher = nullptr);
+
+// OK for kNative; otherwise the error for asking `format` to be encrypted:
+// kInvalidArgument for safetensors and HDF5 (no place for nonces and tags),
+// kUnsupported for ckpt (not implemented yet).
+Status encryption_refused(Format format);
 
 // Checks, before any writing, that `meta` can be stored in `format` (names, info keys).
 Status check_writable(Format format, const proto::Index& meta);

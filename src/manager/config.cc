@@ -69,6 +69,11 @@ Status CheckpointConfig::validate() const {
     if (p.empty()) return bad("save_prefixes contains an empty prefix (it would match everything)");
   if (!(exception_save_timeout_s > 0) || std::isinf(exception_save_timeout_s))
     return bad("exception_save_timeout_s must be a finite number > 0");
+  if (encryption.enabled() && !encryption.key) return bad("encryption is set without a key");
+  if (encryption.enabled() && format != Format::kNative && format != Format::kCkpt)
+    return bad("encryption needs the native or ckpt format (" + std::string(format_name(format)) + " cannot carry it)");
+  if (encryption.enabled() && publish_at_end)
+    return bad("publish_at_end would export the encrypted checkpoints unencrypted; publish them explicitly");
   if (async_save && (format != Format::kNative || integrated))
     return bad("async_save writes native sharded checkpoints only (format native, integrated off); single-file "
                "formats are written from gathered tensors while the loop waits");

@@ -352,6 +352,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.remove_redundancy = cfg.remove_redundancy;
   opts.update_latest = kind.update_latest;
   opts.fs = fs;
+  opts.encryption = cfg.encryption;
   Record record{name, step, epoch, metric, 0, false};
 
   if (async && kind.may_run_async) {
@@ -759,8 +760,10 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
       }
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         if (i > 0 && !options.fall_back_to_previous) break;
-        Status ok = options.verify ? verify_checkpoint(candidates[i], impl.fs).status()
-                                   : read_checkpoint_info(candidates[i], impl.fs).status();
+        VerifyOptions verify;
+        verify.key = impl.cfg.encryption.key;
+        Status ok = options.verify ? verify_checkpoint(candidates[i], verify, impl.fs).status()
+                                   : read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
         if (ok.ok()) {
           chosen = candidates[i];
           return Status();
@@ -782,6 +785,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   lo.strict = options.strict;
   lo.only = options.only;
   lo.fs = impl.fs;
+  lo.key = impl.cfg.encryption.key;
   DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded, load(*impl.comm, *impl.state, chosen, lo));
   result.resumed = true;
   result.path = chosen;

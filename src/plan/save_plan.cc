@@ -1,5 +1,7 @@
 #include "plan/save_plan.h"
 
+#include "transform/cipher.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -255,7 +257,7 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     c->set_byte_offset(cursor[s.writer]);
     c->set_length(s.bytes);
     c->set_writer_rank(s.writer);
-    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, cursor[s.writer], s.bytes});
+    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, cursor[s.writer], s.bytes, s.bytes});
     cursor[s.writer] += s.bytes;
   }
   // The planned index must pass the checks every reader applies (the boxes of all
@@ -263,6 +265,24 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
   Status valid = internal_storage::validate_index(plan.index, "save plan");
   if (!valid.ok()) return invalid_argument(valid.message());
   return plan;
+}
+
+void apply_encryption(const internal_transform::CheckpointCipher& cipher, SavePlan* plan) {
+  std::vector<uint64_t> file_size(static_cast<std::size_t>(plan->index.files_size()), 0);
+  for (auto& items : plan->writes) {
+    uint64_t cursor = 0;
+    for (WriteItem& item : items) {
+      item.byte_offset = cursor;
+      item.stored_length = cipher.stored_length(item.length);
+      cursor += item.stored_length;
+      proto::Chunk* c = plan->index.mutable_tensors(static_cast<int>(item.tensor))->mutable_chunks(static_cast<int>(item.chunk));
+      c->set_byte_offset(item.byte_offset);
+      c->set_length(item.stored_length);
+      c->set_nonce(cipher.chunk_nonce(item.tensor, item.chunk));
+      file_size[c->file_id()] = cursor;
+    }
+  }
+  for (int f = 0; f < plan->index.files_size(); ++f) plan->index.mutable_files(f)->set_size(file_size[static_cast<std::size_t>(f)]);
 }
 
 std::string encode_writes(const std::vector<WriteItem>& items) {

@@ -15,6 +15,10 @@
 #include "distckpt/state_dict.h"
 #include "distckpt_index.pb.h"
 
+namespace distckpt::internal_transform {
+class CheckpointCipher;
+}
+
 namespace distckpt::internal_plan {
 
 // One chunk a rank writes: its local box `local_box` of tensor `tensor` goes to
@@ -25,7 +29,8 @@ struct WriteItem {
   uint32_t local_box = 0;
   uint32_t chunk = 0;
   uint64_t byte_offset = 0;
-  uint64_t length = 0;
+  uint64_t length = 0;         // bytes of the box
+  uint64_t stored_length = 0;  // bytes in the file: `length`, or more when encrypted (CBC padding)
   friend bool operator==(const WriteItem&, const WriteItem&) = default;
 };
 
@@ -75,6 +80,10 @@ Status explain_mismatch(const std::string& rank0, const std::string& other, int 
 // kInvalidArgument when a layout names a rank outside the world or the boxes do not
 // tile a tensor.
 Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy);
+
+// Encrypted saves: gives every chunk its stored length (CBC pads), moves the chunks
+// that follow and the files' sizes accordingly, and records each chunk's nonce.
+void apply_encryption(const internal_transform::CheckpointCipher& cipher, SavePlan* plan);
 
 std::string encode_writes(const std::vector<WriteItem>& items);
 Result<std::vector<WriteItem>> decode_writes(const std::string& bytes);

@@ -68,7 +68,8 @@ class AsyncCheckpointer::Impl {
       DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_runtime::open_data_file(session, *fg_));
       writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_runtime::chunk_ends(session.mine),
                                               internal_runtime::data_file_path(session, *fg_), session.options.checksum);
-      return internal_runtime::stage_chunks(*writer, session, state, *fg_, &session.result.rank_bytes_written);
+      return internal_runtime::stage_chunks(*writer, session, state, *fg_, &session.result.rank_bytes_written,
+                                            &session.tags);
     });
     const double stage_s = stage_timer.seconds();
 

@@ -15,6 +15,7 @@
 #include "runtime/listing.h"
 #include "runtime/reader.h"
 #include "storage/index_io.h"
+#include "transform/cipher.h"
 
 namespace distckpt {
 namespace internal_runtime {
@@ -30,7 +31,11 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
                                  const ConvertOptions& options, const ConvertControl& control) {
   return guarded("convert", [&]() -> Result<ConvertResult> {
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
-    DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src));
+    if (options.encryption.enabled()) {
+      DISTCKPT_RETURN_IF_ERROR(internal_format::encryption_refused(to));
+      if (!options.encryption.key) return invalid_argument("encryption without a key");
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src, options.key.get()));
     const proto::Index& index = reader->index();
     // Native chunks are checked as they are read (whole chunks). A single file's
     // checksums cover the whole file (ckpt footer) or whole tensors (safetensors), which
@@ -41,7 +46,9 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     for (const auto& f : index.files()) has_checksums |= f.crc32_covered() > 0;
     if (single && has_checksums) {
       DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, fs));
-      DISTCKPT_RETURN_IF_ERROR(verify_checkpoint(resolved, fs).status().with_context("convert: source"));
+      VerifyOptions verify;
+      verify.key = options.key;
+      DISTCKPT_RETURN_IF_ERROR(verify_checkpoint(resolved, verify, fs).status().with_context("convert: source"));
     }
     // <root>/<name>: the destination and the directory it is committed in.
     std::string path = dst;
@@ -113,6 +120,14 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       if (to == Format::kNative) (void)fs->remove_all(tmp);
       else (void)fs->remove_file(tmp);
     };
+    // An encrypted destination: fresh salt, so fresh keys and nonces.
+    std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+    std::string salt;
+    if (options.encryption.enabled()) {
+      DISTCKPT_ASSIGN_OR_RETURN(salt, internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes));
+      DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_transform::CheckpointCipher::create(options.encryption.mode,
+                                                                                    *options.encryption.key, salt));
+    }
     Status st = [&]() -> Status {
       if (to == Format::kHdf5) {
         DISTCKPT_ASSIGN_OR_RETURN(hdf5, internal_format::Hdf5Writer::create(tmp, MPI_COMM_NULL, meta,
@@ -121,7 +136,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
         if (to == Format::kNative) DISTCKPT_RETURN_IF_ERROR(fs->create_dir(tmp));
         const std::string file = to == Format::kNative ? tmp + "/" + internal_storage::data_file_name(0) : tmp;
         DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(to, *fs, file, meta,
-                                                                                  options.ckpt_crc_footer));
+                                                                                  options.ckpt_crc_footer, cipher.get()));
       }
       std::vector<char> buf;
       for (int t = 0; t < static_cast<int>(selected.size()); ++t) {
@@ -154,6 +169,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
         if (to == Format::kNative) {
           written.set_world_size(std::max(written.world_size(), 1));
           if (!control.commit) return unsupported("convert: a native checkpoint is always committed");
+          if (cipher) DISTCKPT_RETURN_IF_ERROR(internal_storage::seal_index(&written, *cipher, salt));
           committed = commit_checkpoint(*fs, root, tmp, name, written, options.fsync, false);
         } else {
           if (!control.commit) return Status();

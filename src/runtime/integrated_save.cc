@@ -79,6 +79,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   if (local.ok() && (options.writer_rank < 0 || options.writer_rank >= comm.size()))
     local = invalid_argument("writer_rank " + std::to_string(options.writer_rank) + " is not a rank");
   if (local.ok() && options.gather_bytes == 0) local = invalid_argument("gather_bytes must be positive");
+  if (local.ok() && options.encryption.enabled()) local = internal_format::encryption_refused(format);
   if (local.ok() && hdf5 && mpi_handle == nullptr && comm.size() > 1)
     local = unsupported("HDF5 saves over several ranks need an MPI communicator (make_mpi_comm)");
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
@@ -86,6 +87,9 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   // Plan on rank 0 from its own layouts, once the ranks agree their state dicts match.
   Plan plan;
   DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
+  std::string salt;
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+  DISTCKPT_RETURN_IF_ERROR(agree_on_encryption(comm, options.encryption, &salt, &cipher));
   std::vector<std::string> parts;
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
@@ -194,7 +198,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
         const std::string path =
             format == Format::kNative ? plan.tmp + "/" + internal_storage::data_file_name(writer_rank) : plan.tmp;
         DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(format, *fs, path, plan.meta,
-                                                                                  options.ckpt_crc_footer));
+                                                                                  options.ckpt_crc_footer, cipher.get()));
         uint64_t largest = 0;
         for (const TensorEntry& e : state.tensors())
           for (const Box& r : internal_layout::row_blocks(e.layout.global_shape(), dtype_size(e.dtype), options.gather_bytes))
@@ -273,6 +277,7 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: commit", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(local);
+      if (cipher) DISTCKPT_RETURN_IF_ERROR(internal_storage::seal_index(&final_index, *cipher, salt));
       Result<CommitResult> committed =
           format == Format::kNative
               ? commit_checkpoint(*fs, root, plan.tmp, file_name, final_index, options.fsync, options.update_latest)

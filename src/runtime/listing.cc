@@ -62,8 +62,14 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
 }  // namespace internal_runtime
 
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  return read_checkpoint_info(path, std::move(fs), nullptr);
+}
+
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
+                                            std::shared_ptr<const EncryptionKey> key) {
   fs = or_posix(fs);
   DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
+  if (key) DISTCKPT_RETURN_IF_ERROR(internal_storage::open_index(&index, key.get(), path).status());
   return internal_storage::to_checkpoint_info(index, path);
 }
 

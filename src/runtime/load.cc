@@ -22,6 +22,7 @@
 #include "runtime/reader.h"
 #include "runtime/timer.h"
 #include "storage/index_io.h"
+#include "transform/cipher.h"
 #include "transform/crc32c.h"
 
 namespace distckpt {
@@ -38,7 +39,9 @@ std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
 class FileCache {
  public:
   FileCache(FileSystem& fs, std::string dir, const proto::Index& index) : fs_(fs), dir_(std::move(dir)), index_(index) {}
-  std::string path(uint32_t file_id) const { return dir_ + "/" + index_.files(static_cast<int>(file_id)).name(); }
+  std::string path(uint32_t file_id) const { return dir_ + "/" + name(file_id); }
+  const std::string& name(uint32_t file_id) const { return index_.files(static_cast<int>(file_id)).name(); }
+  bool single_file() const { return !(index_.format().empty() || index_.format() == "native"); }
   Result<const ReadableFile*> get(uint32_t file_id) {
     ++clock_;
     auto it = open_.find(file_id);
@@ -116,21 +119,39 @@ Status reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
   return Status();
 }
 
-// Reads chunk `c` of `t` into `dst` (length bytes) and checks its CRC32C. The CRC of
+// Reads chunk `c` of `t` into `dst` (the box's bytes) and checks its CRC32C. The CRC of
 // each piece is computed right after the piece is read, while it is still in cache.
-Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bool check) {
+// Encrypted chunks (`cipher`) are authenticated and decrypted first (an authentication
+// error, kAuthFailed, names the chunk); their CRC32C covers the bytes as stored. CBC
+// chunks are read into `scratch` (their padding does not fit `dst`).
+Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bool check,
+                  const internal_transform::CheckpointCipher* cipher, std::vector<char>& scratch) {
   const proto::Chunk& chunk = t.chunks(c);
   const std::string where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
                             files.path(chunk.file_id());
   DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
+  const uint64_t plain = static_cast<uint64_t>(internal_plan::chunk_box(chunk).num_elements()) *
+                         dtype_size(*dtype_from_name(t.dtype()));
+  char* p = static_cast<char*>(dst);
+  if (cipher != nullptr && !cipher->length_preserving()) {
+    scratch.resize(chunk.length());
+    p = scratch.data();
+  }
   constexpr uint64_t kPiece = 1 << 20;
-  auto* p = static_cast<char*>(dst);
   uint32_t state = internal_transform::kCrc32cInit;
   for (uint64_t done = 0; done < chunk.length();) {
     const uint64_t n = std::min(kPiece, chunk.length() - done);
     DISTCKPT_RETURN_IF_ERROR(file->read_at(p + done, n, chunk.byte_offset() + done).with_context(where));
     state = internal_transform::crc32c_extend(state, p + done, n);
     done += n;
+  }
+  if (cipher != nullptr) {
+    // A single file's chunks are bound to their place in it, not to its name.
+    const std::string file_name = files.single_file() ? std::string() : files.name(chunk.file_id());
+    DISTCKPT_RETURN_IF_ERROR(cipher->open(chunk.nonce(),
+                                          internal_transform::chunk_aad(t.name(), static_cast<uint64_t>(c), file_name,
+                                                                        chunk.byte_offset(), chunk.length(), plain),
+                                          p, chunk.length(), dst, plain, chunk.tag(), where));
   }
   const uint32_t crc = internal_transform::crc32c_finish(state);
   if (check && crc != chunk.crc32c()) return corruption(where + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
@@ -213,9 +234,10 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
 // region are read (its CRC32C covers the whole chunk, so it is not checked), unless
 // `check_partial` asks for whole chunks. Single-file formats have no per-chunk
 // checksums (theirs cover whole tensors or the file: see check_file_crc32 and verify).
+// Encrypted chunks (`cipher`) are always read whole and authenticated.
 Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
                  const internal_plan::ChunkLookup& lookup, const Box& needed, void* dst, std::vector<char>& scratch,
-                 uint64_t* bytes_read, bool check_partial) {
+                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher) {
   const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = index.format().empty() || index.format() == "native";
@@ -225,12 +247,23 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
   for (const auto& r : reads) {
     const proto::Chunk& chunk = t.chunks(r.chunk);
     if (r.whole) {
-      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, dst, checksums));
+      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, dst, checksums, cipher, scratch));
       *bytes_read += chunk.length();
-    } else if (native && (check_partial || r.region == internal_plan::chunk_box(chunk))) {
-      scratch.resize(chunk.length());
-      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, scratch.data(), checksums));
-      copy_box(scratch.data(), internal_plan::chunk_box(chunk), dst, needed, r.region, item);
+    } else if (cipher != nullptr || (native && (check_partial || r.region == internal_plan::chunk_box(chunk)))) {
+      const Box cbox = internal_plan::chunk_box(chunk);
+      // The chunk whole in `scratch`, or (CBC) its plaintext in `cbc_plain`, since its
+      // stored bytes then take `scratch`.
+      std::vector<char> cbc_plain;
+      char* whole = nullptr;
+      if (cipher != nullptr && !cipher->length_preserving()) {
+        cbc_plain.resize(static_cast<std::size_t>(cbox.num_elements()) * item);
+        whole = cbc_plain.data();
+      } else {
+        scratch.resize(chunk.length());
+        whole = scratch.data();
+      }
+      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, whole, checksums, cipher, scratch));
+      copy_box(whole, cbox, dst, needed, r.region, item);
       *bytes_read += chunk.length();
     } else {
       DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
@@ -320,18 +353,21 @@ struct CheckpointReader::Impl {
   std::unique_ptr<FileCache> files;
   std::vector<char> scratch;
   std::map<int, internal_plan::ChunkLookup> lookups;  // built on first use
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;  // encrypted sources
 };
 
 CheckpointReader::CheckpointReader() = default;
 CheckpointReader::~CheckpointReader() = default;
 
-Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr<FileSystem> fs, const std::string& path) {
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr<FileSystem> fs, const std::string& path,
+                                                                 const EncryptionKey* key) {
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
   m.fs = fs ? fs : posix_filesystem();
   DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, m.fs));
   DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
+  DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_storage::open_index(&m.index, key, resolved));
   m.dir = resolved;
   if (!(m.index.format().empty() || m.index.format() == "native")) {
     const auto slash = resolved.find_last_of('/');
@@ -352,7 +388,7 @@ Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t
   if (covered != region.num_elements())
     return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
   return read_into(*impl_->files, impl_->index, t, it->second, region, dst, impl_->scratch, bytes_read,
-                   /*check_partial=*/true);  // conversions check every chunk they read
+                   /*check_partial=*/true, impl_->cipher.get());  // conversions check every chunk they read
 }
 
 }  // namespace internal_runtime
@@ -394,7 +430,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
   local = internal_runtime::guarded(where, [&]() -> Status {
+    const std::string source = dir;
     if (index_bytes.rfind("DCKPTIDX", 0) == 0) {
       DISTCKPT_ASSIGN_OR_RETURN(index, internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
     } else {
@@ -404,6 +442,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       const auto slash = dir.find_last_of('/');
       dir = slash == std::string::npos ? "." : dir.substr(0, slash);
     }
+    DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_storage::open_index(&index, options.key.get(), source));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
     std::map<std::string, int> stored;
@@ -479,7 +518,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         if (reader == comm.rank()) {
           DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), lookups.at(t), e.boxes[b],
                                              e.buffers[b], scratch, &result.rank_bytes_read,
-                                             options.check_partial_chunks));
+                                             options.check_partial_chunks, cipher.get()));
           result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)

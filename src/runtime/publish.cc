@@ -16,7 +16,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
       return invalid_argument("publish: the format must be a single file (ckpt, safetensors or hdf5), not native");
     DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, fs));
     while (source.size() > 1 && source.back() == '/') source.pop_back();
-    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, fs));
+    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, fs, options.key));
 
     // <directory>/<stem>-<sha8><ext>, the stem being the source's name without extension.
     const auto slash = source.find_last_of('/');
@@ -36,6 +36,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     convert.region_bytes = options.region_bytes;
     convert.only = options.only;
     convert.fs = fs;
+    convert.key = options.key;
     internal_runtime::ConvertControl control;
     control.commit = false;
     control.reproducible = true;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
 #include "distckpt/layout.h"
 #include "distckpt_index.pb.h"
@@ -13,8 +14,10 @@ namespace distckpt::internal_runtime {
 
 class CheckpointReader {
  public:
-  // Resolves `path` (a root gives its newest checkpoint) and reads its description.
-  static Result<std::unique_ptr<CheckpointReader>> open(std::shared_ptr<FileSystem> fs, const std::string& path);
+  // Resolves `path` (a root gives its newest checkpoint) and reads its description;
+  // an encrypted one needs its `key` (kAuthFailed otherwise).
+  static Result<std::unique_ptr<CheckpointReader>> open(std::shared_ptr<FileSystem> fs, const std::string& path,
+                                                        const EncryptionKey* key = nullptr);
   ~CheckpointReader();
   const proto::Index& index() const;
   // Reads `region` of tensor `tensor` (index order) into `dst`, row-major.

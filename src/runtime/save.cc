@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+
+#include <openssl/crypto.h>
 
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
@@ -27,12 +30,40 @@ namespace {
 // Staging for direct-I/O saves: 4 slabs, so copying one overlaps writing others.
 constexpr std::size_t kSyncStagingBytes = 32u << 20;
 
+// Encrypts one chunk of `n` bytes at `data` and hands the stored bytes to `sink` in
+// pieces; returns its tag. GCM keeps the length, CBC adds its padding at the end.
+Result<std::string> seal_chunk(const internal_runtime::SaveSession& session, const WriteItem& item,
+                               const std::string& tensor, const std::string& file, const void* data,
+                               std::vector<char>& bounce, const std::function<Status(const char*, std::size_t)>& sink) {
+  const auto& cipher = *session.cipher;
+  constexpr std::size_t kPiece = 4 << 20;
+  bounce.resize(kPiece + 32);
+  DISTCKPT_ASSIGN_OR_RETURN(
+      auto sealer, cipher.begin_seal(cipher.chunk_nonce(item.tensor, item.chunk),
+                                     internal_transform::chunk_aad(tensor, item.chunk, file, item.byte_offset,
+                                                                   item.stored_length, item.length)));
+  const auto* p = static_cast<const char*>(data);
+  for (uint64_t done = 0; done < item.length;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPiece, item.length - done));
+    std::size_t out = 0;
+    DISTCKPT_RETURN_IF_ERROR(sealer.update(p + done, n, bounce.data(), &out));
+    DISTCKPT_RETURN_IF_ERROR(sink(bounce.data(), out));
+    done += n;
+  }
+  std::string tag;
+  std::size_t out = 0;
+  DISTCKPT_RETURN_IF_ERROR(sealer.finish(bounce.data(), &out, &tag));
+  DISTCKPT_RETURN_IF_ERROR(sink(bounce.data(), out));
+  return tag;
+}
+
 // Writes this rank's chunks into its data file and fsyncs it; returns each chunk's CRC32C.
 // With direct I/O (when asked for and the file system allows it) the bytes stream
 // through aligned staging slabs (storage/stream_writer.h); otherwise they go from the
 // caller's buffers through the page cache, each 1 MiB piece checksummed just before it
-// is written, while its bytes are still in cache.
-Result<std::vector<uint32_t>> write_chunks(const internal_runtime::SaveSession& session, const StateDict& state,
+// is written, while its bytes are still in cache. Encrypted chunks are encrypted on
+// the way, and the CRC32C covers the bytes as stored.
+Result<std::vector<uint32_t>> write_chunks(internal_runtime::SaveSession& session, const StateDict& state,
                                            const Comm& comm, uint64_t* bytes) {
   const std::vector<WriteItem>& items = session.mine;
   std::vector<uint32_t> crcs;
@@ -44,26 +75,40 @@ Result<std::vector<uint32_t>> write_chunks(const internal_runtime::SaveSession& 
     internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4);
     internal_storage::StreamWriter writer(std::move(file), pool, internal_runtime::chunk_ends(items),
                                           internal_runtime::data_file_path(session, comm), session.options.checksum);
-    DISTCKPT_RETURN_IF_ERROR(internal_runtime::stage_chunks(writer, session, state, comm, bytes));
+    DISTCKPT_RETURN_IF_ERROR(internal_runtime::stage_chunks(writer, session, state, comm, bytes, &session.tags));
     auto done = writer.finish(session.options.fsync);
     if (!done.ok()) return done.status().with_context(where);
     return done;
   }
 
   constexpr uint64_t kPiece = 1 << 20;
+  std::vector<char> bounce;
+  const std::string file_name = internal_storage::data_file_name(comm.rank());
   for (const WriteItem& item : items) {
     const TensorEntry& e = state.tensors()[item.tensor];
-    const auto* data = static_cast<const char*>(e.buffers[item.local_box]);
     uint32_t crc = internal_transform::kCrc32cInit;
-    for (uint64_t done = 0; done < item.length;) {
-      const uint64_t n = std::min(kPiece, item.length - done);
-      if (session.options.checksum) crc = internal_transform::crc32c_extend(crc, data + done, n);
-      Status st = file->write_at(data + done, n, item.byte_offset + done);
-      if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
-      done += n;
+    uint64_t at = item.byte_offset;
+    auto sink = [&](const char* p, std::size_t n) -> Status {
+      for (std::size_t done = 0; done < n;) {
+        const std::size_t piece = static_cast<std::size_t>(std::min<uint64_t>(kPiece, n - done));
+        if (session.options.checksum) crc = internal_transform::crc32c_extend(crc, p + done, piece);
+        DISTCKPT_RETURN_IF_ERROR(file->write_at(p + done, piece, at));
+        at += piece;
+        done += piece;
+      }
+      return Status();
+    };
+    Status st;
+    if (session.cipher) {
+      auto tag = seal_chunk(session, item, e.name, file_name, e.buffers[item.local_box], bounce, sink);
+      if (tag.ok()) session.tags.push_back(std::move(*tag));
+      st = tag.status();
+    } else {
+      st = sink(static_cast<const char*>(e.buffers[item.local_box]), item.length);
     }
+    if (!st.ok()) return st.with_context(where + ": tensor '" + e.name + "'");
     crcs.push_back(internal_transform::crc32c_finish(crc));
-    *bytes += item.length;
+    *bytes += item.stored_length;
   }
   if (session.options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
   DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));
@@ -98,19 +143,72 @@ Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session,
 
 std::vector<uint64_t> chunk_ends(const std::vector<internal_plan::WriteItem>& items) {
   std::vector<uint64_t> ends;
-  for (const auto& item : items) ends.push_back(item.byte_offset + item.length);
+  for (const auto& item : items) ends.push_back(item.byte_offset + item.stored_length);
   return ends;
 }
 
 Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,
-                    const Comm& comm, uint64_t* bytes) {
+                    const Comm& comm, uint64_t* bytes, std::vector<std::string>* tags) {
+  std::vector<char> bounce;
+  const std::string file_name = internal_storage::data_file_name(comm.rank());
   for (const WriteItem& item : session.mine) {
     const TensorEntry& e = state.tensors()[item.tensor];
-    Status st = writer.append(e.buffers[item.local_box], item.length);
+    Status st;
+    if (session.cipher) {
+      auto tag = seal_chunk(session, item, e.name, file_name, e.buffers[item.local_box], bounce,
+                            [&](const char* p, std::size_t n) { return writer.append(p, n); });
+      if (tag.ok()) tags->push_back(std::move(*tag));
+      st = tag.status();
+    } else {
+      st = writer.append(e.buffers[item.local_box], item.length);
+    }
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
-    *bytes += item.length;
+    *bytes += item.stored_length;
   }
   return Status();
+}
+
+// Collective: every rank encrypts alike (mode and key), or none does; rank 0 draws the
+// checkpoint's salt and every rank derives its cipher. The key itself never leaves a
+// rank: ranks compare SHA-256 fingerprints of it.
+Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_out,
+                           std::shared_ptr<const internal_transform::CheckpointCipher>* cipher_out) {
+  std::vector<int64_t> mine(internal_plan::kFingerprintWords, 0);
+  Status local = guarded(rank_prefix(comm) + ": encryption", [&]() -> Status {
+    if (enc.enabled() && !enc.key) return invalid_argument("encryption " + std::string(encryption_mode_name(enc.mode)) + " without a key");
+    if (!enc.enabled()) return Status();
+    std::string check = "distckpt key check " + std::string(encryption_mode_name(enc.mode)) + " ";
+    check.append(reinterpret_cast<const char*>(enc.key->data()), enc.key->size());
+    auto words = internal_plan::fingerprint(check);
+    OPENSSL_cleanse(check.data(), check.size());
+    DISTCKPT_RETURN_IF_ERROR(words.status());
+    mine = *words;
+    mine.push_back(static_cast<int64_t>(enc.mode));
+    return Status();
+  });
+  mine.resize(internal_plan::kFingerprintWords + 1, 0);
+  std::vector<int64_t> v{local.ok() ? 0 : -1};
+  v.insert(v.end(), mine.begin(), mine.end());
+  for (int64_t x : mine) v.push_back(~x);
+  comm.allreduce(v, ReduceOp::kMin);
+  if (v[0] < 0) return agree(comm, local);
+  bool same = true;
+  const std::size_t n = mine.size();
+  for (std::size_t i = 0; i < n; ++i) same = same && v[1 + i] == mine[i] && ~v[1 + n + i] == mine[i];
+  // min == max for every word on every rank, or for none: all ranks take one branch.
+  if (!same)
+    return agree(comm, invalid_argument("save: the ranks do not all encrypt with the same mode and key"));
+  if (!enc.enabled()) return Status();
+  if (comm.rank() == 0) {
+    auto salt = internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes);
+    if (salt.ok()) *salt_out = *salt;
+    else local = salt.status();
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context("save: rank 0")));
+  comm.broadcast_string(*salt_out, 0);
+  auto cipher = internal_transform::CheckpointCipher::create(enc.mode, *enc.key, *salt_out);
+  if (cipher.ok()) *cipher_out = *cipher;
+  return agree(comm, cipher.status().with_context(rank_prefix(comm)));
 }
 
 Status agree_on_state(Comm& comm, const StateDict& state) {
@@ -174,6 +272,7 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
   // out files. Everything the index needs from `state` is taken now, so the caller may
   // change the state dict (not the tensor bytes) once the data is written or staged.
   DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
+  DISTCKPT_RETURN_IF_ERROR(agree_on_encryption(comm, options.encryption, &session.salt, &session.cipher));
   // Checksums are on unless every rank turned them off, so that the index never records
   // "crc32c" for a chunk whose writer computed none.
   session.options.checksum = comm.allreduce_one(options.checksum ? 1 : 0, ReduceOp::kMax) == 1;
@@ -181,6 +280,7 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(session.plan, internal_plan::plan_save(internal_plan::planned_tensors(state),
                                                                        comm.size(), options.remove_redundancy));
+      if (session.cipher) internal_plan::apply_encryption(*session.cipher, &session.plan);
       proto::Index& index = session.plan.index;
       if (!session.options.checksum) index.mutable_transforms()->set_checksum("none");
       index.set_name(options.name);
@@ -212,7 +312,7 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
   return session;
 }
 
-Result<std::vector<uint32_t>> write_session(const SaveSession& session, const StateDict& state, const Comm& comm,
+Result<std::vector<uint32_t>> write_session(SaveSession& session, const StateDict& state, const Comm& comm,
                                             uint64_t* bytes) {
   if (!session.local_error.ok()) return session.local_error;
   return guarded(rank_prefix(comm) + ": write", [&] {
@@ -227,7 +327,10 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   internal_plan::SavePlan& plan = session.plan;
 
   // Protocol step 2: all agree that every writer wrote and fsynced its file.
+  std::string mine_tags;
+  for (const std::string& tag : session.tags) mine_tags += tag;
   std::vector<std::string> all_crcs = comm.gather(crcs.ok() ? encode_crcs(*crcs) : std::string(), 0);
+  std::vector<std::string> all_tags = comm.gather(crcs.ok() ? mine_tags : std::string(), 0);
   Status written = agree(comm, crcs.status());
   if (!written.ok()) {
     if (coordinator) (void)fs.remove_all(session.tmp_dir);  // garbage; never visible under the final name
@@ -249,10 +352,23 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
           const WriteItem& w = plan.writes[r][i];
           plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_crc32c(crc);
         }
+        if (session.cipher) {
+          const std::size_t tag_bytes = session.cipher->tag_bytes();
+          if (all_tags[r].size() != plan.writes[r].size() * tag_bytes)
+            return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of tags");
+          for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
+            const WriteItem& w = plan.writes[r][i];
+            plan.index.mutable_tensors(static_cast<int>(w.tensor))
+                ->mutable_chunks(static_cast<int>(w.chunk))
+                ->set_tag(all_tags[r].substr(i * tag_bytes, tag_bytes));
+          }
+        }
       }
       plan.index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count());
+      if (session.cipher)  // last: the seal authenticates everything else in the index
+        DISTCKPT_RETURN_IF_ERROR(internal_storage::seal_index(&plan.index, *session.cipher, session.salt));
       auto committed = commit_checkpoint(fs, session.root, session.tmp_dir, session.options.name, plan.index,
                                          session.options.fsync, session.options.update_latest);
       if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");

@@ -8,6 +8,8 @@
 #include "distckpt/checkpoint.h"
 #include "format/stored.h"
 #include "storage/index_io.h"
+#include "plan/load_plan.h"
+#include "transform/cipher.h"
 #include "transform/crc32c.h"
 
 namespace distckpt {
@@ -30,6 +32,9 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   if (options.deep && stored_format)
     evict(*stored_format == Format::kNative ? path + "/" + internal_storage::kIndexFileName : path);
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, internal_format::read_stored_index(*fs, path));
+  auto opened = internal_storage::open_index(&index, options.key.get(), path);
+  if (!opened.ok()) return opened.status().with_context("verify");
+  const std::shared_ptr<const internal_transform::CheckpointCipher> cipher = *opened;
   const bool single = !(index.format().empty() || index.format() == "native");
   const bool checksums = index.transforms().checksum() == "crc32c";
   // Files of a single-file checkpoint are named relative to its directory.
@@ -40,6 +45,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   }
   VerifyReport report;
   report.checksums = checksums;
+  report.authenticated = cipher != nullptr;
   // Chunks grouped by file, so that one file is open at a time whatever the number of
   // writers, and each file is read front to back.
   std::vector<std::vector<std::pair<int, int>>> by_file(static_cast<std::size_t>(index.files_size()));
@@ -94,20 +100,36 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
                           internal_transform::crc32c_hex(meta.crc32()));
       report.bytes_checked += meta.crc32_covered();
     }
-    if (!checksums) continue;
+    if (!checksums && !cipher) continue;
     for (const auto& [t, c] : chunks) {
       const auto& tensor = index.tensors(t);
       const auto& chunk = tensor.chunks(c);
+      const std::string where = "verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) +
+                                " of " + meta.name();
       uint32_t state = internal_transform::kCrc32cInit;
-      for (uint64_t done = 0; done < chunk.length();) {
-        const uint64_t n = std::min(kPiece, chunk.length() - done);
-        buf.resize(n);
-        DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), n, chunk.byte_offset() + done).with_context("verify"));
-        state = internal_transform::crc32c_extend(state, buf.data(), n);
-        done += n;
+      if (cipher) {
+        // Authenticated whole: a chunk's tag covers all of it (memory: its size).
+        buf.resize(chunk.length());
+        DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), chunk.length(), chunk.byte_offset()).with_context("verify"));
+        state = internal_transform::crc32c_extend(state, buf.data(), buf.size());
+        const uint64_t plain = static_cast<uint64_t>(internal_plan::chunk_box(chunk).num_elements()) *
+                               dtype_size(*dtype_from_name(tensor.dtype()));
+        DISTCKPT_RETURN_IF_ERROR(cipher->open(chunk.nonce(),
+                                              internal_transform::chunk_aad(tensor.name(), static_cast<uint64_t>(c),
+                                                                            single ? "" : meta.name(), chunk.byte_offset(),
+                                                                            chunk.length(), plain),
+                                              buf.data(), chunk.length(), buf.data(), plain, chunk.tag(), where));
+      } else {
+        for (uint64_t done = 0; done < chunk.length();) {
+          const uint64_t n = std::min(kPiece, chunk.length() - done);
+          buf.resize(n);
+          DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), n, chunk.byte_offset() + done).with_context("verify"));
+          state = internal_transform::crc32c_extend(state, buf.data(), n);
+          done += n;
+        }
       }
       const uint32_t crc = internal_transform::crc32c_finish(state);
-      if (crc != chunk.crc32c())
+      if (checksums && crc != chunk.crc32c())
         return corruption("verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) + " of " +
                           meta.name() + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
       ++report.chunks;

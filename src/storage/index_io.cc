@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "layout/tiling.h"
 #include "runtime/text.h"
+#include "transform/cipher.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_storage {
@@ -135,6 +137,27 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!file_names.insert(f.name()).second) return corruption(where + ": file '" + f.name() + "' listed twice");
     if (f.size() > (uint64_t{1} << 62)) return corruption(where + ": file '" + f.name() + "' has an absurd size");
   }
+  // Encrypted: the mode and its sizes, checked before any key is derived from them.
+  std::optional<EncryptionMode> encryption;
+  std::size_t nonce_bytes = 0, tag_bytes = 0;
+  if (index.has_encryption()) {
+    const auto& e = index.encryption();
+    encryption = encryption_mode_from_name(e.mode());
+    if (!encryption || *encryption == EncryptionMode::kNone)
+      return corruption(where + ": unknown encryption mode '" + internal_runtime::printable(e.mode()) + "'");
+    if (e.salt().size() != internal_transform::kSaltBytes)
+      return corruption(where + ": encryption salt of " + std::to_string(e.salt().size()) + " bytes");
+    nonce_bytes = *encryption == EncryptionMode::kAesGcm ? 12 : 16;
+    tag_bytes = *encryption == EncryptionMode::kAesGcm ? 16 : 32;
+    if (!e.sealed_tensors().empty() && (e.table_nonce().size() != nonce_bytes || e.table_tag().size() != tag_bytes))
+      return corruption(where + ": the sealed tensor table's nonce or tag has the wrong size");
+    if (index.transforms().encryption() != e.algorithm())
+      return corruption(where + ": transforms say '" + internal_runtime::printable(index.transforms().encryption()) +
+                        "', the encryption record '" + internal_runtime::printable(e.algorithm()) + "'");
+  } else if (!index.transforms().encryption().empty() && index.transforms().encryption() != "none") {
+    return corruption(where + ": encryption '" + internal_runtime::printable(index.transforms().encryption()) +
+                      "' without its parameters");
+  }
   std::set<std::string> names;
   for (const auto& t : index.tensors()) {
     const std::string tw = where + ": tensor '" + t.name() + "'";
@@ -185,7 +208,14 @@ Status validate_index(const proto::Index& index, const std::string& path) {
         box.offset.push_back(o);
         box.shape.push_back(s);
       }
-      const uint64_t want = static_cast<uint64_t>(box.num_elements()) * dtype_size(*dtype);
+      uint64_t want = static_cast<uint64_t>(box.num_elements()) * dtype_size(*dtype);
+      if (encryption) {
+        want = internal_transform::stored_length(*encryption, want);  // CBC: PKCS#7 padding
+        if (ch.nonce().size() != nonce_bytes || ch.tag().size() != tag_bytes)
+          return corruption(cw + ": its nonce or tag has the wrong size for " + index.encryption().mode());
+      } else if (!ch.nonce().empty() || !ch.tag().empty()) {
+        return corruption(cw + ": a nonce or tag in a checkpoint that is not encrypted");
+      }
       if (ch.length() != want)
         return corruption(cw + ": length " + std::to_string(ch.length()) + " != " + std::to_string(want) +
                           " bytes for box " + box.to_string());
@@ -202,6 +232,74 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!tiling.empty()) return corruption(tw + ": chunks do not tile the tensor: " + tiling);
   }
   return Status();
+}
+
+namespace {
+
+// What the sealed tensor table authenticates besides itself: the rest of the index
+// (step, epoch, files and their sizes, info values, the encryption record minus the
+// table), so none of it can be changed unnoticed by someone without the key.
+std::string table_aad(const proto::Index& index) {
+  proto::Index rest = index;
+  rest.clear_tensors();
+  rest.mutable_encryption()->clear_sealed_tensors();
+  rest.mutable_encryption()->clear_table_tag();
+  return "distckpt tensor table v1" + serialize_deterministic(rest);
+}
+
+}  // namespace
+
+Status seal_index(proto::Index* index, const internal_transform::CheckpointCipher& cipher, const std::string& salt) {
+  proto::TensorTable table;
+  table.mutable_tensors()->Swap(index->mutable_tensors());
+  std::string plain;
+  if (!table.SerializeToString(&plain)) return internal_error("seal: the tensor table does not serialize");
+  proto::Encryption* e = index->mutable_encryption();
+  e->set_mode(std::string(encryption_mode_name(cipher.mode())));
+  e->set_algorithm(cipher.algorithm());
+  e->set_salt(salt);
+  index->mutable_transforms()->set_encryption(cipher.algorithm());
+  // The nonce is part of the associated data: chosen first.
+  DISTCKPT_ASSIGN_OR_RETURN(std::string nonce, internal_transform::CheckpointCipher::random_bytes(cipher.nonce_bytes()));
+  e->set_table_nonce(nonce);
+  std::string sealed, tag;
+  DISTCKPT_RETURN_IF_ERROR(cipher.seal_buffer(table_aad(*index), plain, nonce, &sealed, &tag));
+  e->set_sealed_tensors(sealed);
+  e->set_table_tag(tag);
+  return Status();
+}
+
+Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(proto::Index* index,
+                                                                              const EncryptionKey* key,
+                                                                              const std::string& path) {
+  if (!index->has_encryption()) return std::shared_ptr<const internal_transform::CheckpointCipher>();
+  const std::string where = "index '" + path + "'";
+  const proto::Encryption& e = index->encryption();
+  if (key == nullptr)
+    return auth_failed("checkpoint '" + path + "' is encrypted (" + e.algorithm() + "): its key is needed");
+  const auto mode = encryption_mode_from_name(e.mode());
+  if (!mode) return corruption(where + ": unknown encryption mode");
+  auto cipher = internal_transform::CheckpointCipher::create(*mode, *key, e.salt());
+  if (!cipher.ok()) {
+    if (cipher.status().code() == StatusCode::kInvalidArgument)  // the key cannot be this checkpoint's
+      return auth_failed(where + ": " + cipher.status().message());
+    return cipher.status().with_context(where);
+  }
+  const bool native = index->format().empty() || index->format() == "native";
+  if (native && e.sealed_tensors().empty())  // never trust a table someone put in the clear
+    return auth_failed(where + ": encrypted, but its tensor table is not sealed");
+  if (native && index->tensors_size() > 0)
+    return auth_failed(where + ": encrypted, but its tensors are listed in the clear");
+  if (native) {
+    DISTCKPT_ASSIGN_OR_RETURN(std::string plain, (*cipher)->open_buffer(table_aad(*index), e.table_nonce(),
+                                                                       e.sealed_tensors(), e.table_tag(),
+                                                                       where + ": tensor table"));
+    proto::TensorTable table;
+    if (!table.ParseFromString(plain)) return corruption(where + ": the sealed tensor table does not parse");
+    index->mutable_tensors()->Swap(table.mutable_tensors());
+    DISTCKPT_RETURN_IF_ERROR(validate_index(*index, path));
+  }
+  return cipher;
 }
 
 void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index) {
@@ -227,6 +325,8 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.commit_seq = index.commit_seq();
   info.advances_latest = index.advances_latest();
   info.checksum = index.transforms().checksum();
+  info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";
+  info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 && index.encryption().sealed_tensors().size() > 0;
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
   for (const auto& t : index.tensors()) {
     TensorInfo ti;

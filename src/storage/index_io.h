@@ -5,7 +5,12 @@
 
 #include "distckpt/checkpoint.h"
 #include "distckpt/filesystem.h"
+#include "distckpt/encryption.h"
 #include "distckpt_index.pb.h"
+
+namespace distckpt::internal_transform {
+class CheckpointCipher;
+}
 
 namespace distckpt::internal_storage {
 
@@ -42,6 +47,19 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
 // the tensor and inside their file, lengths that match the box, file names confined
 // to the checkpoint directory, the distinct chunks covering each tensor.
 Status validate_index(const proto::Index& index, const std::string& path);
+
+// Encrypted checkpoints: moves the index's tensors into its sealed tensor table (with
+// the encryption record: mode, algorithm, `salt`, the table's nonce and tag). The
+// last change before the index is framed: everything else is authenticated with it.
+Status seal_index(proto::Index* index, const internal_transform::CheckpointCipher& cipher, const std::string& salt);
+// Opens an encrypted index in place: derives the checkpoint's cipher from `key`,
+// authenticates and decrypts the tensor table into `index->tensors`, and validates the
+// result. Returns null for an index that is not encrypted (untouched). kAuthFailed
+// without a key, with a key of the wrong size or with a wrong key, or when any part of
+// the index was modified; kCorruption for a table that does not parse or validate.
+Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(proto::Index* index,
+                                                                              const EncryptionKey* key,
+                                                                              const std::string& path);
 
 // Stores `values` as the index's info values (replacing those of the same keys).
 void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index);
