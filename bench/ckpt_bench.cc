@@ -465,6 +465,10 @@ int run(int rank, int world, int argc, char** argv) {
     if (root) std::cerr << "ckpt_bench: --no-checksum applies to sharded native saves only\n";
     return kExitUsage;
   }
+  if (!a.enc_key_file.empty() && !a.enc_key_env.empty()) {
+    if (root) std::fprintf(stderr, "ckpt_bench: give --enc-key-file or --enc-key-env, not both\n");
+    return kExitUsage;
+  }
   if (!a.enc_key_file.empty() || !a.enc_key_env.empty()) {
     auto key = !a.enc_key_file.empty() ? distckpt::EncryptionKey::from_file(a.enc_key_file)
                                        : distckpt::EncryptionKey::from_env(a.enc_key_env);

@@ -446,6 +446,10 @@ int run(int argc, char** argv, int rank, int world) {
     const int code = rank == 0 ? app.exit(e) : e.get_exit_code();  // only rank 0 prints
     return code == 0 ? 0 : 2;                                        // --help: 0; bad usage: 2
   }
+  if (!cfg.enc_key_file.empty() && !cfg.enc_key_env.empty()) {
+    if (rank == 0) std::fprintf(stderr, "error: give --enc-key-file or --enc-key-env, not both\n");
+    return 2;
+  }
   if (!cfg.enc_key_file.empty() || !cfg.enc_key_env.empty()) {
     auto key = !cfg.enc_key_file.empty() ? distckpt::EncryptionKey::from_file(cfg.enc_key_file)
                                          : distckpt::EncryptionKey::from_env(cfg.enc_key_env);

@@ -213,7 +213,7 @@ TEST(EncryptionMpiTest, WrongMissingKeysTamperingAndSwapsFailOnEveryRank) {
   expect_same_error(load(*comm, m.state, r->path, wrong).status(), StatusCode::kAuthFailed, "tensor table");
   LoadOptions short_key;
   short_key.key = key_of(16, 'k');
-  expect_same_error(load(*comm, m.state, r->path, short_key).status(), StatusCode::kAuthFailed, "tensor table");
+  expect_same_error(load(*comm, m.state, r->path, short_key).status(), StatusCode::kAuthFailed, "wrong key");
 
   // Tamper with one byte of a chunk of "w" (rank 0 owns the files' bytes here).
   CheckpointInfo info;
@@ -288,18 +288,18 @@ TEST(EncryptionMpiTest, FormatsThatCannotCarryItRefuseAndRanksMustAgree) {
     expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument,
                       "cannot carry encryption");
   }
-  // A mode without a key; ranks with different keys or modes.
+  // A key with mode none; ranks with different keys or modes, or some without a key.
   SaveOptions so;
   so.name = "n";
-  so.encryption = {EncryptionMode::kAesGcm, nullptr};
-  expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "without a key");
+  so.encryption = {EncryptionMode::kNone, key};
+  expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "mode none");
   so.encryption = {EncryptionMode::kSm4Cbc, key};  // SM4 takes 16 bytes
   expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "16-byte key");
   if (world_size() > 1) {
     so.encryption = {EncryptionMode::kAesGcm, key_of(32, world_rank() == 1 ? 'x' : 'k')};
     expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument,
                       "same mode and key");
-    so.encryption = {world_rank() == 1 ? EncryptionMode::kNone : EncryptionMode::kAesGcm, key};
+    so.encryption = {EncryptionMode::kAesGcm, world_rank() == 1 ? nullptr : key};
     expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument,
                       "same mode and key");
   }

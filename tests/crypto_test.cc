@@ -261,6 +261,43 @@ TEST(SealedIndex, OnlyTheKeyOpensItAndNothingCanBeChanged) {
   }
 }
 
+TEST(SealedIndex, EmptyTablesOpenAndPlainIndexesAreRefusedWithAKey) {
+  const EncryptionKey key = key_of(32);
+  for (EncryptionMode mode : {EncryptionMode::kAesGcm, EncryptionMode::kAesCbc}) {
+    const std::string salt = *CheckpointCipher::random_bytes(16);
+    auto c = cipher_of(mode, key, salt);
+    proto::Index index = small_index();
+    index.clear_tensors();  // an info-only state dict: an empty table (GCM: zero sealed bytes)
+    ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
+    auto parsed = internal_storage::parse_index(internal_storage::frame_index(index), "ck/index.pb");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+    auto opened = internal_storage::open_index(&*parsed, &key, "ck");
+    EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+  }
+  // A reader holding a key refuses a plain index in an encrypted one's place.
+  proto::Index plain = small_index();
+  const Status st = internal_storage::open_index(&plain, &key, "ck").status();
+  EXPECT_EQ(st.code(), StatusCode::kAuthFailed) << st.to_string();
+  EXPECT_NE(st.message().find("not encrypted"), std::string::npos) << st.to_string();
+  proto::Index no_key = small_index();
+  auto none = internal_storage::open_index(&no_key, nullptr, "ck");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  // A key of another length than the checkpoint's: the wrong key, said as such.
+  const std::string salt = *CheckpointCipher::random_bytes(16);
+  proto::Index index = small_index();
+  auto* chunk = index.mutable_tensors(0)->mutable_chunks(0);
+  auto c = cipher_of(EncryptionMode::kAesGcm, key, salt);
+  chunk->set_nonce(c->chunk_nonce(0, 0));
+  chunk->set_tag(std::string(16, 't'));
+  ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
+  const EncryptionKey short_key = key_of(16);
+  EXPECT_EQ(internal_storage::open_index(&index, &short_key, "ck").status().code(), StatusCode::kAuthFailed);
+  // An encrypted index framed as version 1 (readers of version 1 would see no tensors).
+  const std::string framed = internal_storage::frame_payload(internal_storage::serialize_deterministic(index), 1);
+  EXPECT_EQ(internal_storage::parse_index(framed, "ck").status().code(), StatusCode::kCorruption);
+}
+
 TEST(SealedIndex, BadEncryptionRecordsAreCorruption) {
   proto::Index index = small_index();
   index.mutable_encryption()->set_mode("ROT13");

@@ -58,8 +58,15 @@ done
 
 # Conversions: decrypt to safetensors; re-encrypt to native with another mode.
 newest=$(ls -d "$work"/native/step-* | sort -V | tail -1)
-run "$cli" convert "$newest" "$work/plain.safetensors" --to safetensors --key-file "$key" > /dev/null
+expect_fail "pass --decrypt" "$cli" convert "$newest" "$work/p.safetensors" --to safetensors --key-file "$key"
+run "$cli" convert "$newest" "$work/plain.safetensors" --to safetensors --key-file "$key" --decrypt > /dev/null
 run "$cli" verify "$work/plain.safetensors" | grep -q "^OK" || fail "decrypted copy"
+# A key given for a plain checkpoint: refused (a plain one in an encrypted one's place).
+expect_fail "not encrypted, but a key was given" "$cli" verify "$work/plain.safetensors" --key-file "$key"
+# Converting an encrypted source keeps it encrypted by default (its mode and key).
+run "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key" > /dev/null
+expect_fail "its key is needed" "$cli" verify "$work/copy.ckpt"
+run "$cli" verify "$work/copy.ckpt" --key-file "$key" | grep -q "every chunk authenticated" || fail "re-encrypted .ckpt"
 run "$cli" convert "$newest" "$work/cbc" --to native --key-file "$key" --enc-mode SM4-CBC \
   --enc-key-file "$work/sm4" 2>&1 | grep -q converted || fail "re-encrypting convert"
 expect_fail "16-byte key" "$cli" convert "$newest" "$work/sm4ck" --to native --key-file "$key" --enc-mode SM4-CBC

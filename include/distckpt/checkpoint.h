@@ -31,8 +31,10 @@
 
 namespace distckpt {
 
-// Version of the on-disk index this build writes. Newer versions are refused on read.
-inline constexpr uint32_t kIndexFormatVersion = 1;
+// The newest version of the on-disk index this build writes (2: an encrypted checkpoint,
+// which builds that know only version 1 must refuse rather than read as empty; plain
+// checkpoints are still written as 1). Newer versions are refused on read.
+inline constexpr uint32_t kIndexFormatVersion = 2;
 
 // What a save writes.
 //   kNative: a checkpoint directory (data files + index.pb).

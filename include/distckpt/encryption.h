@@ -42,7 +42,8 @@ class EncryptionKey {
   // kInvalidArgument unless `bytes` has 16, 24 or 32 bytes.
   static Result<EncryptionKey> from_bytes(std::string_view bytes);
   // A key file holds either the raw 16/24/32 bytes (`openssl rand 32 > key`) or their
-  // 32/48/64 hex digits, optionally followed by a newline (`openssl rand -hex 32`).
+  // 32/48/64 hex digits, optionally followed by a newline (`openssl rand -hex 32`). A
+  // file of 32 bytes that are all hex digits is read as hex (a 16-byte key).
   // kNotFound, kIoError, or kInvalidArgument for any other content (the message gives
   // the file's size, never its bytes).
   static Result<EncryptionKey> from_file(const std::string& path);
@@ -62,11 +63,13 @@ class EncryptionKey {
   std::vector<unsigned char> bytes_;
 };
 
-// What a save encrypts with. `key` is shared, never copied into the checkpoint.
+// What a save encrypts with: on when there is a key (AES-GCM unless `mode` says
+// otherwise). `key` is shared, never copied into the checkpoint. A key with mode kNone
+// is refused (kInvalidArgument): it cannot mean "no encryption" by accident.
 struct Encryption {
-  EncryptionMode mode = EncryptionMode::kNone;
+  EncryptionMode mode = EncryptionMode::kAesGcm;
   std::shared_ptr<const EncryptionKey> key;
-  bool enabled() const { return mode != EncryptionMode::kNone; }
+  bool enabled() const { return key != nullptr; }
 };
 
 }  // namespace distckpt

@@ -216,7 +216,7 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
               ci.format.c_str(), ci.format_version, static_cast<long long>(ci.step),
               static_cast<long long>(ci.epoch), ci.world_size, ci.checksum.c_str());
-  if (ci.encryption != "none") std::printf("  encryption %s\n", ci.encryption.c_str());
+  if (ci.encryption != "none") std::printf("  encryption %s\n", printable(ci.encryption).c_str());
   if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");
   else std::printf("tensors (%zu):\n", ci.tensors.size());
   for (const auto& t : ci.tensors) {
@@ -274,12 +274,31 @@ int cmd_convert(const ConvertArgs& args) {
   auto key = load_key(args.key);
   if (!key.ok()) return fail(key.status(), 2);
   options.key = *key;
-  if (!args.enc_mode.empty()) {
-    const auto mode = encryption_mode_from_name(args.enc_mode);
+  auto enc_key = load_key(args.enc_key);
+  if (!enc_key.ok()) return fail(enc_key.status(), 2);
+  std::string enc_mode = args.enc_mode;
+  if (enc_mode.empty() && *enc_key) enc_mode = "AES-GCM";  // a destination key means: encrypt
+  if (enc_mode.empty() && *key && !args.decrypt) {
+    // An encrypted source stays encrypted unless --decrypt says otherwise: same mode,
+    // same key, new salt.
+    auto source = resolve_checkpoint(args.src);
+    if (!source.ok()) return fail(source.status());
+    auto info = read_checkpoint_info(*source, nullptr, *key);
+    if (!info.ok()) return fail(info.status());
+    if (info->encryption != "none") {
+      if (*to != Format::kNative && *to != Format::kCkpt)
+        return fail(invalid_argument("the source is encrypted and " + args.to +
+                                     " cannot be: pass --decrypt to write it in the clear"), 2);
+      enc_mode = info->encryption.find("GCM") != std::string::npos ? "AES-GCM"
+                 : info->encryption.rfind("SM4", 0) == 0          ? "SM4-CBC"
+                                                                  : "AES-CBC";
+    }
+  }
+  if (!enc_mode.empty()) {
+    if (args.decrypt) return fail(invalid_argument("--decrypt and --enc-mode/--enc-key-* contradict"), 2);
+    const auto mode = encryption_mode_from_name(enc_mode);
     if (!mode || *mode == EncryptionMode::kNone)
-      return fail(invalid_argument("--enc-mode '" + args.enc_mode + "': expected AES-GCM, AES-CBC or SM4-CBC"), 2);
-    auto enc_key = load_key(args.enc_key);
-    if (!enc_key.ok()) return fail(enc_key.status(), 2);
+      return fail(invalid_argument("--enc-mode '" + enc_mode + "': expected AES-GCM, AES-CBC or SM4-CBC"), 2);
     options.encryption.mode = *mode;
     options.encryption.key = *enc_key ? *enc_key : *key;
     if (!options.encryption.key)

@@ -28,6 +28,7 @@ struct ConvertArgs {
   KeyArgs key;              // the source's
   std::string enc_mode;     // encrypt the destination (with enc_key, or else `key`)
   KeyArgs enc_key;
+  bool decrypt = false;     // an encrypted source may be written in the clear
 };
 int cmd_convert(const ConvertArgs& args);
 

@@ -47,8 +47,11 @@ int main(int argc, char** argv) {
   convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
   convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");
   add_key(convert, conv.key, "", "the encrypted source's");
-  convert->add_option("--enc-mode", conv.enc_mode, "encrypt the destination (native): AES-GCM, AES-CBC or SM4-CBC");
+  convert->add_option("--enc-mode", conv.enc_mode,
+                      "encrypt the destination (native, ckpt): AES-GCM, AES-CBC or SM4-CBC (default with a key: "
+                      "AES-GCM; an encrypted source: its mode)");
   add_key(convert, conv.enc_key, "enc-", "the destination's (default: the source's)");
+  convert->add_flag("--decrypt", conv.decrypt, "write an encrypted source in the clear");
 
   PublishArgs pub;
   auto* publish = app.add_subcommand(

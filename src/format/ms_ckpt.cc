@@ -211,6 +211,18 @@ std::string ckpt_encryption_field(const proto::CkptEncryption& encryption) {
   return out + bytes;
 }
 
+std::string ckpt_sealed_aad(const std::string& meta_bytes, const proto::CkptEncryption& encryption) {
+  proto::CkptEncryption unsealed = encryption;
+  unsealed.clear_seal_nonce();
+  unsealed.clear_sealed();
+  unsealed.clear_seal_tag();
+  std::string rest;
+  unsealed.SerializeToString(&rest);
+  std::string aad = "distckpt ckpt v1";
+  put_varint(aad, meta_bytes.size());
+  return aad + meta_bytes + rest;
+}
+
 std::string ckpt_footer(uint32_t crc32) {
   std::string out(kFooterMagic, 7);
   for (int i = 9; i >= 0; --i) out.push_back(i < 4 ? static_cast<char>((crc32 >> (8 * i)) & 0xff) : '\0');
@@ -266,6 +278,7 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
       proto::Index meta;
       if (!meta.ParseFromString(bytes)) return c.error("distckpt's metadata field does not parse");
       scan.meta = std::move(meta);
+      scan.meta_bytes = std::move(bytes);
     } else if (field == kCkptEncryptionField && wire == 2) {
       DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
       DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, c.bytes(n, kMaxMetaBytes));
@@ -288,8 +301,8 @@ namespace {
 // metadata (a record's dims [0] cannot tell a scalar from an empty vector once its
 // content is padded), its records must be the writer's split, and each box of a record
 // is one chunk of stored length, with the next nonce and tag of the encryption field.
-Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std::size_t j, DType dtype,
-                                       std::size_t* next_chunk, const std::string& where) {
+Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std::size_t j, std::size_t* next_chunk,
+                                       const std::string& where) {
   const CkptRecord& first = scan.records[i];
   const proto::CkptEncryption& e = *scan.encryption;
   const EncryptionMode mode = *encryption_mode_from_name(e.mode());
@@ -297,20 +310,32 @@ Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std:
   for (const auto& t : scan.meta->tensors())
     if (t.name() == first.tag) described = &t;
   if (described == nullptr) return corruption(where + ": not in distckpt's metadata");
+  const auto dtype = dtype_from_name(described->dtype());
+  if (!dtype) return corruption(where + ": unknown dtype in distckpt's metadata");
   const Shape shape(described->global_shape().begin(), described->global_shape().end());
   const auto count = internal_layout::checked_num_elements(shape);
-  if (!count) return corruption(where + ": its global shape overflows");
-  const std::size_t item = dtype_size(dtype);
+  const std::size_t item = dtype_size(*dtype);
+  if (!count || static_cast<uint64_t>(*count) > UINT64_MAX / 16 / item)
+    return corruption(where + ": its global shape overflows");
+  // Before anything is sized by the (not yet authenticated) shape: the records must hold
+  // at least its bytes, which bounds it by the file's size.
+  uint64_t content = 0;
+  for (std::size_t k = i; k < j; ++k) content += scan.records[k].content_bytes;  // each within the file
+  const uint64_t plain = static_cast<uint64_t>(*count) * item;
+  if (content < plain)
+    return corruption(where + ": its records hold " + std::to_string(content) + " bytes, fewer than its " +
+                      std::to_string(plain));
   const auto ranges = *count == 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, 0}} : ckpt_record_ranges(shape, item);
   if (j - i != ranges.size())
     return corruption(where + ": " + std::to_string(j - i) + " records, the writer makes " + std::to_string(ranges.size()));
   proto::Tensor t;
   t.set_name(first.tag);
-  t.set_dtype(std::string(dtype_name(dtype)));
+  t.set_dtype(std::string(dtype_name(*dtype)));
   for (int64_t d : shape) t.add_global_shape(d);
   for (std::size_t k = i; k < j; ++k) {
     const CkptRecord& r = scan.records[k];
-    if (r.type != first.type || r.dims != first.dims) return corruption(where + ": its records disagree on type or dims");
+    if (r.type != kCkptEncryptedType || r.dims != first.dims)
+      return corruption(where + ": an encrypted file's record of type '" + r.type + "' or other dims");
     const auto [begin, end] = ranges[k - i];
     const std::vector<Box> boxes =
         *count == 0 ? std::vector<Box>{full_box(shape)} : internal_layout::flat_range_to_boxes(shape, begin, end);
@@ -367,7 +392,7 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
                         std::to_string(e.tag_size()) + " tags");
     const auto mode = encryption_mode_from_name(e.mode());
     if (!mode || *mode == EncryptionMode::kNone)
-      return corruption("'" + path + "': unknown encryption mode '" + e.mode() + "'");
+      return corruption("'" + path + "': unknown encryption mode");
   }
   for (std::size_t i = 0; i < scan.records.size();) {
     std::size_t j = i + 1;
@@ -411,15 +436,15 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
         continue;
       }
     }
-    const auto dtype = ms_type_from_name(first.type);
-    if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
     if (scan.encryption) {
-      DISTCKPT_ASSIGN_OR_RETURN(proto::Tensor t, encrypted_tensor(scan, i, j, *dtype, &next_chunk, where));
+      DISTCKPT_ASSIGN_OR_RETURN(proto::Tensor t, encrypted_tensor(scan, i, j, &next_chunk, where));
       order.push_back(first.tag);
       found.emplace(first.tag, std::move(t));
       i = j;
       continue;
     }
+    const auto dtype = ms_type_from_name(first.type);
+    if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
     const Shape shape = scalar ? Shape{} : first.dims;
     if (first.type == "str") return corruption(where + ": a str record is not a tensor");
     const auto count = internal_layout::checked_num_elements(shape);
@@ -491,6 +516,10 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     enc->set_mode(e.mode());
     enc->set_algorithm(e.algorithm());
     enc->set_salt(e.salt());
+    enc->set_table_nonce(e.seal_nonce());
+    enc->set_table_tag(e.seal_tag());
+    enc->set_sealed_tensors(e.sealed());
+    enc->set_associated(ckpt_sealed_aad(scan.meta_bytes, e));
     index.mutable_transforms()->set_encryption(e.algorithm());
   }
   DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, scan.meta, path));

@@ -52,6 +52,14 @@ std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);
 // The encryption field (kCkptEncryptionField) holding `encryption`.
 std::string ckpt_encryption_field(const proto::CkptEncryption& encryption);
+// An encrypted file's tensor records have this tensor_type (their dtype is in
+// distckpt's metadata), so that readers which do not know about encryption (MindSpore,
+// older distckpt) refuse them instead of loading ciphertext as weights.
+inline constexpr const char* kCkptEncryptedType = "distckpt-encrypted";
+// The plaintext of an encrypted file's seal, and the bytes the seal authenticates:
+// `meta_bytes` (the serialized metadata) and `encryption` without its seal.
+inline constexpr const char* kCkptSealText = "distckpt ckpt";
+std::string ckpt_sealed_aad(const std::string& meta_bytes, const proto::CkptEncryption& encryption);
 
 // How a tensor of `shape` is split into records: element ranges [begin, end), split on
 // dim 0 into ceil(bytes / 512 MiB) parts as numpy.array_split does (flat elements when
@@ -67,6 +75,7 @@ struct CkptRecord {
 struct CkptScan {
   std::vector<CkptRecord> records;
   std::optional<proto::Index> meta;
+  std::string meta_bytes;  // the meta field's bytes as stored (what an encrypted file's seal covers)
   std::optional<proto::CkptEncryption> encryption;
   uint64_t data_end = 0;           // where the records end (the footer starts)
   std::optional<uint32_t> footer;  // CRC-32 from the footer

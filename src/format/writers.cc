@@ -152,6 +152,17 @@ class CkptWriter final : public SequentialWriter {
     DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
     if (cipher_ != nullptr) {
       DISTCKPT_RETURN_IF_ERROR(seal_empty_before(meta_.tensors_size()));
+      // The seal: the metadata (names, dtypes, shapes, layouts, step, info values) and
+      // every chunk's nonce and tag, authenticated with the index key.
+      DISTCKPT_ASSIGN_OR_RETURN(std::string nonce,
+                                internal_transform::CheckpointCipher::random_bytes(cipher_->nonce_bytes()));
+      std::string sealed, tag;
+      DISTCKPT_RETURN_IF_ERROR(cipher_->seal_buffer(
+          ckpt_sealed_aad(internal_storage::serialize_deterministic(meta_), encryption_), kCkptSealText, nonce,
+          &sealed, &tag));
+      encryption_.set_seal_nonce(nonce);
+      encryption_.set_sealed(sealed);
+      encryption_.set_seal_tag(tag);
       DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_encryption_field(encryption_)));
     }
     // Sorted by key: protobuf's map order is random per instance (reproducible files).
@@ -235,7 +246,7 @@ class CkptWriter final : public SequentialWriter {
         if (u.record_start) {
           Shape dims(t.global_shape().begin(), t.global_shape().end());
           if (dims.empty()) dims = {0};  // MindSpore's scalar
-          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype), u.record_stored)));
+          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, kCkptEncryptedType, u.record_stored)));
         }
         const std::string nonce = cipher_->chunk_nonce(static_cast<uint32_t>(tensor), chunk_);
         auto sealer = cipher_->begin_seal(nonce, internal_transform::chunk_aad(t.name(), chunk_, "", out_.position(),
@@ -366,6 +377,10 @@ class NativeWriter final : public SequentialWriter {
   Status append(int tensor, const void* data, std::size_t n) override {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
     const auto i = static_cast<std::size_t>(tensor);
+    if (cipher_ != nullptr && !tags_[i].empty()) {  // sealed already: an empty tensor appended twice
+      if (n == 0) return Status();
+      return internal_error("writer: tensor '" + meta_.tensors(tensor).name() + "' was already complete");
+    }
     if (at == 0) {
       offsets_[i] = out_.position();
       if (cipher_ != nullptr) DISTCKPT_RETURN_IF_ERROR(begin_seal(tensor));

@@ -34,17 +34,17 @@ class SequentialWriter {
 
 // `meta`: metadata_of the checkpoint's index (tensors with dtype, shape and layout;
 // step, epoch, info...). `path`: the file to create (for kNative, the data file inside
-// the checkpoint directory). `cipher` (kNative only; borrowed, must outlive the
-// writer): each tensor becomes one encrypted chunk. kInvalidArgument for names the
+// the checkpoint directory). `cipher` (kNative and kCkpt; borrowed, must outlive the
+// writer): native: each tensor becomes one encrypted chunk; ckpt: each box of each
+// record (ms_ckpt.h). kInvalidArgument for names the
 // format cannot hold; encryption_refused(format) for a cipher with another format.
 Result<std::unique_ptr<SequentialWriter>> make_sequential_writer(Format format, FileSystem& fs,
                                                                  const std::string& path, const proto::Index& meta,
                                                                  bool ckpt_crc_footer,
                                                                  const internal_transform::CheckpointCipher* cipher = nullptr);
 
-// OK for kNative; otherwise the error for asking `format` to be encrypted:
-// kInvalidArgument for safetensors and HDF5 (no place for nonces and tags),
-// kUnsupported for ckpt (not implemented yet).
+// OK for kNative and kCkpt; otherwise the error for asking `format` to be encrypted:
+// kInvalidArgument for safetensors and HDF5 (no place for nonces and tags).
 Status encryption_refused(Format format);
 
 // Checks, before any writing, that `meta` can be stored in `format` (names, info keys).

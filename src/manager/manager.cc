@@ -628,6 +628,7 @@ Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const 
         options.format = cfg.publish_format;
         options.only = cfg.publish_only;
         options.fs = fs;
+        options.key = cfg.encryption.key;
         DISTCKPT_ASSIGN_OR_RETURN(PublishResult published, publish_checkpoint(src, options));
         paths += (paths.empty() ? "" : "\n") + published.path;
       }
@@ -768,6 +769,10 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
           chosen = candidates[i];
           return Status();
         }
+        // A wrong key, or a checkpoint not encrypted as configured, is no damage to fall
+        // back from: an older checkpoint would fail alike, or be the downgrade itself.
+        if (ok.code() == StatusCode::kAuthFailed && ok.message().find("': chunk ") == std::string::npos)
+          return ok.with_context("resume: '" + candidates[i] + "'");
         if (!options.fall_back_to_previous)
           return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
         skipped += (skipped.empty() ? "" : "\n") + candidates[i];

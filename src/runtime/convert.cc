@@ -33,7 +33,8 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
     if (options.encryption.enabled()) {
       DISTCKPT_RETURN_IF_ERROR(internal_format::encryption_refused(to));
-      if (!options.encryption.key) return invalid_argument("encryption without a key");
+      if (options.encryption.mode == EncryptionMode::kNone)
+        return invalid_argument("an encryption key with mode none: pick AES-GCM, AES-CBC or SM4-CBC");
     }
     DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src, options.key.get()));
     const proto::Index& index = reader->index();

@@ -277,7 +277,8 @@ Result<SaveResult> save_integrated(Comm& comm, const StateDict& state, const std
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: commit", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(local);
-      if (cipher) DISTCKPT_RETURN_IF_ERROR(internal_storage::seal_index(&final_index, *cipher, salt));
+      if (cipher && format == Format::kNative)  // a .ckpt's writer sealed its own metadata
+        DISTCKPT_RETURN_IF_ERROR(internal_storage::seal_index(&final_index, *cipher, salt));
       Result<CommitResult> committed =
           format == Format::kNative
               ? commit_checkpoint(*fs, root, plan.tmp, file_name, final_index, options.fsync, options.update_latest)

@@ -66,11 +66,13 @@ std::string serialize_deterministic(const proto::Index& index) {
   return bytes;
 }
 
-std::string frame_index(const proto::Index& index) { return frame_payload(serialize_deterministic(index)); }
+std::string frame_index(const proto::Index& index) {
+  return frame_payload(serialize_deterministic(index), index.has_encryption() ? 2 : 1);
+}
 
-std::string frame_payload(const std::string& payload) {
+std::string frame_payload(const std::string& payload, uint32_t version) {
   std::string out(kMagic, sizeof(kMagic));
-  put<uint32_t>(out, kIndexFormatVersion);
+  put<uint32_t>(out, version);
   put<uint32_t>(out, internal_transform::crc32c(payload.data(), payload.size()));
   put<uint64_t>(out, payload.size());
   out += payload;
@@ -97,6 +99,8 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
   proto::Index index;
   if (!index.ParseFromArray(bytes.data() + kHeaderSize, static_cast<int>(length)))
     return corruption("index '" + path + "': protobuf payload does not parse");
+  if (index.has_encryption() && version < 2)
+    return corruption("index '" + path + "': an encrypted index framed as version " + std::to_string(version));
   DISTCKPT_RETURN_IF_ERROR(validate_index(index, path));
   return index;
 }
@@ -149,8 +153,9 @@ Status validate_index(const proto::Index& index, const std::string& path) {
       return corruption(where + ": encryption salt of " + std::to_string(e.salt().size()) + " bytes");
     nonce_bytes = *encryption == EncryptionMode::kAesGcm ? 12 : 16;
     tag_bytes = *encryption == EncryptionMode::kAesGcm ? 16 : 32;
-    if (!e.sealed_tensors().empty() && (e.table_nonce().size() != nonce_bytes || e.table_tag().size() != tag_bytes))
-      return corruption(where + ": the sealed tensor table's nonce or tag has the wrong size");
+    // The seal: the tensor table of an index.pb, the metadata of a .ckpt.
+    if (e.table_nonce().size() != nonce_bytes || e.table_tag().size() != tag_bytes)
+      return corruption(where + ": the seal's nonce or tag has the wrong size");
     if (index.transforms().encryption() != e.algorithm())
       return corruption(where + ": transforms say '" + internal_runtime::printable(index.transforms().encryption()) +
                         "', the encryption record '" + internal_runtime::printable(e.algorithm()) + "'");
@@ -272,11 +277,19 @@ Status seal_index(proto::Index* index, const internal_transform::CheckpointCiphe
 Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(proto::Index* index,
                                                                               const EncryptionKey* key,
                                                                               const std::string& path) {
-  if (!index->has_encryption()) return std::shared_ptr<const internal_transform::CheckpointCipher>();
   const std::string where = "index '" + path + "'";
+  if (!index->has_encryption()) {
+    // A reader holding a key expects an encrypted checkpoint: a plain one in its place
+    // is what someone who cannot forge the encrypted one would put there.
+    if (key != nullptr)
+      return auth_failed("checkpoint '" + path + "' is not encrypted, but a key was given (read it without a "
+                         "key to accept a plain checkpoint)");
+    return std::shared_ptr<const internal_transform::CheckpointCipher>();
+  }
   const proto::Encryption& e = index->encryption();
   if (key == nullptr)
-    return auth_failed("checkpoint '" + path + "' is encrypted (" + e.algorithm() + "): its key is needed");
+    return auth_failed("checkpoint '" + path + "' is encrypted (" + internal_runtime::printable(e.algorithm()) +
+                       "): its key is needed");
   const auto mode = encryption_mode_from_name(e.mode());
   if (!mode) return corruption(where + ": unknown encryption mode");
   auto cipher = internal_transform::CheckpointCipher::create(*mode, *key, e.salt());
@@ -286,10 +299,11 @@ Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(p
     return cipher.status().with_context(where);
   }
   const bool native = index->format().empty() || index->format() == "native";
-  if (native && e.sealed_tensors().empty())  // never trust a table someone put in the clear
-    return auth_failed(where + ": encrypted, but its tensor table is not sealed");
-  if (native && index->tensors_size() > 0)
+  if (native && index->tensors_size() > 0)  // never trust a table someone put in the clear
     return auth_failed(where + ": encrypted, but its tensors are listed in the clear");
+  if ((*cipher)->algorithm() != e.algorithm())  // e.g. a 16-byte key for an AES-256 checkpoint
+    return auth_failed(where + ": encrypted with " + internal_runtime::printable(e.algorithm()) +
+                       ", and this key would make it " + (*cipher)->algorithm() + ": wrong key");
   if (native) {
     DISTCKPT_ASSIGN_OR_RETURN(std::string plain, (*cipher)->open_buffer(table_aad(*index), e.table_nonce(),
                                                                        e.sealed_tensors(), e.table_tag(),
@@ -298,6 +312,13 @@ Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(p
     if (!table.ParseFromString(plain)) return corruption(where + ": the sealed tensor table does not parse");
     index->mutable_tensors()->Swap(table.mutable_tensors());
     DISTCKPT_RETURN_IF_ERROR(validate_index(*index, path));
+  } else {
+    // A single file describes its tensors itself; its seal covers that description.
+    if (e.associated().empty()) return auth_failed(where + ": encrypted, but its metadata is not sealed");
+    DISTCKPT_ASSIGN_OR_RETURN(std::string plain, (*cipher)->open_buffer(e.associated(), e.table_nonce(),
+                                                                       e.sealed_tensors(), e.table_tag(),
+                                                                       where + ": metadata"));
+    if (plain != "distckpt ckpt") return auth_failed(where + ": its metadata seal holds other text");
   }
   return cipher;
 }
@@ -316,7 +337,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   CheckpointInfo info;
   info.path = path;
   info.name = index.name();
-  info.format_version = kIndexFormatVersion;
+  info.format_version = index.has_encryption() ? 2 : 1;
   info.format = index.format().empty() ? "native" : index.format();
   info.step = index.step();
   info.epoch = index.epoch();
@@ -326,7 +347,8 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.advances_latest = index.advances_latest();
   info.checksum = index.transforms().checksum();
   info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";
-  info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 && index.encryption().sealed_tensors().size() > 0;
+  info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 &&
+                        (index.format().empty() || index.format() == "native");
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
   for (const auto& t : index.tensors()) {
     TensorInfo ti;

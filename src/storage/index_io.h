@@ -32,9 +32,10 @@ Status validate_checkpoint_name(const std::string& name);
 // The index's protobuf bytes with map entries sorted: equal indexes, equal bytes.
 std::string serialize_deterministic(const proto::Index& index);
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
+// Version 2 when the index is encrypted, 1 otherwise.
 std::string frame_index(const proto::Index& index);
 // The same frame around payload bytes as they are (fuzzing, tests of hostile payloads).
-std::string frame_payload(const std::string& payload);
+std::string frame_payload(const std::string& payload, uint32_t version = kIndexFormatVersion);
 // Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf
 // and every number in it (see validate_index). `path` is used in messages.
 Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
@@ -54,9 +55,10 @@ Status validate_index(const proto::Index& index, const std::string& path);
 Status seal_index(proto::Index* index, const internal_transform::CheckpointCipher& cipher, const std::string& salt);
 // Opens an encrypted index in place: derives the checkpoint's cipher from `key`,
 // authenticates and decrypts the tensor table into `index->tensors`, and validates the
-// result. Returns null for an index that is not encrypted (untouched). kAuthFailed
-// without a key, with a key of the wrong size or with a wrong key, or when any part of
-// the index was modified; kCorruption for a table that does not parse or validate.
+// result. Returns null for an index that is not encrypted (untouched) when `key` is
+// null. kAuthFailed without a key, with a key of the wrong size or with a wrong key,
+// when any part of the index was modified, or for an unencrypted index given a key
+// (a downgrade); kCorruption for a table that does not parse or validate.
 Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(proto::Index* index,
                                                                               const EncryptionKey* key,
                                                                               const std::string& path);

@@ -253,16 +253,19 @@ Status init_cipher(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::
   return Status();
 }
 
-// In pieces of at most kEvpPiece bytes. `out` may equal `in`.
+// In pieces of at most kEvpPiece bytes. `out` may equal `in`; a null `out` feeds GCM's
+// associated data (OpenSSL then reports the piece as "produced": nothing is written,
+// and the null pointer must stay null).
 Status cipher_update(EVP_CIPHER_CTX* ctx, const unsigned char* in, std::size_t n, unsigned char* out,
                      std::size_t* out_n) {
   *out_n = 0;
   for (std::size_t done = 0; done < n;) {
     const std::size_t piece = std::min(kEvpPiece, n - done);
     int produced = 0;
-    if (EVP_CipherUpdate(ctx, out + *out_n, &produced, in + done, static_cast<int>(piece)) != 1)
+    if (EVP_CipherUpdate(ctx, out == nullptr ? nullptr : out + *out_n, &produced, in + done,
+                         static_cast<int>(piece)) != 1)
       return openssl_error("EVP_CipherUpdate");
-    *out_n += static_cast<std::size_t>(produced);
+    if (out != nullptr) *out_n += static_cast<std::size_t>(produced);
     done += piece;
   }
   return Status();
@@ -331,6 +334,7 @@ std::string CheckpointCipher::algorithm() const {
 
 uint64_t stored_length(EncryptionMode mode, uint64_t plain) {
   if (mode == EncryptionMode::kAesGcm || mode == EncryptionMode::kNone) return plain;
+  if (plain > UINT64_MAX - kCbcBlock) return UINT64_MAX;  // never a valid length: refused by its checks
   return plain + (kCbcBlock - plain % kCbcBlock);
 }
 
@@ -442,7 +446,11 @@ Status CheckpointCipher::open_with(const std::string& key, const std::string& no
       return openssl_error("EVP_CTRL_GCM_SET_TAG");
     int last = 0;
     unsigned char none[16];
-    if (EVP_DecryptFinal_ex(cipher.ctx, none, &last) != 1) return auth_failed(failed);
+    if (EVP_DecryptFinal_ex(cipher.ctx, none, &last) != 1) {
+      // GCM decrypted before it could authenticate: leave nothing of it behind.
+      OPENSSL_cleanse(dst, plain);
+      return auth_failed(failed);
+    }
     return Status();
   }
   // CBC: the HMAC of the ciphertext first (encrypt-then-MAC), then decrypt.

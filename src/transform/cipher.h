@@ -75,7 +75,7 @@ class CheckpointCipher {
   // bytes at `out` (`in` == `out` allowed). kAuthFailed on a wrong key, modified bytes,
   // nonce or tag, or another chunk's identity (`where` names the chunk); kCorruption for
   // sizes that cannot be this chunk's. Nothing is written to `out` for CBC unless the
-  // tag matched; GCM writes before it knows (the caller must discard `out` on error).
+  // tag matched; GCM decrypts before it knows, and zeroes `out` when the tag fails.
   Status open(const std::string& nonce, const std::string& aad, const void* in, uint64_t stored, void* out,
               uint64_t plain, const std::string& tag, const std::string& where) const;
 
