@@ -180,10 +180,13 @@ struct LoadResult {
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
 // strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is
-// not in `state`, a state dict built for another rank), kIoError. All metadata checks (names, dtypes, shapes, coverage, files and their sizes)
-// pass on every rank before any buffer is written, so those errors leave `state`
-// untouched; only a checksum error found while reading can leave buffers partly
-// overwritten.
+// not in `state`, a state dict built for another rank), kAuthFailed (encrypted: no key,
+// a wrong key, a modified, moved or swapped chunk or index, naming it; or a key given
+// for a checkpoint that is not encrypted), kIoError. All metadata checks (names, dtypes,
+// shapes, coverage, files and their sizes, the encrypted index's authentication) pass on
+// every rank before any buffer is written, so those errors leave `state` untouched;
+// only a checksum or chunk authentication error found while reading can leave buffers
+// partly overwritten (a chunk that fails authentication is zeroed, not left as read).
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
                         const LoadOptions& options);
 

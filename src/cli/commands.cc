@@ -259,7 +259,9 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, const KeyArgs& 
     std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
-                report->checksums ? "sizes and checksums" : "sizes only: no checksums recorded",
+                report->checksums       ? "sizes and checksums"
+                : report->authenticated ? "sizes"
+                                        : "sizes only: no checksums recorded",
                 report->authenticated ? ", every chunk authenticated" : "",
                 report->deep ? ", re-read from storage" : "");
   }

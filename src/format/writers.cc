@@ -237,7 +237,6 @@ class CkptWriter final : public SequentialWriter {
   }
   Status append_sealed(int tensor, uint64_t at, const void* data, std::size_t n) {
     const proto::Tensor& t = meta_.tensors(tensor);
-    const DType dtype = *dtype_from_name(t.dtype());
     const auto* p = static_cast<const char*>(data);
     do {
       if (unit_ >= units_.size()) return internal_error("writer: more bytes than the records of '" + t.name() + "'");

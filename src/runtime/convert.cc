@@ -106,7 +106,9 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       const proto::Tensor& t = index.tensors(i);
       const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
       total += static_cast<uint64_t>(full_box({t.global_shape().begin(), t.global_shape().end()}).num_elements()) * item;
-      if (index.format().empty() || index.format() == "native")
+      // Chunks read whole (native ones, and every encrypted one) are read once each when
+      // a region holds at least the largest.
+      if (index.format().empty() || index.format() == "native" || index.has_encryption())
         for (const auto& c : t.chunks()) budget = std::max<uint64_t>(budget, c.length());
     }
 

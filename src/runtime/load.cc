@@ -424,7 +424,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // Phase 1, metadata only: every check that can fail on a well-formed checkpoint
   // (names, dtypes, shapes, coverage, files present with the recorded sizes) runs
   // before any byte lands in the caller's buffers, and ranks agree on it. Only a
-  // checksum error found while reading (phase 2) can leave buffers partly written.
+  // checksum or chunk authentication error found while reading (phase 2) can leave
+  // buffers partly written.
   LoadResult result;
   proto::Index index;
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
