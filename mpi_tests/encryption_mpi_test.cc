@@ -293,6 +293,8 @@ TEST(EncryptionMpiTest, FormatsThatCannotCarryItRefuseAndRanksMustAgree) {
   so.name = "n";
   so.encryption = {EncryptionMode::kNone, key};
   expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "mode none");
+  so.encryption = {EncryptionMode::kSm4Cbc, nullptr};  // a mode other than the default, without its key
+  expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "without a key");
   so.encryption = {EncryptionMode::kSm4Cbc, key};  // SM4 takes 16 bytes
   expect_same_error(save(*comm, saved.state, tmp.path(), so).status(), StatusCode::kInvalidArgument, "16-byte key");
   if (world_size() > 1) {

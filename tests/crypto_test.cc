@@ -293,6 +293,16 @@ TEST(SealedIndex, EmptyTablesOpenAndPlainIndexesAreRefusedWithAKey) {
   ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
   const EncryptionKey short_key = key_of(16);
   EXPECT_EQ(internal_storage::open_index(&index, &short_key, "ck").status().code(), StatusCode::kAuthFailed);
+  // An index.pb claiming to be a single file (whose seal is checked another way), or
+  // carrying a single file's seal material: refused before any key is used.
+  proto::Index flipped = index;
+  flipped.set_format("ckpt");
+  EXPECT_EQ(internal_storage::parse_index(internal_storage::frame_index(flipped), "ck").status().code(),
+            StatusCode::kCorruption);
+  proto::Index replayed = index;
+  replayed.mutable_encryption()->set_associated("a .ckpt's sealed metadata");
+  EXPECT_EQ(internal_storage::parse_index(internal_storage::frame_index(replayed), "ck").status().code(),
+            StatusCode::kCorruption);
   // An encrypted index framed as version 1 (readers of version 1 would see no tensors).
   const std::string framed = internal_storage::frame_payload(internal_storage::serialize_deterministic(index), 1);
   EXPECT_EQ(internal_storage::parse_index(framed, "ck").status().code(), StatusCode::kCorruption);

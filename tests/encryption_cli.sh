@@ -63,6 +63,12 @@ run "$cli" convert "$newest" "$work/plain.safetensors" --to safetensors --key-fi
 run "$cli" verify "$work/plain.safetensors" | grep -q "^OK" || fail "decrypted copy"
 # A key given for a plain checkpoint: refused (a plain one in an encrypted one's place).
 expect_fail "not encrypted, but a key was given" "$cli" verify "$work/plain.safetensors" --key-file "$key"
+# A plain source: --key-file with --enc-mode encrypts the copy; --key-file alone is refused.
+run "$cli" convert "$work/plain.safetensors" "$work/enc-from-plain" --to native --key-file "$key" \
+  --enc-mode AES-CBC > /dev/null
+run "$cli" inspect "$work/enc-from-plain" | grep -q "AES-256-CBC" || fail "encrypting a plain source"
+expect_fail "the source is not encrypted" "$cli" convert "$work/plain.safetensors" "$work/x" --to native \
+  --key-file "$key"
 # Converting an encrypted source keeps it encrypted by default (its mode and key).
 run "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key" > /dev/null
 expect_fail "its key is needed" "$cli" verify "$work/copy.ckpt"

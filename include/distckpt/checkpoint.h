@@ -320,7 +320,8 @@ struct CheckpointInfo {
 // Reads and validates the index of the checkpoint directory `path`. kNotFound without
 // an index; kCorruption / kUnsupported for a damaged or newer one; kIoError. An
 // encrypted checkpoint read without `key` describes everything but its tensors
-// (tensors_sealed); with a key, kAuthFailed if it is not the right one.
+// (tensors_sealed); with a key, kAuthFailed if it is not the right one, or if the
+// checkpoint is not encrypted (a plain checkpoint in an encrypted one's place).
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
                                             std::shared_ptr<FileSystem> fs = nullptr);
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
@@ -332,7 +333,8 @@ struct VerifyOptions {
   // (FileSystem::evict_cached; best effort: a file system without it is read as usual).
   bool deep = false;
   // The key of an encrypted checkpoint: every chunk is then authenticated too. Without
-  // it only the index and file sizes can be checked (kAuthFailed: the key is needed).
+  // it, kAuthFailed (the key is needed); with it, a checkpoint that is not encrypted is
+  // refused (kAuthFailed).
   std::shared_ptr<const EncryptionKey> key;
 };
 struct VerifyReport {

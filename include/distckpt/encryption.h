@@ -64,8 +64,9 @@ class EncryptionKey {
 };
 
 // What a save encrypts with: on when there is a key (AES-GCM unless `mode` says
-// otherwise). `key` is shared, never copied into the checkpoint. A key with mode kNone
-// is refused (kInvalidArgument): it cannot mean "no encryption" by accident.
+// otherwise). `key` is shared, never copied into the checkpoint. A key with mode kNone,
+// or AES-CBC / SM4-CBC without a key, is refused (kInvalidArgument): neither can mean
+// "no encryption" by accident.
 struct Encryption {
   EncryptionMode mode = EncryptionMode::kAesGcm;
   std::shared_ptr<const EncryptionKey> key;

@@ -68,7 +68,10 @@ struct ResumeOptions {
   std::string target;
   int64_t step = -1;                  // >= 0: the newest committed checkpoint saved at this step
   bool verify = true;                 // read every byte and check it before loading
-  bool fall_back_to_previous = false; // a damaged target: try older committed ones, newest first
+  // A damaged target: try older committed ones, newest first. Never past an
+  // authentication failure of the index (a wrong key, or a plain checkpoint where the
+  // config encrypts): that is returned at once.
+  bool fall_back_to_previous = false;
   bool strict = true;                 // every tensor of the state must be in the checkpoint
   std::vector<std::string> only;      // load only these tensors (Caffe2's load_blobs)
 };
@@ -152,7 +155,8 @@ class CheckpointManager {
   // Collective. Finds, verifies and loads a checkpoint into the state (see ResumeOptions).
   // A directory without committed checkpoints gives resumed = false. Errors: kNotFound
   // for a named target that does not exist, kCorruption for a damaged one (unless
-  // fall_back_to_previous), load's errors.
+  // fall_back_to_previous), kAuthFailed (config.encryption: a wrong key, or a plain
+  // checkpoint), load's errors.
   Result<ResumeResult> resume(const ResumeOptions& options = {});
 
   // Local, any thread, once per process: SIGUSR1 and SIGTERM (what Slurm and mpirun

@@ -275,26 +275,39 @@ int cmd_convert(const ConvertArgs& args) {
   options.ckpt_crc_footer = !args.no_crc_footer;
   auto key = load_key(args.key);
   if (!key.ok()) return fail(key.status(), 2);
-  options.key = *key;
   auto enc_key = load_key(args.enc_key);
   if (!enc_key.ok()) return fail(enc_key.status(), 2);
+  // Resolved once: a root's `latest` may move while we decide.
+  auto source = resolve_checkpoint(args.src);
+  if (!source.ok()) return fail(source.status());
+  auto described = read_checkpoint_info(*source);  // no key needed to see whether it is encrypted
+  if (!described.ok()) return fail(described.status());
+  const std::string& algorithm = described->encryption;
+  const std::string source_mode = algorithm == "none"                          ? ""
+                                  : algorithm.find("GCM") != std::string::npos ? "AES-GCM"
+                                  : algorithm.rfind("SM4", 0) == 0              ? "SM4-CBC"
+                                                                               : "AES-CBC";
+  std::shared_ptr<const EncryptionKey> source_key = *key, copy_key = *enc_key;
+  if (source_mode.empty() && source_key) {
+    // A plain source needs no key: with --enc-mode, --key-file encrypts the copy.
+    if (copy_key || args.enc_mode.empty())
+      return fail(invalid_argument("the source is not encrypted: --key-file/--key-env open encrypted sources, "
+                                   "--enc-key-file/--enc-key-env (or --enc-mode with --key-file) encrypt the copy"),
+                  2);
+    copy_key = source_key;
+    source_key = nullptr;
+  }
+  options.key = source_key;
   std::string enc_mode = args.enc_mode;
-  if (enc_mode.empty() && *enc_key) enc_mode = "AES-GCM";  // a destination key means: encrypt
-  if (enc_mode.empty() && *key && !args.decrypt) {
-    // An encrypted source stays encrypted unless --decrypt says otherwise: same mode,
-    // same key, new salt.
-    auto source = resolve_checkpoint(args.src);
-    if (!source.ok()) return fail(source.status());
-    auto info = read_checkpoint_info(*source, nullptr, *key);
-    if (!info.ok()) return fail(info.status());
-    if (info->encryption != "none") {
-      if (*to != Format::kNative && *to != Format::kCkpt)
-        return fail(invalid_argument("the source is encrypted and " + args.to +
-                                     " cannot be: pass --decrypt to write it in the clear"), 2);
-      enc_mode = info->encryption.find("GCM") != std::string::npos ? "AES-GCM"
-                 : info->encryption.rfind("SM4", 0) == 0          ? "SM4-CBC"
-                                                                  : "AES-CBC";
-    }
+  if (enc_mode.empty() && copy_key) enc_mode = source_mode.empty() ? "AES-GCM" : source_mode;
+  if (enc_mode.empty() && !source_mode.empty() && !args.decrypt) {
+    // An encrypted source stays encrypted unless --decrypt says otherwise: its mode, its
+    // key, a new salt.
+    if (*to != Format::kNative && *to != Format::kCkpt)
+      return fail(invalid_argument("the source is encrypted and " + args.to +
+                                   " cannot be: pass --decrypt to write it in the clear"),
+                  2);
+    enc_mode = source_mode;
   }
   if (!enc_mode.empty()) {
     if (args.decrypt) return fail(invalid_argument("--decrypt and --enc-mode/--enc-key-* contradict"), 2);
@@ -302,11 +315,10 @@ int cmd_convert(const ConvertArgs& args) {
     if (!mode || *mode == EncryptionMode::kNone)
       return fail(invalid_argument("--enc-mode '" + enc_mode + "': expected AES-GCM, AES-CBC or SM4-CBC"), 2);
     options.encryption.mode = *mode;
-    options.encryption.key = *enc_key ? *enc_key : *key;
+    options.encryption.key = copy_key ? copy_key : source_key;
     if (!options.encryption.key)
-      return fail(invalid_argument("--enc-mode needs a key: --enc-key-file, --enc-key-env, or the source's --key-file"), 2);
+      return fail(invalid_argument("--enc-mode needs a key: --enc-key-file or --enc-key-env"), 2);
   }
-  if (args.region_mib > 0) options.region_bytes = args.region_mib << 20;
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
   auto last = std::chrono::steady_clock::now();
   if (terminal)
@@ -318,7 +330,7 @@ int cmd_convert(const ConvertArgs& args) {
                    human_bytes(total).c_str(), total ? 100.0 * double(done) / double(total) : 100.0, tensor.c_str());
       std::fflush(stderr);
     };
-  auto result = convert_checkpoint(args.src, args.dst, *to, options);
+  auto result = convert_checkpoint(*source, args.dst, *to, options);
   if (terminal) std::fprintf(stderr, "\n");
   if (!result.ok()) return fail(result.status());
   std::printf("converted %s -> %s (%s, %s of tensors)\n", args.src.c_str(), result->path.c_str(), args.to.c_str(),

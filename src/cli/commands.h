@@ -25,9 +25,9 @@ struct ConvertArgs {
   std::string src, dst, to;
   bool no_crc_footer = false;
   uint64_t region_mib = 0;
-  KeyArgs key;              // the source's
-  std::string enc_mode;     // encrypt the destination (with enc_key, or else `key`)
-  KeyArgs enc_key;
+  KeyArgs key;              // an encrypted source's (a plain source's with enc_mode: the copy's)
+  std::string enc_mode;     // encrypt the copy; default: the source's mode, or AES-GCM
+  KeyArgs enc_key;          // the copy's key; default: `key`
   bool decrypt = false;     // an encrypted source may be written in the clear
 };
 int cmd_convert(const ConvertArgs& args);

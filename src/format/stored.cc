@@ -136,6 +136,9 @@ proto::Index describe_single_file(const std::optional<proto::Index>& meta, const
   }
   index.clear_tensors();
   index.clear_files();
+  // Only the file's own encryption field (ckpt_index) may say it is encrypted.
+  index.clear_encryption();
+  index.mutable_transforms()->set_encryption("none");
   index.set_format(format);
   index.mutable_transforms()->set_checksum(checksum);
   if (index.world_size() < 1) index.set_world_size(1);

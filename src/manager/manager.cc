@@ -770,9 +770,13 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
           return Status();
         }
         // A wrong key, or a checkpoint not encrypted as configured, is no damage to fall
-        // back from: an older checkpoint would fail alike, or be the downgrade itself.
-        if (ok.code() == StatusCode::kAuthFailed && ok.message().find("': chunk ") == std::string::npos)
-          return ok.with_context("resume: '" + candidates[i] + "'");
+        // back from: an older checkpoint would fail alike, or be the downgrade itself. Those
+        // fail on the index (no chunk read); a chunk failing authentication is damage.
+        if (ok.code() == StatusCode::kAuthFailed) {
+          Status index_level = read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
+          if (index_level.code() == StatusCode::kAuthFailed)
+            return index_level.with_context("resume: '" + candidates[i] + "'");
+        }
         if (!options.fall_back_to_previous)
           return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
         skipped += (skipped.empty() ? "" : "\n") + candidates[i];

@@ -70,7 +70,9 @@ Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared
   fs = or_posix(fs);
   DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
   if (key) DISTCKPT_RETURN_IF_ERROR(internal_storage::open_index(&index, key.get(), path).status());
-  return internal_storage::to_checkpoint_info(index, path);
+  CheckpointInfo info = internal_storage::to_checkpoint_info(index, path);
+  if (key) info.tensors_sealed = false;  // opened (an empty table is still an empty table)
+  return info;
 }
 
 Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<FileSystem> fs) {

@@ -177,6 +177,8 @@ Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_
   Status local = guarded(rank_prefix(comm) + ": encryption", [&]() -> Status {
     if (enc.enabled() && enc.mode == EncryptionMode::kNone)
       return invalid_argument("an encryption key with mode none: pick AES-GCM, AES-CBC or SM4-CBC, or pass no key");
+    if (!enc.enabled() && enc.mode != EncryptionMode::kAesGcm && enc.mode != EncryptionMode::kNone)
+      return invalid_argument("encryption " + std::string(encryption_mode_name(enc.mode)) + " without a key");
     if (!enc.enabled()) return Status();
     std::string check = "distckpt key check " + std::string(encryption_mode_name(enc.mode)) + " ";
     check.append(reinterpret_cast<const char*>(enc.key->data()), enc.key->size());

@@ -101,6 +101,13 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
     return corruption("index '" + path + "': protobuf payload does not parse");
   if (index.has_encryption() && version < 2)
     return corruption("index '" + path + "': an encrypted index framed as version " + std::to_string(version));
+  // An index.pb describes a checkpoint directory: never a single file, whose encryption
+  // is checked another way (open_index follows `format`).
+  if (!(index.format().empty() || index.format() == "native"))
+    return corruption("index '" + path + "': format '" + internal_runtime::printable(index.format()) +
+                      "' in an index.pb");
+  if (index.has_encryption() && !index.encryption().associated().empty())
+    return corruption("index '" + path + "': a single file's seal in an index.pb");
   DISTCKPT_RETURN_IF_ERROR(validate_index(index, path));
   return index;
 }

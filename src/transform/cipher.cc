@@ -440,10 +440,14 @@ Status CheckpointCipher::open_with(const std::string& key, const std::string& no
     std::size_t n = 0;
     DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, reinterpret_cast<const unsigned char*>(aad.data()), aad.size(),
                                            nullptr, &n));
-    DISTCKPT_RETURN_IF_ERROR(cipher_update(cipher.ctx, src, stored, dst, &n));
-    if (EVP_CIPHER_CTX_ctrl(cipher.ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
-                            const_cast<char*>(tag.data())) != 1)
-      return openssl_error("EVP_CTRL_GCM_SET_TAG");
+    Status decrypted = cipher_update(cipher.ctx, src, stored, dst, &n);
+    if (decrypted.ok() && EVP_CIPHER_CTX_ctrl(cipher.ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag.size()),
+                                              const_cast<char*>(tag.data())) != 1)
+      decrypted = openssl_error("EVP_CTRL_GCM_SET_TAG");
+    if (!decrypted.ok()) {
+      OPENSSL_cleanse(dst, plain);
+      return decrypted;
+    }
     int last = 0;
     unsigned char none[16];
     if (EVP_DecryptFinal_ex(cipher.ctx, none, &last) != 1) {
