@@ -309,6 +309,7 @@ struct CheckpointInfo {
   std::string checksum = "crc32c";
   // "none", or the algorithm ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256", ...).
   std::string encryption = "none";
+  std::string encryption_mode = "none";  // its EncryptionMode's name ("AES-GCM", ...)
   // Encrypted and read without its key: `tensors` is empty (the table is sealed).
   bool tensors_sealed = false;
   std::vector<TensorInfo> tensors;

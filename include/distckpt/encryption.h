@@ -71,6 +71,8 @@ struct Encryption {
   EncryptionMode mode = EncryptionMode::kAesGcm;
   std::shared_ptr<const EncryptionKey> key;
   bool enabled() const { return key != nullptr; }
+  // OK, or kInvalidArgument for a key with mode kNone or CBC without a key.
+  Status validate() const;
 };
 
 }  // namespace distckpt

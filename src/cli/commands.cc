@@ -282,11 +282,7 @@ int cmd_convert(const ConvertArgs& args) {
   if (!source.ok()) return fail(source.status());
   auto described = read_checkpoint_info(*source);  // no key needed to see whether it is encrypted
   if (!described.ok()) return fail(described.status());
-  const std::string& algorithm = described->encryption;
-  const std::string source_mode = algorithm == "none"                          ? ""
-                                  : algorithm.find("GCM") != std::string::npos ? "AES-GCM"
-                                  : algorithm.rfind("SM4", 0) == 0              ? "SM4-CBC"
-                                                                               : "AES-CBC";
+  const std::string source_mode = described->encryption_mode == "none" ? "" : described->encryption_mode;
   std::shared_ptr<const EncryptionKey> source_key = *key, copy_key = *enc_key;
   if (source_mode.empty() && source_key) {
     // A plain source needs no key: with --enc-mode, --key-file encrypts the copy.

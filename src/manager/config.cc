@@ -69,10 +69,7 @@ Status CheckpointConfig::validate() const {
     if (p.empty()) return bad("save_prefixes contains an empty prefix (it would match everything)");
   if (!(exception_save_timeout_s > 0) || std::isinf(exception_save_timeout_s))
     return bad("exception_save_timeout_s must be a finite number > 0");
-  if (encryption.enabled() && encryption.mode == EncryptionMode::kNone)
-    return bad("encryption has a key but mode none: pick AES-GCM, AES-CBC or SM4-CBC");
-  if (!encryption.enabled() && encryption.mode != EncryptionMode::kAesGcm && encryption.mode != EncryptionMode::kNone)
-    return bad("encryption " + std::string(encryption_mode_name(encryption.mode)) + " without a key");
+  if (Status st = encryption.validate(); !st.ok()) return bad(st.message());
   if (encryption.enabled() && format != Format::kNative && format != Format::kCkpt)
     return bad("encryption needs the native or ckpt format (" + std::string(format_name(format)) + " cannot carry it)");
   if (encryption.enabled() && publish_at_end)

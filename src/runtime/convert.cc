@@ -31,14 +31,8 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
                                  const ConvertOptions& options, const ConvertControl& control) {
   return guarded("convert", [&]() -> Result<ConvertResult> {
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
-    const EncryptionMode requested = options.encryption.mode;
-    if (!options.encryption.enabled() && requested != EncryptionMode::kAesGcm && requested != EncryptionMode::kNone)
-      return invalid_argument("encryption " + std::string(encryption_mode_name(requested)) + " without a key");
-    if (options.encryption.enabled()) {
-      DISTCKPT_RETURN_IF_ERROR(internal_format::encryption_refused(to));
-      if (options.encryption.mode == EncryptionMode::kNone)
-        return invalid_argument("an encryption key with mode none: pick AES-GCM, AES-CBC or SM4-CBC");
-    }
+    DISTCKPT_RETURN_IF_ERROR(options.encryption.validate());
+    if (options.encryption.enabled()) DISTCKPT_RETURN_IF_ERROR(internal_format::encryption_refused(to));
     DISTCKPT_ASSIGN_OR_RETURN(auto reader, internal_runtime::CheckpointReader::open(fs, src, options.key.get()));
     const proto::Index& index = reader->index();
     // Native chunks are checked as they are read (whole chunks). A single file's

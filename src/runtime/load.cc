@@ -130,8 +130,6 @@ Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bo
   const std::string where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
                             files.path(chunk.file_id());
   DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
-  const uint64_t plain = static_cast<uint64_t>(internal_plan::chunk_box(chunk).num_elements()) *
-                         dtype_size(*dtype_from_name(t.dtype()));
   char* p = static_cast<char*>(dst);
   if (cipher != nullptr && !cipher->length_preserving()) {
     scratch.resize(chunk.length());
@@ -145,14 +143,9 @@ Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bo
     state = internal_transform::crc32c_extend(state, p + done, n);
     done += n;
   }
-  if (cipher != nullptr) {
-    // A single file's chunks are bound to their place in it, not to its name.
-    const std::string file_name = files.single_file() ? std::string() : files.name(chunk.file_id());
-    DISTCKPT_RETURN_IF_ERROR(cipher->open(chunk.nonce(),
-                                          internal_transform::chunk_aad(t.name(), static_cast<uint64_t>(c), file_name,
-                                                                        chunk.byte_offset(), chunk.length(), plain),
-                                          p, chunk.length(), dst, plain, chunk.tag(), where));
-  }
+  if (cipher != nullptr)  // a single file's chunks are bound to their place in it, not to its name
+    DISTCKPT_RETURN_IF_ERROR(internal_storage::open_chunk(
+        *cipher, t, c, files.single_file() ? std::string() : files.name(chunk.file_id()), p, dst, where));
   const uint32_t crc = internal_transform::crc32c_finish(state);
   if (check && crc != chunk.crc32c()) return corruption(where + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
   return Status();

@@ -168,6 +168,30 @@ Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& s
   return Status();
 }
 
+namespace {
+
+struct Compared {
+  bool failed = false;  // some rank's `local` was an error
+  bool same = false;    // `words` are equal on every rank
+};
+// One allreduce: whether every rank succeeded, then min(x) and ~min(~x) = max(x) of each
+// word, equal everywhere iff all ranks match. Every rank gets the same answer. `words`
+// has the same length on every rank.
+Compared compare_across_ranks(Comm& comm, const Status& local, const std::vector<int64_t>& words) {
+  std::vector<int64_t> v{local.ok() ? 0 : -1};
+  v.insert(v.end(), words.begin(), words.end());
+  for (int64_t x : words) v.push_back(~x);
+  comm.allreduce(v, ReduceOp::kMin);
+  Compared c;
+  c.failed = v[0] < 0;
+  c.same = true;
+  const std::size_t n = words.size();
+  for (std::size_t i = 0; i < n; ++i) c.same = c.same && v[1 + i] == words[i] && ~v[1 + n + i] == words[i];
+  return c;
+}
+
+}  // namespace
+
 // Collective: every rank encrypts alike (mode and key), or none does; rank 0 draws the
 // checkpoint's salt and every rank derives its cipher. The key itself never leaves a
 // rank: ranks compare SHA-256 fingerprints of it.
@@ -175,10 +199,7 @@ Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_
                            std::shared_ptr<const internal_transform::CheckpointCipher>* cipher_out) {
   std::vector<int64_t> mine(internal_plan::kFingerprintWords, 0);
   Status local = guarded(rank_prefix(comm) + ": encryption", [&]() -> Status {
-    if (enc.enabled() && enc.mode == EncryptionMode::kNone)
-      return invalid_argument("an encryption key with mode none: pick AES-GCM, AES-CBC or SM4-CBC, or pass no key");
-    if (!enc.enabled() && enc.mode != EncryptionMode::kAesGcm && enc.mode != EncryptionMode::kNone)
-      return invalid_argument("encryption " + std::string(encryption_mode_name(enc.mode)) + " without a key");
+    DISTCKPT_RETURN_IF_ERROR(enc.validate());
     if (!enc.enabled()) return Status();
     std::string check = "distckpt key check " + std::string(encryption_mode_name(enc.mode)) + " ";
     check.append(reinterpret_cast<const char*>(enc.key->data()), enc.key->size());
@@ -190,16 +211,9 @@ Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_
     return Status();
   });
   mine.resize(internal_plan::kFingerprintWords + 1, 0);
-  std::vector<int64_t> v{local.ok() ? 0 : -1};
-  v.insert(v.end(), mine.begin(), mine.end());
-  for (int64_t x : mine) v.push_back(~x);
-  comm.allreduce(v, ReduceOp::kMin);
-  if (v[0] < 0) return agree(comm, local);
-  bool same = true;
-  const std::size_t n = mine.size();
-  for (std::size_t i = 0; i < n; ++i) same = same && v[1 + i] == mine[i] && ~v[1 + n + i] == mine[i];
-  // min == max for every word on every rank, or for none: all ranks take one branch.
-  if (!same)
+  const Compared compared = compare_across_ranks(comm, local, mine);
+  if (compared.failed) return agree(comm, local);
+  if (!compared.same)
     return agree(comm, invalid_argument("save: the ranks do not all encrypt with the same mode and key"));
   if (!enc.enabled()) return Status();
   if (comm.rank() == 0) {
@@ -222,19 +236,12 @@ Status agree_on_state(Comm& comm, const StateDict& state) {
     DISTCKPT_ASSIGN_OR_RETURN(mine, internal_plan::fingerprint(description));
     return Status();
   });
-  // One allreduce: whether every rank could describe its state, then min(x) and
-  // ~min(~x) = max(x) of each word: equal everywhere iff all ranks match.
-  std::vector<int64_t> v{local.ok() ? 0 : -1};
-  v.insert(v.end(), mine.begin(), mine.end());
-  for (int64_t x : mine) v.push_back(~x);
-  comm.allreduce(v, ReduceOp::kMin);
-  if (v[0] < 0) return agree(comm, local);  // every rank takes this branch
-  const std::size_t n = mine.size();
-  bool same = true;
-  for (std::size_t i = 0; i < n; ++i) same = same && v[1 + i] == mine[i] && ~v[1 + n + i] == mine[i];
-  if (same) return Status();
+  const Compared compared = compare_across_ranks(comm, local, mine);
+  if (compared.failed) return agree(comm, local);  // every rank takes this branch
+  if (compared.same) return Status();
   // They differ: the first rank whose fingerprint is not rank 0's sends its description,
   // so that rank 0 can name it, the tensor and how (O(tensors) bytes, whatever the world).
+  const std::size_t n = mine.size();
   std::string zero(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));
   comm.broadcast_string(zero, 0);
   const bool differs = zero != std::string(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));

@@ -8,7 +8,6 @@
 #include "distckpt/checkpoint.h"
 #include "format/stored.h"
 #include "storage/index_io.h"
-#include "plan/load_plan.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
@@ -112,13 +111,8 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
         buf.resize(chunk.length());
         DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), chunk.length(), chunk.byte_offset()).with_context("verify"));
         state = internal_transform::crc32c_extend(state, buf.data(), buf.size());
-        const uint64_t plain = static_cast<uint64_t>(internal_plan::chunk_box(chunk).num_elements()) *
-                               dtype_size(*dtype_from_name(tensor.dtype()));
-        DISTCKPT_RETURN_IF_ERROR(cipher->open(chunk.nonce(),
-                                              internal_transform::chunk_aad(tensor.name(), static_cast<uint64_t>(c),
-                                                                            single ? "" : meta.name(), chunk.byte_offset(),
-                                                                            chunk.length(), plain),
-                                              buf.data(), chunk.length(), buf.data(), plain, chunk.tag(), where));
+        DISTCKPT_RETURN_IF_ERROR(internal_storage::open_chunk(*cipher, tensor, c, single ? "" : meta.name(),
+                                                              buf.data(), buf.data(), where));
       } else {
         for (uint64_t done = 0; done < chunk.length();) {
           const uint64_t n = std::min(kPiece, chunk.length() - done);

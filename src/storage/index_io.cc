@@ -330,6 +330,17 @@ Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(p
   return cipher;
 }
 
+Status open_chunk(const internal_transform::CheckpointCipher& cipher, const proto::Tensor& t, int c,
+                  const std::string& file, const void* in, void* out, const std::string& where) {
+  const proto::Chunk& chunk = t.chunks(c);
+  uint64_t plain = dtype_size(*dtype_from_name(t.dtype()));  // both checked by validate_index
+  for (int64_t d : chunk.shape()) plain *= static_cast<uint64_t>(d);
+  return cipher.open(chunk.nonce(),
+                     internal_transform::chunk_aad(t.name(), static_cast<uint64_t>(c), file, chunk.byte_offset(),
+                                                   chunk.length(), plain),
+                     in, chunk.length(), out, plain, chunk.tag(), where);
+}
+
 void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index) {
   for (const auto& [key, value] : values) {
     proto::InfoValue& v = (*index->mutable_info())[key];
@@ -354,6 +365,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.advances_latest = index.advances_latest();
   info.checksum = index.transforms().checksum();
   info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";
+  info.encryption_mode = index.has_encryption() ? index.encryption().mode() : "none";
   info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 &&
                         (index.format().empty() || index.format() == "native");
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});

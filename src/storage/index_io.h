@@ -63,6 +63,13 @@ Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(p
                                                                               const EncryptionKey* key,
                                                                               const std::string& path);
 
+// Authenticates and decrypts chunk `c` of `t` from its stored bytes `in` into `out`
+// (the bytes of its box; `in` == `out` allowed). `file` is its data file's name, "" in
+// a single file (the chunk's identity: transform/cipher.h). Errors as
+// CheckpointCipher::open, naming `where`.
+Status open_chunk(const internal_transform::CheckpointCipher& cipher, const proto::Tensor& t, int c,
+                  const std::string& file, const void* in, void* out, const std::string& where);
+
 // Stores `values` as the index's info values (replacing those of the same keys).
 void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index);
 // The info values of an index (epoch_num, step_num, user values).

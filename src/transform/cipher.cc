@@ -120,6 +120,14 @@ Result<EncryptionKey> EncryptionKey::from_env(const std::string& variable) {
                           std::to_string(text.size()) + " characters)");
 }
 
+Status Encryption::validate() const {
+  if (enabled() && mode == EncryptionMode::kNone)
+    return invalid_argument("an encryption key with mode none: pick AES-GCM, AES-CBC or SM4-CBC, or pass no key");
+  if (!enabled() && mode != EncryptionMode::kAesGcm && mode != EncryptionMode::kNone)
+    return invalid_argument("encryption " + std::string(encryption_mode_name(mode)) + " without a key");
+  return Status();
+}
+
 EncryptionKey::EncryptionKey(const EncryptionKey& other) : bytes_(other.bytes_) {}
 EncryptionKey& EncryptionKey::operator=(const EncryptionKey& other) {
   if (this != &other) {
@@ -215,6 +223,18 @@ Status begin_cbc_mac(MacCtx& mac, const std::string& key, const std::string& aad
   head += aad;
   head += iv;
   return mac.update(head.data(), head.size());
+}
+
+// Whether `tag` is the HMAC of a CBC ciphertext (`n` bytes at `data`), compared in
+// constant time; `failed` otherwise.
+Status check_cbc_tag(const std::string& key, const std::string& aad, const std::string& iv, const void* data,
+                     std::size_t n, const std::string& tag, const std::string& failed) {
+  MacCtx mac;
+  DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, key, aad, iv));
+  DISTCKPT_RETURN_IF_ERROR(mac.update(data, n));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string expected, mac.final());
+  if (tag.size() != kHmacTag || CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
+  return Status();
 }
 
 const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes) {
@@ -458,11 +478,7 @@ Status CheckpointCipher::open_with(const std::string& key, const std::string& no
     return Status();
   }
   // CBC: the HMAC of the ciphertext first (encrypt-then-MAC), then decrypt.
-  MacCtx mac;
-  DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, mac_key_, aad, nonce));
-  DISTCKPT_RETURN_IF_ERROR(mac.update(src, stored));
-  DISTCKPT_ASSIGN_OR_RETURN(std::string expected, mac.final());
-  if (CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
+  DISTCKPT_RETURN_IF_ERROR(check_cbc_tag(mac_key_, aad, nonce, src, stored, tag, failed));
   DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, false, mode_, key_bytes_, key, nonce));
   const uint64_t whole = plain / kCbcBlock * kCbcBlock;  // blocks of plaintext only
   std::size_t n = 0;
@@ -529,11 +545,7 @@ Result<std::string> CheckpointCipher::open_buffer(const std::string& aad, const 
   // checked here, then OpenSSL decrypts and strips the padding.
   if (nonce.size() != nonce_bytes() || tag.size() != tag_bytes() || sealed.empty() || sealed.size() % kCbcBlock != 0)
     return auth_failed(failed);
-  MacCtx mac;
-  DISTCKPT_RETURN_IF_ERROR(begin_cbc_mac(mac, mac_key_, aad, nonce));
-  DISTCKPT_RETURN_IF_ERROR(mac.update(sealed.data(), sealed.size()));
-  DISTCKPT_ASSIGN_OR_RETURN(std::string expected, mac.final());
-  if (CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
+  DISTCKPT_RETURN_IF_ERROR(check_cbc_tag(mac_key_, aad, nonce, sealed.data(), sealed.size(), tag, failed));
   CipherCtx cipher;
   DISTCKPT_RETURN_IF_ERROR(init_cipher(cipher.ctx, false, mode_, key_bytes_, index_key_, nonce));
   EVP_CIPHER_CTX_set_padding(cipher.ctx, 1);
