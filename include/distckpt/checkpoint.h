@@ -4,7 +4,7 @@
 // writing rank) and index.pb (the protobuf index, written last by rank 0). It exists
 // if and only if that final-named directory exists with a valid index: saves go to
 // <root>/<name>.tmp-<id>/ and are renamed only after every rank succeeded (see
-// src/runtime/commit.cc for the protocol, step by step).
+// src/catalog/commit.cc for the protocol, step by step).
 //
 // Collective functions (save, load) must be called by every rank of the Comm, in the
 // same order, with state dicts describing the same tensors. They return the same

@@ -13,7 +13,7 @@
 
 #include "distckpt/checkpoint.h"
 #include "distckpt/layout.h"
-#include "runtime/text.h"
+#include "base/text.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {

@@ -3,10 +3,10 @@
 #include <cstring>
 #include <set>
 
-#include "format/hdf5_io.h"
-#include "format/ms_ckpt.h"
-#include "format/safetensors.h"
-#include "storage/index_io.h"
+#include "format/hdf5/hdf5_io.h"
+#include "format/ckpt/ms_ckpt.h"
+#include "format/safetensors/safetensors.h"
+#include "format/native/index_io.h"
 
 namespace distckpt {
 

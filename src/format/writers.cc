@@ -4,11 +4,11 @@
 #include <optional>
 #include <set>
 
-#include "format/hdf5_io.h"
-#include "format/ms_ckpt.h"
-#include "format/safetensors.h"
+#include "format/hdf5/hdf5_io.h"
+#include "format/ckpt/ms_ckpt.h"
+#include "format/safetensors/safetensors.h"
 #include "layout/region.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 

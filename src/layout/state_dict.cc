@@ -1,7 +1,7 @@
 #include <sstream>
 
 #include "distckpt/state_dict.h"
-#include "runtime/text.h"
+#include "base/text.h"
 
 namespace distckpt {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "distckpt/config.h"
-#include "runtime/text.h"
+#include "base/text.h"
 
 namespace distckpt {
 

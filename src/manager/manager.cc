@@ -1,4 +1,4 @@
-// CheckpointManager: policies on top of save/load (runtime/), retention (retention.cc).
+// CheckpointManager: policies on top of save/load (collective/, tools/), retention (retention.cc).
 // Decisions that depend on time, signals or the file system are taken on rank 0 and
 // broadcast; every public call ends with all ranks holding the same outcome.
 #include "distckpt/manager.h"
@@ -22,11 +22,11 @@
 #include "comm/agree.h"
 #include "format/stored.h"
 #include "manager/retention.h"
-#include "runtime/commit.h"
-#include "runtime/convert.h"
-#include "runtime/guard.h"
-#include "runtime/timer.h"
-#include "storage/index_io.h"
+#include "catalog/commit.h"
+#include "tools/convert.h"
+#include "base/guard.h"
+#include "base/timer.h"
+#include "format/native/index_io.h"
 
 namespace distckpt {
 

@@ -11,7 +11,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "layout/slices.h"
 #include "plan/load_plan.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 #include "transform/sha256.h"
 
 namespace distckpt::internal_plan {

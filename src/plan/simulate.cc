@@ -8,7 +8,7 @@
 #include "layout/slices.h"
 #include "plan/load_plan.h"
 #include "plan/save_plan.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 
 namespace distckpt::internal_plan {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "distckpt/checkpoint.h"
 #include "format/stored.h"
-#include "runtime/listing.h"
-#include "storage/index_io.h"
+#include "catalog/listing.h"
+#include "format/native/index_io.h"
 
 namespace distckpt {
 

@@ -9,7 +9,7 @@
 
 #include "comm/agree.h"
 #include "layout/region.h"
-#include "runtime/guard.h"
+#include "base/guard.h"
 
 namespace distckpt {
 

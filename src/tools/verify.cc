@@ -7,7 +7,7 @@
 
 #include "distckpt/checkpoint.h"
 #include "format/stored.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 

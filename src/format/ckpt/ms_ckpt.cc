@@ -1,4 +1,4 @@
-#include "format/ms_ckpt.h"
+#include "format/ckpt/ms_ckpt.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,10 +6,10 @@
 #include <set>
 
 #include "format/stored.h"
-#include "format/wire.h"
+#include "format/ckpt/wire.h"
 #include "layout/region.h"
 #include "layout/tiling.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 #include "transform/cipher.h"
 
 namespace distckpt::internal_format {

@@ -1,4 +1,4 @@
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -10,7 +10,7 @@
 #include <set>
 
 #include "layout/tiling.h"
-#include "runtime/text.h"
+#include "base/text.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 

@@ -1,4 +1,4 @@
-#include "format/hdf5_io.h"
+#include "format/hdf5/hdf5_io.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,7 +15,7 @@
 
 #include "format/stored.h"
 #include "layout/tiling.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 
 namespace distckpt::internal_format {
 

@@ -1,4 +1,4 @@
-#include "format/wire.h"
+#include "format/ckpt/wire.h"
 
 #include <algorithm>
 

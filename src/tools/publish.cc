@@ -1,10 +1,10 @@
-// publish_checkpoint: a reproducible single-file export (runtime/convert.h), named by
-// the SHA-256 of its bytes, committed with the single-file commit (runtime/commit.h).
+// publish_checkpoint: a reproducible single-file export (tools/convert.h), named by
+// the SHA-256 of its bytes, committed with the single-file commit (catalog/commit.h).
 #include "distckpt/checkpoint.h"
 #include "format/stored.h"
-#include "runtime/commit.h"
-#include "runtime/convert.h"
-#include "runtime/guard.h"
+#include "catalog/commit.h"
+#include "tools/convert.h"
+#include "base/guard.h"
 #include "transform/sha256.h"
 
 namespace distckpt {

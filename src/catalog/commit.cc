@@ -14,13 +14,13 @@
 //
 // A checkpoint exists if and only if its final-named directory exists with a valid
 // index; leftover .tmp-* directories are garbage and are never listed or loaded.
-#include "runtime/commit.h"
+#include "catalog/commit.h"
 
 #include <chrono>
 #include <cstdio>
 #include <random>
 
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 
 namespace distckpt::internal_runtime {
 

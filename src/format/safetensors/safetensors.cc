@@ -1,4 +1,4 @@
-#include "format/safetensors.h"
+#include "format/safetensors/safetensors.h"
 
 #include <google/protobuf/util/json_util.h>
 
@@ -7,10 +7,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "format/hdf5_io.h"
+#include "format/hdf5/hdf5_io.h"
 #include "format/stored.h"
 #include "layout/tiling.h"
-#include "storage/index_io.h"
+#include "format/native/index_io.h"
 
 namespace distckpt::internal_format {
 

@@ -1,20 +1,20 @@
-// convert_checkpoint: read region by region (runtime/reader.h), write sequentially
+// convert_checkpoint: read region by region (tools/reader.h), write sequentially
 // (format/writers.h) or as HDF5 hyperslabs, commit like a save without moving `latest`.
-#include "runtime/convert.h"
+#include "tools/convert.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "distckpt/checkpoint.h"
-#include "format/hdf5_io.h"
+#include "format/hdf5/hdf5_io.h"
 #include "format/stored.h"
 #include "format/writers.h"
 #include "layout/region.h"
-#include "runtime/commit.h"
-#include "runtime/guard.h"
-#include "runtime/listing.h"
-#include "runtime/reader.h"
-#include "storage/index_io.h"
+#include "catalog/commit.h"
+#include "base/guard.h"
+#include "catalog/listing.h"
+#include "tools/reader.h"
+#include "format/native/index_io.h"
 #include "transform/cipher.h"
 
 namespace distckpt {
