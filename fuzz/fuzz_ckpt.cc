@@ -1,6 +1,6 @@
 // A MindSpore .ckpt file: protobuf records (tags, dims, types, contents), distckpt's
 // meta field, the CRC-32 footer, and an encrypted file's encryption field and seal.
-#include "format/ms_ckpt.h"
+#include "format/ckpt/ms_ckpt.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (index->has_encryption()) {  // the seal, with the key of the encrypted seed (32 bytes 'F')
     static const EncryptionKey key = *EncryptionKey::from_bytes(std::string(32, 'F'));
     proto::Index opened = *index;
-    (void)internal_storage::open_index(&opened, &key, "fuzz.ckpt");
+    (void)internal_format::open_index(&opened, &key, "fuzz.ckpt");
   }
   return 0;
 }

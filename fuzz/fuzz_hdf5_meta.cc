@@ -2,7 +2,8 @@
 // checked against the file's datasets, as hdf5_index does after reading the attribute.
 // The datasets are fixed here (two tensors of a 4 KiB file); the HDF5 structure itself
 // is parsed by the HDF5 library, not by distckpt.
-#include "format/hdf5_io.h"
+#include "format/hdf5/hdf5_io.h"
+#include "format/metadata_json.h"
 #include "format/stored.h"
 #include "fuzz_util.h"
 

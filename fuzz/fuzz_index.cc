@@ -9,14 +9,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace distckpt;
   std::string bytes(reinterpret_cast<const char*>(data), size);
-  if (bytes.rfind("DCKPTIDX", 0) != 0) bytes = internal_storage::frame_payload(bytes);
-  auto index = internal_storage::parse_index(bytes, "fuzz/index.pb");
+  if (bytes.rfind("DCKPTIDX", 0) != 0) bytes = internal_format::frame_payload(bytes);
+  auto index = internal_format::parse_index(bytes, "fuzz/index.pb");
   if (!index.ok()) return 0;
   fuzz::check_accepted(*index);
   if (index->has_encryption()) {
     static const EncryptionKey key = *EncryptionKey::from_bytes(std::string(32, 'F'));
     proto::Index opened = *index;
-    if (internal_storage::open_index(&opened, &key, "fuzz").ok()) fuzz::check_accepted(opened);
+    if (internal_format::open_index(&opened, &key, "fuzz").ok()) fuzz::check_accepted(opened);
   }
   return 0;
 }

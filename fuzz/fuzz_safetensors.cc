@@ -1,6 +1,6 @@
 // A safetensors file: the 8-byte header length, the JSON header (dtypes, shapes,
 // offsets), its __metadata__ with distckpt's description.
-#include "format/safetensors.h"
+#include "format/safetensors/safetensors.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {

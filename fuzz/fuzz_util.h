@@ -11,7 +11,8 @@
 
 #include "distckpt/filesystem.h"
 #include "plan/load_plan.h"
-#include "storage/index_io.h"
+#include "format/native/index_codec.h"
+#include "tools/inspect.h"
 
 // Included once per fuzz target (each is its own program): silences protobuf, which
 // logs every invalid UTF-8 string a hostile input contains.
@@ -43,8 +44,8 @@ class MemoryFile final : public ReadableFile {
 // the tiling, so a lookup that misses an element is a planner bug: abort so the
 // fuzzer reports the input).
 inline void check_accepted(const proto::Index& index) {
-  if (!internal_storage::validate_index(index, "fuzz").ok()) std::abort();
-  (void)internal_storage::to_checkpoint_info(index, "fuzz");
+  if (!internal_format::validate_index(index, "fuzz").ok()) std::abort();
+  (void)internal_tools::to_checkpoint_info(index, "fuzz");
   for (const auto& t : index.tensors()) {
     const Box whole = full_box(Shape(t.global_shape().begin(), t.global_shape().end()));
     int64_t covered = 0;

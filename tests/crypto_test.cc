@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "distckpt/encryption.h"
-#include "storage/index_io.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
+#include "format/format.h"
+#include "tools/inspect.h"
 #include "test_util.h"
 #include "transform/cipher.h"
 
@@ -225,37 +228,37 @@ TEST(SealedIndex, OnlyTheKeyOpensItAndNothingCanBeChanged) {
     chunk->set_length(c->stored_length(16));
     chunk->set_nonce(c->chunk_nonce(0, 0));
     chunk->set_tag(std::string(c->tag_bytes(), 't'));
-    ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
+    ASSERT_TRUE(internal_format::seal_index(&index, *c, salt).ok());
     EXPECT_EQ(index.tensors_size(), 0);
-    const std::string framed = internal_storage::frame_index(index);
+    const std::string framed = internal_format::frame_index(index);
     EXPECT_EQ(framed.find("secret.weight"), std::string::npos) << "a tensor name is readable";
 
     // Without a key: parses (listing, retention), but tensors stay sealed.
-    auto parsed = internal_storage::parse_index(framed, "ck/index.pb");
+    auto parsed = internal_format::parse_index(framed, "ck/index.pb");
     ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
     EXPECT_EQ(parsed->step(), 1);
-    const CheckpointInfo info = internal_storage::to_checkpoint_info(*parsed, "ck");
+    const CheckpointInfo info = internal_tools::to_checkpoint_info(*parsed, "ck");
     EXPECT_TRUE(info.tensors_sealed);
     EXPECT_EQ(info.encryption, c->algorithm());
     proto::Index no_key = *parsed;
-    EXPECT_EQ(internal_storage::open_index(&no_key, nullptr, "ck").status().code(), StatusCode::kAuthFailed);
+    EXPECT_EQ(internal_format::open_index(&no_key, nullptr, "ck").status().code(), StatusCode::kAuthFailed);
 
     proto::Index opened = *parsed;
-    auto cipher = internal_storage::open_index(&opened, &key, "ck");
+    auto cipher = internal_format::open_index(&opened, &key, "ck");
     ASSERT_TRUE(cipher.ok()) << cipher.status().to_string();
     ASSERT_EQ(opened.tensors_size(), 1);
     EXPECT_EQ(opened.tensors(0).name(), "secret.weight");
 
     proto::Index wrong = *parsed;
     const EncryptionKey other = key_of(16, 5);
-    EXPECT_EQ(internal_storage::open_index(&wrong, &other, "ck").status().code(), StatusCode::kAuthFailed);
+    EXPECT_EQ(internal_format::open_index(&wrong, &other, "ck").status().code(), StatusCode::kAuthFailed);
     // The readable part is authenticated too: a changed step, file size or info value.
     for (int change = 0; change < 3; ++change) {
       proto::Index changed = *parsed;
       if (change == 0) changed.set_step(2);
       if (change == 1) changed.mutable_files(0)->set_size(65);
       if (change == 2) (*changed.mutable_info())["loss"].set_float_value(0.1);
-      const Status st = internal_storage::open_index(&changed, &key, "ck").status();
+      const Status st = internal_format::open_index(&changed, &key, "ck").status();
       EXPECT_EQ(st.code(), StatusCode::kAuthFailed) << change << ": " << st.to_string();
     }
   }
@@ -268,19 +271,19 @@ TEST(SealedIndex, EmptyTablesOpenAndPlainIndexesAreRefusedWithAKey) {
     auto c = cipher_of(mode, key, salt);
     proto::Index index = small_index();
     index.clear_tensors();  // an info-only state dict: an empty table (GCM: zero sealed bytes)
-    ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
-    auto parsed = internal_storage::parse_index(internal_storage::frame_index(index), "ck/index.pb");
+    ASSERT_TRUE(internal_format::seal_index(&index, *c, salt).ok());
+    auto parsed = internal_format::parse_index(internal_format::frame_index(index), "ck/index.pb");
     ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
-    auto opened = internal_storage::open_index(&*parsed, &key, "ck");
+    auto opened = internal_format::open_index(&*parsed, &key, "ck");
     EXPECT_TRUE(opened.ok()) << opened.status().to_string();
   }
   // A reader holding a key refuses a plain index in an encrypted one's place.
   proto::Index plain = small_index();
-  const Status st = internal_storage::open_index(&plain, &key, "ck").status();
+  const Status st = internal_format::open_index(&plain, &key, "ck").status();
   EXPECT_EQ(st.code(), StatusCode::kAuthFailed) << st.to_string();
   EXPECT_NE(st.message().find("not encrypted"), std::string::npos) << st.to_string();
   proto::Index no_key = small_index();
-  auto none = internal_storage::open_index(&no_key, nullptr, "ck");
+  auto none = internal_format::open_index(&no_key, nullptr, "ck");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, nullptr);
   // A key of another length than the checkpoint's: the wrong key, said as such.
@@ -290,34 +293,34 @@ TEST(SealedIndex, EmptyTablesOpenAndPlainIndexesAreRefusedWithAKey) {
   auto c = cipher_of(EncryptionMode::kAesGcm, key, salt);
   chunk->set_nonce(c->chunk_nonce(0, 0));
   chunk->set_tag(std::string(16, 't'));
-  ASSERT_TRUE(internal_storage::seal_index(&index, *c, salt).ok());
+  ASSERT_TRUE(internal_format::seal_index(&index, *c, salt).ok());
   const EncryptionKey short_key = key_of(16);
-  EXPECT_EQ(internal_storage::open_index(&index, &short_key, "ck").status().code(), StatusCode::kAuthFailed);
+  EXPECT_EQ(internal_format::open_index(&index, &short_key, "ck").status().code(), StatusCode::kAuthFailed);
   // An index.pb claiming to be a single file (whose seal is checked another way), or
   // carrying a single file's seal material: refused before any key is used.
   proto::Index flipped = index;
   flipped.set_format("ckpt");
-  EXPECT_EQ(internal_storage::parse_index(internal_storage::frame_index(flipped), "ck").status().code(),
+  EXPECT_EQ(internal_format::parse_index(internal_format::frame_index(flipped), "ck").status().code(),
             StatusCode::kCorruption);
   proto::Index replayed = index;
   replayed.mutable_encryption()->set_associated("a .ckpt's sealed metadata");
-  EXPECT_EQ(internal_storage::parse_index(internal_storage::frame_index(replayed), "ck").status().code(),
+  EXPECT_EQ(internal_format::parse_index(internal_format::frame_index(replayed), "ck").status().code(),
             StatusCode::kCorruption);
   // An encrypted index framed as version 1 (readers of version 1 would see no tensors).
-  const std::string framed = internal_storage::frame_payload(internal_storage::serialize_deterministic(index), 1);
-  EXPECT_EQ(internal_storage::parse_index(framed, "ck").status().code(), StatusCode::kCorruption);
+  const std::string framed = internal_format::frame_payload(internal_format::serialize_deterministic(index), 1);
+  EXPECT_EQ(internal_format::parse_index(framed, "ck").status().code(), StatusCode::kCorruption);
 }
 
 TEST(SealedIndex, BadEncryptionRecordsAreCorruption) {
   proto::Index index = small_index();
   index.mutable_encryption()->set_mode("ROT13");
-  EXPECT_EQ(internal_storage::validate_index(index, "ck").code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal_format::validate_index(index, "ck").code(), StatusCode::kCorruption);
   index = small_index();
   index.mutable_transforms()->set_encryption("AES-256-GCM");  // claims encryption, has no parameters
-  EXPECT_EQ(internal_storage::validate_index(index, "ck").code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal_format::validate_index(index, "ck").code(), StatusCode::kCorruption);
   index = small_index();
   index.mutable_tensors(0)->mutable_chunks(0)->set_tag("x");  // a tag in a plain checkpoint
-  EXPECT_EQ(internal_storage::validate_index(index, "ck").code(), StatusCode::kCorruption);
+  EXPECT_EQ(internal_format::validate_index(index, "ck").code(), StatusCode::kCorruption);
 }
 
 }  // namespace

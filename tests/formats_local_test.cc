@@ -13,7 +13,8 @@
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/gather.h"
-#include "format/ms_ckpt.h"
+#include "format/ckpt/ms_ckpt.h"
+#include "format/format.h"
 #include "format/stored.h"
 #include "format_model.h"
 #include "mindspore_checkpoint.pb.h"
@@ -123,7 +124,7 @@ TEST_P(RoundTrip, EveryDTypeAcrossLayouts) {
   options.writer_rank = c.save_world - 1;
   Status saved = save_model(c.save_world, dir.path(), options);
   ASSERT_TRUE(saved.ok()) << saved.to_string();
-  const std::string ext(internal_format::format_extension(c.format));
+  const std::string ext(internal_format::driver(c.format).extension);
   const std::string path = dir.path() + "/model-3_12" + ext;
   ASSERT_TRUE(fs::exists(path));
   for (const auto& e : fs::directory_iterator(dir.path()))
@@ -473,7 +474,7 @@ TEST(Convert, EveryFormatToEveryFormatKeepsTensorsAndInfo) {
     options.epoch = 3;
     options.format = from;
     ASSERT_TRUE(save_model(from == Format::kHdf5 ? 1 : 3, dir.path(), options).ok());
-    const std::string src = dir.path() + "/src" + std::string(internal_format::format_extension(from));
+    const std::string src = dir.path() + "/src" + std::string(internal_format::driver(from).extension);
     for (Format to : all) {
       ConvertOptions co;
       co.region_bytes = 50;  // many regions per tensor

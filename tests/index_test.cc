@@ -2,11 +2,14 @@
 
 #include <cstring>
 
+#include "catalog/names.h"
+#include "format/describe.h"
 #include "format/stored.h"
-#include "storage/index_io.h"
+#include "format/native/index_codec.h"
+#include "tools/inspect.h"
 #include "transform/crc32c.h"
 
-namespace distckpt::internal_storage {
+namespace distckpt::internal_format {
 namespace {
 
 proto::Index sample() {
@@ -46,7 +49,7 @@ TEST(IndexTest, RoundTrip) {
   auto parsed = parse_index(frame_index(sample()), "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
   EXPECT_EQ(parsed->tensors(0).chunks_size(), 2);
-  CheckpointInfo info = to_checkpoint_info(*parsed, "/ck");
+  CheckpointInfo info = internal_tools::to_checkpoint_info(*parsed, "/ck");
   EXPECT_EQ(info.tensors[0].chunks[1].file, "data-00000.bin");
   EXPECT_EQ(info.data_bytes(), 64u);
 }
@@ -138,7 +141,7 @@ TEST(IndexTest, CompactRankRunsAreListedInFull) {
   l->set_ranks_first(4);
   auto parsed = parse_index(frame_index(index), "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
-  EXPECT_EQ(to_checkpoint_info(*parsed, "/ck").tensors[0].ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(internal_tools::to_checkpoint_info(*parsed, "/ck").tensors[0].ranks, (std::vector<int>{4, 5, 6, 7}));
 }
 
 // A single file's own description (distckpt's metadata in a .ckpt, safetensors or HDF5
@@ -167,11 +170,11 @@ TEST(IndexTest, SingleFileDescriptionsAreValidated) {
 }
 
 TEST(IndexTest, CheckpointNames) {
-  EXPECT_TRUE(validate_checkpoint_name("step-00000010").ok());
+  EXPECT_TRUE(internal_catalog::validate_checkpoint_name("step-00000010").ok());
   for (const char* bad : {"", "a/b", "latest", "..", ".", "x.tmp-1"})
-    EXPECT_EQ(validate_checkpoint_name(bad).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(internal_catalog::validate_checkpoint_name(bad).code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(data_file_name(3), "data-00003.bin");
 }
 
 }  // namespace
-}  // namespace distckpt::internal_storage
+}  // namespace distckpt::internal_format

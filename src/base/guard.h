@@ -6,7 +6,7 @@
 
 #include "distckpt/status.h"
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_base {
 
 // Runs a local step of a collective operation and turns any exception (bad_alloc from
 // a large buffer, a library throwing) into a Status, so that the rank still reaches
@@ -22,4 +22,4 @@ auto guarded(const std::string& where, F&& step) -> decltype(step()) {
   }
 }
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_base

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_base {
 namespace {
 
 // Length of the UTF-8 sequence starting at s[i], or 0 if it is malformed.
@@ -61,4 +61,4 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_base

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_base {
 
 // Well-formed UTF-8 (no overlong forms, no surrogates, no code points past U+10FFFF).
 bool is_valid_utf8(std::string_view s);
@@ -14,4 +14,4 @@ bool is_printable_utf8(std::string_view s);
 // terminal output of names read from untrusted files.
 std::string printable(std::string_view s);
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_base

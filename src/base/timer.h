@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_base {
 
 class Timer {
  public:
@@ -14,4 +14,4 @@ class Timer {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_base

@@ -1,6 +1,6 @@
 // The commit protocol: the one rule that must never break.
 //
-//  1. Every rank writes its data files into <root>/<name>.tmp-<id>/ (save.cc).
+//  1. Every rank writes its data files into <root>/<name>.tmp-<id>/ (collective/save.cc).
 //  2. Each writer fsyncs its files; all ranks agree on success (one collective). Any
 //     failure: every rank returns that error, rank 0 removes the tmp directory.
 //  3. Rank 0 writes index.pb into the tmp directory and fsyncs it, fsyncs the tmp
@@ -16,46 +16,37 @@
 // index; leftover .tmp-* directories are garbage and are never listed or loaded.
 #include "catalog/commit.h"
 
-#include <chrono>
-#include <cstdio>
-#include <random>
+#include "catalog/listing.h"
+#include "catalog/names.h"
+#include "format/native/index_codec.h"
 
-#include "format/native/index_io.h"
+namespace distckpt::internal_catalog {
 
-namespace distckpt::internal_runtime {
-
-std::string make_tmp_dir_name(const std::string& root, const std::string& name) {
-  std::random_device rd;
-  const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(id));
-  return root + "/" + name + internal_storage::kTmpMarker + hex;
-}
+using internal_format::kIndexFileName;
 
 Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_dir,
                                        const std::string& name, const proto::Index& index, bool fsync,
                                        bool update_latest) {
   CommitResult result;
   // Step 3: index, fsync, rename, fsync parent.
-  const std::string framed = internal_storage::frame_index(index);
+  const std::string framed = internal_format::frame_index(index);
   result.index_bytes = framed.size();
   // Never commit what a reader would refuse: parse the exact bytes about to be written.
-  Status readable = internal_storage::parse_index(framed, tmp_dir + "/" + internal_storage::kIndexFileName).status();
+  Status readable = internal_format::parse_index(framed, tmp_dir + "/" + kIndexFileName).status();
   if (!readable.ok()) return internal_error("commit: the index would not be readable: " + readable.to_string());
   {
-    DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_dir + "/" + internal_storage::kIndexFileName));
+    DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_dir + "/" + kIndexFileName));
     DISTCKPT_RETURN_IF_ERROR(file->write_at(framed.data(), framed.size(), 0));
     if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
     DISTCKPT_RETURN_IF_ERROR(file->close());
   }
   if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir));
-  DISTCKPT_ASSIGN_OR_RETURN(CommitResult published, publish_checkpoint(fs, root, tmp_dir, name, fsync, update_latest));
+  DISTCKPT_ASSIGN_OR_RETURN(CommitResult published, install_checkpoint(fs, root, tmp_dir, name, fsync, update_latest));
   published.index_bytes = result.index_bytes;
   return published;
 }
 
-Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
+Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
                                         const std::string& name, bool fsync, bool update_latest) {
   CommitResult result;
   const std::string final_dir = root + "/" + name;
@@ -80,14 +71,14 @@ Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root,
 
   // Step 4: move the latest pointer atomically.
   if (update_latest) {
-    const std::string tmp_latest = make_tmp_dir_name(root, internal_storage::kLatestFileName);
+    const std::string tmp_latest = make_tmp_name(root, kLatestFileName);
     Status st = [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_latest));
       const std::string text = name + "\n";
       DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
       if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
       DISTCKPT_RETURN_IF_ERROR(file->close());
-      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + internal_storage::kLatestFileName));
+      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + kLatestFileName));
       if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
       return Status();
     }();
@@ -100,4 +91,33 @@ Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root,
   return result;
 }
 
-}  // namespace distckpt::internal_runtime
+Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
+                          const std::string& who) {
+  Entry entry;
+  entry.path = root + "/" + name;
+  entry.directory = directory;
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
+  if (fs.exists(entry.path)) return already_exists(who + ": checkpoint '" + entry.path + "' already exists");
+  entry.commit_seq = next_commit_seq(fs, root);
+  entry.tmp = make_tmp_name(root, name);
+  if (directory) DISTCKPT_RETURN_IF_ERROR(fs.create_dir(entry.tmp).with_context(who));
+  return entry;
+}
+
+Result<CommitResult> finish_entry(FileSystem& fs, const std::string& root, const Entry& entry,
+                                  const proto::Index* index, bool fsync, bool update_latest) {
+  const std::string name = entry.path.substr(root.size() + 1);
+  Result<CommitResult> committed = internal_error("commit: a checkpoint directory without its index");
+  if (!entry.directory) committed = install_checkpoint(fs, root, entry.tmp, name, fsync, update_latest);
+  else if (index != nullptr) committed = commit_checkpoint(fs, root, entry.tmp, name, *index, fsync, update_latest);
+  // Our tmp entry still exists unless the rename happened: remove it (garbage).
+  if (!committed.ok() && fs.exists(entry.tmp)) discard_entry(fs, entry);
+  return committed;
+}
+
+void discard_entry(FileSystem& fs, const Entry& entry) {
+  if (entry.directory) (void)fs.remove_all(entry.tmp);
+  else (void)fs.remove_file(entry.tmp);
+}
+
+}  // namespace distckpt::internal_catalog

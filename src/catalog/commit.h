@@ -1,3 +1,5 @@
+// The commit protocol (the steps are written at the top of commit.cc), and the local
+// frame of every save: a temporary entry in the root, then its commit under its name.
 #pragma once
 
 #include <string>
@@ -5,7 +7,7 @@
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_catalog {
 
 struct CommitResult {
   uint64_t index_bytes = 0;
@@ -21,10 +23,27 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
 
 // Rank 0 only: the rename and pointer part of step 3 and step 4, for a checkpoint
 // (a directory with its index, or a single file) complete and fsynced at `tmp_path`.
-Result<CommitResult> publish_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
+Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
                                         const std::string& name, bool fsync, bool update_latest);
 
-// A fresh "<root>/<name>.tmp-<random hex>" path.
-std::string make_tmp_dir_name(const std::string& root, const std::string& name);
+// ---- the local frame (rank 0 of a save, or a local tool) ----
 
-}  // namespace distckpt::internal_runtime
+struct Entry {
+  std::string path;        // <root>/<name>: where it will be committed
+  std::string tmp;         // <root>/<name>.tmp-<id>: what is written now
+  bool directory = false;  // a checkpoint directory (else a single file)
+  uint64_t commit_seq = 0;  // the sequence number it will be committed with
+};
+// Creates `root` if missing, refuses a taken name (kAlreadyExists), numbers the entry
+// (next_commit_seq) and, for a directory, creates its tmp directory. Errors name `who`.
+Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
+                          const std::string& who);
+// Commits a written and fsynced entry: a directory with `index` written into it
+// (commit_checkpoint; `index` must be given), or a single file (install_checkpoint).
+// On failure the tmp entry is removed if it is still there (never the final name).
+Result<CommitResult> finish_entry(FileSystem& fs, const std::string& root, const Entry& entry,
+                                  const proto::Index* index, bool fsync, bool update_latest);
+// Removes an entry that will not be committed (best effort: leftovers are garbage).
+void discard_entry(FileSystem& fs, const Entry& entry);
+
+}  // namespace distckpt::internal_catalog

@@ -1,50 +1,47 @@
 // Listing and resolving checkpoints under a root directory (local, read-only).
+#include "catalog/listing.h"
+
 #include <algorithm>
 #include <tuple>
 
-#include "distckpt/checkpoint.h"
+#include "base/strings.h"
+#include "catalog/names.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
 #include "format/stored.h"
-#include "catalog/listing.h"
-#include "format/native/index_io.h"
 
 namespace distckpt {
 
-using internal_storage::kIndexFileName;
-using internal_storage::kLatestFileName;
-using internal_storage::kTmpMarker;
+using internal_catalog::is_checkpoint_file_name;
+using internal_catalog::kLatestFileName;
+using internal_catalog::read_latest_pointer;
+using internal_format::kIndexFileName;
 
 namespace {
 std::shared_ptr<FileSystem> or_posix(std::shared_ptr<FileSystem> fs) { return fs ? fs : posix_filesystem(); }
+}  // namespace
 
-// A file name (in flight or committed) of a single-file format: ".ckpt", ".safetensors",
-// ".h5" or ".hdf5", possibly followed by a ".tmp-<id>" suffix.
-bool is_single_file_name(std::string name) {
-  const auto tmp = name.find(kTmpMarker);
-  if (tmp != std::string::npos) name.resize(tmp);
-  for (const char* ext : {".ckpt", ".safetensors", ".h5", ".hdf5"}) {
-    const std::string e = ext;
-    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
-  }
-  return false;
-}
+namespace internal_catalog {
 
-// Reads the `latest` pointer: one checkpoint name, optionally newline-terminated.
 std::string read_latest_pointer(FileSystem& fs, const std::string& root) {
   const std::string path = root + "/" + kLatestFileName;
   auto size = fs.file_size(path);
-  if (!size.ok() || *size > internal_runtime::kMaxLatestBytes) return "";  // a pointer is a short name
-  auto text = read_whole_file(fs, path, internal_runtime::kMaxLatestBytes);
+  if (!size.ok() || *size > kMaxLatestBytes) return "";  // a pointer is a short name
+  auto text = read_whole_file(fs, path, kMaxLatestBytes);
   if (!text.ok()) return "";
-  return internal_runtime::parse_latest_pointer(*text);
+  return parse_latest_pointer(*text);
 }
-}  // namespace
 
-namespace internal_runtime {
 std::string parse_latest_pointer(std::string text) {
   if (text.size() > kMaxLatestBytes) return "";
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  if (!internal_storage::validate_checkpoint_name(text).ok()) return "";
+  if (!validate_checkpoint_name(text).ok()) return "";
   return text;
+}
+
+bool newer(const CheckpointEntry& a, const CheckpointEntry& b, const std::string& latest) {
+  return std::make_tuple(a.commit_seq, a.name == latest, a.created_unix_ms, a.step) >
+         std::make_tuple(b.commit_seq, b.name == latest, b.created_unix_ms, b.step);
 }
 
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
@@ -59,21 +56,7 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
     for (const auto& e : listing->entries) highest = std::max(highest, e.commit_seq);
   return highest + 1;
 }
-}  // namespace internal_runtime
-
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
-  return read_checkpoint_info(path, std::move(fs), nullptr);
-}
-
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
-                                            std::shared_ptr<const EncryptionKey> key) {
-  fs = or_posix(fs);
-  DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
-  if (key) DISTCKPT_RETURN_IF_ERROR(internal_storage::open_index(&index, key.get(), path).status());
-  CheckpointInfo info = internal_storage::to_checkpoint_info(index, path);
-  if (key) info.tensors_sealed = false;  // opened (an empty table is still an empty table)
-  return info;
-}
+}  // namespace internal_catalog
 
 Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<FileSystem> fs) {
   fs = or_posix(fs);
@@ -82,10 +65,10 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
   std::vector<CheckpointEntry> committed, other;
   for (const auto& e : entries) {
     // Directories are native checkpoints; files only in a single-file format.
-    if (!e.is_dir && (e.name == kLatestFileName || !is_single_file_name(e.name))) continue;
+    if (!e.is_dir && !is_checkpoint_file_name(e.name)) continue;
     CheckpointEntry entry;
     entry.name = e.name;
-    if (e.name.find(kTmpMarker) != std::string::npos) {
+    if (internal_catalog::is_in_flight_name(e.name)) {
       entry.state = EntryState::kInFlight;
       entry.detail = "save in progress or abandoned (not a checkpoint)";
       other.push_back(std::move(entry));
@@ -101,7 +84,7 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
     entry.state = EntryState::kCommitted;
     entry.step = index->step();
     entry.epoch = index->epoch();
-    entry.format = index->format().empty() ? "native" : index->format();
+    entry.format = std::string(format_name(internal_format::stored_format(*index)));
     entry.created_unix_ms = index->created_unix_ms();
     entry.commit_seq = index->commit_seq();
     entry.advances_latest = index->advances_latest();
@@ -124,7 +107,7 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
 Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
   fs = or_posix(fs);
   if (fs->exists(path + "/" + kIndexFileName)) return path;
-  if (is_single_file_name(path) && fs->open_readable(path).ok()) return path;
+  if (is_checkpoint_file_name(internal_base::base_name(path)) && fs->open_readable(path).ok()) return path;
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
   DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
   // A damaged newest checkpoint is never skipped silently: when `latest` names a broken
@@ -141,12 +124,9 @@ Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<
   bool any_advancing = false;
   for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
   const CheckpointEntry* newest = nullptr;
-  auto key = [&](const CheckpointEntry& e) {
-    return std::make_tuple(e.commit_seq, e.name == listing.latest, e.created_unix_ms, e.step);
-  };
   for (const auto& e : listing.entries) {
     if (e.state != EntryState::kCommitted || (any_advancing && !e.advances_latest)) continue;
-    if (newest == nullptr || key(e) > key(*newest)) newest = &e;
+    if (newest == nullptr || internal_catalog::newer(e, *newest, listing.latest)) newest = &e;
   }
   if (newest == nullptr)
     return not_found("resolve: no committed checkpoint under '" + path + "'" +

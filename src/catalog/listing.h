@@ -1,11 +1,15 @@
+// Listing a root, and what "newer" means in it (local, read-only). The public calls
+// (list_checkpoints, resolve_checkpoint) are implemented in listing.cc too.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
+#include "distckpt/checkpoint.h"
 #include "distckpt/filesystem.h"
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_catalog {
 
 // The commit sequence number for the next save under `root`: 1 + that of `latest`'s
 // target, or 1 + the highest among committed checkpoints when there is no valid
@@ -17,5 +21,13 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
 // pointer means "no pointer": resolution falls back to the committed checkpoints).
 constexpr std::size_t kMaxLatestBytes = 4096;
 std::string parse_latest_pointer(std::string text);
+// The target of <root>/latest, or "" (parse_latest_pointer).
+std::string read_latest_pointer(FileSystem& fs, const std::string& root);
 
-}  // namespace distckpt::internal_runtime
+// The one ordering of "newer" among committed checkpoints of a root: a higher commit
+// sequence number, then (equal numbers: two saves that read the same predecessor) the
+// target of `latest`, then the later commit time, then the higher step. Independent of
+// clocks unless sequence numbers tie.
+bool newer(const CheckpointEntry& a, const CheckpointEntry& b, const std::string& latest);
+
+}  // namespace distckpt::internal_catalog

@@ -20,7 +20,7 @@ namespace distckpt::internal_cli {
 namespace {
 
 using json = nlohmann::ordered_json;
-using internal_runtime::printable;
+using internal_base::printable;
 
 // JSON text that never throws: invalid UTF-8 (names from a hostile file) is replaced.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -12,19 +12,21 @@
 #include <system_error>
 #include <thread>
 
+#include "base/guard.h"
+#include "base/timer.h"
+#include "collective/save_session.h"
 #include "comm/agree.h"
 #include "distckpt/async.h"
 #include "distckpt/mpi_comm.h"
-#include "base/guard.h"
-#include "collective/save_session.h"
-#include "base/timer.h"
-#include "format/native/index_io.h"
+#include "format/format.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
 
 namespace distckpt {
 
-using internal_runtime::SaveSession;
+using internal_base::guarded;
+using internal_base::Timer;
+using internal_collective::SaveSession;
 using internal_storage::StagingPool;
 using internal_storage::StreamWriter;
 
@@ -50,25 +52,26 @@ class AsyncCheckpointer::Impl {
     DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, previous));
     // Single files are written from tensors gathered while the caller waits: there is
     // nothing to stage, so they are not saved in the background (yet).
-    const bool single = options.format != Format::kNative || options.integrated;
+    const bool single = internal_format::driver(options.format).single_file || options.integrated;
     DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(
         *fg_, single ? unsupported("save_async: only native sharded saves run in the background; call save() for "
                                    "format " + std::string(format_name(options.format)) +
                                    (options.integrated ? " (integrated)" : ""))
                      : Status()));
 
-    DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_runtime::begin_save(*fg_, state, root, options));
+    DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_collective::begin_save(*fg_, state, root, options));
     // Stage this rank's share. A local failure is not returned here: the background
     // thread carries it to the agreement, so every rank reports it alike.
-    internal_runtime::Timer stage_timer;
+    Timer stage_timer;
     std::unique_ptr<StreamWriter> writer;
-    Status staged = internal_runtime::guarded(internal_runtime::rank_prefix(*fg_) + ": stage", [&]() -> Status {
+    Status staged = guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(session.local_error);
       if (session.mine.empty()) return Status();
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_runtime::open_data_file(session, *fg_));
-      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_runtime::chunk_ends(session.mine),
-                                              internal_runtime::data_file_path(session, *fg_), session.options.checksum);
-      return internal_runtime::stage_chunks(*writer, session, state, *fg_, &session.result.rank_bytes_written,
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
+      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
+                                              internal_collective::data_file_path(session, *fg_),
+                                              session.frame.options.checksum);
+      return internal_collective::stage_chunks(*writer, session, state, *fg_, &session.frame.result.rank_bytes_written,
                                             &session.tags);
     });
     const double stage_s = stage_timer.seconds();
@@ -76,15 +79,15 @@ class AsyncCheckpointer::Impl {
     running_ = true;
     auto finish = [this, session = std::move(session), writer = std::move(writer), staged, stage_s,
                    fsync = options.fsync]() mutable {
-      internal_runtime::Timer write_timer;
+      Timer write_timer;
       Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
                                                        : Result<std::vector<uint32_t>>(staged);
       if (staged.ok() && writer)
-        crcs = internal_runtime::guarded(internal_runtime::rank_prefix(*bg_) + ": write",
+        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write",
                                          [&] { return writer->finish(fsync); });
       writer.reset();  // joins the stream's thread; its slabs are back in the pool
-      session.result.write_s = stage_s + write_timer.seconds();
-      pending_ = internal_runtime::finish_save(*bg_, session, crcs);
+      session.frame.result.write_s = stage_s + write_timer.seconds();
+      pending_ = internal_collective::finish_save(*bg_, session, crcs);
       running_ = false;
     };
     // Shared, so that it is still here to run when the thread cannot be created.
@@ -143,7 +146,7 @@ Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(std::unique
     local = invalid_argument("async: slab_bytes must be a positive multiple of " +
                              std::to_string(kDirectIoAlignment));
   if (local.ok())
-    local = internal_runtime::guarded("async: rank " + std::to_string(fg.rank()), [&]() -> Status {
+    local = guarded("async: rank " + std::to_string(fg.rank()), [&]() -> Status {
       pool = std::make_unique<StagingPool>(options.staging_bytes, options.slab_bytes);
       return Status();
     });

@@ -65,7 +65,7 @@ Status gather_region(Comm& comm, const StateDict& state, const std::string& name
   auto* dst = static_cast<char*>(out);
   // Staging is allocated, and agreed on, before any message moves: a rank that runs
   // out of memory reports it instead of leaving its peers blocked in the transfer.
-  Status local = internal_runtime::guarded(where, [&]() -> Status {
+  Status local = internal_base::guarded(where, [&]() -> Status {
   for (const auto& [box, holder] : owner) {
     const Box piece = intersect(box, region);
     const std::size_t bytes = static_cast<std::size_t>(piece.num_elements()) * item;

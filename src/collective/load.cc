@@ -1,89 +1,38 @@
-// Sharded load: rank 0 resolves the checkpoint and reads the index once; every rank
-// parses and validates it, then reads only the chunks that overlap its boxes.
-//
-// Reads are buffered preads straight into the caller's buffers (no staging copy) when
-// a stored chunk is exactly the needed box. Measured on 1 GiB files here: buffered
-// cold reads 0.39-0.63 s, O_DIRECT into aligned staging + memcpy 0.85-1.23 s, so,
-// unlike writes (storage/stream_writer.h), reads stay buffered.
+// Collective load: rank 0 resolves the checkpoint and reads its description once; every
+// rank parses and validates it, then reads only the chunks that overlap its boxes
+// through the read engine (format/chunk_reader.h), and replicas may share reads.
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <set>
+#include <tuple>
 
+#include "base/guard.h"
+#include "base/strings.h"
+#include "base/timer.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
+#include "format/chunk_reader.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
 #include "format/stored.h"
 #include "layout/region.h"
 #include "plan/load_plan.h"
 #include "plan/save_plan.h"
-#include "base/guard.h"
-#include "tools/reader.h"
-#include "base/timer.h"
-#include "format/native/index_io.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
 namespace distckpt {
 
+using internal_base::guarded;
 using internal_comm::agree;
+using internal_format::FileCache;
 
 namespace {
 
 std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
-
-// Opens data files on demand, checking each one's real size against the index, and
-// keeps at most kMaxOpen of them open (least recently used closed first): a checkpoint
-// written by thousands of ranks must load under the usual limit of 1024 descriptors.
-class FileCache {
- public:
-  FileCache(FileSystem& fs, std::string dir, const proto::Index& index) : fs_(fs), dir_(std::move(dir)), index_(index) {}
-  std::string path(uint32_t file_id) const { return dir_ + "/" + name(file_id); }
-  const std::string& name(uint32_t file_id) const { return index_.files(static_cast<int>(file_id)).name(); }
-  bool single_file() const { return !(index_.format().empty() || index_.format() == "native"); }
-  Result<const ReadableFile*> get(uint32_t file_id) {
-    ++clock_;
-    auto it = open_.find(file_id);
-    if (it != open_.end()) {
-      it->second.last_use = clock_;
-      return it->second.file.get();
-    }
-    const auto& meta = index_.files(static_cast<int>(file_id));
-    const std::string file_path = path(file_id);
-    auto file = fs_.open_readable(file_path);
-    if (!file.ok()) {
-      if (file.status().code() == StatusCode::kNotFound)
-        return not_found("data file '" + file_path + "' is missing");
-      return file.status();
-    }
-    DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());
-    if (size != meta.size())
-      return corruption("data file '" + file_path + "' has " + std::to_string(size) + " bytes, the index records " +
-                        std::to_string(meta.size()) + (size < meta.size() ? " (truncated)" : ""));
-    if (open_.size() >= kMaxOpen) {
-      auto oldest = open_.begin();
-      for (auto o = open_.begin(); o != open_.end(); ++o)
-        if (o->second.last_use < oldest->second.last_use) oldest = o;
-      open_.erase(oldest);
-    }
-    const ReadableFile* raw = file->get();
-    open_.emplace(file_id, Open{std::move(*file), clock_});
-    return raw;
-  }
-
- private:
-  static constexpr std::size_t kMaxOpen = 64;
-  struct Open {
-    std::unique_ptr<ReadableFile> file;
-    uint64_t last_use;
-  };
-  FileSystem& fs_;
-  std::string dir_;
-  const proto::Index& index_;
-  std::map<uint32_t, Open> open_;
-  uint64_t clock_ = 0;
-};
 
 // Whether two global shapes differ only by trailing dims of size 1 ([12,2048,1,1] and
 // [12,2048]): the same elements in the same row-major order. MindSpore accepts a
@@ -119,38 +68,6 @@ Status reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
   return Status();
 }
 
-// Reads chunk `c` of `t` into `dst` (the box's bytes) and checks its CRC32C. The CRC of
-// each piece is computed right after the piece is read, while it is still in cache.
-// Encrypted chunks (`cipher`) are authenticated and decrypted first (an authentication
-// error, kAuthFailed, names the chunk); their CRC32C covers the bytes as stored. CBC
-// chunks are read into `scratch` (their padding does not fit `dst`).
-Status read_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bool check,
-                  const internal_transform::CheckpointCipher* cipher, std::vector<char>& scratch) {
-  const proto::Chunk& chunk = t.chunks(c);
-  const std::string where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " +
-                            files.path(chunk.file_id());
-  DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
-  char* p = static_cast<char*>(dst);
-  if (cipher != nullptr && !cipher->length_preserving()) {
-    scratch.resize(chunk.length());
-    p = scratch.data();
-  }
-  constexpr uint64_t kPiece = 1 << 20;
-  uint32_t state = internal_transform::kCrc32cInit;
-  for (uint64_t done = 0; done < chunk.length();) {
-    const uint64_t n = std::min(kPiece, chunk.length() - done);
-    DISTCKPT_RETURN_IF_ERROR(file->read_at(p + done, n, chunk.byte_offset() + done).with_context(where));
-    state = internal_transform::crc32c_extend(state, p + done, n);
-    done += n;
-  }
-  if (cipher != nullptr)  // a single file's chunks are bound to their place in it, not to its name
-    DISTCKPT_RETURN_IF_ERROR(internal_storage::open_chunk(
-        *cipher, t, c, files.single_file() ? std::string() : files.name(chunk.file_id()), p, dst, where));
-  const uint32_t crc = internal_transform::crc32c_finish(state);
-  if (check && crc != chunk.crc32c()) return corruption(where + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
-  return Status();
-}
-
 // Checks, without reading data, that the checkpoint covers every box of `e` and that
 // the files those chunks live in exist with their recorded sizes.
 Status check_sources(FileCache& files, const proto::Tensor& t, const internal_plan::ChunkLookup& lookup,
@@ -167,107 +84,6 @@ Status check_sources(FileCache& files, const proto::Tensor& t, const internal_pl
   return Status();
 }
 
-// Reads `region` of a stored chunk (row-major box `cbox` at `offset` of `file`) into
-// `dst` (row-major box `dbox`), reading only the bytes the region needs: one pread per
-// contiguous run when runs are large; when they are small (a split on a trailing dim),
-// whole slabs of the chunk's rows, at most kSlab bytes each, are read and the region is
-// copied out (data sieving, as ROMIO does), trading some extra bytes for far fewer calls.
-Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, void* dst, const Box& dbox,
-                   const Box& region, std::size_t item, std::vector<char>& scratch, uint64_t* bytes_read) {
-  constexpr uint64_t kRunDirect = 4 << 10, kSlab = 8 << 20;
-  const std::size_t n = region.shape.size();
-  auto read_box = [&](const Box& part) -> Status {  // `part` is contiguous in the chunk
-    const uint64_t bytes = static_cast<uint64_t>(part.num_elements()) * item;
-    const uint64_t at = offset + static_cast<uint64_t>(internal_layout::first_element_offset(part, cbox)) * item;
-    const Box want = intersect(part, region);
-    *bytes_read += bytes;
-    if (want == part) {
-      if (auto off = internal_layout::contiguous_offset(part, dbox))
-        return file.read_at(static_cast<char*>(dst) + *off * static_cast<int64_t>(item), bytes, at);
-    }
-    scratch.resize(bytes);
-    DISTCKPT_RETURN_IF_ERROR(file.read_at(scratch.data(), bytes, at));
-    copy_box(scratch.data(), part, dst, dbox, want, item);
-    return Status();
-  };
-  if (n == 0) return read_box(region);
-  std::size_t k = n - 1;  // dims >= k of a run are contiguous in the chunk
-  while (k > 0 && region.shape[k] == cbox.shape[k]) --k;
-  uint64_t run_bytes = item;
-  for (std::size_t d = k; d < n; ++d) run_bytes *= static_cast<uint64_t>(region.shape[d]);
-  uint64_t row_bytes = item;  // one index of dim 0 of the chunk: the smallest sieving slab
-  for (std::size_t d = 1; d < n; ++d) row_bytes *= static_cast<uint64_t>(cbox.shape[d]);
-  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item ||
-      row_bytes > kSlab) {
-    Box run = region;  // an odometer over dims < k: each step is one run
-    for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
-    while (true) {
-      DISTCKPT_RETURN_IF_ERROR(read_box(run));
-      std::size_t d = k;
-      for (; d > 0; --d) {
-        if (++run.offset[d - 1] < region.offset[d - 1] + region.shape[d - 1]) break;
-        run.offset[d - 1] = region.offset[d - 1];
-      }
-      if (d == 0) return Status();
-    }
-  }
-  // Data sieving over slabs of whole rows (dim 0) of the chunk, at most kSlab bytes.
-  const int64_t rows_per = static_cast<int64_t>(std::max<uint64_t>(1, kSlab / std::max<uint64_t>(row_bytes, 1)));
-  for (int64_t r = region.offset[0]; r < region.offset[0] + region.shape[0]; r += rows_per) {
-    Box slab = cbox;
-    slab.offset[0] = r;
-    slab.shape[0] = std::min(rows_per, region.offset[0] + region.shape[0] - r);
-    DISTCKPT_RETURN_IF_ERROR(read_box(slab));
-  }
-  return Status();
-}
-
-// Fills box `b` of `e` from the chunks of `t` that overlap it. A chunk needed whole is
-// read whole and its CRC32C checked; of a chunk needed in part only the bytes of the
-// region are read (its CRC32C covers the whole chunk, so it is not checked), unless
-// `check_partial` asks for whole chunks. Single-file formats have no per-chunk
-// checksums (theirs cover whole tensors or the file: see check_file_crc32 and verify).
-// Encrypted chunks (`cipher`) are always read whole and authenticated.
-Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
-                 const internal_plan::ChunkLookup& lookup, const Box& needed, void* dst, std::vector<char>& scratch,
-                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher) {
-  const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
-  if (needed.num_elements() == 0) return Status();
-  const bool native = index.format().empty() || index.format() == "native";
-  const bool checksums = index.transforms().checksum() == "crc32c";
-  int64_t covered = 0;
-  const auto reads = lookup.plan_reads(needed, &covered);  // coverage checked in phase 1
-  for (const auto& r : reads) {
-    const proto::Chunk& chunk = t.chunks(r.chunk);
-    if (r.whole) {
-      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, dst, checksums, cipher, scratch));
-      *bytes_read += chunk.length();
-    } else if (cipher != nullptr || (native && (check_partial || r.region == internal_plan::chunk_box(chunk)))) {
-      const Box cbox = internal_plan::chunk_box(chunk);
-      // The chunk whole in `scratch`, or (CBC) its plaintext in `cbc_plain`, since its
-      // stored bytes then take `scratch`.
-      std::vector<char> cbc_plain;
-      char* whole = nullptr;
-      if (cipher != nullptr && !cipher->length_preserving()) {
-        cbc_plain.resize(static_cast<std::size_t>(cbox.num_elements()) * item);
-        whole = cbc_plain.data();
-      } else {
-        scratch.resize(chunk.length());
-        whole = scratch.data();
-      }
-      DISTCKPT_RETURN_IF_ERROR(read_chunk(files, t, r.chunk, whole, checksums, cipher, scratch));
-      copy_box(whole, cbox, dst, needed, r.region, item);
-      *bytes_read += chunk.length();
-    } else {
-      DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
-      DISTCKPT_RETURN_IF_ERROR(read_region(*file, chunk.byte_offset(), internal_plan::chunk_box(chunk), dst,
-                                           needed, r.region, item, scratch, bytes_read)
-                                   .with_context("tensor '" + t.name() + "' in " + files.path(chunk.file_id())));
-    }
-  }
-  return Status();
-}
-
 // Collective: checks a whole-file CRC-32 (MindSpore's .ckpt footer) with every rank
 // reading an equal share of the covered bytes; rank 0 combines the shares.
 Status check_file_crc32(Comm& comm, FileCache& files, const proto::Index& index, const std::string& where) {
@@ -280,15 +96,9 @@ Status check_file_crc32(Comm& comm, FileCache& files, const proto::Index& index,
                    end = total * static_cast<uint64_t>(comm.rank() + 1) / P;
     uint32_t crc = 0;
     if (local.ok())
-      local = internal_runtime::guarded(where, [&]() -> Status {
+      local = guarded(where, [&]() -> Status {
         DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(static_cast<uint32_t>(f)));
-        std::vector<char> buf(std::min<uint64_t>(end - begin, 8 << 20));
-        for (uint64_t at = begin; at < end;) {
-          const uint64_t n = std::min<uint64_t>(buf.size(), end - at);
-          DISTCKPT_RETURN_IF_ERROR(file->read_at(buf.data(), n, at));
-          crc = internal_transform::crc32_zlib(crc, buf.data(), n);
-          at += n;
-        }
+        DISTCKPT_ASSIGN_OR_RETURN(crc, internal_format::file_crc32(*file, begin, end));
         return Status();
       });
     const std::string share(reinterpret_cast<const char*>(&crc), sizeof(crc));
@@ -329,65 +139,16 @@ bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::
     for (std::size_t b = 0; b < e.buffers.size(); ++b)
       if (e.boxes[b].num_elements() > 0 && !buffers.insert(e.buffers[b]).second) tied = true;
   }
-  const auto h = static_cast<int64_t>(std::hash<std::string>{}(signature) >> 1);
-  std::vector<int64_t> v{h, -h, wanted && !tied ? 1 : 0};
-  comm.allreduce(v, ReduceOp::kMin);
-  return v[2] == 1 && v[0] == h && -v[1] == h;
+  const auto h = static_cast<int64_t>(std::hash<std::string>{}(signature));
+  const bool want = wanted && !tied;
+  const internal_comm::Compared c = internal_comm::agree_same(comm, Status(), {h, want ? 1 : 0});
+  return c.same && want;
 }
 
 }  // namespace
 
-namespace internal_runtime {
-
-struct CheckpointReader::Impl {
-  std::shared_ptr<FileSystem> fs;
-  std::string dir;
-  proto::Index index;
-  std::unique_ptr<FileCache> files;
-  std::vector<char> scratch;
-  std::map<int, internal_plan::ChunkLookup> lookups;  // built on first use
-  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;  // encrypted sources
-};
-
-CheckpointReader::CheckpointReader() = default;
-CheckpointReader::~CheckpointReader() = default;
-
-Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr<FileSystem> fs, const std::string& path,
-                                                                 const EncryptionKey* key) {
-  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
-  r->impl_ = std::make_unique<Impl>();
-  Impl& m = *r->impl_;
-  m.fs = fs ? fs : posix_filesystem();
-  DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, m.fs));
-  DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
-  DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_storage::open_index(&m.index, key, resolved));
-  m.dir = resolved;
-  if (!(m.index.format().empty() || m.index.format() == "native")) {
-    const auto slash = resolved.find_last_of('/');
-    m.dir = slash == std::string::npos ? "." : resolved.substr(0, slash);
-  }
-  m.files = std::make_unique<FileCache>(*m.fs, m.dir, m.index);
-  return r;
-}
-
-const proto::Index& CheckpointReader::index() const { return impl_->index; }
-
-Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read) {
-  const proto::Tensor& t = impl_->index.tensors(tensor);
-  auto it = impl_->lookups.find(tensor);
-  if (it == impl_->lookups.end()) it = impl_->lookups.emplace(tensor, internal_plan::ChunkLookup(t)).first;
-  int64_t covered = 0;
-  (void)it->second.plan_reads(region, &covered);
-  if (covered != region.num_elements())
-    return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
-  return read_into(*impl_->files, impl_->index, t, it->second, region, dst, impl_->scratch, bytes_read,
-                   /*check_partial=*/true, impl_->cipher.get());  // conversions check every chunk they read
-}
-
-}  // namespace internal_runtime
-
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
-  internal_runtime::Timer timer;
+  internal_base::Timer timer;
   std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
   const std::string where = "load: rank " + std::to_string(comm.rank());
 
@@ -395,10 +156,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::string dir, index_bytes;
   Status local;
   if (comm.rank() == 0) {
-    local = internal_runtime::guarded(where, [&]() -> Status {
+    local = guarded(where, [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, fs));
-      const auto format = internal_format::detect_format(*fs, dir);
-      if (format && *format != Format::kNative) {
+      const internal_format::FormatDriver* format = internal_format::detect(*fs, dir);
+      if (format != nullptr && format->single_file) {
         // A single file: rank 0 reads its structure and describes it as an index.
         DISTCKPT_ASSIGN_OR_RETURN(proto::Index described, internal_format::read_stored_index(*fs, dir));
         described.SerializeToString(&index_bytes);
@@ -406,7 +167,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       }
       // The header is checked against the file's size before the rest is read, so what
       // is broadcast is bounded by a real file; every rank then validates it alike.
-      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, internal_storage::read_index_bytes(*fs, dir));
+      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, internal_format::read_index_bytes(*fs, dir));
       return Status();
     });
   }
@@ -425,18 +186,16 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
-  local = internal_runtime::guarded(where, [&]() -> Status {
+  local = guarded(where, [&]() -> Status {
     const std::string source = dir;
-    if (index_bytes.rfind("DCKPTIDX", 0) == 0) {
-      DISTCKPT_ASSIGN_OR_RETURN(index, internal_storage::parse_index(index_bytes, dir + "/" + internal_storage::kIndexFileName));
+    if (internal_format::is_framed_index(index_bytes)) {
+      DISTCKPT_ASSIGN_OR_RETURN(index, internal_format::parse_index(index_bytes, dir + "/" + internal_format::kIndexFileName));
     } else {
       if (!index.ParseFromString(index_bytes)) return internal_error("the description of '" + dir + "' does not parse");
-      DISTCKPT_RETURN_IF_ERROR(internal_storage::validate_index(index, dir));
-      // Files of a single-file checkpoint are named relative to its directory.
-      const auto slash = dir.find_last_of('/');
-      dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+      DISTCKPT_RETURN_IF_ERROR(internal_format::validate_index(index, dir));
     }
-    DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_storage::open_index(&index, options.key.get(), source));
+    dir = internal_format::files_dir(index, dir);
+    DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, options.key.get(), source));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
     std::map<std::string, int> stored;
@@ -495,8 +254,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1);
   const bool share = comm.size() > 1 && may_share_reads(comm, state, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
-  internal_runtime::Timer read_timer;
-  local = internal_runtime::guarded(where, [&]() -> Status {
+  internal_base::Timer read_timer;
+  local = guarded(where, [&]() -> Status {
     std::vector<char> scratch;
     internal_plan::ReplicaGroups groups(comm.rank());
     for (const auto& [i, t] : plan) {
@@ -510,7 +269,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         int reader = comm.rank();
         if (shared && bytes > 0) reader = groups.pick_reader(g, bytes);
         if (reader == comm.rank()) {
-          DISTCKPT_RETURN_IF_ERROR(read_into(*files, index, index.tensors(t), lookups.at(t), e.boxes[b],
+          int64_t covered = 0;  // checked in phase 1
+          DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files, index, index.tensors(t),
+                                                              lookups.at(t).plan_reads(e.boxes[b], &covered), e.boxes[b],
                                              e.buffers[b], scratch, &result.rank_bytes_read,
                                              options.check_partial_chunks, cipher.get()));
           result.rank_bytes_needed += bytes;
@@ -525,13 +286,13 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     }
     result.step = index.step();
     result.epoch = index.epoch();
-    result.info = internal_storage::info_values(index);
+    result.info = internal_format::info_values(index);
     return Status();
   });
   result.read_s = read_timer.seconds();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   // Every read succeeded everywhere, so every listed message will be sent.
-  internal_runtime::Timer exchange_timer;
+  internal_base::Timer exchange_timer;
   if (share) comm.transfer(sends, receives);
   result.exchange_s = exchange_timer.seconds();
   std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed)};

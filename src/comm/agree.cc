@@ -11,4 +11,17 @@ Status agree(Comm& comm, const Status& local) {
   return Status(static_cast<StatusCode>(static_cast<unsigned char>(wire[0])), wire.substr(1));
 }
 
+Compared agree_same(Comm& comm, const Status& local, const std::vector<int64_t>& words) {
+  std::vector<int64_t> v{local.ok() ? 0 : -1};
+  v.insert(v.end(), words.begin(), words.end());
+  for (int64_t x : words) v.push_back(~x);
+  comm.allreduce(v, ReduceOp::kMin);
+  Compared c;
+  c.failed = v[0] < 0;
+  c.same = true;
+  const std::size_t n = words.size();
+  for (std::size_t i = 0; i < n; ++i) c.same = c.same && v[1 + i] == words[i] && ~v[1 + n + i] == words[i];
+  return c;
+}
+
 }  // namespace distckpt::internal_comm

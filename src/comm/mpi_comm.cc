@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "distckpt/mpi_comm.h"
+#include "comm/mpi_interop.h"
 
 namespace distckpt {
 namespace {
@@ -52,6 +53,7 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   int node_count() const override { return nodes_; }
   const void* mpi_comm_handle() const override { return &comm_; }
+  MPI_Comm mpi() const { return comm_; }
   void barrier() override { MPI_Barrier(comm_); }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -183,5 +185,12 @@ class MpiComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return std::make_unique<MpiComm>(comm); }
+
+namespace internal_comm {
+std::optional<MPI_Comm> as_mpi(const Comm& comm) {
+  if (const auto* m = dynamic_cast<const MpiComm*>(&comm)) return m->mpi();
+  return std::nullopt;
+}
+}  // namespace internal_comm
 
 }  // namespace distckpt

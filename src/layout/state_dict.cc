@@ -31,9 +31,9 @@ Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<v
   const std::string where = "state dict: rank " + std::to_string(rank_) + ": tensor '" + name + "'";
   if (name.empty()) return invalid_argument("state dict: rank " + std::to_string(rank_) + ": empty tensor name");
   // Names go into the index (protobuf strings), file listings and JSON: UTF-8 only.
-  if (!internal_runtime::is_printable_utf8(name))
+  if (!internal_base::is_printable_utf8(name))
     return invalid_argument("state dict: rank " + std::to_string(rank_) + ": tensor name '" +
-                            internal_runtime::printable(name) + "' is not printable UTF-8");
+                            internal_base::printable(name) + "' is not printable UTF-8");
   if (by_name_.count(name)) return invalid_argument(where + " added twice");
   if (dtype_size(dtype) == 0) return invalid_argument(where + ": unknown dtype " + std::to_string(static_cast<int>(dtype)));
   if (layout.group_size() == 0) return invalid_argument(where + " has an empty layout");
@@ -51,9 +51,9 @@ Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<v
 
 Status StateDict::set_info(const std::string& key, InfoValue value) {
   if (key.empty()) return invalid_argument("state dict: empty info key");
-  if (!internal_runtime::is_printable_utf8(key))
-    return invalid_argument("state dict: info key '" + internal_runtime::printable(key) + "' is not printable UTF-8");
-  if (const auto* text = std::get_if<std::string>(&value); text && !internal_runtime::is_valid_utf8(*text))
+  if (!internal_base::is_printable_utf8(key))
+    return invalid_argument("state dict: info key '" + internal_base::printable(key) + "' is not printable UTF-8");
+  if (const auto* text = std::get_if<std::string>(&value); text && !internal_base::is_valid_utf8(*text))
     return invalid_argument("state dict: info value of '" + key + "' is not valid UTF-8 (store bytes as a tensor)");
   info_[key] = std::move(value);
   return Status();

@@ -56,8 +56,8 @@ Status CheckpointConfig::validate() const {
   } else if (rule != CompareRule::kAuto) {
     return bad("rule is set but best_metric is empty");
   }
-  if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_runtime::is_printable_utf8(prefix))
-    return bad("prefix '" + internal_runtime::printable(prefix) + "' must be non-empty printable text without '/'");
+  if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_base::is_printable_utf8(prefix))
+    return bad("prefix '" + internal_base::printable(prefix) + "' must be non-empty printable text without '/'");
   if (name_template.find("{step}") == std::string::npos && name_template.find("{epoch}") == std::string::npos)
     return bad("name_template '" + name_template + "' contains neither {step} nor {epoch}: names would repeat");
   if (name_template.find('/') != std::string::npos) return bad("name_template contains '/'");

@@ -6,9 +6,6 @@
 
 namespace distckpt::internal_plan {
 
-Box chunk_box(const proto::Chunk& c) {
-  return Box{Shape(c.offset().begin(), c.offset().end()), Shape(c.shape().begin(), c.shape().end())};
-}
 
 ChunkLookup::ChunkLookup(const proto::Tensor& tensor) {
   boxes_.reserve(static_cast<std::size_t>(tensor.chunks_size()));

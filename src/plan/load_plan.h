@@ -8,14 +8,13 @@
 
 #include "distckpt/layout.h"
 #include "distckpt_index.pb.h"
+#include "format/chunk_reader.h"
 
 namespace distckpt::internal_plan {
 
-struct ReadItem {
-  int chunk = 0;  // index into the tensor's chunks
-  Box region;     // intersection of the chunk's box and the needed box
-  bool whole = false;  // the chunk's box equals the needed box: read straight into the buffer
-};
+// A planned read is the read engine's unit of work (format/chunk_reader.h).
+using ReadItem = internal_format::ChunkRead;
+using internal_format::chunk_box;
 
 // The chunks of one stored tensor, indexed for box queries: sorted by offset along the
 // dim with the most distinct chunk offsets, so that a query looks only at chunks that
@@ -72,7 +71,5 @@ class ReplicaGroups {
 
 // One query without keeping the lookup.
 std::vector<ReadItem> plan_reads(const proto::Tensor& tensor, const Box& needed, int64_t* covered);
-
-Box chunk_box(const proto::Chunk& chunk);
 
 }  // namespace distckpt::internal_plan

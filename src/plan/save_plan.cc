@@ -11,7 +11,8 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "layout/slices.h"
 #include "plan/load_plan.h"
-#include "format/native/index_io.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
 #include "transform/sha256.h"
 
 namespace distckpt::internal_plan {
@@ -78,7 +79,7 @@ void describe_tensor(const PlannedTensor& tensor, bool member_boxes, proto::Tens
 std::string describe_tensors(const std::vector<PlannedTensor>& tensors) {
   proto::Index index;
   for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/true, index.add_tensors());
-  return internal_storage::serialize_deterministic(index);
+  return internal_format::serialize_deterministic(index);
 }
 
 std::string describe_state(const StateDict& state) { return describe_tensors(planned_tensors(state)); }
@@ -240,7 +241,7 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     if (plan.bytes_per_rank[r] == 0) continue;
     file_of_rank[r] = plan.index.files_size();
     proto::File* f = plan.index.add_files();
-    f->set_name(internal_storage::data_file_name(r));
+    f->set_name(internal_format::data_file_name(r));
     f->set_size(plan.bytes_per_rank[r]);
   }
   for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/false, plan.index.add_tensors());
@@ -262,7 +263,7 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
   }
   // The planned index must pass the checks every reader applies (the boxes of all
   // ranks tile each tensor, ...): never commit what load would refuse.
-  Status valid = internal_storage::validate_index(plan.index, "save plan");
+  Status valid = internal_format::validate_index(plan.index, "save plan");
   if (!valid.ok()) return invalid_argument(valid.message());
   return plan;
 }

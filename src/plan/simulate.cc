@@ -8,7 +8,7 @@
 #include "layout/slices.h"
 #include "plan/load_plan.h"
 #include "plan/save_plan.h"
-#include "format/native/index_io.h"
+#include "format/native/index_codec.h"
 
 namespace distckpt::internal_plan {
 namespace {
@@ -106,7 +106,7 @@ Result<SimulationReport> simulate_planning(const SimulationConfig& config) {
       ++report.chunks;
     }
   start = Clock::now();
-  const std::string framed = internal_storage::frame_index(index);
+  const std::string framed = internal_format::frame_index(index);
   report.frame_index_s = seconds_since(start);
   report.index_bytes = framed.size();
   report.files = static_cast<uint64_t>(index.files_size());
@@ -127,7 +127,7 @@ Result<SimulationReport> simulate_planning(const SimulationConfig& config) {
 
   // Load, per rank: parse and validate the index, look tensors up, index their chunks.
   start = Clock::now();
-  DISTCKPT_ASSIGN_OR_RETURN(proto::Index parsed, internal_storage::parse_index(framed, "simulated/index.pb"));
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index parsed, internal_format::parse_index(framed, "simulated/index.pb"));
   report.parse_index_s = seconds_since(start);
   start = Clock::now();
   std::map<std::string, int> stored;

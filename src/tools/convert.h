@@ -6,7 +6,7 @@
 
 #include "distckpt/checkpoint.h"
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_tools {
 
 struct ConvertControl {
   // false: write and fsync the destination under a temporary name and return that name
@@ -25,4 +25,4 @@ bool name_selected(const std::string& name, const std::vector<std::string>& only
 Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,
                                  const ConvertOptions& options, const ConvertControl& control);
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_tools

@@ -1,34 +1,33 @@
 // publish_checkpoint: a reproducible single-file export (tools/convert.h), named by
 // the SHA-256 of its bytes, committed with the single-file commit (catalog/commit.h).
-#include "distckpt/checkpoint.h"
-#include "format/stored.h"
-#include "catalog/commit.h"
-#include "tools/convert.h"
 #include "base/guard.h"
+#include "base/strings.h"
+#include "catalog/commit.h"
+#include "distckpt/checkpoint.h"
+#include "format/format.h"
+#include "tools/convert.h"
 #include "transform/sha256.h"
 
 namespace distckpt {
 
 Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOptions& options) {
-  return internal_runtime::guarded("publish", [&]() -> Result<PublishResult> {
+  return internal_base::guarded("publish", [&]() -> Result<PublishResult> {
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
-    if (options.format == Format::kNative)
+    if (!internal_format::driver(options.format).single_file)
       return invalid_argument("publish: the format must be a single file (ckpt, safetensors or hdf5), not native");
     DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, fs));
-    while (source.size() > 1 && source.back() == '/') source.pop_back();
+    source = internal_base::trim_trailing_slashes(source);
     DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, fs, options.key));
 
     // <directory>/<stem>-<sha8><ext>, the stem being the source's name without extension.
-    const auto slash = source.find_last_of('/');
-    std::string stem = slash == std::string::npos ? source : source.substr(slash + 1);
+    std::string stem = internal_base::base_name(source);
     const std::optional<Format> source_format = format_from_name(info.format);
-    const std::string source_ext(internal_format::format_extension(source_format.value_or(Format::kNative)));
-    if (!source_ext.empty() && stem.size() > source_ext.size() &&
-        stem.compare(stem.size() - source_ext.size(), source_ext.size(), source_ext) == 0)
+    const std::string source_ext(internal_format::driver(source_format.value_or(Format::kNative)).extension);
+    if (!source_ext.empty() && stem.size() > source_ext.size() && internal_base::ends_with(stem, source_ext))
       stem.resize(stem.size() - source_ext.size());
     std::string directory = options.directory;
-    if (directory.empty()) directory = slash == std::string::npos ? "." : source.substr(0, slash);
-    const std::string ext(internal_format::format_extension(options.format));
+    if (directory.empty()) directory = internal_base::dir_name(source);
+    const std::string ext(internal_format::driver(options.format).extension);
 
     ConvertOptions convert;
     convert.fsync = options.fsync;
@@ -37,12 +36,12 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     convert.only = options.only;
     convert.fs = fs;
     convert.key = options.key;
-    internal_runtime::ConvertControl control;
+    internal_tools::ConvertControl control;
     control.commit = false;
     control.reproducible = true;
     control.meta_name = stem;
     DISTCKPT_ASSIGN_OR_RETURN(ConvertResult written,
-                              internal_runtime::convert_to(source, directory + "/" + stem, options.format, convert,
+                              internal_tools::convert_to(source, directory + "/" + stem, options.format, convert,
                                                            control));
     const std::string tmp = written.path;
     // The temporary file goes whatever happens below, exceptions included.
@@ -59,7 +58,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
       const std::string name = stem + "-" + out.sha256.substr(0, 8) + ext;
       out.path = directory + "/" + name;
       for (const auto& t : info.tensors)
-        (internal_runtime::name_selected(t.name, options.only) ? out.tensors : out.dropped).push_back(t.name);
+        (internal_tools::name_selected(t.name, options.only) ? out.tensors : out.dropped).push_back(t.name);
       {
         DISTCKPT_ASSIGN_OR_RETURN(auto file, fs->open_readable(tmp));
         DISTCKPT_ASSIGN_OR_RETURN(out.file_bytes, file->size());
@@ -76,7 +75,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;
       }
-      auto committed = internal_runtime::publish_checkpoint(*fs, directory, tmp, name, options.fsync, false);
+      auto committed = internal_catalog::install_checkpoint(*fs, directory, tmp, name, options.fsync, false);
       if (!committed.ok() && committed.status().code() == StatusCode::kAlreadyExists && fs->exists(out.path)) {
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;

@@ -10,7 +10,7 @@
 #include "distckpt/layout.h"
 #include "distckpt_index.pb.h"
 
-namespace distckpt::internal_runtime {
+namespace distckpt::internal_tools {
 
 class CheckpointReader {
  public:
@@ -29,4 +29,4 @@ class CheckpointReader {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace distckpt::internal_runtime
+}  // namespace distckpt::internal_tools

@@ -6,8 +6,11 @@
 #include <map>
 
 #include "distckpt/checkpoint.h"
+#include "format/chunk_reader.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
 #include "format/stored.h"
-#include "format/native/index_io.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
@@ -27,21 +30,16 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   auto evict = [&](const std::string& file) {
     if (options.deep && !fs->evict_cached(file).ok()) evicted = false;
   };
-  const auto stored_format = internal_format::detect_format(*fs, path);
+  const internal_format::FormatDriver* stored_format = internal_format::detect(*fs, path);
   if (options.deep && stored_format)
-    evict(*stored_format == Format::kNative ? path + "/" + internal_storage::kIndexFileName : path);
+    evict(stored_format->single_file ? path : path + "/" + internal_format::kIndexFileName);
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, internal_format::read_stored_index(*fs, path));
-  auto opened = internal_storage::open_index(&index, options.key.get(), path);
+  auto opened = internal_format::open_index(&index, options.key.get(), path);
   if (!opened.ok()) return opened.status().with_context("verify");
   const std::shared_ptr<const internal_transform::CheckpointCipher> cipher = *opened;
-  const bool single = !(index.format().empty() || index.format() == "native");
-  const bool checksums = index.transforms().checksum() == "crc32c";
-  // Files of a single-file checkpoint are named relative to its directory.
-  std::string dir = path;
-  if (single) {
-    const auto slash = path.find_last_of('/');
-    dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  }
+  const bool single = internal_format::is_single_file(index);
+  const bool checksums = internal_format::has_chunk_checksums(index);
+  const std::string dir = internal_format::files_dir(index, path);
   VerifyReport report;
   report.checksums = checksums;
   report.authenticated = cipher != nullptr;
@@ -52,8 +50,6 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
     for (int c = 0; c < index.tensors(t).chunks_size(); ++c)
       by_file[index.tensors(t).chunks(c).file_id()].emplace_back(t, c);
   report.tensors = static_cast<uint64_t>(index.tensors_size());
-  // Chunks are read in pieces so memory stays bounded whatever the index claims.
-  constexpr uint64_t kPiece = 16 << 20;
   std::vector<char> buf;
   for (int f = 0; f < index.files_size(); ++f) {
     const auto& meta = index.files(f);
@@ -86,14 +82,9 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
     }
     ++report.files;
     if (meta.crc32_covered() > 0) {
-      uint32_t crc = 0;
-      for (uint64_t done = 0; done < meta.crc32_covered();) {
-        const uint64_t n = std::min(kPiece, meta.crc32_covered() - done);
-        buf.resize(n);
-        DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), n, done).with_context("verify"));
-        crc = internal_transform::crc32_zlib(crc, buf.data(), n);
-        done += n;
-      }
+      auto computed = internal_format::file_crc32(**file, 0, meta.crc32_covered());
+      if (!computed.ok()) return computed.status().with_context("verify");
+      const uint32_t crc = *computed;
       if (crc != meta.crc32())
         return corruption("verify: '" + file_path + "': CRC-32 " + internal_transform::crc32c_hex(crc) + " != footer " +
                           internal_transform::crc32c_hex(meta.crc32()));
@@ -103,29 +94,14 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
     for (const auto& [t, c] : chunks) {
       const auto& tensor = index.tensors(t);
       const auto& chunk = tensor.chunks(c);
-      const std::string where = "verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) +
-                                " of " + meta.name();
-      uint32_t state = internal_transform::kCrc32cInit;
-      if (cipher) {
-        // Authenticated whole: a chunk's tag covers all of it (memory: its size).
-        buf.resize(chunk.length());
-        DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), chunk.length(), chunk.byte_offset()).with_context("verify"));
-        state = internal_transform::crc32c_extend(state, buf.data(), buf.size());
-        DISTCKPT_RETURN_IF_ERROR(internal_storage::open_chunk(*cipher, tensor, c, single ? "" : meta.name(),
-                                                              buf.data(), buf.data(), where));
-      } else {
-        for (uint64_t done = 0; done < chunk.length();) {
-          const uint64_t n = std::min(kPiece, chunk.length() - done);
-          buf.resize(n);
-          DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), n, chunk.byte_offset() + done).with_context("verify"));
-          state = internal_transform::crc32c_extend(state, buf.data(), n);
-          done += n;
-        }
-      }
-      const uint32_t crc = internal_transform::crc32c_finish(state);
-      if (checksums && crc != chunk.crc32c())
-        return corruption("verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) + " of " +
-                          meta.name() + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
+      internal_format::ChunkCheck check;
+      check.crc = checksums;
+      check.cipher = cipher.get();
+      check.file_identity = single ? "" : meta.name();
+      check.where = "verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) + " of " +
+                    meta.name();
+      // Read whole only when authenticated (a tag covers all of it); else in pieces.
+      DISTCKPT_RETURN_IF_ERROR(internal_format::read_chunk(**file, tensor, c, nullptr, check, buf));
       ++report.chunks;
       report.bytes_checked += chunk.length();
     }

@@ -21,6 +21,9 @@
 
 namespace distckpt::internal_transform {
 
+// AES-128/192/256 (and SM4 with 16 bytes): the key sizes distckpt accepts.
+inline bool valid_key_size(std::size_t n) { return n == 16 || n == 24 || n == 32; }
+
 inline constexpr std::size_t kSaltBytes = 16;
 
 // Stored bytes of a chunk of `plain` bytes: GCM the same, CBC padded to a whole block

@@ -5,11 +5,13 @@
 #include <map>
 #include <set>
 
-#include "format/stored.h"
+#include "base/strings.h"
 #include "format/ckpt/wire.h"
+#include "format/describe.h"
+#include "format/format.h"
+#include "format/sequential_writer.h"
 #include "layout/region.h"
 #include "layout/tiling.h"
-#include "format/native/index_io.h"
 #include "transform/cipher.h"
 
 namespace distckpt::internal_format {
@@ -30,12 +32,6 @@ constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 30;
 constexpr uint64_t kMaxStrBytes = 1 << 20;
 // A record costs ~150 bytes in memory for >= 8 on disk: bound what a hostile file costs.
 constexpr std::size_t kMaxRecords = std::size_t{1} << 24;
-
-std::string dims_string(const Shape& dims) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
-}
 
 Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_type, bool* has_content) {
   while (c.pos() < end) {
@@ -197,7 +193,7 @@ std::string ckpt_record(const std::string& tag, const Shape& dims, std::string_v
 
 std::string ckpt_meta_field(const proto::Index& meta) {
   std::string out;
-  const std::string bytes = internal_storage::serialize_deterministic(meta);
+  const std::string bytes = serialize_deterministic(meta);
   put_tag(out, kCkptMetaField, 2);
   put_varint(out, bytes.size());
   return out + bytes;
@@ -293,237 +289,6 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
   }
   scan.data_end = end;
   return scan;
-}
-
-namespace {
-
-// Records i..j-1 of an encrypted file as one tensor: its shape comes from distckpt's
-// metadata (a record's dims [0] cannot tell a scalar from an empty vector once its
-// content is padded), its records must be the writer's split, and each box of a record
-// is one chunk of stored length, with the next nonce and tag of the encryption field.
-Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std::size_t j, std::size_t* next_chunk,
-                                       const std::string& where) {
-  const CkptRecord& first = scan.records[i];
-  const proto::CkptEncryption& e = *scan.encryption;
-  const EncryptionMode mode = *encryption_mode_from_name(e.mode());
-  const proto::Tensor* described = nullptr;
-  for (const auto& t : scan.meta->tensors())
-    if (t.name() == first.tag) described = &t;
-  if (described == nullptr) return corruption(where + ": not in distckpt's metadata");
-  const auto dtype = dtype_from_name(described->dtype());
-  if (!dtype) return corruption(where + ": unknown dtype in distckpt's metadata");
-  const Shape shape(described->global_shape().begin(), described->global_shape().end());
-  const auto count = internal_layout::checked_num_elements(shape);
-  const std::size_t item = dtype_size(*dtype);
-  if (!count || static_cast<uint64_t>(*count) > UINT64_MAX / 16 / item)
-    return corruption(where + ": its global shape overflows");
-  // Before anything is sized by the (not yet authenticated) shape: the records must hold
-  // at least its bytes, which bounds it by the file's size.
-  uint64_t content = 0;
-  for (std::size_t k = i; k < j; ++k) content += scan.records[k].content_bytes;  // each within the file
-  const uint64_t plain = static_cast<uint64_t>(*count) * item;
-  if (content < plain)
-    return corruption(where + ": its records hold " + std::to_string(content) + " bytes, fewer than its " +
-                      std::to_string(plain));
-  const auto ranges = *count == 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, 0}} : ckpt_record_ranges(shape, item);
-  if (j - i != ranges.size())
-    return corruption(where + ": " + std::to_string(j - i) + " records, the writer makes " + std::to_string(ranges.size()));
-  proto::Tensor t;
-  t.set_name(first.tag);
-  t.set_dtype(std::string(dtype_name(*dtype)));
-  for (int64_t d : shape) t.add_global_shape(d);
-  for (std::size_t k = i; k < j; ++k) {
-    const CkptRecord& r = scan.records[k];
-    if (r.type != kCkptEncryptedType || r.dims != first.dims)
-      return corruption(where + ": an encrypted file's record of type '" + r.type + "' or other dims");
-    const auto [begin, end] = ranges[k - i];
-    const std::vector<Box> boxes =
-        *count == 0 ? std::vector<Box>{full_box(shape)} : internal_layout::flat_range_to_boxes(shape, begin, end);
-    uint64_t byte = r.content_offset;
-    for (const Box& box : boxes) {
-      if (*next_chunk >= static_cast<std::size_t>(e.nonce_size()))
-        return corruption(where + ": more chunks than the encryption field lists");
-      const uint64_t stored = internal_transform::stored_length(mode, static_cast<uint64_t>(box.num_elements()) * item);
-      if (stored > r.content_offset + r.content_bytes - byte)
-        return corruption(where + ": a record's tensor_content is too short for its encrypted chunks");
-      auto* ch = t.add_chunks();
-      for (std::size_t d = 0; d < shape.size(); ++d) {
-        ch->add_offset(box.offset[d]);
-        ch->add_shape(box.shape[d]);
-      }
-      ch->set_file_id(0);
-      ch->set_byte_offset(byte);
-      ch->set_length(stored);
-      ch->set_writer_rank(-1);
-      ch->set_nonce(e.nonce(static_cast<int>(*next_chunk)));
-      ch->set_tag(e.tag(static_cast<int>(*next_chunk)));
-      ++*next_chunk;
-      byte += stored;
-    }
-    if (byte != r.content_offset + r.content_bytes)
-      return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
-                        " bytes is not its encrypted chunks'");
-  }
-  return t;
-}
-
-}  // namespace
-
-Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
-                                const std::string& path) {
-  proto::Index index;
-  index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
-  std::set<std::string> info_keys;
-  for (const auto& [k, v] : index.info()) info_keys.insert(k);
-  auto* f = index.mutable_files(0);
-  if (scan.footer) {
-    f->set_crc32_covered(scan.data_end);
-    f->set_crc32(*scan.footer);
-  }
-  std::map<std::string, proto::Tensor> found;
-  std::vector<std::string> order;
-  std::set<std::string> seen;
-  std::size_t next_chunk = 0;  // encrypted: the next nonce and tag of the encryption field
-  if (scan.encryption) {
-    if (!scan.meta) return corruption("'" + path + "': encrypted, but without distckpt's metadata");
-    const auto& e = *scan.encryption;
-    if (e.nonce_size() != e.tag_size())
-      return corruption("'" + path + "': the encryption field lists " + std::to_string(e.nonce_size()) + " nonces and " +
-                        std::to_string(e.tag_size()) + " tags");
-    const auto mode = encryption_mode_from_name(e.mode());
-    if (!mode || *mode == EncryptionMode::kNone)
-      return corruption("'" + path + "': unknown encryption mode");
-  }
-  for (std::size_t i = 0; i < scan.records.size();) {
-    std::size_t j = i + 1;
-    while (j < scan.records.size() && scan.records[j].tag == scan.records[i].tag) ++j;
-    const CkptRecord& first = scan.records[i];
-    const std::string where = "'" + path + "': tensor '" + first.tag + "'";
-    if (!seen.insert(first.tag).second) return corruption(where + " appears in two separate runs of records");
-    if (info_keys.count(first.tag)) {  // distckpt's copy of an info value
-      order.push_back(first.tag);
-      i = j;
-      continue;
-    }
-    // dims [0] is MindSpore's scalar, unless the record holds no bytes: then it is an
-    // empty 1-d tensor (the format cannot tell them apart otherwise). dims [] is a scalar
-    // too (MindSpore 2.x).
-    const bool scalar = first.dims.empty() || (first.dims == Shape{0} && first.content_bytes > 0);
-    if (!scan.meta && j == i + 1 && (scalar || first.dims == Shape{1})) {
-      // A MindSpore file: append info is stored as scalar records.
-      if (first.type == "str") {
-        auto text = utf32le_to_utf8(first.small_content);
-        if (!text) return corruption(where + ": a str value that is not UTF-32LE text");
-        (*index.mutable_info())[first.tag].set_string_value(*text);
-        order.push_back(first.tag);
-        i = j;
-        continue;
-      }
-      if ((first.tag == "epoch_num" || first.tag == "step_num") && (first.type == "Int64" || first.type == "Int32") &&
-          first.content_bytes == (first.type == "Int64" ? 8u : 4u)) {
-        int64_t v = 0;
-        if (first.type == "Int64") std::memcpy(&v, first.small_content.data(), 8);
-        else {
-          int32_t v32;
-          std::memcpy(&v32, first.small_content.data(), 4);
-          v = v32;
-        }
-        (*index.mutable_info())[first.tag].set_int_value(v);
-        if (first.tag == "epoch_num") index.set_epoch(v);
-        else index.set_step(v);
-        order.push_back(first.tag);
-        i = j;
-        continue;
-      }
-    }
-    if (scan.encryption) {
-      DISTCKPT_ASSIGN_OR_RETURN(proto::Tensor t, encrypted_tensor(scan, i, j, &next_chunk, where));
-      order.push_back(first.tag);
-      found.emplace(first.tag, std::move(t));
-      i = j;
-      continue;
-    }
-    const auto dtype = ms_type_from_name(first.type);
-    if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
-    const Shape shape = scalar ? Shape{} : first.dims;
-    if (first.type == "str") return corruption(where + ": a str record is not a tensor");
-    const auto count = internal_layout::checked_num_elements(shape);
-    if (!count) return corruption(where + ": dims " + dims_string(first.dims) + " overflow");
-    const uint64_t item = dtype_size(*dtype);
-    proto::Tensor t;
-    t.set_name(first.tag);
-    t.set_dtype(std::string(dtype_name(*dtype)));
-    for (int64_t d : shape) t.add_global_shape(d);
-    uint64_t total = 0;  // summed with overflow in mind: each record is within the file
-    for (std::size_t k = i; k < j; ++k) total += scan.records[k].content_bytes;
-    if (total != static_cast<uint64_t>(*count) * item)
-      return corruption(where + ": tensor_content holds " + std::to_string(total) + " bytes, dims " +
-                        dims_string(first.dims) + " x " + std::to_string(item) + " bytes (" + first.type + ") need " +
-                        std::to_string(static_cast<uint64_t>(*count) * item));
-    int64_t at = 0;
-    for (std::size_t k = i; k < j; ++k) {
-      const CkptRecord& r = scan.records[k];
-      if (r.type != first.type || r.dims != first.dims)
-        return corruption(where + ": its records disagree on type or dims");
-      if (r.content_bytes % item != 0)
-        return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
-                          " bytes is not a whole number of " + first.type + " elements");
-      const int64_t n = static_cast<int64_t>(r.content_bytes / item);
-      if (n > *count - at)
-        return corruption(where + ": tensor_content holds more than prod(dims " + dims_string(first.dims) + ") x " +
-                          std::to_string(item) + " bytes");
-      if (n == 0) continue;
-      // A record is any element range (MindSpore 2.x cuts raw 512 MiB pieces): one
-      // chunk per box of it, at its byte offset within the record.
-      uint64_t byte = r.content_offset;
-      for (const Box& box : internal_layout::flat_range_to_boxes(shape, at, at + n)) {
-        auto* ch = t.add_chunks();
-        for (std::size_t d = 0; d < shape.size(); ++d) {
-          ch->add_offset(box.offset[d]);
-          ch->add_shape(box.shape[d]);
-        }
-        const uint64_t len = static_cast<uint64_t>(box.num_elements()) * item;
-        ch->set_file_id(0);
-        ch->set_byte_offset(byte);
-        ch->set_length(len);
-        ch->set_writer_rank(-1);
-        byte += len;
-      }
-      at += n;
-    }
-    if (at != *count)
-      return corruption(where + ": tensor_content holds " + std::to_string(static_cast<uint64_t>(at) * item) +
-                        " bytes, dims " + dims_string(first.dims) + " x " + std::to_string(item) + " need " +
-                        std::to_string(static_cast<uint64_t>(*count) * item));
-    if (*count == 0) {  // an empty tensor still needs its (empty) chunk to be described
-      auto* ch = t.add_chunks();
-      for (int64_t d : shape) {
-        ch->add_offset(0);
-        ch->add_shape(d);
-      }
-      ch->set_byte_offset(first.content_offset);
-    }
-    order.push_back(first.tag);
-    found.emplace(first.tag, std::move(t));
-    i = j;
-  }
-  if (scan.encryption) {
-    const proto::CkptEncryption& e = *scan.encryption;
-    if (next_chunk != static_cast<std::size_t>(e.nonce_size()))
-      return corruption("'" + path + "': the encryption field lists " + std::to_string(e.nonce_size()) +
-                        " chunks, the records hold " + std::to_string(next_chunk));
-    proto::Encryption* enc = index.mutable_encryption();
-    enc->set_mode(e.mode());
-    enc->set_algorithm(e.algorithm());
-    enc->set_salt(e.salt());
-    enc->set_table_nonce(e.seal_nonce());
-    enc->set_table_tag(e.seal_tag());
-    enc->set_sealed_tensors(e.sealed());
-    enc->set_associated(ckpt_sealed_aad(scan.meta_bytes, e));
-    index.mutable_transforms()->set_encryption(e.algorithm());
-  }
-  DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, scan.meta, path));
-  return index;
 }
 
 }  // namespace distckpt::internal_format

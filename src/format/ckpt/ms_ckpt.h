@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,5 +94,14 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
 // one chunk per box of each record, its stored (encrypted) length, nonce and tag.
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path);
+
+// The .ckpt writer (ckpt_writer.cc), for the format table.
+struct WriterOptions;
+class SequentialWriter;
+Result<std::unique_ptr<SequentialWriter>> open_ckpt_writer(FileSystem& fs, const std::string& path,
+                                                           const proto::Index& meta, const WriterOptions& options);
+
+// The ckpt format's row of the format table (format.h).
+const struct FormatDriver& ckpt_driver();
 
 }  // namespace distckpt::internal_format

@@ -1,8 +1,5 @@
 #include "format/hdf5/hdf5_io.h"
 
-#include <nlohmann/json.hpp>
-
-#include <google/protobuf/util/json_util.h>
 #include <hdf5.h>
 #include <sys/stat.h>
 
@@ -13,9 +10,14 @@
 #include <map>
 #include <optional>
 
-#include "format/stored.h"
+#include "base/strings.h"
+#include "format/describe.h"
+#include "format/format.h"
+#include "format/metadata_json.h"
+#include "format/native/index_codec.h"
+#include "format/sequential_writer.h"
+#include "layout/region.h"
 #include "layout/tiling.h"
-#include "format/native/index_io.h"
 
 namespace distckpt::internal_format {
 
@@ -171,17 +173,6 @@ Status check_hdf5_name(const std::string& name) {
   }
 }
 
-std::string metadata_json(const proto::Index& meta) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(meta, &json, options);
-  // Protobuf prints map entries (the info values) in a per-instance random order;
-  // sorted keys make equal metadata print equally (reproducible published files).
-  const nlohmann::json sorted = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  return sorted.is_discarded() ? json : sorted.dump();
-}
-
 Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
                                                        const proto::Index& meta, std::string meta_json) {
   quiet_hdf5();
@@ -299,7 +290,7 @@ Status Hdf5Writer::finish() {
   keep(write_string_attr(file, kMetaAttr, meta_json_));
   if (meta_.step() >= 0) keep(write_scalar_attr(file, "step_num", H5T_NATIVE_INT64, meta_.step()));
   if (meta_.epoch() >= 0) keep(write_scalar_attr(file, "epoch_num", H5T_NATIVE_INT64, meta_.epoch()));
-  for (const auto& [key, value] : internal_storage::info_values(meta_)) {
+  for (const auto& [key, value] : info_values(meta_)) {
     if (key == kMetaAttr || key == "step_num" || key == "epoch_num") continue;
     if (auto* i = std::get_if<int64_t>(&value)) {
       keep(write_scalar_attr(file, key, H5T_NATIVE_INT64, *i));
@@ -322,12 +313,6 @@ Status Hdf5Writer::finish() {
   if (::chmod(path_.c_str(), 0600) != 0 && errno != ENOENT)
     keep(io_error(where + ": chmod 0600: " + std::strerror(errno)));
   return st.with_context(where);
-}
-
-Result<proto::Index> parse_metadata_json(const std::string& json, const std::string& where) {
-  proto::Index parsed;
-  if (!google::protobuf::util::JsonStringToMessage(json, &parsed).ok()) return corruption(where + " does not parse");
-  return parsed;
 }
 
 Result<proto::Index> hdf5_index(const std::string& path, const std::string& file_name) {
@@ -394,6 +379,87 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
   for (const auto& o : order) names.push_back(o.second);
   DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), names, meta, path));
   return index;
+}
+
+namespace {
+
+bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string_view("\x89HDF\r\n\x1a\n", 8); }
+
+Result<proto::Index> describe_hdf5(FileSystem&, const std::string& path) {
+  return hdf5_index(path, internal_base::base_name(path));
+}
+
+Status check_hdf5_writable(const proto::Index& meta) {
+  for (const auto& t : meta.tensors()) DISTCKPT_RETURN_IF_ERROR(check_hdf5_name(t.name()));
+  return Status();
+}
+
+// An HDF5 file written by this process alone (serial driver), as a sequential writer:
+// each append is written as the boxes of its element range (whole rows when the pieces
+// are whole rows, as conversions read them).
+class Hdf5SequentialWriter final : public SequentialWriter {
+ public:
+  Hdf5SequentialWriter(FileSystem& fs, std::string path, std::unique_ptr<Hdf5Writer> writer, proto::Index meta)
+      : fs_(fs), path_(std::move(path)), writer_(std::move(writer)), meta_(std::move(meta)), progress_(meta_) {}
+  Status append(int tensor, const void* data, std::size_t n) override {
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
+    const proto::Tensor& t = meta_.tensors(tensor);
+    const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
+    if (n == 0) return Status();
+    if (at % item != 0 || n % item != 0)
+      return internal_error("hdf5 writer: a piece of tensor '" + t.name() + "' is not whole elements");
+    const Shape shape(t.global_shape().begin(), t.global_shape().end());
+    const auto* p = static_cast<const char*>(data);
+    for (const Box& box : internal_layout::flat_range_to_boxes(shape, static_cast<int64_t>(at / item),
+                                                               static_cast<int64_t>((at + n) / item))) {
+      DISTCKPT_RETURN_IF_ERROR(writer_->write(tensor, {{box, p}}, 1));
+      p += static_cast<std::size_t>(box.num_elements()) * item;
+    }
+    bytes_written_ += n;
+    return Status();
+  }
+  Result<proto::Index> finish(bool fsync) override {
+    DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
+    DISTCKPT_RETURN_IF_ERROR(writer_->finish());
+    writer_.reset();
+    if (fsync) DISTCKPT_RETURN_IF_ERROR(fs_.sync_file(path_));
+    return meta_;
+  }
+
+ private:
+  FileSystem& fs_;
+  std::string path_;
+  std::unique_ptr<Hdf5Writer> writer_;
+  proto::Index meta_;
+  Progress progress_;
+};
+
+Result<std::unique_ptr<SequentialWriter>> open_hdf5_writer(FileSystem& fs, const std::string& path,
+                                                           const proto::Index& meta, const WriterOptions&) {
+  DISTCKPT_ASSIGN_OR_RETURN(auto writer, Hdf5Writer::create(path, MPI_COMM_NULL, meta, metadata_json(meta)));
+  return std::unique_ptr<SequentialWriter>(new Hdf5SequentialWriter(fs, path, std::move(writer), meta));
+}
+
+constexpr std::string_view kHdf5Extensions[] = {".h5", ".hdf5"};
+
+}  // namespace
+
+const FormatDriver& hdf5_driver() {
+  static const FormatDriver kRow{
+      .id = Format::kHdf5,
+      .name = "hdf5",
+      .extension = ".h5",
+      .read_extensions = kHdf5Extensions,
+      .single_file = true,
+      .carries_encryption = false,
+      .chunk_checksums = false,
+      .sniff = sniff_hdf5,
+      .describe = describe_hdf5,
+      .check_writable = check_hdf5_writable,
+      .add_format_info = nullptr,
+      .open_writer = open_hdf5_writer,
+  };
+  return kRow;
 }
 
 }  // namespace distckpt::internal_format

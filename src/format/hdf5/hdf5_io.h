@@ -54,10 +54,7 @@ class Hdf5Writer {
   Status deferred_;  // a failure after the file was created: reported by finish()
 };
 
-// distckpt's metadata as JSON (field names as in the .proto), for HDF5 and safetensors.
-std::string metadata_json(const proto::Index& meta);
-// Its inverse, for bytes from a file: kCorruption ("<where> does not parse"). The result
-// is only a description; attach_tensors checks it against the file's datasets.
-Result<proto::Index> parse_metadata_json(const std::string& json, const std::string& where);
+// The HDF5 format's row of the format table (format.h).
+const struct FormatDriver& hdf5_driver();
 
 }  // namespace distckpt::internal_format

@@ -7,10 +7,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "format/hdf5/hdf5_io.h"
-#include "format/stored.h"
+#include "base/strings.h"
+#include "format/describe.h"
+#include "format/format.h"
+#include "format/metadata_json.h"
+#include "format/sequential_writer.h"
 #include "layout/tiling.h"
-#include "format/native/index_io.h"
 
 namespace distckpt::internal_format {
 
@@ -23,11 +25,6 @@ constexpr std::pair<DType, std::string_view> kStTypes[] = {
     {DType::kBool, "BOOL"}};
 constexpr const char* kMetadataKey = "__metadata__";
 
-uint64_t tensor_bytes(const proto::Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d : t.global_shape()) n *= d;
-  return static_cast<uint64_t>(n) * dtype_size(*dtype_from_name(t.dtype()));
-}
 
 // `relative`: each tensor's offset from the start of the data.
 std::string header_json(const proto::Index& meta, const std::vector<uint64_t>& relative) {
@@ -43,7 +40,7 @@ std::string header_json(const proto::Index& meta, const std::vector<uint64_t>& r
   m[kSafetensorsMetaKey] = metadata_json(meta);
   if (meta.step() >= 0) m["step_num"] = std::to_string(meta.step());
   if (meta.epoch() >= 0) m["epoch_num"] = std::to_string(meta.epoch());
-  for (const auto& [key, value] : internal_storage::info_values(meta))
+  for (const auto& [key, value] : info_values(meta))
     if (key != kSafetensorsMetaKey) m[key] = info_value_to_string(value);
   j[kMetadataKey] = std::move(m);
   return j.dump();
@@ -199,6 +196,45 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
   for (const auto& r : ranges) order.push_back(r.second);
   DISTCKPT_RETURN_IF_ERROR(attach_tensors(index, std::move(found), order, meta, path));
   return index;
+}
+
+namespace {
+
+// The 8-byte header length, then the JSON header.
+bool sniff_safetensors(std::string_view head) { return head.size() > 8 && head[8] == '{'; }
+
+Result<proto::Index> describe_safetensors(FileSystem& fs, const std::string& path) {
+  DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  return safetensors_index(*opened.file, opened.size, internal_base::base_name(path), path);
+}
+
+Status check_safetensors_writable(const proto::Index& meta) {
+  for (const auto& t : meta.tensors())
+    if (t.name() == "__metadata__")
+      return invalid_argument("tensor '__metadata__' cannot be stored in safetensors (reserved key)");
+  return Status();
+}
+
+constexpr std::string_view kSafetensorsExtensions[] = {".safetensors"};
+
+}  // namespace
+
+const FormatDriver& safetensors_driver() {
+  static const FormatDriver kRow{
+      .id = Format::kSafetensors,
+      .name = "safetensors",
+      .extension = ".safetensors",
+      .read_extensions = kSafetensorsExtensions,
+      .single_file = true,
+      .carries_encryption = false,
+      .chunk_checksums = false,
+      .sniff = sniff_safetensors,
+      .describe = describe_safetensors,
+      .check_writable = check_safetensors_writable,
+      .add_format_info = nullptr,
+      .open_writer = open_safetensors_writer,
+  };
+  return kRow;
 }
 
 }  // namespace distckpt::internal_format

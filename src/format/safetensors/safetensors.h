@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,5 +43,15 @@ Result<std::string> safetensors_header(const proto::Index& meta, const Safetenso
 // shapes, offsets inside the file and not overlapping) and describes it as an index.
 Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, const std::string& file_name,
                                        const std::string& path);
+
+// The safetensors writer (safetensors_writer.cc), for the format table.
+struct WriterOptions;
+class SequentialWriter;
+Result<std::unique_ptr<SequentialWriter>> open_safetensors_writer(FileSystem& fs, const std::string& path,
+                                                                  const proto::Index& meta,
+                                                                  const WriterOptions& options);
+
+// The safetensors format's row of the format table (format.h).
+const struct FormatDriver& safetensors_driver();
 
 }  // namespace distckpt::internal_format

@@ -1,7 +1,4 @@
-#include "format/native/index_io.h"
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include "format/native/index_codec.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,12 +6,16 @@
 #include <optional>
 #include <set>
 
-#include "layout/tiling.h"
 #include "base/text.h"
+#include "format/format.h"
+#include "layout/tiling.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
-namespace distckpt::internal_storage {
+namespace distckpt::internal_format {
+
+using internal_base::printable;
+
 namespace {
 
 constexpr char kMagic[8] = {'D', 'C', 'K', 'P', 'T', 'I', 'D', 'X'};
@@ -33,37 +34,17 @@ T get(const std::string& in, std::size_t pos) {
   return v;
 }
 
+}  // namespace
+
 bool valid_file_name(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." && name != kIndexFileName &&
          name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
 }
 
-}  // namespace
-
 std::string data_file_name(int writer_rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "data-%05d.bin", writer_rank);
   return buf;
-}
-
-Status validate_checkpoint_name(const std::string& name) {
-  if (!valid_file_name(name) || name == kLatestFileName || name.find(kTmpMarker) != std::string::npos ||
-      !internal_runtime::is_printable_utf8(name))
-    return invalid_argument("checkpoint name '" + internal_runtime::printable(name) +
-                            "' is not allowed (must be printable UTF-8, non-empty, <= 255 bytes, without "
-                            "'/', not 'latest', '.', '..', and without '.tmp-')");
-  return Status();
-}
-
-std::string serialize_deterministic(const proto::Index& index) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream raw(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&raw);
-    coded.SetSerializationDeterministic(true);  // map entries sorted by key
-    index.SerializeToCodedStream(&coded);
-  }
-  return bytes;
 }
 
 std::string frame_index(const proto::Index& index) {
@@ -103,8 +84,8 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
     return corruption("index '" + path + "': an encrypted index framed as version " + std::to_string(version));
   // An index.pb describes a checkpoint directory: never a single file, whose encryption
   // is checked another way (open_index follows `format`).
-  if (!(index.format().empty() || index.format() == "native"))
-    return corruption("index '" + path + "': format '" + internal_runtime::printable(index.format()) +
+  if (!index.format().empty() && format_from_name(index.format()) != Format::kNative)
+    return corruption("index '" + path + "': format '" + printable(index.format()) +
                       "' in an index.pb");
   if (index.has_encryption() && !index.encryption().associated().empty())
     return corruption("index '" + path + "': a single file's seal in an index.pb");
@@ -131,6 +112,10 @@ Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir) {
   return bytes;  // parse_index reports whatever is wrong with a bad header
 }
 
+bool is_framed_index(const std::string& bytes) {
+  return bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0;
+}
+
 Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
   DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, read_index_bytes(fs, dir));
   return parse_index(bytes, dir + "/" + kIndexFileName);
@@ -155,7 +140,7 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     const auto& e = index.encryption();
     encryption = encryption_mode_from_name(e.mode());
     if (!encryption || *encryption == EncryptionMode::kNone)
-      return corruption(where + ": unknown encryption mode '" + internal_runtime::printable(e.mode()) + "'");
+      return corruption(where + ": unknown encryption mode '" + printable(e.mode()) + "'");
     if (e.salt().size() != internal_transform::kSaltBytes)
       return corruption(where + ": encryption salt of " + std::to_string(e.salt().size()) + " bytes");
     nonce_bytes = *encryption == EncryptionMode::kAesGcm ? 12 : 16;
@@ -164,10 +149,10 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (e.table_nonce().size() != nonce_bytes || e.table_tag().size() != tag_bytes)
       return corruption(where + ": the seal's nonce or tag has the wrong size");
     if (index.transforms().encryption() != e.algorithm())
-      return corruption(where + ": transforms say '" + internal_runtime::printable(index.transforms().encryption()) +
-                        "', the encryption record '" + internal_runtime::printable(e.algorithm()) + "'");
+      return corruption(where + ": transforms say '" + printable(index.transforms().encryption()) +
+                        "', the encryption record '" + printable(e.algorithm()) + "'");
   } else if (!index.transforms().encryption().empty() && index.transforms().encryption() != "none") {
-    return corruption(where + ": encryption '" + internal_runtime::printable(index.transforms().encryption()) +
+    return corruption(where + ": encryption '" + printable(index.transforms().encryption()) +
                       "' without its parameters");
   }
   std::set<std::string> names;
@@ -246,181 +231,4 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   return Status();
 }
 
-namespace {
-
-// What the sealed tensor table authenticates besides itself: the rest of the index
-// (step, epoch, files and their sizes, info values, the encryption record minus the
-// table), so none of it can be changed unnoticed by someone without the key.
-std::string table_aad(const proto::Index& index) {
-  proto::Index rest = index;
-  rest.clear_tensors();
-  rest.mutable_encryption()->clear_sealed_tensors();
-  rest.mutable_encryption()->clear_table_tag();
-  return "distckpt tensor table v1" + serialize_deterministic(rest);
-}
-
-}  // namespace
-
-Status seal_index(proto::Index* index, const internal_transform::CheckpointCipher& cipher, const std::string& salt) {
-  proto::TensorTable table;
-  table.mutable_tensors()->Swap(index->mutable_tensors());
-  std::string plain;
-  if (!table.SerializeToString(&plain)) return internal_error("seal: the tensor table does not serialize");
-  proto::Encryption* e = index->mutable_encryption();
-  e->set_mode(std::string(encryption_mode_name(cipher.mode())));
-  e->set_algorithm(cipher.algorithm());
-  e->set_salt(salt);
-  index->mutable_transforms()->set_encryption(cipher.algorithm());
-  // The nonce is part of the associated data: chosen first.
-  DISTCKPT_ASSIGN_OR_RETURN(std::string nonce, internal_transform::CheckpointCipher::random_bytes(cipher.nonce_bytes()));
-  e->set_table_nonce(nonce);
-  std::string sealed, tag;
-  DISTCKPT_RETURN_IF_ERROR(cipher.seal_buffer(table_aad(*index), plain, nonce, &sealed, &tag));
-  e->set_sealed_tensors(sealed);
-  e->set_table_tag(tag);
-  return Status();
-}
-
-Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(proto::Index* index,
-                                                                              const EncryptionKey* key,
-                                                                              const std::string& path) {
-  const std::string where = "index '" + path + "'";
-  if (!index->has_encryption()) {
-    // A reader holding a key expects an encrypted checkpoint: a plain one in its place
-    // is what someone who cannot forge the encrypted one would put there.
-    if (key != nullptr)
-      return auth_failed("checkpoint '" + path + "' is not encrypted, but a key was given (read it without a "
-                         "key to accept a plain checkpoint)");
-    return std::shared_ptr<const internal_transform::CheckpointCipher>();
-  }
-  const proto::Encryption& e = index->encryption();
-  if (key == nullptr)
-    return auth_failed("checkpoint '" + path + "' is encrypted (" + internal_runtime::printable(e.algorithm()) +
-                       "): its key is needed");
-  const auto mode = encryption_mode_from_name(e.mode());
-  if (!mode) return corruption(where + ": unknown encryption mode");
-  auto cipher = internal_transform::CheckpointCipher::create(*mode, *key, e.salt());
-  if (!cipher.ok()) {
-    if (cipher.status().code() == StatusCode::kInvalidArgument)  // the key cannot be this checkpoint's
-      return auth_failed(where + ": " + cipher.status().message());
-    return cipher.status().with_context(where);
-  }
-  const bool native = index->format().empty() || index->format() == "native";
-  if (native && index->tensors_size() > 0)  // never trust a table someone put in the clear
-    return auth_failed(where + ": encrypted, but its tensors are listed in the clear");
-  if ((*cipher)->algorithm() != e.algorithm())  // e.g. a 16-byte key for an AES-256 checkpoint
-    return auth_failed(where + ": encrypted with " + internal_runtime::printable(e.algorithm()) +
-                       ", and this key would make it " + (*cipher)->algorithm() + ": wrong key");
-  if (native) {
-    DISTCKPT_ASSIGN_OR_RETURN(std::string plain, (*cipher)->open_buffer(table_aad(*index), e.table_nonce(),
-                                                                       e.sealed_tensors(), e.table_tag(),
-                                                                       where + ": tensor table"));
-    proto::TensorTable table;
-    if (!table.ParseFromString(plain)) return corruption(where + ": the sealed tensor table does not parse");
-    index->mutable_tensors()->Swap(table.mutable_tensors());
-    DISTCKPT_RETURN_IF_ERROR(validate_index(*index, path));
-  } else {
-    // A single file describes its tensors itself; its seal covers that description.
-    if (e.associated().empty()) return auth_failed(where + ": encrypted, but its metadata is not sealed");
-    DISTCKPT_ASSIGN_OR_RETURN(std::string plain, (*cipher)->open_buffer(e.associated(), e.table_nonce(),
-                                                                       e.sealed_tensors(), e.table_tag(),
-                                                                       where + ": metadata"));
-    if (plain != "distckpt ckpt") return auth_failed(where + ": its metadata seal holds other text");
-  }
-  return cipher;
-}
-
-Status open_chunk(const internal_transform::CheckpointCipher& cipher, const proto::Tensor& t, int c,
-                  const std::string& file, const void* in, void* out, const std::string& where) {
-  const proto::Chunk& chunk = t.chunks(c);
-  uint64_t plain = dtype_size(*dtype_from_name(t.dtype()));  // both checked by validate_index
-  for (int64_t d : chunk.shape()) plain *= static_cast<uint64_t>(d);
-  return cipher.open(chunk.nonce(),
-                     internal_transform::chunk_aad(t.name(), static_cast<uint64_t>(c), file, chunk.byte_offset(),
-                                                   chunk.length(), plain),
-                     in, chunk.length(), out, plain, chunk.tag(), where);
-}
-
-void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index) {
-  for (const auto& [key, value] : values) {
-    proto::InfoValue& v = (*index->mutable_info())[key];
-    if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
-    else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
-    else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
-    else v.set_string_value(std::get<std::string>(value));
-  }
-}
-
-CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& path) {
-  CheckpointInfo info;
-  info.path = path;
-  info.name = index.name();
-  info.format_version = index.has_encryption() ? 2 : 1;
-  info.format = index.format().empty() ? "native" : index.format();
-  info.step = index.step();
-  info.epoch = index.epoch();
-  info.world_size = index.world_size();
-  info.created_unix_ms = index.created_unix_ms();
-  info.commit_seq = index.commit_seq();
-  info.advances_latest = index.advances_latest();
-  info.checksum = index.transforms().checksum();
-  info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";
-  info.encryption_mode = index.has_encryption() ? index.encryption().mode() : "none";
-  info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 &&
-                        (index.format().empty() || index.format() == "native");
-  for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
-  for (const auto& t : index.tensors()) {
-    TensorInfo ti;
-    ti.name = t.name();
-    ti.dtype = *dtype_from_name(t.dtype());
-    ti.global_shape.assign(t.global_shape().begin(), t.global_shape().end());
-    ti.dev_mat.assign(t.layout().dev_mat().begin(), t.layout().dev_mat().end());
-    ti.tensor_map.assign(t.layout().tensor_map().begin(), t.layout().tensor_map().end());
-    ti.ranks.assign(t.layout().ranks().begin(), t.layout().ranks().end());
-    if (ti.ranks.empty() && !ti.dev_mat.empty()) {  // stored compactly: the contiguous run from ranks_first
-      int64_t group = 1;
-      for (int64_t d : ti.dev_mat) group *= d;  // bounded by validate_index
-      ti.ranks.resize(static_cast<std::size_t>(group));
-      for (int64_t i = 0; i < group; ++i) ti.ranks[static_cast<std::size_t>(i)] = t.layout().ranks_first() + static_cast<int>(i);
-    }
-    for (const auto& c : t.chunks()) {
-      ChunkInfo ci;
-      ci.box.offset.assign(c.offset().begin(), c.offset().end());
-      ci.box.shape.assign(c.shape().begin(), c.shape().end());
-      ci.file = index.files(static_cast<int>(c.file_id())).name();
-      ci.byte_offset = c.byte_offset();
-      ci.length = c.length();
-      ci.crc32c = c.crc32c();
-      ci.writer_rank = c.writer_rank();
-      ti.chunks.push_back(std::move(ci));
-    }
-    info.tensors.push_back(std::move(ti));
-  }
-  info.info = info_values(index);
-  return info;
-}
-
-std::map<std::string, InfoValue> info_values(const proto::Index& index) {
-  std::map<std::string, InfoValue> out;
-  for (const auto& [key, v] : index.info()) {
-    switch (v.value_case()) {
-      case proto::InfoValue::kIntValue: out[key] = v.int_value(); break;
-      case proto::InfoValue::kFloatValue: out[key] = v.float_value(); break;
-      case proto::InfoValue::kBoolValue: out[key] = v.bool_value(); break;
-      case proto::InfoValue::kStringValue: out[key] = v.string_value(); break;
-      default: break;
-    }
-  }
-  return out;
-}
-
-
-}  // namespace distckpt::internal_storage
-
-namespace distckpt {
-uint64_t CheckpointInfo::data_bytes() const {
-  uint64_t total = 0;
-  for (const auto& f : files) total += f.size;
-  return total;
-}
-}  // namespace distckpt
+}  // namespace distckpt::internal_format

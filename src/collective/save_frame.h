@@ -1,0 +1,92 @@
+// The frame every save runs in, whatever writes the bytes (ADIOS2 keeps one file per
+// write strategy of an engine; the strategies here share this frame):
+//
+//   open_save   (collective) the checks every rank makes, agreement that the state
+//               dicts match and on encryption, the plan on rank 0, the index's common
+//               fields, the temporary entry in the root;
+//   ...         the strategy writes (sharded: save.cc; gathered onto one writer:
+//               save_gathered.cc; HDF5 hyperslabs: save_hdf5.cc; in the background:
+//               async.cc);
+//   close_save  (collective) agreement that every rank wrote, the commit on rank 0
+//               (catalog/commit.cc), agreement on it, the warning and the sums.
+//
+// Each collective phase returns the same Status on every rank; after a failure the
+// temporary entry is gone and nothing new is visible in the root.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/timer.h"
+#include "catalog/commit.h"
+#include "distckpt/checkpoint.h"
+#include "format/format.h"
+#include "plan/save_plan.h"
+#include "transform/cipher.h"
+
+namespace distckpt::internal_collective {
+
+struct SaveFrame {
+  std::shared_ptr<FileSystem> fs;
+  std::string root;
+  SaveOptions options;  // `checksum` as the ranks agreed on it
+  const internal_format::FormatDriver* format = nullptr;
+  std::string name;  // the entry's name in the root (a single file's with its extension)
+  // path, tmp and directory on every rank; commit_seq on rank 0.
+  internal_catalog::Entry entry;
+  // Encrypted saves: this checkpoint's cipher (same salt and key on every rank).
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+  std::string salt;
+  // Rank 0 only: the plan; its index is what the strategy commits (or, for a single
+  // file, the metadata it writes into it).
+  internal_plan::SavePlan plan;
+  SaveResult result;
+  internal_base::Timer timer;  // since open_save began
+};
+
+// What a write strategy adds to the frame.
+struct FrameSpec {
+  std::string name;     // the entry's name (validate_checkpoint_name)
+  Status extra_checks;  // this rank's checks of the strategy's own options
+  bool remove_redundancy = true;
+  // Checksums are on unless every rank turned them off (sharded saves, which compute
+  // them), so that the index never records "crc32c" for a chunk nobody checksummed.
+  bool agree_on_checksum = false;
+  // Rank 0, after the plan and the common fields: makes plan.index what this strategy
+  // commits. Null: the plan's index as it is.
+  std::function<Status(SaveFrame&)> shape_index;
+};
+
+// Collective. See the top of this file. Errors: those of save() before writing
+// (checkpoint.h), identical on every rank.
+Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
+                            const FrameSpec& spec);
+
+// Collective: agrees on `local`; after a failure rank 0 removes the temporary entry.
+// Returns the agreed Status.
+Status agree_or_discard(Comm& comm, const SaveFrame& frame, const Status& local);
+
+// Collective. `written`: this rank's outcome of the write (an error still takes part).
+// When every rank wrote, rank 0 commits: a directory with the index `final_index()`
+// returns (called on rank 0 only; sealed when encrypted), a single file as written.
+Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& written,
+                              const std::function<Result<proto::Index>()>& final_index);
+
+// Collective: every rank's state dict lists the same tensors, dtypes, shapes and layouts
+// in the same order (so rank 0 can plan for all from its own). One allreduce of
+// fingerprints decides; descriptions are gathered only to explain a mismatch. Errors,
+// identical on all ranks: kInvalidArgument naming the first rank and tensor that differ.
+Status agree_on_state(Comm& comm, const StateDict& state);
+
+// Collective: every rank encrypts alike (mode, and a key compared by fingerprint) or
+// none does; when encrypting, rank 0 draws the checkpoint's salt and every rank derives
+// its cipher. Errors, identical on all ranks: kInvalidArgument (ranks differ, a mode
+// without a key, a key the mode does not take), kInternal (OpenSSL).
+Status agree_on_encryption(Comm& comm, const Encryption& encryption, std::string* salt,
+                           std::shared_ptr<const internal_transform::CheckpointCipher>* cipher);
+
+// "save: rank N", the prefix of this rank's messages.
+std::string rank_prefix(const Comm& comm);
+
+}  // namespace distckpt::internal_collective

@@ -1,0 +1,215 @@
+#include "format/chunk_reader.h"
+
+#include <algorithm>
+
+#include "format/format.h"
+#include "format/native/sealing.h"
+#include "layout/region.h"
+#include "transform/cipher.h"
+#include "transform/crc32c.h"
+
+namespace distckpt::internal_format {
+
+Box chunk_box(const proto::Chunk& c) {
+  return Box{Shape(c.offset().begin(), c.offset().end()), Shape(c.shape().begin(), c.shape().end())};
+}
+
+FileCache::FileCache(FileSystem& fs, std::string dir, const proto::Index& index)
+    : fs_(fs), dir_(std::move(dir)), index_(index), single_file_(is_single_file(index)) {}
+
+std::string FileCache::identity_name(uint32_t file_id) const { return single_file_ ? std::string() : name(file_id); }
+
+Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
+  ++clock_;
+  auto it = open_.find(file_id);
+  if (it != open_.end()) {
+    it->second.last_use = clock_;
+    return it->second.file.get();
+  }
+  const auto& meta = index_.files(static_cast<int>(file_id));
+  const std::string file_path = path(file_id);
+  auto file = fs_.open_readable(file_path);
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kNotFound) return not_found("data file '" + file_path + "' is missing");
+    return file.status();
+  }
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());
+  if (size != meta.size())
+    return corruption("data file '" + file_path + "' has " + std::to_string(size) + " bytes, the index records " +
+                      std::to_string(meta.size()) + (size < meta.size() ? " (truncated)" : ""));
+  if (open_.size() >= kMaxOpen) {
+    auto oldest = open_.begin();
+    for (auto o = open_.begin(); o != open_.end(); ++o)
+      if (o->second.last_use < oldest->second.last_use) oldest = o;
+    open_.erase(oldest);
+  }
+  const ReadableFile* raw = file->get();
+  open_.emplace(file_id, Open{std::move(*file), clock_});
+  return raw;
+}
+
+Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void* dst, const ChunkCheck& check,
+                  std::vector<char>& scratch) {
+  const proto::Chunk& chunk = t.chunks(c);
+  const auto* cipher = check.cipher;
+  uint32_t state = internal_transform::kCrc32cInit;
+  // Reads [at, at + n) of the chunk into `p`, extending the CRC32C.
+  auto read_piece = [&](char* p, uint64_t at, uint64_t n) -> Status {
+    DISTCKPT_RETURN_IF_ERROR(file.read_at(p, n, chunk.byte_offset() + at).with_context(check.where));
+    state = internal_transform::crc32c_extend(state, p, n);
+    return Status();
+  };
+  if (dst == nullptr && cipher == nullptr) {
+    constexpr uint64_t kCheckPiece = 16 << 20;  // memory stays bounded whatever the index claims
+    for (uint64_t done = 0; done < chunk.length();) {
+      const uint64_t n = std::min(kCheckPiece, chunk.length() - done);
+      scratch.resize(n);
+      DISTCKPT_RETURN_IF_ERROR(read_piece(scratch.data(), done, n));
+      done += n;
+    }
+  } else {
+    // Stored bytes go to `dst` when they fit it; CBC's padding, or a chunk only checked,
+    // goes through `scratch`.
+    char* p = static_cast<char*>(dst);
+    if (dst == nullptr || (cipher != nullptr && !cipher->length_preserving())) {
+      scratch.resize(chunk.length());
+      p = scratch.data();
+    }
+    constexpr uint64_t kPiece = 1 << 20;
+    for (uint64_t done = 0; done < chunk.length();) {
+      const uint64_t n = std::min(kPiece, chunk.length() - done);
+      DISTCKPT_RETURN_IF_ERROR(read_piece(p + done, done, n));
+      done += n;
+    }
+    if (cipher != nullptr)
+      DISTCKPT_RETURN_IF_ERROR(open_chunk(*cipher, t, c, check.file_identity, p, dst != nullptr ? dst : p, check.where));
+  }
+  const uint32_t crc = internal_transform::crc32c_finish(state);
+  if (check.crc && crc != chunk.crc32c())
+    return corruption(check.where + ": " + internal_transform::crc32c_mismatch(crc, chunk.crc32c()));
+  return Status();
+}
+
+namespace {
+
+// read_chunk of a chunk of a cached file, named as load names it.
+Status read_cached_chunk(FileCache& files, const proto::Tensor& t, int c, void* dst, bool crc,
+                         const internal_transform::CheckpointCipher* cipher, std::vector<char>& scratch) {
+  const proto::Chunk& chunk = t.chunks(c);
+  ChunkCheck check;
+  check.crc = crc;
+  check.cipher = cipher;
+  check.file_identity = files.identity_name(chunk.file_id());
+  check.where = "tensor '" + t.name() + "': chunk " + std::to_string(c) + " of " + files.path(chunk.file_id());
+  DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
+  return read_chunk(*file, t, c, dst, check, scratch);
+}
+
+// Reads `region` of a stored chunk (row-major box `cbox` at `offset` of `file`) into
+// `dst` (row-major box `dbox`), reading only the bytes the region needs: one pread per
+// contiguous run when runs are large; when they are small (a split on a trailing dim),
+// whole slabs of the chunk's rows, at most kSlab bytes each, are read and the region is
+// copied out (data sieving, as ROMIO does), trading some extra bytes for far fewer calls.
+Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, void* dst, const Box& dbox,
+                   const Box& region, std::size_t item, std::vector<char>& scratch, uint64_t* bytes_read) {
+  constexpr uint64_t kRunDirect = 4 << 10, kSlab = 8 << 20;
+  const std::size_t n = region.shape.size();
+  auto read_box = [&](const Box& part) -> Status {  // `part` is contiguous in the chunk
+    const uint64_t bytes = static_cast<uint64_t>(part.num_elements()) * item;
+    const uint64_t at = offset + static_cast<uint64_t>(internal_layout::first_element_offset(part, cbox)) * item;
+    const Box want = intersect(part, region);
+    *bytes_read += bytes;
+    if (want == part) {
+      if (auto off = internal_layout::contiguous_offset(part, dbox))
+        return file.read_at(static_cast<char*>(dst) + *off * static_cast<int64_t>(item), bytes, at);
+    }
+    scratch.resize(bytes);
+    DISTCKPT_RETURN_IF_ERROR(file.read_at(scratch.data(), bytes, at));
+    copy_box(scratch.data(), part, dst, dbox, want, item);
+    return Status();
+  };
+  if (n == 0) return read_box(region);
+  std::size_t k = n - 1;  // dims >= k of a run are contiguous in the chunk
+  while (k > 0 && region.shape[k] == cbox.shape[k]) --k;
+  uint64_t run_bytes = item;
+  for (std::size_t d = k; d < n; ++d) run_bytes *= static_cast<uint64_t>(region.shape[d]);
+  uint64_t row_bytes = item;  // one index of dim 0 of the chunk: the smallest sieving slab
+  for (std::size_t d = 1; d < n; ++d) row_bytes *= static_cast<uint64_t>(cbox.shape[d]);
+  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item ||
+      row_bytes > kSlab) {
+    Box run = region;  // an odometer over dims < k: each step is one run
+    for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
+    while (true) {
+      DISTCKPT_RETURN_IF_ERROR(read_box(run));
+      std::size_t d = k;
+      for (; d > 0; --d) {
+        if (++run.offset[d - 1] < region.offset[d - 1] + region.shape[d - 1]) break;
+        run.offset[d - 1] = region.offset[d - 1];
+      }
+      if (d == 0) return Status();
+    }
+  }
+  // Data sieving over slabs of whole rows (dim 0) of the chunk, at most kSlab bytes.
+  const int64_t rows_per = static_cast<int64_t>(std::max<uint64_t>(1, kSlab / std::max<uint64_t>(row_bytes, 1)));
+  for (int64_t r = region.offset[0]; r < region.offset[0] + region.shape[0]; r += rows_per) {
+    Box slab = cbox;
+    slab.offset[0] = r;
+    slab.shape[0] = std::min(rows_per, region.offset[0] + region.shape[0] - r);
+    DISTCKPT_RETURN_IF_ERROR(read_box(slab));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
+                 const std::vector<ChunkRead>& reads, const Box& needed, void* dst, std::vector<char>& scratch,
+                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher) {
+  const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
+  if (needed.num_elements() == 0) return Status();
+  const bool native = !is_single_file(index);
+  const bool checksums = has_chunk_checksums(index);
+  for (const auto& r : reads) {
+    const proto::Chunk& chunk = t.chunks(r.chunk);
+    if (r.whole) {
+      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, t, r.chunk, dst, checksums, cipher, scratch));
+      *bytes_read += chunk.length();
+    } else if (cipher != nullptr || (native && (check_partial || r.region == chunk_box(chunk)))) {
+      const Box cbox = chunk_box(chunk);
+      // The chunk whole in `scratch`, or (CBC) its plaintext in `cbc_plain`, since its
+      // stored bytes then take `scratch`.
+      std::vector<char> cbc_plain;
+      char* whole = nullptr;
+      if (cipher != nullptr && !cipher->length_preserving()) {
+        cbc_plain.resize(static_cast<std::size_t>(cbox.num_elements()) * item);
+        whole = cbc_plain.data();
+      } else {
+        scratch.resize(chunk.length());
+        whole = scratch.data();
+      }
+      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, t, r.chunk, whole, checksums, cipher, scratch));
+      copy_box(whole, cbox, dst, needed, r.region, item);
+      *bytes_read += chunk.length();
+    } else {
+      DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
+      DISTCKPT_RETURN_IF_ERROR(read_region(*file, chunk.byte_offset(), chunk_box(chunk), dst,
+                                           needed, r.region, item, scratch, bytes_read)
+                                   .with_context("tensor '" + t.name() + "' in " + files.path(chunk.file_id())));
+    }
+  }
+  return Status();
+}
+
+Result<uint32_t> file_crc32(const ReadableFile& file, uint64_t begin, uint64_t end) {
+  uint32_t crc = 0;
+  std::vector<char> buf(std::min<uint64_t>(end - begin, 8 << 20));
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), end - at);
+    DISTCKPT_RETURN_IF_ERROR(file.read_at(buf.data(), n, at));
+    crc = internal_transform::crc32_zlib(crc, buf.data(), n);
+    at += n;
+  }
+  return crc;
+}
+
+}  // namespace distckpt::internal_format

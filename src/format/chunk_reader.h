@@ -1,0 +1,96 @@
+// The read engine: how the bytes of stored chunks reach memory, checked. One engine for
+// every reader: collective load, CheckpointReader (convert, publish), verify.
+//
+// Reads are buffered preads straight into the caller's buffers (no staging copy) when
+// a stored chunk is exactly the needed box. Measured on 1 GiB files here: buffered
+// cold reads 0.39-0.63 s, O_DIRECT into aligned staging + memcpy 0.85-1.23 s, so,
+// unlike writes (storage/stream_writer.h), reads stay buffered.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/filesystem.h"
+#include "distckpt/layout.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_transform {
+class CheckpointCipher;
+}
+namespace distckpt::internal_format {
+
+// One read of a stored chunk for a needed box (planned by plan/load_plan.h).
+struct ChunkRead {
+  int chunk = 0;  // index into the tensor's chunks
+  Box region;     // intersection of the chunk's box and the needed box
+  bool whole = false;  // the chunk's box equals the needed box: read straight into the buffer
+};
+
+// The box of a stored chunk.
+Box chunk_box(const proto::Chunk& chunk);
+
+// Opens the data files of a checkpoint on demand, checking each one's real size against
+// the index, and keeps at most kMaxOpen of them open (least recently used closed
+// first): a checkpoint written by thousands of ranks must load under the usual limit of
+// 1024 descriptors. `index` is borrowed.
+class FileCache {
+ public:
+  // `dir`: the directory the index's file names are relative to (files_dir).
+  FileCache(FileSystem& fs, std::string dir, const proto::Index& index);
+  std::string path(uint32_t file_id) const { return dir_ + "/" + name(file_id); }
+  const std::string& name(uint32_t file_id) const { return index_.files(static_cast<int>(file_id)).name(); }
+  // The chunk's file name as its encryption binds it: "" in a single file (whose chunks
+  // are bound to their place in it, not to its name).
+  std::string identity_name(uint32_t file_id) const;
+  // kNotFound ("data file ... is missing"), kCorruption for a size other than recorded.
+  Result<const ReadableFile*> get(uint32_t file_id);
+
+ private:
+  static constexpr std::size_t kMaxOpen = 64;
+  struct Open {
+    std::unique_ptr<ReadableFile> file;
+    uint64_t last_use;
+  };
+  FileSystem& fs_;
+  std::string dir_;
+  const proto::Index& index_;
+  bool single_file_;
+  std::map<uint32_t, Open> open_;
+  uint64_t clock_ = 0;
+};
+
+// How a chunk is checked as it is read.
+struct ChunkCheck {
+  bool crc = true;  // compare the CRC32C of the stored bytes with the index's
+  // Encrypted: authenticate and decrypt (kAuthFailed naming the chunk).
+  const internal_transform::CheckpointCipher* cipher = nullptr;
+  std::string file_identity;  // FileCache::identity_name of the chunk's file
+  std::string where;          // names the chunk in errors
+};
+
+// Reads chunk `c` of `t` from `file` whole. With `dst`, into `dst` (the plaintext bytes
+// of its box); with dst == nullptr, only to check it, through `scratch` in pieces of at
+// most 16 MiB (an encrypted chunk is authenticated whole: memory of its size). The
+// CRC32C of each piece is computed right after the piece is read, while it is still in
+// cache; it covers the bytes as stored. CBC chunks (padded) are read into `scratch`.
+Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void* dst, const ChunkCheck& check,
+                  std::vector<char>& scratch);
+
+// Fills box `needed` (row-major at `dst`) of stored tensor `t` by `reads` (the chunks
+// that overlap it and cover it: callers check coverage first). A chunk needed whole is read whole and checked (CRC32C when the index has
+// them); of a chunk needed in part only the bytes of the region are read (its CRC32C
+// covers the whole chunk, so it is not checked), unless `check_partial` asks for whole
+// chunks. Encrypted chunks (`cipher`) are always read whole and authenticated. Adds to
+// *bytes_read.
+Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
+                 const std::vector<ChunkRead>& reads, const Box& needed, void* dst, std::vector<char>& scratch,
+                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher);
+
+// The zlib CRC-32 of bytes [begin, end) of `file` (MindSpore's .ckpt footer), read in
+// pieces of at most 8 MiB.
+Result<uint32_t> file_crc32(const ReadableFile& file, uint64_t begin, uint64_t end);
+
+}  // namespace distckpt::internal_format

@@ -1,0 +1,233 @@
+// MindSpore .ckpt files written record by record (ms_ckpt.h describes the format).
+#include <map>
+#include <optional>
+
+#include "format/ckpt/ms_ckpt.h"
+#include "format/sequential_writer.h"
+#include "layout/region.h"
+#include "transform/cipher.h"
+
+namespace distckpt::internal_format {
+
+namespace {
+
+class CkptWriter final : public SequentialWriter {
+ public:
+  CkptWriter(std::unique_ptr<WritableFile> file, proto::Index meta, bool footer,
+             const internal_transform::CheckpointCipher* cipher)
+      : out_(std::move(file)), meta_(std::move(meta)), progress_(meta_), footer_(footer), cipher_(cipher) {
+    if (cipher_ != nullptr) {
+      encryption_.set_mode(std::string(encryption_mode_name(cipher_->mode())));
+      encryption_.set_algorithm(cipher_->algorithm());
+      encryption_.set_salt(cipher_->salt());
+    }
+  }
+  Status begin() { return out_.write(ckpt_meta_field(meta_)); }
+  Status append(int tensor, const void* data, std::size_t n) override {
+    DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
+    const proto::Tensor& t = meta_.tensors(tensor);
+    const DType dtype = *dtype_from_name(t.dtype());
+    const std::size_t item = dtype_size(dtype);
+    if (tensor != ranges_for_) {
+      if (cipher_ != nullptr) DISTCKPT_RETURN_IF_ERROR(seal_empty_before(tensor));
+      ranges_for_ = tensor;
+      ranges_ = ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item);
+      if (cipher_ != nullptr) plan_units(t, item);
+    }
+    if (cipher_ != nullptr) return append_sealed(tensor, at, data, n);
+    const auto* p = static_cast<const char*>(data);
+    if (tensor_bytes(t) == 0) {  // an empty tensor: one record without content
+      Shape dims(t.global_shape().begin(), t.global_shape().end());
+      return out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype), 0));
+    }
+    while (n > 0) {
+      // Start the record that begins at this byte, if one does.
+      for (const auto& [b, e] : ranges_)
+        if (static_cast<uint64_t>(b) * item == at && e > b) {
+          Shape dims(t.global_shape().begin(), t.global_shape().end());
+          if (dims.empty()) dims = {0};  // MindSpore's scalar
+          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype),
+                                                                 static_cast<uint64_t>(e - b) * item)));
+        }
+      uint64_t record_end = at + n;
+      for (const auto& [b, e] : ranges_)
+        if (static_cast<uint64_t>(b) * item > at) record_end = std::min<uint64_t>(record_end, static_cast<uint64_t>(b) * item);
+      const std::size_t piece = static_cast<std::size_t>(record_end - at);
+      DISTCKPT_RETURN_IF_ERROR(out_.write(p, piece));
+      bytes_written_ += piece;
+      p += piece;
+      at += piece;
+      n -= piece;
+    }
+    return Status();
+  }
+  Result<proto::Index> finish(bool fsync) override {
+    DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
+    if (cipher_ != nullptr) {
+      DISTCKPT_RETURN_IF_ERROR(seal_empty_before(meta_.tensors_size()));
+      // The seal: the metadata (names, dtypes, shapes, layouts, step, info values) and
+      // every chunk's nonce and tag, authenticated with the index key.
+      DISTCKPT_ASSIGN_OR_RETURN(std::string nonce,
+                                internal_transform::CheckpointCipher::random_bytes(cipher_->nonce_bytes()));
+      std::string sealed, tag;
+      DISTCKPT_RETURN_IF_ERROR(cipher_->seal_buffer(
+          ckpt_sealed_aad(serialize_deterministic(meta_), encryption_), kCkptSealText, nonce,
+          &sealed, &tag));
+      encryption_.set_seal_nonce(nonce);
+      encryption_.set_sealed(sealed);
+      encryption_.set_seal_tag(tag);
+      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_encryption_field(encryption_)));
+    }
+    // Sorted by key: protobuf's map order is random per instance (reproducible files).
+    const std::map<std::string, proto::InfoValue> sorted(meta_.info().begin(), meta_.info().end());
+    for (const auto& [key, v] : sorted) {
+      std::string content, type;
+      switch (v.value_case()) {
+        case proto::InfoValue::kIntValue: {
+          const int64_t x = v.int_value();
+          content.assign(reinterpret_cast<const char*>(&x), 8);
+          type = "Int64";
+          break;
+        }
+        case proto::InfoValue::kFloatValue: {
+          const double x = v.float_value();
+          content.assign(reinterpret_cast<const char*>(&x), 8);
+          type = "Float64";
+          break;
+        }
+        case proto::InfoValue::kBoolValue:
+          content.assign(1, v.bool_value() ? '\1' : '\0');
+          type = "Bool";
+          break;
+        default:
+          content = utf8_to_utf32le(v.string_value());
+          type = "str";
+          break;
+      }
+      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record(key, {0}, type, content)));
+    }
+    if (footer_) {
+      DISTCKPT_RETURN_IF_ERROR(out_.flush());
+      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_footer(out_.crc32())));
+    }
+    DISTCKPT_RETURN_IF_ERROR(out_.close(fsync));
+    return meta_;
+  }
+
+ private:
+  Output out_;
+  proto::Index meta_;
+  Progress progress_;
+  // Encrypted: each record's boxes are sealed one after another (ms_ckpt.h's reader
+  // expects exactly this). A unit is one box: its bytes [begin, end) in the tensor, and
+  // whether a record starts with it (then the record's stored bytes).
+  struct Unit {
+    uint64_t begin = 0, end = 0;
+    bool record_start = false;
+    uint64_t record_stored = 0;
+  };
+  void plan_units(const proto::Tensor& t, std::size_t item) {
+    units_.clear();
+    unit_ = 0;
+    chunk_ = 0;
+    const Shape shape(t.global_shape().begin(), t.global_shape().end());
+    if (tensor_bytes(t) == 0) {
+      units_.push_back(Unit{0, 0, true, cipher_->stored_length(0)});
+      return;
+    }
+    for (const auto& [b, e] : ranges_) {
+      const std::size_t first = units_.size();
+      uint64_t stored = 0;
+      for (const Box& box : internal_layout::flat_range_to_boxes(shape, b, e)) {
+        const uint64_t begin = units_.empty() ? 0 : units_.back().end;
+        const uint64_t bytes = static_cast<uint64_t>(box.num_elements()) * item;
+        units_.push_back(Unit{begin, begin + bytes, false, 0});
+        stored += cipher_->stored_length(bytes);
+      }
+      units_[first].record_start = true;
+      units_[first].record_stored = stored;
+    }
+  }
+  Status append_sealed(int tensor, uint64_t at, const void* data, std::size_t n) {
+    const proto::Tensor& t = meta_.tensors(tensor);
+    const auto* p = static_cast<const char*>(data);
+    do {
+      if (unit_ >= units_.size()) return internal_error("writer: more bytes than the records of '" + t.name() + "'");
+      const Unit& u = units_[unit_];
+      if (at == u.begin && !sealer_) {
+        if (u.record_start) {
+          Shape dims(t.global_shape().begin(), t.global_shape().end());
+          if (dims.empty()) dims = {0};  // MindSpore's scalar
+          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, kCkptEncryptedType, u.record_stored)));
+        }
+        const std::string nonce = cipher_->chunk_nonce(static_cast<uint32_t>(tensor), chunk_);
+        auto sealer = cipher_->begin_seal(nonce, internal_transform::chunk_aad(t.name(), chunk_, "", out_.position(),
+                                                                              cipher_->stored_length(u.end - u.begin),
+                                                                              u.end - u.begin));
+        if (!sealer.ok()) return sealer.status();
+        sealer_.emplace(std::move(*sealer));
+        encryption_.add_nonce(nonce);
+        bounce_.resize(kPiece + 32);
+      }
+      const std::size_t take = static_cast<std::size_t>(std::min<uint64_t>({n, u.end - at, kPiece}));
+      std::size_t out = 0;
+      if (take > 0) {
+        DISTCKPT_RETURN_IF_ERROR(sealer_->update(p, take, bounce_.data(), &out));
+        DISTCKPT_RETURN_IF_ERROR(out_.write(bounce_.data(), out));
+        bytes_written_ += out;
+      }
+      p += take;
+      at += take;
+      n -= take;
+      if (at == u.end) {
+        std::string tag;
+        DISTCKPT_RETURN_IF_ERROR(sealer_->finish(bounce_.data(), &out, &tag));
+        DISTCKPT_RETURN_IF_ERROR(out_.write(bounce_.data(), out));
+        bytes_written_ += out;
+        encryption_.add_tag(tag);
+        sealer_.reset();
+        ++unit_;
+        ++chunk_;
+      }
+    } while (n > 0);
+    return Status();
+  }
+  // Empty tensors the caller never appended, before tensor `next`: sealed now, so the
+  // file's records and chunks stay in the tensors' order.
+  Status seal_empty_before(int next) {
+    for (int t = ranges_for_ < 0 ? 0 : ranges_for_ + 1; t < next; ++t) {
+      const proto::Tensor& tensor = meta_.tensors(t);
+      if (tensor_bytes(tensor) != 0) return internal_error("writer: tensor '" + tensor.name() + "' was skipped");
+      ranges_for_ = t;
+      ranges_ = ckpt_record_ranges(Shape(tensor.global_shape().begin(), tensor.global_shape().end()),
+                                   dtype_size(*dtype_from_name(tensor.dtype())));
+      plan_units(tensor, dtype_size(*dtype_from_name(tensor.dtype())));
+      DISTCKPT_RETURN_IF_ERROR(append_sealed(t, 0, nullptr, 0));
+    }
+    return Status();
+  }
+
+  static constexpr uint64_t kPiece = 4 << 20;
+  bool footer_;
+  int ranges_for_ = -1;
+  std::vector<std::pair<int64_t, int64_t>> ranges_;
+  const internal_transform::CheckpointCipher* cipher_;
+  proto::CkptEncryption encryption_;
+  std::vector<Unit> units_;
+  std::size_t unit_ = 0;
+  uint64_t chunk_ = 0;
+  std::optional<internal_transform::CheckpointCipher::Sealer> sealer_;
+  std::vector<char> bounce_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SequentialWriter>> open_ckpt_writer(FileSystem& fs, const std::string& path,
+                                                           const proto::Index& meta, const WriterOptions& options) {
+  DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs.open_writable(path));
+  auto w = std::make_unique<CkptWriter>(std::move(file), meta, options.ckpt_crc_footer, options.cipher);
+  DISTCKPT_RETURN_IF_ERROR(w->begin());
+  return std::unique_ptr<SequentialWriter>(std::move(w));
+}
+
+}  // namespace distckpt::internal_format

@@ -1,0 +1,139 @@
+#include "format/format.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <array>
+
+#include "base/strings.h"
+#include "format/ckpt/ms_ckpt.h"
+#include "format/hdf5/hdf5_io.h"
+#include "format/native/index_codec.h"
+#include "format/safetensors/safetensors.h"
+
+namespace distckpt {
+
+std::string_view format_name(Format format) { return internal_format::driver(format).name; }
+
+std::optional<Format> format_from_name(std::string_view name) {
+  for (const auto* d : internal_format::all_drivers())
+    if (d->name == name) return d->id;
+  if (name == "h5") return Format::kHdf5;  // the extension, as people type it
+  return std::nullopt;
+}
+
+}  // namespace distckpt
+
+namespace distckpt::internal_format {
+
+namespace {
+
+// Detection tries the rows in this order: the most specific signature first.
+const std::array<const FormatDriver*, 4>& table() {
+  static const std::array<const FormatDriver*, 4> kTable{&native_driver(), &hdf5_driver(), &safetensors_driver(),
+                                                         &ckpt_driver()};
+  return kTable;
+}
+
+}  // namespace
+
+std::span<const FormatDriver* const> all_drivers() { return table(); }
+
+const FormatDriver& driver(Format format) {
+  for (const auto* d : table())
+    if (d->id == format) return *d;
+  return native_driver();  // unreachable: every Format has a row
+}
+
+const FormatDriver* driver_for_file_name(std::string name) {
+  const auto tmp = name.find(".tmp-");
+  if (tmp != std::string::npos) name.resize(tmp);
+  for (const auto* d : table())
+    for (std::string_view ext : d->read_extensions)
+      if (name.size() > ext.size() && internal_base::ends_with(name, ext)) return d;
+  return nullptr;
+}
+
+const FormatDriver* detect(FileSystem& fs, const std::string& path) {
+  if (fs.exists(path + "/" + kIndexFileName)) return &native_driver();
+  for (const auto* d : table())
+    for (std::string_view ext : d->read_extensions)
+      if (internal_base::ends_with(path, ext)) return d;
+  auto file = fs.open_readable(path);
+  if (!file.ok()) return nullptr;
+  auto size = (*file)->size();
+  char head[kSniffBytes] = {};
+  if (!size.ok() || *size < sizeof(head) || !(*file)->read_at(head, sizeof(head), 0).ok()) return nullptr;
+  for (const auto* d : table())
+    if (d->sniff != nullptr && d->sniff(std::string_view(head, sizeof(head)))) return d;
+  return nullptr;
+}
+
+Status encryption_refused(Format format) {
+  if (driver(format).carries_encryption) return Status();
+  return invalid_argument(std::string(format_name(format)) +
+                          " files cannot carry encryption (the format has no place for nonces and tags): use the "
+                          "native format");
+}
+
+Status check_writable(Format format, const proto::Index& meta) {
+  const FormatDriver& d = driver(format);
+  return d.check_writable != nullptr ? d.check_writable(meta) : Status();
+}
+
+Format stored_format(const proto::Index& index) {
+  if (index.format().empty()) return Format::kNative;
+  return format_from_name(index.format()).value_or(Format::kNative);
+}
+
+bool is_single_file(const proto::Index& index) { return driver(stored_format(index)).single_file; }
+
+bool has_chunk_checksums(const proto::Index& index) { return index.transforms().checksum() == "crc32c"; }
+
+std::string files_dir(const proto::Index& index, const std::string& path) {
+  return is_single_file(index) ? internal_base::dir_name(path) : path;
+}
+
+uint64_t tensor_bytes(const proto::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.global_shape()) n *= d;
+  return static_cast<uint64_t>(n) * dtype_size(*dtype_from_name(t.dtype()));
+}
+
+void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index) {
+  for (const auto& [key, value] : values) {
+    proto::InfoValue& v = (*index->mutable_info())[key];
+    if (auto* i = std::get_if<int64_t>(&value)) v.set_int_value(*i);
+    else if (auto* d = std::get_if<double>(&value)) v.set_float_value(*d);
+    else if (auto* b = std::get_if<bool>(&value)) v.set_bool_value(*b);
+    else v.set_string_value(std::get<std::string>(value));
+  }
+}
+
+std::map<std::string, InfoValue> info_values(const proto::Index& index) {
+  std::map<std::string, InfoValue> out;
+  for (const auto& [key, v] : index.info()) {
+    switch (v.value_case()) {
+      case proto::InfoValue::kIntValue: out[key] = v.int_value(); break;
+      case proto::InfoValue::kFloatValue: out[key] = v.float_value(); break;
+      case proto::InfoValue::kBoolValue: out[key] = v.bool_value(); break;
+      case proto::InfoValue::kStringValue: out[key] = v.string_value(); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+
+std::string serialize_deterministic(const proto::Index& index) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    coded.SetSerializationDeterministic(true);  // map entries sorted by key
+    index.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
+}  // namespace distckpt::internal_format

@@ -1,0 +1,103 @@
+// The formats distckpt reads and writes, as a table: one row per format, each pointing
+// into the format's own folder (native/, ckpt/, safetensors/, hdf5/). What differs
+// between formats is data in its row; code above this floor asks the row instead of
+// testing which format it has. Adding a format is one folder plus one row in format.cc.
+//
+// Also a typed view of the index (proto::Index), so that nothing tests its string
+// fields ("native", "crc32c") inline.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/filesystem.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_transform {
+class CheckpointCipher;
+}
+
+namespace distckpt::internal_format {
+
+class SequentialWriter;
+
+// How a sequential writer writes (see sequential_writer.h).
+struct WriterOptions {
+  bool ckpt_crc_footer = true;  // ckpt: MindSpore's CRC-32 footer
+  // Encrypts every chunk (formats that carry encryption only); borrowed, must outlive
+  // the writer.
+  const internal_transform::CheckpointCipher* cipher = nullptr;
+  int writer_rank = 0;  // native: the data file is data-<writer_rank>.bin
+};
+
+struct FormatDriver {
+  Format id;
+  std::string_view name;       // "native", "ckpt", "safetensors", "hdf5" (format_name)
+  std::string_view extension;  // what a save appends to the name; "" for a directory
+  // Names that end in one of these are files of this format (".h5" and ".hdf5").
+  std::span<const std::string_view> read_extensions;
+  bool single_file;         // one file (else a directory with an index)
+  bool carries_encryption;  // has a place for nonces and tags
+  bool chunk_checksums;     // its saves record a CRC32C per chunk in the index
+  // Whether the first bytes of a file (at least kSniffBytes of them) are this format's;
+  // null when a path is recognised otherwise (a directory).
+  bool (*sniff)(std::string_view head);
+  // The description of the checkpoint at `path` as an index (not yet validated as a
+  // whole: read_stored_index does). kNotFound, kCorruption, kUnsupported, kIoError.
+  Result<proto::Index> (*describe)(FileSystem& fs, const std::string& path);
+  // Whether `meta` (metadata_of an index) can be stored: names and info keys the format
+  // cannot hold are kInvalidArgument. Null: anything can.
+  Status (*check_writable)(const proto::Index& meta);
+  // Adds what this format's readers expect besides distckpt's metadata (MindSpore's
+  // epoch_num / step_num records). Null: nothing.
+  void (*add_format_info)(proto::Index& meta);
+  // Creates the format's sequential writer for the entry at `path` (for a directory
+  // format, the checkpoint directory, which exists: the writer creates its data file).
+  Result<std::unique_ptr<SequentialWriter>> (*open_writer)(FileSystem& fs, const std::string& path,
+                                                           const proto::Index& meta, const WriterOptions& options);
+};
+
+inline constexpr std::size_t kSniffBytes = 9;
+
+// The row of `format` (never null: every Format has one).
+const FormatDriver& driver(Format format);
+// Every row, in the order detection tries them.
+std::span<const FormatDriver* const> all_drivers();
+// The single-file format whose read_extensions end `name`, ignoring a ".tmp-<id>"
+// suffix (an in-flight save of it); null for anything else.
+const FormatDriver* driver_for_file_name(std::string name);
+// The format at `path`: a directory with an index is native; a file by its extension,
+// else by its first bytes. Null when neither tells.
+const FormatDriver* detect(FileSystem& fs, const std::string& path);
+
+// OK when `format` can carry encryption; otherwise the error for asking it to:
+// kInvalidArgument (no place for nonces and tags).
+Status encryption_refused(Format format);
+// Checks, before any writing, that `meta` can be stored in `format`.
+Status check_writable(Format format, const proto::Index& meta);
+
+// ---- a typed view of the index ----
+
+// The format an index describes (an empty format field is native: indexes written
+// before the field existed).
+Format stored_format(const proto::Index& index);
+bool is_single_file(const proto::Index& index);
+// Whether every chunk carries a CRC32C (transforms.checksum "crc32c").
+bool has_chunk_checksums(const proto::Index& index);
+// The directory an index's file names are relative to: the checkpoint directory itself,
+// or for a single file the directory it is in.
+std::string files_dir(const proto::Index& index, const std::string& path);
+// Bytes of a tensor's elements (global shape x dtype; both checked by validate_index).
+uint64_t tensor_bytes(const proto::Tensor& t);
+// Stores `values` as the index's info values (replacing those of the same keys).
+void set_info_values(const std::map<std::string, InfoValue>& values, proto::Index* index);
+// The info values of an index (epoch_num, step_num, user values).
+std::map<std::string, InfoValue> info_values(const proto::Index& index);
+// The index's protobuf bytes with map entries sorted: equal indexes, equal bytes.
+std::string serialize_deterministic(const proto::Index& index);
+
+}  // namespace distckpt::internal_format

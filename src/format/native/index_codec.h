@@ -1,0 +1,51 @@
+// The native format: a checkpoint directory holding data-NNNNN.bin files (one per
+// writing rank) and index.pb, the protobuf index framed with a magic, a version, a
+// CRC32C and a length. This codec reads, writes and validates the index; the names of
+// the files inside a checkpoint directory belong to it too (the root's names, such as
+// `latest` and ".tmp-<id>", are the catalog's: catalog/names.h).
+#pragma once
+
+#include <string>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt/filesystem.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_format {
+
+inline constexpr const char* kIndexFileName = "index.pb";
+// Bounds on numbers read from an index, checked before anything is sized by them: the
+// world size, and the rank entries the layouts name in all (what a summary lists).
+inline constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxListedRanks = int64_t{1} << 26;  // 16,384 ranks x 4,096 tensors
+
+// "data-00003.bin" for writer rank 3.
+std::string data_file_name(int writer_rank);
+// Whether `name` can be the name of a file inside a checkpoint directory: non-empty, at
+// most 255 bytes, no '/' or NUL, not ".", ".." or the index's own name.
+bool valid_file_name(const std::string& name);
+
+// Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
+// Version 2 when the index is encrypted, 1 otherwise.
+std::string frame_index(const proto::Index& index);
+// The same frame around payload bytes as they are (fuzzing, tests of hostile payloads).
+std::string frame_payload(const std::string& payload, uint32_t version = kIndexFormatVersion);
+// Checks the frame, the version (kUnsupported if newer), the checksum, the protobuf
+// and every number in it (see validate_index). `path` is used in messages.
+Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
+// Reads the bytes of <dir>/index.pb, checking the header against the file's size
+// before reading (and allocating for) the rest.
+Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir);
+// Whether `bytes` start with the index's magic (a framed index, not a description).
+bool is_framed_index(const std::string& bytes);
+// Reads <dir>/index.pb and parses it.
+Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
+// Semantic checks: known dtypes, non-negative dims without overflow, chunks inside
+// the tensor and inside their file, lengths that match the box, file names confined
+// to the checkpoint directory, the distinct chunks covering each tensor.
+Status validate_index(const proto::Index& index, const std::string& path);
+
+// The native format's row of the format table (format.h).
+const struct FormatDriver& native_driver();
+
+}  // namespace distckpt::internal_format

@@ -1,0 +1,194 @@
+// The checkpoint manager's state and the helpers its calls share. The calls are split
+// by job: manager.cc (create, step_end, end, save_now, publish, saving and retention),
+// resume.cc, exception.cc; with series.h (names), stats.h (stats.jsonl) and
+// retention.h (which checkpoints to delete).
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distckpt/manager.h"
+#include "format/format.h"
+#include "manager/retention.h"
+#include "manager/series.h"
+
+namespace distckpt {
+
+// The flag the signal handlers set (manager.cc).
+bool stop_signal_pending();
+
+struct CheckpointManager::Impl {
+  Comm* comm = nullptr;
+  StateDict* state = nullptr;
+  CheckpointConfig cfg;
+  CompareRule rule = CompareRule::kLess;
+  std::string series;  // the prefix of this run's names
+  internal_manager::SeriesNames names;
+  std::shared_ptr<FileSystem> fs = posix_filesystem();
+  int64_t last_saved_step = -1;
+  std::string last_saved_path;
+  std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
+  // The step (and epoch) whose state this rank's buffers hold: that of its last
+  // step_end/end/save_now call, or of the checkpoint resumed.
+  int64_t current_step = -1, current_epoch = -1;
+  // After an exception on some rank: no collective call ever again (the failing rank is
+  // rethrowing, or has given up on the others).
+  bool finished = false;
+  Result<StepOutcome> exception_outcome = not_found("checkpoint manager: no exception save on this rank");
+
+  // What every collective call of the manager starts with: one allreduce, so that a
+  // rank that caught an exception (save_after_exception) meets the others whichever
+  // manager call they are in.
+  struct Sync {
+    bool signal = false, save_due = false, exception = false, timed_out = false;
+    bool async_busy = false;  // some rank's background save is still running
+    int64_t min_step = 0, max_step = 0;
+    int failing_rank = -1;  // the lowest rank that threw
+  };
+  Sync sync(bool failing, double timeout_s) {
+    std::vector<int64_t> v{stop_signal_pending() ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
+                           failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN,
+                           async && async->in_flight() ? 1 : 0};
+    // Is a time-based save due (rank 0's clock decides for everyone)?
+    if (root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
+      const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count();
+      v[1] = since >= cfg.save_every_seconds ? 1 : 0;
+    }
+    Sync s;
+    if (!comm->allreduce_within(v, ReduceOp::kMax, timeout_s)) {
+      s.timed_out = true;
+      return s;
+    }
+    s.signal = v[0] != 0;
+    s.save_due = v[1] != 0;
+    s.exception = v[2] != 0;
+    s.min_step = -v[3];
+    s.max_step = v[4];
+    if (s.exception) s.failing_rank = static_cast<int>(-v[5]);
+    s.async_busy = v[6] != 0;
+    return s;
+  }
+  Status check_usable() const {
+    if (finished)
+      return aborted(where() + ": finished after an exception in the training loop; no further calls are made");
+    return Status();
+  }
+  // The start of step_end/end/save_now: the buffers now hold `step`'s state; meet the
+  // other ranks (and a rank that caught an exception).
+  Result<Sync> enter(int64_t step, int64_t epoch) {
+    DISTCKPT_RETURN_IF_ERROR(check_usable());
+    current_step = step;
+    current_epoch = epoch;
+    return sync(false, -1);
+  }
+  Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
+  Result<std::vector<std::string>> publish_on_root(const std::vector<std::string>& sources);
+  std::string best_checkpoint() const;
+
+  bool root() const { return comm->rank() == 0; }
+  std::string where() const { return "checkpoint manager: rank " + std::to_string(comm->rank()); }
+
+  // Names of this series (series.h): `series` is its prefix.
+  std::string render(int64_t step, int64_t epoch) const { return names.render(series, step, epoch); }
+  std::string path_of(const std::string& name) const {
+    return cfg.directory + "/" + name + std::string(internal_format::driver(cfg.format).extension);
+  }
+
+  // Rank 0: this series' committed checkpoints with their best_metric values.
+  std::vector<internal_manager::SeriesEntry> series_with_metrics(const RootListing& listing) const {
+    std::vector<internal_manager::SeriesEntry> entries;
+    for (const auto& e : names.entries(series, listing)) {
+      // Exception saves do not move `latest`: retention neither counts nor deletes them.
+      if (!e.advances_latest) continue;
+      internal_manager::SeriesEntry s{e.name, e.commit_seq, e.created_unix_ms, std::nullopt};
+      if (!cfg.best_metric.empty()) {
+        auto info = read_checkpoint_info(cfg.directory + "/" + e.name, fs);
+        if (info.ok()) {
+          auto it = info->info.find(cfg.best_metric);
+          if (it != info->info.end()) {
+            if (auto* d = std::get_if<double>(&it->second)) s.metric = *d;
+            else if (auto* i = std::get_if<int64_t>(&it->second)) s.metric = static_cast<double>(*i);
+          }
+        }
+      }
+      entries.push_back(std::move(s));
+    }
+    return entries;
+  }
+
+  // Rank 0: retention over this series after a commit. Returns the names removed; a
+  // failure to remove one is a warning (the checkpoint stays, retention retries later).
+  std::vector<std::string> retain(std::vector<std::string>* warnings);
+
+  struct SaveKind {
+    bool update_latest = true;
+    bool metric_required = true;  // best_metric must be in the metrics (not after an exception)
+    bool may_run_async = false;   // periodic saves, with async_save
+    std::map<std::string, InfoValue> info;
+  };
+  // A save: its outcome goes into *out. Returns an error only for a failed save under
+  // OnSaveFailure::kStop (identical on every rank); with kContinue the failure is in
+  // out->save_error.
+  Status save(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix,
+              const SaveKind& kind, StepOutcome* out);
+  // The failure policy: kStop returns `error` (identical on every rank); kContinue
+  // keeps the first one in `*reported` (a StepOutcome field) and goes on.
+  Status apply_failure_policy(const Status& error, Status* reported) const {
+    if (error.ok()) return Status();
+    if (cfg.on_failure == OnSaveFailure::kStop) return error;
+    if (reported->ok()) *reported = error;
+    return Status();
+  }
+  Status save_failed(const Status& error, StepOutcome* out) const {
+    return apply_failure_policy(error, &out->save_error);
+  }
+
+  // async_save: the background save in flight (the same on every rank: started and
+  // completed by collective calls) and what its completion needs.
+  std::unique_ptr<AsyncCheckpointer> async;
+  struct Record {
+    std::string name;
+    int64_t step = 0, epoch = 0;
+    double metric = 0;
+    double blocking_s = 0;  // how long the loop was blocked by the save
+    bool in_background = false;
+  };
+  std::optional<Record> in_flight;
+  // Collective: waits for the save in flight, if any, and completes it as a
+  // synchronous save completes (latest, retention, statistics), or reports its failure.
+  // finish_in_flight() returns the background save's failure whatever the policy, so
+  // that a breakpoint or final save can still be made before it is reported;
+  // background_failed() then applies the policy (kStop: the error; kContinue:
+  // StepOutcome::background_error).
+  Status finish_in_flight(StepOutcome* out) {
+    if (!in_flight) return Status();
+    const Record record = *in_flight;
+    in_flight.reset();
+    auto saved = async->wait();  // identical on every rank: they agreed in the background
+    if (!saved.ok()) return saved.status().with_context("background save '" + record.name + "'");
+    return after_commit(*saved, record, /*apply_retention=*/true, out);
+  }
+  Status background_failed(const Status& error, StepOutcome* out) const {
+    return apply_failure_policy(error, &out->background_error);
+  }
+  Status complete_async(StepOutcome* out) { return background_failed(finish_in_flight(out), out); }
+  // complete_async() before publish/resume, which have no StepOutcome: a failure under
+  // kContinue is printed (rank 0) instead.
+  Status complete_async_quietly(const char* call) {
+    StepOutcome out;
+    DISTCKPT_RETURN_IF_ERROR(complete_async(&out));
+    if (!out.background_error.ok() && root())
+      std::fprintf(stderr, "distckpt: %s: %s\n", call, out.background_error.to_string().c_str());
+    return Status();
+  }
+  // Collective, after a commit: statistics of the slowest and fastest writer, then
+  // retention and the statistics line on rank 0.
+  Status after_commit(const SaveResult& saved, const Record& record, bool apply_retention, StepOutcome* out);
+};
+
+}  // namespace distckpt

@@ -1,0 +1,129 @@
+// CheckpointManager::resume: candidates newest first (the catalog's one ordering),
+// verified, loaded; the series resumed from is adopted.
+#include <algorithm>
+#include <regex>
+
+#include "base/guard.h"
+#include "base/strings.h"
+#include "catalog/listing.h"
+#include "comm/agree.h"
+#include "manager/manager_impl.h"
+
+namespace distckpt {
+
+using internal_base::split;
+using internal_comm::agree;
+
+Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
+  Impl& impl = *impl_;
+  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  {
+    const Impl::Sync sync = impl.sync(false, -1);
+    if (sync.exception) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
+      return aborted(impl.where() + ": resume: rank " + std::to_string(out.exception_rank) + " threw (" +
+                     out.exception + ")");
+    }
+  }
+  DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("resume"));
+  const std::string& dir = impl.cfg.directory;
+  ResumeResult result;
+  std::string chosen, skipped;
+  Status local;
+  if (impl.root()) {
+    local = internal_base::guarded(impl.where(), [&]() -> Status {
+      // Candidates, best first: the target (or the newest), then older committed ones.
+      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, impl.fs));
+      // Implicit candidates (no target): the saves that move `latest` (not conversions or
+      // published files) when there are any, as resolve_checkpoint does, and never an
+      // exception save (a best-effort state: loaded only when named).
+      const bool implicit = options.target.empty() && options.step < 0;
+      static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
+      auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
+      bool any_advancing = false;
+      for (const auto& e : listing.entries)
+        any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && (options.step < 0 || e.step == options.step);
+      std::vector<CheckpointEntry> committed;
+      for (const auto& e : listing.entries)
+        if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step) &&
+            (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))))
+          committed.push_back(e);
+      std::sort(committed.begin(), committed.end(), [&](const CheckpointEntry& a, const CheckpointEntry& b) {
+        return internal_catalog::newer(a, b, listing.latest);
+      });
+      std::vector<std::string> candidates;
+      if (!options.target.empty()) {
+        const std::string path = options.target.find('/') != std::string::npos ? options.target : dir + "/" + options.target;
+        if (!impl.fs->exists(path)) return not_found("resume: '" + path + "' does not exist");
+        candidates.push_back(path);
+      } else if (options.step >= 0) {
+        if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
+      } else {
+        auto newest = resolve_checkpoint(dir, impl.fs);
+        if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
+        else if (newest.ok() && committed.empty()) return Status();  // only exception saves: a fresh start
+        else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
+        else if (!newest.ok() && !options.fall_back_to_previous) return newest.status().with_context("resume");
+      }
+      for (const auto& e : committed) {
+        const std::string path = dir + "/" + e.name;
+        if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
+      }
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        if (i > 0 && !options.fall_back_to_previous) break;
+        VerifyOptions verify;
+        verify.key = impl.cfg.encryption.key;
+        Status ok = options.verify ? verify_checkpoint(candidates[i], verify, impl.fs).status()
+                                   : read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
+        if (ok.ok()) {
+          chosen = candidates[i];
+          return Status();
+        }
+        // A wrong key, or a checkpoint not encrypted as configured, is no damage to fall
+        // back from: an older checkpoint would fail alike, or be the downgrade itself. Those
+        // fail on the index (no chunk read); a chunk failing authentication is damage.
+        if (ok.code() == StatusCode::kAuthFailed) {
+          Status index_level = read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
+          if (index_level.code() == StatusCode::kAuthFailed)
+            return index_level.with_context("resume: '" + candidates[i] + "'");
+        }
+        if (!options.fall_back_to_previous)
+          return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
+        skipped += (skipped.empty() ? "" : "\n") + candidates[i];
+      }
+      return not_found("resume: no undamaged committed checkpoint under '" + dir + "'");
+    });
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(*impl.comm, local));
+  impl.comm->broadcast_string(chosen, 0);
+  impl.comm->broadcast_string(skipped, 0);
+  result.skipped = split(skipped, '\n');
+  if (chosen.empty()) return result;
+
+  LoadOptions lo;
+  lo.strict = options.strict;
+  lo.only = options.only;
+  lo.fs = impl.fs;
+  lo.key = impl.cfg.encryption.key;
+  DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded, load(*impl.comm, *impl.state, chosen, lo));
+  result.resumed = true;
+  result.path = chosen;
+  result.step = loaded.step;
+  result.epoch = loaded.epoch;
+  result.info = std::move(loaded.info);
+  result.missing_in_checkpoint = std::move(loaded.missing_in_checkpoint);
+  result.unexpected_in_checkpoint = std::move(loaded.unexpected_in_checkpoint);
+  impl.last_saved_step = result.step;
+  impl.current_step = result.step;
+  impl.current_epoch = result.epoch;
+  // Continue the series we resumed from (prefix or prefix_N), so retention sees it.
+  std::string series = impl.series;
+  if (impl.root()) {
+    if (auto prefix = impl.names.prefix_of(impl.cfg.prefix, internal_base::base_name(chosen))) series = *prefix;
+  }
+  impl.comm->broadcast_string(series, 0);
+  impl.series = series;
+  return result;
+}
+
+}  // namespace distckpt

@@ -1,0 +1,55 @@
+#include "tools/reader.h"
+
+#include <map>
+
+#include "format/chunk_reader.h"
+#include "format/format.h"
+#include "format/native/sealing.h"
+#include "format/stored.h"
+#include "plan/load_plan.h"
+#include "transform/cipher.h"
+
+namespace distckpt::internal_tools {
+
+struct CheckpointReader::Impl {
+  std::shared_ptr<FileSystem> fs;
+  std::string dir;
+  proto::Index index;
+  std::unique_ptr<internal_format::FileCache> files;
+  std::vector<char> scratch;
+  std::map<int, internal_plan::ChunkLookup> lookups;  // built on first use
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;  // encrypted sources
+};
+
+CheckpointReader::CheckpointReader() = default;
+CheckpointReader::~CheckpointReader() = default;
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr<FileSystem> fs, const std::string& path,
+                                                                 const EncryptionKey* key) {
+  std::unique_ptr<CheckpointReader> r(new CheckpointReader());
+  r->impl_ = std::make_unique<Impl>();
+  Impl& m = *r->impl_;
+  m.fs = fs ? fs : posix_filesystem();
+  DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, m.fs));
+  DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
+  DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_format::open_index(&m.index, key, resolved));
+  m.dir = internal_format::files_dir(m.index, resolved);
+  m.files = std::make_unique<internal_format::FileCache>(*m.fs, m.dir, m.index);
+  return r;
+}
+
+const proto::Index& CheckpointReader::index() const { return impl_->index; }
+
+Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read) {
+  const proto::Tensor& t = impl_->index.tensors(tensor);
+  auto it = impl_->lookups.find(tensor);
+  if (it == impl_->lookups.end()) it = impl_->lookups.emplace(tensor, internal_plan::ChunkLookup(t)).first;
+  int64_t covered = 0;
+  const auto reads = it->second.plan_reads(region, &covered);
+  if (covered != region.num_elements())
+    return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
+  return internal_format::read_into(*impl_->files, impl_->index, t, reads, region, dst, impl_->scratch, bytes_read,
+                   /*check_partial=*/true, impl_->cipher.get());  // conversions check every chunk they read
+}
+
+}  // namespace distckpt::internal_tools
