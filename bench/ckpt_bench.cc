@@ -513,7 +513,7 @@ int run(int rank, int world, int argc, char** argv) {
     auto staging = distckpt::bench::parse_size(a.staging);
     distckpt::AsyncOptions options;
     options.staging_bytes = staging.ok() ? *staging : 0;
-    auto created = distckpt::AsyncCheckpointer::create(MPI_COMM_WORLD, options);
+    auto created = distckpt::make_async_checkpointer(MPI_COMM_WORLD, options);
     if (!created.ok()) {
       if (root) std::cerr << "ckpt_bench: --async: " << created.status().to_string() << "\n";
       return kExitError;

@@ -368,7 +368,7 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.publish_at_end = cfg.publish;
   c.publish_only = cfg.publish_only;
   c.async_save = cfg.async_save;
-  c.async_staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
+  c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
   if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
   return c;
 }

@@ -3,6 +3,7 @@
 // The datasets are fixed here (two tensors of a 4 KiB file); the HDF5 structure itself
 // is parsed by the HDF5 library, not by distckpt.
 #include "format/hdf5/hdf5_io.h"
+#include "format/describe.h"
 #include "format/metadata_json.h"
 #include "format/stored.h"
 #include "fuzz_util.h"

@@ -12,6 +12,7 @@
 #include "distckpt/filesystem.h"
 #include "plan/load_plan.h"
 #include "format/native/index_codec.h"
+#include "format/native/sealing.h"
 #include "tools/inspect.h"
 
 // Included once per fuzz target (each is its own program): silences protobuf, which

@@ -58,7 +58,7 @@ void expect_loads(const std::string& path, double base) {
 
 TEST(AsyncMpiTest, RoundTripWhileTheLoopMovesOn) {
   SharedTempDir tmp;
-  auto ckpt = AsyncCheckpointer::create(MPI_COMM_WORLD, small_staging());
+  auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, small_staging());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   Model m(10);
   ASSERT_TRUE((*ckpt)->save_async(m.state, tmp.path(), named("a")).ok());
@@ -75,7 +75,7 @@ TEST(AsyncMpiTest, RoundTripWhileTheLoopMovesOn) {
 
 TEST(AsyncMpiTest, BackgroundFailureReachesEveryRank) {
   SharedTempDir tmp;
-  auto ckpt = AsyncCheckpointer::create(MPI_COMM_WORLD, small_staging());
+  auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, small_staging());
   ASSERT_TRUE(ckpt.ok());
   Model m(20);
   ASSERT_TRUE((*ckpt)->save_async(m.state, tmp.path(), named("good")).ok());
@@ -98,7 +98,7 @@ TEST(AsyncMpiTest, BackgroundFailureReachesEveryRank) {
 
 TEST(AsyncMpiTest, BackToBackSavesAndEndWithASaveInFlight) {
   SharedTempDir tmp;
-  auto ckpt = AsyncCheckpointer::create(MPI_COMM_WORLD, small_staging());
+  auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, small_staging());
   ASSERT_TRUE(ckpt.ok());
   for (int i = 1; i <= 3; ++i) {
     Model m(i);
@@ -107,7 +107,7 @@ TEST(AsyncMpiTest, BackToBackSavesAndEndWithASaveInFlight) {
   ASSERT_TRUE((*ckpt)->end().ok());
   for (int i = 1; i <= 3; ++i) expect_loads(tmp.path() + "/s" + std::to_string(i), i);
   {
-    auto last = AsyncCheckpointer::create(MPI_COMM_WORLD, small_staging());
+    auto last = make_async_checkpointer(MPI_COMM_WORLD, small_staging());
     ASSERT_TRUE(last.ok());
     Model m(4);
     ASSERT_TRUE((*last)->save_async(m.state, tmp.path(), named("s4")).ok());

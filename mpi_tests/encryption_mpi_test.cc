@@ -112,7 +112,7 @@ TEST_P(EncryptedModes, ShardedIntegratedAndAsyncRoundTripIntoAnotherLayout) {
     if (variant == 2) {
       AsyncOptions ao;
       ao.staging_bytes = ao.slab_bytes = 1 << 20;
-      auto async = AsyncCheckpointer::create(MPI_COMM_WORLD, ao);
+      auto async = make_async_checkpointer(MPI_COMM_WORLD, ao);
       if (!async.ok()) {  // no MPI_THREAD_MULTIPLE here: covered by the sync variants
         EXPECT_EQ(async.status().code(), StatusCode::kUnsupported);
         continue;
@@ -162,7 +162,7 @@ TEST_P(EncryptedModes, ShardedIntegratedAndAsyncRoundTripIntoAnotherLayout) {
     if (variant == 3) {  // a modified byte of a .ckpt record: named, on every rank
       std::string original;
       if (world_rank() == 0) {
-        auto opened = read_checkpoint_info(r->path, nullptr, key);
+        auto opened = read_checkpoint_info(r->path, {nullptr, key});
         ASSERT_TRUE(opened.ok()) << opened.status().to_string();
         const ChunkInfo& bias = opened->tensors[2].chunks[0];
         ASSERT_EQ(opened->tensors[2].name, "bias");
@@ -218,7 +218,7 @@ TEST(EncryptionMpiTest, WrongMissingKeysTamperingAndSwapsFailOnEveryRank) {
   // Tamper with one byte of a chunk of "w" (rank 0 owns the files' bytes here).
   CheckpointInfo info;
   if (world_rank() == 0) {
-    auto opened = read_checkpoint_info(r->path, nullptr, key);
+    auto opened = read_checkpoint_info(r->path, {nullptr, key});
     ASSERT_TRUE(opened.ok()) << opened.status().to_string();
     info = *opened;
   }

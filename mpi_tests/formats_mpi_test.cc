@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "distckpt/gather.h"
 #include "distckpt/mpi_comm.h"
 #include "format_model.h"

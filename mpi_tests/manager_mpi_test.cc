@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "distckpt/mpi_comm.h"
 #include "format_model.h"
@@ -83,8 +85,8 @@ TEST(ManagerMpi, AsyncSavesCommitInTheBackgroundAndResume) {
   c.save_every_steps = 2;
   c.keep_max = 2;
   c.async_save = true;
-  c.async_staging_bytes = 1 << 20;
-  c.async_slab_bytes = 256 << 10;
+  c.async.staging_bytes = 1 << 20;
+  c.async.slab_bytes = 256 << 10;
   auto m = CheckpointManager::create(*comm, model.state, c);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   std::vector<int> started, committed;

@@ -14,6 +14,8 @@
 #include <numeric>
 
 #include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "distckpt/mpi_comm.h"
 #include "mpi_test_util.h"
 

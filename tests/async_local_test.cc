@@ -1,5 +1,5 @@
 // Async save with in-process ranks (threads): each rank has a foreground and a
-// background communicator, as AsyncCheckpointer::create(MPI_Comm) would make.
+// background communicator, as make_async_checkpointer(MPI_Comm) would make.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +12,8 @@
 #include "comm/local_comm.h"
 #include "distckpt/async.h"
 #include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "storage/fault_fs.h"
 #include "test_util.h"
 

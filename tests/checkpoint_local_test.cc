@@ -11,6 +11,9 @@
 
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
+#include "format/native/index_codec.h"
 #include "storage/fault_fs.h"
 #include "test_util.h"
 
@@ -377,7 +380,7 @@ TEST_P(LocalCheckpointTest, ChecksumsOffAreRecordedAndAgreed) {
                      "ok");
     auto info = read_checkpoint_info(root() + "/" + name);
     ASSERT_TRUE(info.ok()) << info.status().to_string();
-    EXPECT_EQ(info->checksum, one_keeps_them ? "crc32c" : "none");
+    EXPECT_EQ(info->checksum, one_keeps_them ? Checksum::kCrc32c : Checksum::kNone);
     ASSERT_TRUE(verify_checkpoint(root() + "/" + name).ok());
     expect_all_equal(run(world, [&](Comm& comm) -> Status {
                        Model m(comm.rank(), world);
@@ -398,7 +401,7 @@ TEST_P(LocalCheckpointTest, NewerIndexVersionIsRefused) {
   {
     std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(8);
-    const uint32_t v = kIndexFormatVersion + 1;
+    const uint32_t v = internal_format::kIndexFormatVersion + 1;
     f.write(reinterpret_cast<const char*>(&v), 4);
   }
   expect_load_fails(world, root(), "newer than this build supports");

@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "comm/local_comm.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "format_model.h"
 #include "manager/retention.h"
@@ -719,8 +721,8 @@ TEST(AsyncSave, RefusedWhereItCannotRun) {
   c.integrated = true;
   EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
   c = async_config("/tmp/x");
-  c.async_slab_bytes = 1000;
-  EXPECT_NE(c.validate().message().find("async_slab_bytes"), std::string::npos);
+  c.async.slab_bytes = 1000;
+  EXPECT_NE(c.validate().message().find("async.slab_bytes"), std::string::npos);
   TempDir dir;
   // No MPI communicator to duplicate, and none given: refused on every rank.
   auto results = testing::run_ranks(2, [&](Comm& comm) -> Status {

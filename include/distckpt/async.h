@@ -7,10 +7,9 @@
 // makes its own MPI calls, so MPI must be initialised with MPI_THREAD_MULTIPLE; create()
 // checks. Neither thread ever uses the caller's communicator: create() duplicates it
 // twice (one for the loop's side of the collectives, one for the background's), so the
-// two can never match each other's messages.
+// two can never match each other's messages. Over MPI, make one with
+// make_async_checkpointer (mpi_comm.h); this header needs no MPI.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstddef>
 #include <memory>
@@ -37,11 +36,14 @@ struct AsyncOptions {
 
 class AsyncCheckpointer {
  public:
-  // Collective over `comm`. Fails (on every rank) with kUnsupported when MPI provides
-  // less than MPI_THREAD_MULTIPLE, kIoError when the staging memory cannot be allocated.
-  static Result<std::unique_ptr<AsyncCheckpointer>> create(MPI_Comm comm, const AsyncOptions& options = {});
+  // Collective over an MPI communicator: the same as make_async_checkpointer (mpi_comm.h,
+  // which defines this for MPI_Comm, so that this header needs no <mpi.h>).
+  template <typename MpiComm>
+  static Result<std::unique_ptr<AsyncCheckpointer>> create(MpiComm comm, const AsyncOptions& options = {});
   // Collective over two communicators the caller provides, spanning the same ranks in
-  // the same order and used by nothing else (tests use in-process ones). Takes ownership.
+  // the same order and used by nothing else (make_async_checkpointer duplicates an MPI
+  // communicator twice; tests use in-process ones). Takes ownership. kIoError on every
+  // rank when the staging memory cannot be allocated.
   static Result<std::unique_ptr<AsyncCheckpointer>> create(std::unique_ptr<Comm> foreground,
                                                            std::unique_ptr<Comm> background,
                                                            const AsyncOptions& options = {});

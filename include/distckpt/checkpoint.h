@@ -1,17 +1,17 @@
-// Sharded save and load of a StateDict, and read-only access to saved checkpoints.
+// Saving and loading a StateDict: the collective calls of a training job.
 //
 // A checkpoint is a directory <root>/<name>/ holding data-NNNNN.bin files (one per
 // writing rank) and index.pb (the protobuf index, written last by rank 0). It exists
 // if and only if that final-named directory exists with a valid index: saves go to
 // <root>/<name>.tmp-<id>/ and are renamed only after every rank succeeded (see
-// src/catalog/commit.cc for the protocol, step by step).
+// src/catalog/commit.cc for the protocol, step by step). Reading checkpoints without a
+// job (list, inspect, verify) is in inspect.h; converting and publishing in convert.h.
 //
 // Collective functions (save, load) must be called by every rank of the Comm, in the
 // same order, with state dicts describing the same tensors. They return the same
 // Status on every rank: if one rank fails, all fail with that rank's error, nothing
 // new becomes visible, and no earlier checkpoint is touched. They are called from
-// the thread that owns the Comm. Local functions (list, read, verify) are
-// thread-safe.
+// the thread that owns the Comm.
 #pragma once
 
 #include <cstdint>
@@ -26,51 +26,27 @@
 #include "distckpt/comm.h"
 #include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
+#include "distckpt/format.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
 
 namespace distckpt {
 
-// The newest version of the on-disk index this build writes (2: an encrypted checkpoint,
-// which builds that know only version 1 must refuse rather than read as empty; plain
-// checkpoints are still written as 1). Newer versions are refused on read.
-inline constexpr uint32_t kIndexFormatVersion = 2;
-
-// What a save writes.
-//   kNative: a checkpoint directory (data files + index.pb).
-//   kCkpt: one MindSpore-compatible protobuf .ckpt file (MindSpore's load_checkpoint
-//     reads it; records over 512 MiB split as MindSpore does; optional CRC-32 footer).
-//   kSafetensors: one .safetensors file (standard header, data 8-byte aligned).
-//   kHdf5: one .h5 file written with parallel HDF5 (a dataset per tensor).
-// ckpt and safetensors files are written by one rank from tensors reconstructed region
-// by region (gather_region); HDF5 files by every rank, each unique slice as a
-// hyperslab. All are loaded by load() into any layout, each rank reading its slice.
-enum class Format { kNative, kCkpt, kSafetensors, kHdf5 };
-std::string_view format_name(Format format);  // "native", "ckpt", "safetensors", "hdf5"
-// Inverse of format_name (also accepts "h5"); nullopt for anything else.
-std::optional<Format> format_from_name(std::string_view name);
-
-struct SaveOptions {
-  // Directory name under root. Must be non-empty, without '/', not "latest", not
-  // containing ".tmp-". Saving onto an existing checkpoint fails with kAlreadyExists.
-  std::string name;
-  int64_t step = -1;   // recorded in the index; -1 = unknown
-  int64_t epoch = -1;  // recorded in the index; -1 = unknown
+// How a save writes: shared by SaveOptions (one save) and CheckpointConfig (every
+// save a CheckpointManager makes).
+struct SaveSettings {
   // Write each unique slice once (replicas removed, writing balanced by bytes).
   // When false, every rank writes every box it holds (for debugging / parity).
   bool remove_redundancy = true;
-  // Move <root>/latest to this checkpoint after commit. false makes a side snapshot:
-  // listed and loadable by path, but never picked by resolve_checkpoint / resume.
-  bool update_latest = true;
   bool fsync = true;          // fsync files and directories (commit protocol steps 2-3)
   // CRC32C of every chunk, computed while the bytes are hot and checked by load and
   // verify. Off only to measure its cost (ckpt_bench --no-checksum): the index is
-  // checksummed either way, the data then is not (transforms.checksum = "none").
+  // checksummed either way, the data then is not (Checksum::kNone).
   // Sharded native saves only; integrated saves and single files keep their checksums.
   bool checksum = true;
   // Write data files with O_DIRECT through aligned staging buffers where the file
   // system allows it (buffered I/O otherwise). Faster and steadier on the machines we
-  // measured: see src/storage/stream_writer.h.
+  // measured: see src/storage/stream_writer.h. Sharded native saves.
   bool direct_io = true;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor
@@ -97,6 +73,18 @@ struct SaveOptions {
   // kCkpt: append MindSpore's CRC-32 footer ("crc_num"), checked on load and verify.
   // MindSpore >= 2.1 reads it; turn it off for older MindSpore readers.
   bool ckpt_crc_footer = true;
+};
+
+// One save: what it is called and what it records, and how it writes.
+struct SaveOptions : SaveSettings {
+  // Directory name under root. Must be non-empty, without '/', not "latest", not
+  // containing ".tmp-". Saving onto an existing checkpoint fails with kAlreadyExists.
+  std::string name;
+  int64_t step = -1;   // recorded in the index; -1 = unknown
+  int64_t epoch = -1;  // recorded in the index; -1 = unknown
+  // Move <root>/latest to this checkpoint after commit. false makes a side snapshot:
+  // listed and loadable by path, but never picked by resolve_checkpoint / resume.
+  bool update_latest = true;
 };
 
 struct SaveResult {
@@ -189,203 +177,5 @@ struct LoadResult {
 // partly overwritten (a chunk that fails authentication is zeroed, not left as read).
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
                         const LoadOptions& options);
-
-// ---- conversion (local: one process, no communicator) ----
-
-struct ConvertOptions {
-  bool fsync = true;
-  bool ckpt_crc_footer = true;  // as SaveOptions::ckpt_crc_footer
-  // Bytes of a tensor held at a time (whole rows of dim 0; a native source reads at
-  // least one stored chunk at a time, so its largest chunk bounds memory too).
-  uint64_t region_bytes = uint64_t{64} << 20;
-  // Called after each region with bytes done, bytes in total and the tensor's name.
-  std::function<void(uint64_t done, uint64_t total, const std::string& tensor)> progress;
-  // Convert only the tensors whose names equal or start with one of these (empty: all).
-  // Each entry must select at least one tensor (kInvalidArgument otherwise: a typo
-  // would silently drop what it meant to keep).
-  std::vector<std::string> only;
-  std::shared_ptr<FileSystem> fs;  // null: POSIX
-  std::shared_ptr<const EncryptionKey> key;  // the source's, when it is encrypted
-  // Encrypt the destination (native or ckpt; a new salt, so new keys and nonces).
-  // Other formats refuse (kInvalidArgument).
-  Encryption encryption;
-};
-
-struct ConvertResult {
-  std::string path;         // what was written (single files: with their extension)
-  uint64_t bytes = 0;       // tensor bytes converted
-  uint64_t bytes_read = 0;  // bytes read from the source
-};
-
-// Local, thread-safe for distinct destinations. Streams the checkpoint `src` (any
-// format; a root gives its newest) into a new checkpoint `dst` of format `to`: tensors
-// with their names, dtypes, shapes and layouts at save, step, epoch and info values.
-// Memory is bounded by ConvertOptions::region_bytes. The result is committed like a
-// save (written as <dst>.tmp-<id>, fsynced, renamed without replacing) but never moves
-// a `latest` pointer. Errors: those of read_checkpoint_info and load for the source
-// (kCorruption on a checksum mismatch), kAlreadyExists when `dst` exists,
-// kInvalidArgument for names `to` cannot hold, kIoError.
-Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
-                                         const ConvertOptions& options = {});
-
-// ---- publishing (local: one process, no communicator) ----
-
-struct PublishOptions {
-  // A single-file format: kSafetensors (default), kCkpt or kHdf5.
-  Format format = Format::kSafetensors;
-  // The tensors to publish, by name or name prefix (MMEngine's published_keys, e.g.
-  // {"model."} to leave the optimizer out); empty: all. Each must select a tensor.
-  std::vector<std::string> only;
-  std::string directory;  // where the file goes; "" : beside the source checkpoint
-  bool fsync = true;
-  bool ckpt_crc_footer = true;
-  uint64_t region_bytes = uint64_t{64} << 20;  // as ConvertOptions::region_bytes
-  std::shared_ptr<FileSystem> fs;              // null: POSIX
-  // The source's key, when it is encrypted. The published file is not encrypted: it is
-  // meant to be shared (publish to native or ckpt with convert_checkpoint to keep it so).
-  std::shared_ptr<const EncryptionKey> key;
-};
-
-struct PublishResult {
-  std::string path;    // <directory>/<source name>-<first 8 hex digits of sha256><ext>
-  std::string sha256;  // of the whole file, 64 lowercase hex digits
-  uint64_t file_bytes = 0;
-  std::vector<std::string> tensors;  // published
-  std::vector<std::string> dropped;  // in the source, left out by `only`
-  bool already_published = false;    // an identical file was there already
-};
-
-// Local, thread-safe for distinct sources. Exports the checkpoint `src` (any format; a
-// root gives its newest), or the tensors `only` selects, as one integrated file whose
-// name carries the first 8 hex digits of its SHA-256 (MMEngine's published
-// checkpoints). The file is reproducible: no clock or directory state is stored in
-// it, so publishing the same checkpoint (same name, tensors, layouts at save, step,
-// epoch and info) twice gives the same bytes and name (the second call, or a
-// concurrent one, finds the file and returns already_published). It is committed like
-// a save (temporary name, fsync, rename without replacing) and never moves `latest`;
-// resume never picks it. Memory: one region of region_bytes. Errors: those of
-// convert_checkpoint (a damaged source is refused before anything is written),
-// kInvalidArgument for a format that is not a single file or an `only` entry that
-// selects nothing, kAlreadyExists when a different file has the same name.
-Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOptions& options = {});
-
-// ---- read-only access (local, thread-safe) ----
-
-struct ChunkInfo {
-  Box box;
-  std::string file;        // relative to the checkpoint directory
-  uint64_t byte_offset = 0;
-  uint64_t length = 0;
-  uint32_t crc32c = 0;
-  int writer_rank = -1;
-};
-
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  Shape global_shape;
-  Shape dev_mat;       // empty for explicit layouts
-  Shape tensor_map;
-  std::vector<int> ranks;  // the group at save time (group index -> global rank)
-  std::vector<ChunkInfo> chunks;
-};
-
-struct FileInfo {
-  std::string name;
-  uint64_t size = 0;
-};
-
-struct CheckpointInfo {
-  std::string path;
-  std::string name;
-  uint32_t format_version = 0;
-  std::string format = "native";
-  int64_t step = -1;
-  int64_t epoch = -1;
-  int world_size = 0;
-  int64_t created_unix_ms = 0;
-  uint64_t commit_seq = 0;
-  bool advances_latest = false;
-  std::string checksum = "crc32c";
-  // "none", or the algorithm ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256", ...).
-  std::string encryption = "none";
-  std::string encryption_mode = "none";  // its EncryptionMode's name ("AES-GCM", ...)
-  // Encrypted and read without its key: `tensors` is empty (the table is sealed).
-  bool tensors_sealed = false;
-  std::vector<TensorInfo> tensors;
-  std::vector<FileInfo> files;
-  std::map<std::string, InfoValue> info;
-  uint64_t data_bytes() const;  // sum of file sizes
-};
-
-// Reads and validates the index of the checkpoint directory `path`. kNotFound without
-// an index; kCorruption / kUnsupported for a damaged or newer one; kIoError. An
-// encrypted checkpoint read without `key` describes everything but its tensors
-// (tensors_sealed); with a key, kAuthFailed if it is not the right one, or if the
-// checkpoint is not encrypted (a plain checkpoint in an encrypted one's place).
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path,
-                                            std::shared_ptr<FileSystem> fs = nullptr);
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
-                                            std::shared_ptr<const EncryptionKey> key);
-
-struct VerifyOptions {
-  // Drop each file from the operating system's page cache before reading it, so that
-  // every byte checked comes from storage, not from memory a writer left behind
-  // (FileSystem::evict_cached; best effort: a file system without it is read as usual).
-  bool deep = false;
-  // The key of an encrypted checkpoint: every chunk is then authenticated too. Without
-  // it, kAuthFailed (the key is needed); with it, a checkpoint that is not encrypted is
-  // refused (kAuthFailed).
-  std::shared_ptr<const EncryptionKey> key;
-};
-struct VerifyReport {
-  uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
-  bool deep = false;    // every file was evicted from the cache before being read
-  bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
-  bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
-};
-// Local (no MPI), any thread. Reads every chunk and checks the index (framing, CRC32C,
-// every number), file sizes, bounds and every chunk's CRC32C (single files: their
-// whole-file CRC-32 and per-tensor CRC32C where recorded). kCorruption naming the file
-// and tensor on the first failure; kNotFound for a missing file; kIoError.
-Result<VerifyReport> verify_checkpoint(const std::string& path,
-                                       std::shared_ptr<FileSystem> fs = nullptr);
-Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options,
-                                       std::shared_ptr<FileSystem> fs = nullptr);
-
-enum class EntryState { kCommitted, kInFlight, kBroken };
-struct CheckpointEntry {
-  std::string name;
-  EntryState state = EntryState::kBroken;
-  std::string detail;  // why broken
-  int64_t step = -1, epoch = -1;
-  uint64_t bytes = 0;
-  std::string format;
-  int64_t created_unix_ms = 0;
-  uint64_t commit_seq = 0;       // see resolve_checkpoint
-  bool advances_latest = false;  // saved with update_latest
-};
-struct RootListing {
-  std::vector<CheckpointEntry> entries;  // committed ordered by (step, created), others after
-  std::string latest;                    // target of <root>/latest, empty when none/invalid
-};
-// Lists the directories under `root`: committed checkpoints, in-flight (.tmp-*) and
-// broken ones (no valid index, with the reason in `detail`), each reported as such;
-// reads every index. kNotFound if `root` does not exist; kIoError if it cannot be
-// listed. Damaged checkpoints are reported as entries, not as errors.
-Result<RootListing> list_checkpoints(const std::string& root,
-                                     std::shared_ptr<FileSystem> fs = nullptr);
-
-// If `path` is a checkpoint directory, returns it. If it is a root, returns the newest
-// committed checkpoint among those saved with update_latest (all committed ones if
-// none was): the highest commit sequence number, ties going to the `latest` pointer's
-// target, then to the later commit time. The sequence number (1 + that of `latest`'s
-// target at save time) makes this independent of clocks, and a crash between the
-// rename and the pointer update (which leaves `latest` one behind) still resumes from
-// the newer checkpoint. kNotFound when there is none (naming damaged directories, if
-// any); kCorruption when `latest` names a damaged checkpoint, so that a job never falls
-// back to an older one silently; I/O errors of the listing.
-Result<std::string> resolve_checkpoint(const std::string& path,
-                                       std::shared_ptr<FileSystem> fs = nullptr);
 
 }  // namespace distckpt

@@ -24,9 +24,6 @@ class Comm {
   virtual int size() const = 0;
   // Number of distinct nodes (shared-memory domains) the ranks run on.
   virtual int node_count() const { return 1; }
-  // For libraries that need MPI themselves (parallel HDF5): the address of an MPI_Comm
-  // spanning the same ranks in the same order, or null for a communicator without MPI.
-  virtual const void* mpi_comm_handle() const { return nullptr; }
 
   // Collective.
   virtual void barrier() = 0;

@@ -1,7 +1,10 @@
 // CheckpointConfig: what a CheckpointManager saves, when, and what it keeps.
 //
 // The policies of MindSpore's CheckpointConfig/ModelCheckpoint, Caffe2's JobRunner and
-// MMEngine's CheckpointHook in one struct. Validate it with validate() (the manager
+// MMEngine's CheckpointHook in one struct. How each save writes is the SaveSettings the
+// config is made of (format, encryption, fs, direct_io, ...: checkpoint.h), how resume
+// reads is `load` (LoadOptions), how background saves stage is `async` (AsyncOptions):
+// the manager fills in the rest of each call's options (names, steps, the key). Validate it with validate() (the manager
 // does, on every rank, and refuses to start on an error): every contradictory or
 // out-of-range option is an kInvalidArgument naming the option.
 #pragma once
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/async.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
@@ -31,7 +35,7 @@ enum class CompareRule { kAuto, kGreater, kLess };
 // way every rank sees the same outcome: no rank hangs.
 enum class OnSaveFailure { kStop, kContinue };
 
-struct CheckpointConfig {
+struct CheckpointConfig : SaveSettings {
   // ---- when to save ----
   // Save every N steps (0: not by steps). Steps win when both steps and seconds are
   // set (as in MindSpore): seconds are then ignored.
@@ -55,13 +59,10 @@ struct CheckpointConfig {
   CompareRule rule = CompareRule::kAuto;
   int keep_best = 1;
 
-  // ---- naming and format ----
+  // ---- naming (the format, and every other way of writing, are the SaveSettings) ----
   std::string directory;                            // the checkpoint root (required)
   std::string prefix = "ckpt";                      // no '/', printable
   std::string name_template = "{prefix}-{epoch}_{step}";  // must contain {step} or {epoch}
-  Format format = Format::kNative;
-  bool integrated = false;
-  bool remove_redundancy = true;
   // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
   // false is {"model."}); empty: every tensor.
   std::vector<std::string> save_prefixes;
@@ -71,10 +72,14 @@ struct CheckpointConfig {
 
   OnSaveFailure on_failure = OnSaveFailure::kStop;
 
-  // Encrypt every checkpoint (MindSpore's enc_key / enc_mode; SaveOptions::encryption),
-  // and use the key to resume and verify. Native (sharded, integrated or asynchronous)
-  // and ckpt formats. Listing and retention need no key.
-  Encryption encryption;
+  // SaveSettings::encryption (MindSpore's enc_key / enc_mode) encrypts every checkpoint,
+  // and its key is used to resume and verify. SaveSettings::fs is the file system of
+  // every call (tests inject faults there).
+
+  // How resume() reads: replica_reads, check_partial_chunks. Its fs, key and `only`
+  // must be left empty and `strict` true: the manager uses fs, encryption.key and
+  // ResumeOptions (kInvalidArgument otherwise).
+  LoadOptions load;
 
   // ---- asynchronous saves (AsyncCheckpointer, async.h; MindSpore's async_save) ----
   // Periodic saves (step_end, save_now) return once this rank's share of the state is
@@ -85,8 +90,7 @@ struct CheckpointConfig {
   // final (end) saves are synchronous: the job is about to stop. Native sharded saves
   // only. Needs MPI_THREAD_MULTIPLE (or an AsyncCheckpointer given to create()).
   bool async_save = false;
-  std::size_t async_staging_bytes = std::size_t{1} << 30;  // per rank (AsyncOptions)
-  std::size_t async_slab_bytes = std::size_t{8} << 20;     // a multiple of 4096
+  AsyncOptions async;  // staging memory and slabs per rank
 
   // ---- saves on exception (MindSpore's exception_save; see CheckpointManager::run) ----
   // An exception escaping the training loop on some rank makes every rank save
@@ -106,7 +110,6 @@ struct CheckpointConfig {
   bool publish_at_end = false;
   std::vector<std::string> publish_only;  // tensor names/prefixes, e.g. {"model."}; empty: all
   Format publish_format = Format::kSafetensors;
-  std::shared_ptr<FileSystem> fs;  // null: POSIX (tests inject faults here)
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;

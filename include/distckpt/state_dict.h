@@ -59,9 +59,6 @@ class StateDict {
   Status set_info(const std::string& key, const char* value) { return set_info(key, InfoValue(std::string(value))); }
 
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
-  // For load, which writes through the buffers. Changing an entry's layout, boxes or
-  // buffer list bypasses the checks of add_tensor: don't.
-  std::vector<TensorEntry>& mutable_tensors() { return tensors_; }
   const std::map<std::string, InfoValue>& info() const { return info_; }
   // Index into tensors(), or -1.
   int find(const std::string& name) const;

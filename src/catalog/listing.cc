@@ -51,15 +51,17 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
     if (index.ok()) return index->commit_seq() + 1;
   }
   uint64_t highest = 0;
-  auto listing = list_checkpoints(root, std::shared_ptr<FileSystem>(&fs, [](FileSystem*) {}));
+  InspectOptions options;
+  options.fs = std::shared_ptr<FileSystem>(&fs, [](FileSystem*) {});
+  auto listing = list_checkpoints(root, options);
   if (listing.ok())
     for (const auto& e : listing->entries) highest = std::max(highest, e.commit_seq);
   return highest + 1;
 }
 }  // namespace internal_catalog
 
-Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<FileSystem> fs) {
-  fs = or_posix(fs);
+Result<RootListing> list_checkpoints(const std::string& root, const InspectOptions& options) {
+  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
   DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(root));
   RootListing listing;
   std::vector<CheckpointEntry> committed, other;
@@ -84,7 +86,7 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
     entry.state = EntryState::kCommitted;
     entry.step = index->step();
     entry.epoch = index->epoch();
-    entry.format = std::string(format_name(internal_format::stored_format(*index)));
+    entry.format = internal_format::stored_format(*index);
     entry.created_unix_ms = index->created_unix_ms();
     entry.commit_seq = index->commit_seq();
     entry.advances_latest = index->advances_latest();
@@ -104,12 +106,12 @@ Result<RootListing> list_checkpoints(const std::string& root, std::shared_ptr<Fi
   return listing;
 }
 
-Result<std::string> resolve_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
-  fs = or_posix(fs);
+Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options) {
+  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
   if (fs->exists(path + "/" + kIndexFileName)) return path;
   if (is_checkpoint_file_name(internal_base::base_name(path)) && fs->open_readable(path).ok()) return path;
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
-  DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, fs));
+  DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, options));
   // A damaged newest checkpoint is never skipped silently: when `latest` names a broken
   // checkpoint, resuming from an older one is the caller's decision (load it by path).
   const std::string pointer = read_latest_pointer(*fs, path);

@@ -11,7 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "distckpt/layout.h"
 #include "base/text.h"
 #include "transform/crc32c.h"
@@ -128,7 +129,7 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["step"] = e.step;
         j["epoch"] = e.epoch;
         j["bytes"] = e.bytes;
-        j["format"] = e.format;
+        j["format"] = std::string(format_name(e.format));
         j["created_unix_ms"] = e.created_unix_ms;
         j["commit_seq"] = e.commit_seq;
         j["advances_latest"] = e.advances_latest;
@@ -144,7 +145,7 @@ int cmd_ls(const std::string& root, bool as_json) {
   for (const auto& e : listing->entries) {
     if (e.state == EntryState::kCommitted) {
       std::printf("%-32s %10lld %6lld %12s %-8s %s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
-                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), e.format.c_str(), "committed",
+                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), std::string(format_name(e.format)).c_str(), "committed",
                   e.name == listing->latest ? " (latest)" : "");
     } else {
       std::printf("%-32s %10s %6s %12s %-8s %s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-",
@@ -174,7 +175,9 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
-  auto info = read_checkpoint_info(*dir, nullptr, *key);
+  InspectOptions options;
+  options.key = *key;
+  auto info = read_checkpoint_info(*dir, options);
   if (!info.ok()) return fail(info.status());
   const CheckpointInfo& ci = *info;
   json tensors = json::array();
@@ -204,18 +207,18 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   json info_values = json::object();
   for (const auto& [k, v] : ci.info) info_values[k] = info_json(v);
   if (as_json) {
-    std::cout << dump(json{{"path", ci.path},       {"name", ci.name},        {"format", ci.format},
+    std::cout << dump(json{{"path", ci.path},       {"name", ci.name},        {"format", std::string(format_name(ci.format))},
                       {"format_version", ci.format_version},        {"step", ci.step},
                       {"epoch", ci.epoch},     {"world_size", ci.world_size},
                       {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
-                      {"checksum", ci.checksum}, {"encryption", ci.encryption},
+                      {"checksum", std::string(checksum_name(ci.checksum))}, {"encryption", ci.encryption},
                       {"tensors_sealed", ci.tensors_sealed},
                       {"tensors", tensors},    {"files", files},          {"info", info_values}}) << "\n";
     return 0;
   }
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
-              ci.format.c_str(), ci.format_version, static_cast<long long>(ci.step),
-              static_cast<long long>(ci.epoch), ci.world_size, ci.checksum.c_str());
+              std::string(format_name(ci.format)).c_str(), ci.format_version, static_cast<long long>(ci.step),
+              static_cast<long long>(ci.epoch), ci.world_size, std::string(checksum_name(ci.checksum)).c_str());
   if (ci.encryption != "none") std::printf("  encryption %s\n", printable(ci.encryption).c_str());
   if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");
   else std::printf("tensors (%zu):\n", ci.tensors.size());
@@ -282,7 +285,9 @@ int cmd_convert(const ConvertArgs& args) {
   if (!source.ok()) return fail(source.status());
   auto described = read_checkpoint_info(*source);  // no key needed to see whether it is encrypted
   if (!described.ok()) return fail(described.status());
-  const std::string source_mode = described->encryption_mode == "none" ? "" : described->encryption_mode;
+  const std::string source_mode = described->encryption_mode == EncryptionMode::kNone
+                                      ? ""
+                                      : std::string(encryption_mode_name(described->encryption_mode));
   std::shared_ptr<const EncryptionKey> source_key = *key, copy_key = *enc_key;
   if (source_mode.empty() && source_key) {
     // A plain source needs no key: with --enc-mode, --key-file encrypts the copy.

@@ -158,7 +158,7 @@ Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(std::unique
       std::make_unique<Impl>(std::move(foreground), std::move(background), options, std::move(pool))));
 }
 
-Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(MPI_Comm comm, const AsyncOptions& options) {
+Result<std::unique_ptr<AsyncCheckpointer>> make_async_checkpointer(MPI_Comm comm, const AsyncOptions& options) {
   // Every rank initialised MPI the same way, so this check needs no agreement.
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
@@ -169,7 +169,7 @@ Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(MPI_Comm co
         "MPI_THREAD_MULTIPLE, ...)): the background thread makes MPI calls while the training loop does");
   auto fg = make_mpi_comm(comm);
   auto bg = make_mpi_comm(comm);
-  return create(std::move(fg), std::move(bg), options);
+  return AsyncCheckpointer::create(std::move(fg), std::move(bg), options);
 }
 
 AsyncCheckpointer::AsyncCheckpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

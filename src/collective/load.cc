@@ -13,6 +13,7 @@
 #include "base/timer.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
+#include "distckpt/inspect.h"
 #include "format/chunk_reader.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
@@ -157,7 +158,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   Status local;
   if (comm.rank() == 0) {
     local = guarded(where, [&]() -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, fs));
+      DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, {.fs = fs}));
       const internal_format::FormatDriver* format = internal_format::detect(*fs, dir);
       if (format != nullptr && format->single_file) {
         // A single file: rank 0 reads its structure and describes it as an index.
@@ -259,7 +260,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     std::vector<char> scratch;
     internal_plan::ReplicaGroups groups(comm.rank());
     for (const auto& [i, t] : plan) {
-      TensorEntry& e = state.mutable_tensors()[i];
+      const TensorEntry& e = state.tensors()[i];  // its buffers are written, not the entry
       const int g = share && e.layout.group_index(comm.rank()) >= 0 ? groups.group_of(e.layout) : -1;
       static const std::vector<int> kAlone;
       const std::vector<int>& group = g >= 0 ? groups.members(g) : kAlone;

@@ -52,7 +52,6 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int node_count() const override { return nodes_; }
-  const void* mpi_comm_handle() const override { return &comm_; }
   MPI_Comm mpi() const { return comm_; }
   void barrier() override { MPI_Barrier(comm_); }
 

@@ -22,6 +22,8 @@ std::optional<Format> format_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view checksum_name(Checksum checksum) { return checksum == Checksum::kCrc32c ? "crc32c" : "none"; }
+
 }  // namespace distckpt
 
 namespace distckpt::internal_format {

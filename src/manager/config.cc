@@ -77,8 +77,11 @@ Status CheckpointConfig::validate() const {
   if (async_save && (format != Format::kNative || integrated))
     return bad("async_save writes native sharded checkpoints only (format native, integrated off); single-file "
                "formats are written from gathered tensors while the loop waits");
-  if (async_slab_bytes == 0 || async_slab_bytes % kDirectIoAlignment != 0)
-    return bad("async_slab_bytes must be a positive multiple of " + std::to_string(kDirectIoAlignment));
+  if (async.slab_bytes == 0 || async.slab_bytes % kDirectIoAlignment != 0)
+    return bad("async.slab_bytes must be a positive multiple of " + std::to_string(kDirectIoAlignment));
+  if (load.fs || load.key || !load.only.empty() || !load.strict)
+    return bad("load.fs, load.key, load.only and load.strict are the manager's: set fs, encryption and "
+               "ResumeOptions instead");
   if (publish_format == Format::kNative)
     return bad("publish_format must be a single-file format (ckpt, safetensors or hdf5)");
   for (const auto& p : publish_only)

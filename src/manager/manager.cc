@@ -18,6 +18,8 @@
 #include "catalog/retire.h"
 #include "comm/agree.h"
 #include "comm/mpi_interop.h"
+#include "distckpt/convert.h"
+#include "distckpt/mpi_comm.h"
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
 #include "tools/convert.h"
@@ -88,15 +90,12 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
 
   SaveOptions opts;
+  static_cast<SaveSettings&>(opts) = cfg;  // how every save writes
+  opts.fs = fs;
   opts.name = name;
   opts.step = step;
   opts.epoch = epoch;
-  opts.format = cfg.format;
-  opts.integrated = cfg.integrated;
-  opts.remove_redundancy = cfg.remove_redundancy;
   opts.update_latest = kind.update_latest;
-  opts.fs = fs;
-  opts.encryption = cfg.encryption;
   Record record{name, step, epoch, metric, 0, false};
 
   if (async && kind.may_run_async) {
@@ -174,7 +173,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
 }
 
 std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string>* warnings) {
-  auto listing = list_checkpoints(cfg.directory, fs);
+  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
   if (!listing.ok()) {
     warnings->push_back("retention: " + listing.status().to_string());
     return {};
@@ -225,11 +224,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     local = unsupported("checkpoint manager: async_save needs an MPI communicator, or an AsyncCheckpointer given to create()");
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(impl.where())));
   if (impl.cfg.async_save && !async) {
-    AsyncOptions options;
-    options.staging_bytes = impl.cfg.async_staging_bytes;
-    options.slab_bytes = impl.cfg.async_slab_bytes;
     // Collective; fails alike on every rank (same MPI thread level everywhere, then agreed).
-    DISTCKPT_ASSIGN_OR_RETURN(async, AsyncCheckpointer::create(*internal_comm::as_mpi(comm), options));
+    DISTCKPT_ASSIGN_OR_RETURN(async, make_async_checkpointer(*internal_comm::as_mpi(comm), impl.cfg.async));
   }
   impl.async = std::move(async);
 
@@ -244,7 +240,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
       (void)fs.remove_file(probe);
       if (!probed.ok()) return probed.with_context("checkpoint manager: directory '" + dir + "' is not writable");
       // A fresh series prefix when committed checkpoints of another run use ours.
-      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, impl.fs));
+      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, {.fs = impl.fs}));
       impl.series = impl.names.fresh_prefix(impl.cfg.prefix, listing);
       return Status();
     });
@@ -305,7 +301,7 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   if (impl.root()) {
     std::string last = impl.last_saved_path;
     if (last.empty()) {
-      auto newest = resolve_checkpoint(impl.cfg.directory, impl.fs);
+      auto newest = resolve_checkpoint(impl.cfg.directory, {.fs = impl.fs});
       if (newest.ok()) last = *newest;
     }
     if (!last.empty()) sources.push_back(last);
@@ -337,7 +333,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
 
 std::string CheckpointManager::Impl::best_checkpoint() const {
   if (cfg.best_metric.empty()) return "";
-  auto listing = list_checkpoints(cfg.directory, fs);
+  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
   if (!listing.ok()) return "";
   const auto ranked = internal_manager::best_by_metric(series_with_metrics(*listing), rule);
   return ranked.empty() ? "" : cfg.directory + "/" + ranked.front();
@@ -379,7 +375,7 @@ Result<std::string> CheckpointManager::publish(const std::string& target) {
   Status local;
   if (impl.root()) {
     const std::string& dir = impl.cfg.directory;
-    auto resolved = target.empty() ? resolve_checkpoint(dir, impl.fs)
+    auto resolved = target.empty() ? resolve_checkpoint(dir, {.fs = impl.fs})
                                    : Result<std::string>(target.find('/') != std::string::npos ? target : dir + "/" + target);
     if (resolved.ok()) source = *resolved;
     else local = resolved.status();

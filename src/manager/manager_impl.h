@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "format/format.h"
 #include "manager/retention.h"
@@ -107,7 +108,7 @@ struct CheckpointManager::Impl {
       if (!e.advances_latest) continue;
       internal_manager::SeriesEntry s{e.name, e.commit_seq, e.created_unix_ms, std::nullopt};
       if (!cfg.best_metric.empty()) {
-        auto info = read_checkpoint_info(cfg.directory + "/" + e.name, fs);
+        auto info = read_checkpoint_info(cfg.directory + "/" + e.name, {.fs = fs});
         if (info.ok()) {
           auto it = info->info.find(cfg.best_metric);
           if (it != info->info.end()) {

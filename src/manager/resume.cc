@@ -33,7 +33,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   if (impl.root()) {
     local = internal_base::guarded(impl.where(), [&]() -> Status {
       // Candidates, best first: the target (or the newest), then older committed ones.
-      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, impl.fs));
+      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, {.fs = impl.fs}));
       // Implicit candidates (no target): the saves that move `latest` (not conversions or
       // published files) when there are any, as resolve_checkpoint does, and never an
       // exception save (a best-effort state: loaded only when named).
@@ -59,7 +59,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
       } else if (options.step >= 0) {
         if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
       } else {
-        auto newest = resolve_checkpoint(dir, impl.fs);
+        auto newest = resolve_checkpoint(dir, {.fs = impl.fs});
         if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
         else if (newest.ok() && committed.empty()) return Status();  // only exception saves: a fresh start
         else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
@@ -72,9 +72,10 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         if (i > 0 && !options.fall_back_to_previous) break;
         VerifyOptions verify;
+        verify.fs = impl.fs;
         verify.key = impl.cfg.encryption.key;
-        Status ok = options.verify ? verify_checkpoint(candidates[i], verify, impl.fs).status()
-                                   : read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
+        Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
+                                   : read_checkpoint_info(candidates[i], verify).status();
         if (ok.ok()) {
           chosen = candidates[i];
           return Status();
@@ -83,7 +84,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         // back from: an older checkpoint would fail alike, or be the downgrade itself. Those
         // fail on the index (no chunk read); a chunk failing authentication is damage.
         if (ok.code() == StatusCode::kAuthFailed) {
-          Status index_level = read_checkpoint_info(candidates[i], impl.fs, impl.cfg.encryption.key).status();
+          Status index_level = read_checkpoint_info(candidates[i], verify).status();
           if (index_level.code() == StatusCode::kAuthFailed)
             return index_level.with_context("resume: '" + candidates[i] + "'");
         }
@@ -100,7 +101,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   result.skipped = split(skipped, '\n');
   if (chosen.empty()) return result;
 
-  LoadOptions lo;
+  LoadOptions lo = impl.cfg.load;  // how resume reads; what and from where is this call's
   lo.strict = options.strict;
   lo.only = options.only;
   lo.fs = impl.fs;

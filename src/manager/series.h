@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/inspect.h"
 
 namespace distckpt::internal_manager {
 

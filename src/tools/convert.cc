@@ -10,7 +10,8 @@
 #include "base/strings.h"
 #include "catalog/commit.h"
 #include "catalog/names.h"
-#include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "format/describe.h"
 #include "format/format.h"
 #include "format/native/sealing.h"
@@ -46,10 +47,11 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     bool has_checksums = internal_format::has_chunk_checksums(index);
     for (const auto& f : index.files()) has_checksums |= f.crc32_covered() > 0;
     if (single && has_checksums) {
-      DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, fs));
+      DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, {.fs = fs}));
       VerifyOptions verify;
+      verify.fs = fs;
       verify.key = options.key;
-      DISTCKPT_RETURN_IF_ERROR(verify_checkpoint(resolved, verify, fs).status().with_context("convert: source"));
+      DISTCKPT_RETURN_IF_ERROR(verify_checkpoint(resolved, verify).status().with_context("convert: source"));
     }
     // <root>/<name>: the destination and the directory it is committed in.
     std::string path = internal_base::trim_trailing_slashes(dst);

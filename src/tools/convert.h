@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
 
 namespace distckpt::internal_tools {
 

@@ -1,7 +1,7 @@
 // read_checkpoint_info: what `distckpt inspect` shows, from any format's description.
 #include "tools/inspect.h"
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/inspect.h"
 #include "format/format.h"
 #include "format/native/sealing.h"
 #include "format/stored.h"
@@ -15,16 +15,18 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.path = path;
   info.name = index.name();
   info.format_version = index.has_encryption() ? 2 : 1;
-  info.format = std::string(format_name(internal_format::stored_format(index)));
+  info.format = internal_format::stored_format(index);
   info.step = index.step();
   info.epoch = index.epoch();
   info.world_size = index.world_size();
   info.created_unix_ms = index.created_unix_ms();
   info.commit_seq = index.commit_seq();
   info.advances_latest = index.advances_latest();
-  info.checksum = index.transforms().checksum();
+  info.checksum = internal_format::has_chunk_checksums(index) ? Checksum::kCrc32c : Checksum::kNone;
   info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";
-  info.encryption_mode = index.has_encryption() ? index.encryption().mode() : "none";
+  info.encryption_mode = index.has_encryption()
+                             ? encryption_mode_from_name(index.encryption().mode()).value_or(EncryptionMode::kNone)
+                             : EncryptionMode::kNone;
   info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 && !internal_format::is_single_file(index);
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
   for (const auto& t : index.tensors()) {
@@ -60,13 +62,9 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
 
 }  // namespace internal_tools
 
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs) {
-  return read_checkpoint_info(path, std::move(fs), nullptr);
-}
-
-Result<CheckpointInfo> read_checkpoint_info(const std::string& path, std::shared_ptr<FileSystem> fs,
-                                            std::shared_ptr<const EncryptionKey> key) {
-  if (!fs) fs = posix_filesystem();
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path, const InspectOptions& options) {
+  const std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+  const std::shared_ptr<const EncryptionKey>& key = options.key;
   DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
   if (key) DISTCKPT_RETURN_IF_ERROR(internal_format::open_index(&index, key.get(), path).status());
   CheckpointInfo info = internal_tools::to_checkpoint_info(index, path);

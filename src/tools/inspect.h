@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/inspect.h"
 #include "distckpt_index.pb.h"
 
 namespace distckpt::internal_tools {

@@ -3,7 +3,8 @@
 #include "base/guard.h"
 #include "base/strings.h"
 #include "catalog/commit.h"
-#include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "format/format.h"
 #include "tools/convert.h"
 #include "transform/sha256.h"
@@ -15,14 +16,13 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
     if (!internal_format::driver(options.format).single_file)
       return invalid_argument("publish: the format must be a single file (ckpt, safetensors or hdf5), not native");
-    DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, fs));
+    DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, {.fs = fs}));
     source = internal_base::trim_trailing_slashes(source);
-    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, fs, options.key));
+    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, {fs, options.key}));
 
     // <directory>/<stem>-<sha8><ext>, the stem being the source's name without extension.
     std::string stem = internal_base::base_name(source);
-    const std::optional<Format> source_format = format_from_name(info.format);
-    const std::string source_ext(internal_format::driver(source_format.value_or(Format::kNative)).extension);
+    const std::string source_ext(internal_format::driver(info.format).extension);
     if (!source_ext.empty() && stem.size() > source_ext.size() && internal_base::ends_with(stem, source_ext))
       stem.resize(stem.size() - source_ext.size());
     std::string directory = options.directory;

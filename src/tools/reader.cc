@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "distckpt/inspect.h"
 #include "format/chunk_reader.h"
 #include "format/format.h"
 #include "format/native/sealing.h"
@@ -30,7 +31,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
   m.fs = fs ? fs : posix_filesystem();
-  DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, m.fs));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, {.fs = m.fs}));
   DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
   DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_format::open_index(&m.index, key, resolved));
   m.dir = internal_format::files_dir(m.index, resolved);

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/inspect.h"
 #include "format/chunk_reader.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
@@ -16,13 +16,8 @@
 
 namespace distckpt {
 
-Result<VerifyReport> verify_checkpoint(const std::string& path, std::shared_ptr<FileSystem> fs) {
-  return verify_checkpoint(path, VerifyOptions{}, std::move(fs));
-}
-
-Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options,
-                                       std::shared_ptr<FileSystem> fs) {
-  if (!fs) fs = posix_filesystem();
+Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options) {
+  const std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
   // --deep: every file read comes from storage where the file system can evict it. A
   // failure to evict is not an error (the bytes are still checked), but then the report
   // does not claim it.

@@ -8,6 +8,8 @@
 
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
 #include "format_model.h"
 
 int main(int argc, char** argv) {

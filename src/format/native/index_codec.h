@@ -7,13 +7,16 @@
 
 #include <string>
 
-#include "distckpt/checkpoint.h"
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
 
 namespace distckpt::internal_format {
 
 inline constexpr const char* kIndexFileName = "index.pb";
+// The newest version of the on-disk index this build writes (2: an encrypted checkpoint,
+// which builds that know only version 1 must refuse rather than read as empty; plain
+// checkpoints are still written as 1). Newer versions are refused on read.
+inline constexpr uint32_t kIndexFormatVersion = 2;
 // Bounds on numbers read from an index, checked before anything is sized by them: the
 // world size, and the rank entries the layouts name in all (what a summary lists).
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 24;

@@ -1,0 +1,141 @@
+// Reading checkpoints without a job: describe, verify, list a root and find its newest.
+// Local (one process, no communicator) and thread-safe.
+//
+// Every call takes the file system and, for encrypted checkpoints, the key in its
+// options struct (InspectOptions), as every options struct of distckpt does.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distckpt/dtype.h"
+#include "distckpt/encryption.h"
+#include "distckpt/filesystem.h"
+#include "distckpt/format.h"
+#include "distckpt/layout.h"
+#include "distckpt/state_dict.h"
+#include "distckpt/status.h"
+
+namespace distckpt {
+
+struct InspectOptions {
+  std::shared_ptr<FileSystem> fs = nullptr;  // null: POSIX
+  // The key of an encrypted checkpoint (describing its tensors, verifying its chunks).
+  // With a key, a checkpoint that is not encrypted is refused (kAuthFailed): a plain
+  // checkpoint in an encrypted one's place is a downgrade.
+  std::shared_ptr<const EncryptionKey> key = nullptr;
+};
+
+struct ChunkInfo {
+  Box box;
+  std::string file;        // relative to the checkpoint directory
+  uint64_t byte_offset = 0;
+  uint64_t length = 0;
+  uint32_t crc32c = 0;
+  int writer_rank = -1;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape global_shape;
+  Shape dev_mat;       // empty for explicit layouts
+  Shape tensor_map;
+  std::vector<int> ranks;  // the group at save time (group index -> global rank)
+  std::vector<ChunkInfo> chunks;
+};
+
+struct FileInfo {
+  std::string name;
+  uint64_t size = 0;
+};
+
+struct CheckpointInfo {
+  std::string path;
+  std::string name;
+  uint32_t format_version = 0;
+  Format format = Format::kNative;
+  int64_t step = -1;
+  int64_t epoch = -1;
+  int world_size = 0;
+  int64_t created_unix_ms = 0;
+  uint64_t commit_seq = 0;
+  bool advances_latest = false;
+  Checksum checksum = Checksum::kCrc32c;
+  EncryptionMode encryption_mode = EncryptionMode::kNone;
+  // "none", or the algorithm with its key size ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256",
+  // ...).
+  std::string encryption = "none";
+  // Encrypted and read without its key: `tensors` is empty (the table is sealed).
+  bool tensors_sealed = false;
+  std::vector<TensorInfo> tensors;
+  std::vector<FileInfo> files;
+  std::map<std::string, InfoValue> info;
+  uint64_t data_bytes() const;  // sum of file sizes
+};
+
+// Reads and validates the description of the checkpoint at `path` (a directory or a
+// single file). kNotFound without one; kCorruption / kUnsupported for a damaged or
+// newer one; kIoError. An encrypted checkpoint read without `key` describes everything
+// but its tensors (tensors_sealed); with a key, kAuthFailed if it is not the right one,
+// or if the checkpoint is not encrypted.
+Result<CheckpointInfo> read_checkpoint_info(const std::string& path, const InspectOptions& options = {});
+
+struct VerifyOptions : InspectOptions {
+  // Drop each file from the operating system's page cache before reading it, so that
+  // every byte checked comes from storage, not from memory a writer left behind
+  // (FileSystem::evict_cached; best effort: a file system without it is read as usual).
+  // With `key`, every chunk is authenticated too (without it an encrypted checkpoint is
+  // kAuthFailed: the key is needed).
+  bool deep = false;
+};
+struct VerifyReport {
+  uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
+  bool deep = false;    // every file was evicted from the cache before being read
+  bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
+  bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
+};
+// Reads every chunk and checks the index (framing, CRC32C, every number), file sizes,
+// bounds and every chunk's CRC32C (single files: their whole-file CRC-32 and per-tensor
+// CRC32C where recorded). kCorruption naming the file and tensor on the first failure;
+// kNotFound for a missing file; kIoError.
+Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options = {});
+
+enum class EntryState { kCommitted, kInFlight, kBroken };
+struct CheckpointEntry {
+  std::string name;
+  EntryState state = EntryState::kBroken;
+  std::string detail;  // why broken
+  int64_t step = -1, epoch = -1;
+  uint64_t bytes = 0;
+  Format format = Format::kNative;
+  int64_t created_unix_ms = 0;
+  uint64_t commit_seq = 0;       // see resolve_checkpoint
+  bool advances_latest = false;  // saved with update_latest
+};
+struct RootListing {
+  std::vector<CheckpointEntry> entries;  // committed ordered by (step, created), others after
+  std::string latest;                    // target of <root>/latest, empty when none/invalid
+};
+// Lists the entries under `root`: committed checkpoints, in-flight (.tmp-*) and broken
+// ones (no valid description, with the reason in `detail`), each reported as such;
+// reads every index (no key needed). kNotFound if `root` does not exist; kIoError if
+// it cannot be listed. Damaged checkpoints are reported as entries, not as errors.
+Result<RootListing> list_checkpoints(const std::string& root, const InspectOptions& options = {});
+
+// If `path` is a checkpoint (a directory with an index, or a single file), returns it.
+// If it is a root, returns the newest committed checkpoint among those saved with
+// update_latest (all committed ones if none was): the highest commit sequence number,
+// ties going to the `latest` pointer's target, then to the later commit time. The
+// sequence number (1 + that of `latest`'s target at save time) makes this independent
+// of clocks, and a crash between the rename and the pointer update (which leaves
+// `latest` one behind) still resumes from the newer checkpoint. kNotFound when there is
+// none (naming damaged directories, if any); kCorruption when `latest` names a damaged
+// checkpoint, so that a job never falls back to an older one silently; I/O errors of
+// the listing.
+Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options = {});
+
+}  // namespace distckpt
