@@ -72,6 +72,7 @@ struct Args {
   int repeat = 1;
   bool compare_dd = false;
   bool no_checksum = false;
+  bool allow_unchecked = false;
   bool async = false;
   std::string staging = "1G";
   std::string replica_reads = "auto";
@@ -291,6 +292,7 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
                       : a.replica_reads == "each" ? distckpt::LoadOptions::ReplicaReads::kEach
                                                   : distckpt::LoadOptions::ReplicaReads::kAuto;
   opts.key = a.key;
+  opts.allow_unchecked = a.allow_unchecked;
   auto r = distckpt::load(comm, w.state, checkpoint_path(a), opts);
   runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
@@ -435,7 +437,9 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--integrated", a.integrated,
                "native: write full tensors (gathered) into one file; ckpt and safetensors always are");
   app.add_flag("--no-checksum", a.no_checksum,
-               "save without per-chunk CRC32C (to measure its cost; loads then check none)");
+               "save without per-chunk CRC32C (to measure its cost; loading it then needs --allow-unchecked)");
+  app.add_flag("--allow-unchecked", a.allow_unchecked,
+               "load a checkpoint whose data records no checksums (--no-checksum, a .ckpt without its footer)");
   app.add_option("--enc-key-file", a.enc_key_file,
                  "encrypt the checkpoint with this key file (16/24/32 raw bytes or 32/48/64 hex digits)");
   app.add_option("--enc-key-env", a.enc_key_env, "encrypt with the key in this environment variable (hex digits)");

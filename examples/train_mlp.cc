@@ -56,6 +56,7 @@ struct Config {
   int throw_rank = -1;             // ... on this rank (-1: every rank, like a NaN check)
   bool publish = false;            // publish the final and best checkpoints at the end
   bool async_save = false;         // periodic saves in the background (the loop only stages)
+  bool allow_unchecked = false;    // resume from a checkpoint whose data records no checksums
   int async_staging_mb = 256;      // staging memory per rank for --async
   std::vector<std::string> publish_only;
   std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";  // encrypt checkpoints with this key
@@ -369,6 +370,7 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.publish_only = cfg.publish_only;
   c.async_save = cfg.async_save;
   c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
+  c.load.allow_unchecked = cfg.allow_unchecked;
   if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
   return c;
 }
@@ -428,6 +430,8 @@ int run(int argc, char** argv, int rank, int world) {
                "periodic saves run in the background: the loop is blocked only while its tensors are staged");
   app.add_option("--async-staging-mb", cfg.async_staging_mb, "with --async: staging memory per rank (MiB)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--allow-unchecked", cfg.allow_unchecked,
+               "resume from a checkpoint whose data records no checksums (a .ckpt without its CRC-32 footer)");
   app.add_option("--enc-key-file", cfg.enc_key_file,
                  "encrypt checkpoints (and resume) with this key file: 16/24/32 raw bytes or 32/48/64 hex digits");
   app.add_option("--enc-key-env", cfg.enc_key_env, "the key in this environment variable (hex digits)");

@@ -84,6 +84,7 @@ TEST(AsyncMpiTest, BackgroundFailureReachesEveryRank) {
   if (world_rank() == 0) {  // rank 0 always writes part of 'w'
     internal_storage::FaultSpec spec;
     spec.write_budget = 0;
+    spec.budget_path_contains = "data-";
     bad.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
   }
   ASSERT_TRUE((*ckpt)->save_async(m.state, tmp.path(), bad).ok());

@@ -142,6 +142,7 @@ TEST(CheckpointMpiTest, RankFailingMidSaveFailsEveryRankAndKeepsPrevious) {
   if (world_rank() == victim) {
     internal_storage::FaultSpec spec;
     spec.write_budget = 7;
+    spec.budget_path_contains = "data-";
     opts.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
   }
   opts.name = "bad";

@@ -158,6 +158,7 @@ TEST_P(AsyncLocalTest, BackgroundFailureReachesEveryRankAndKeepsPrevious) {
     if (rank == 0) {  // rank 0 always writes (the replicated bias is balanced to others)
       internal_storage::FaultSpec spec;
       spec.write_budget = 0;  // ENOSPC on the first write of the background writer
+      spec.budget_path_contains = "data-";
       bad.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
     }
     ASSERT_TRUE(ckpt.save_async(m.state, root(), bad).ok());
@@ -213,6 +214,7 @@ TEST_P(AsyncLocalTest, FailureCollectedByOneRankIsStillReportedEverywhere) {
     if (rank == 0) {
       internal_storage::FaultSpec spec;
       spec.write_budget = 0;
+      spec.budget_path_contains = "data-";
       bad.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
     }
     ASSERT_TRUE(ckpt.save_async(m.state, root(), bad).ok());
@@ -253,8 +255,8 @@ TEST_P(AsyncLocalTest, RefusedWhileBusyOnEveryRank) {
   std::atomic<int> refused{0};
   internal_storage::FaultSpec spec;
   // Hold every writer in its fsync until the test has tried a second save.
-  spec.hook = [&](const std::string& op, const std::string&) {
-    if (op == "sync_dir") return;
+  spec.hook = [&](const std::string& op, const std::string& path) {
+    if (op == "sync_dir" || path.find("data-") == std::string::npos) return;
     if (op == "sync")
       while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   };

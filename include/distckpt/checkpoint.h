@@ -136,6 +136,11 @@ struct LoadOptions {
   bool check_partial_chunks = false;
   // The key of an encrypted checkpoint (kAuthFailed without it, or with a wrong one).
   std::shared_ptr<const EncryptionKey> key;
+  // A checkpoint whose data nothing checks (a native one saved with checksum = false, a
+  // .ckpt without its CRC-32 footer, a safetensors file from another writer) is refused
+  // with kUnsupported unless this is set; HDF5, which cannot carry checksums, loads
+  // with a warning either way (LoadResult::warning).
+  bool allow_unchecked = false;
 };
 
 struct LoadResult {
@@ -156,6 +161,8 @@ struct LoadResult {
   // and sending/receiving boxes shared between replicas (shared replica reads).
   double read_s = 0, exchange_s = 0;
   double load_s = 0;
+  // Non-fatal: the data was not checked (an HDF5 file, or allow_unchecked); empty if none.
+  std::string warning;
 };
 
 // Collective. Fills the buffers of `state` from the checkpoint directory `path` (a

@@ -72,6 +72,16 @@ struct CheckpointConfig : SaveSettings {
 
   OnSaveFailure on_failure = OnSaveFailure::kStop;
 
+  // ---- two jobs, and abandoned saves, in one directory ----
+  // The job's identity across requeues: a requeued job takes back its series, and an
+  // implicit resume() prefers the newest checkpoint of its own series to another job's.
+  // Empty: $DISTCKPT_JOB_ID, else $SLURM_JOB_ID, else none (a new run).
+  std::string job_id;
+  // Before each save, rank 0 removes the temporary entries of saves whose owner is
+  // provably gone (distckpt gc): a process of this host that no longer runs, or an owner
+  // elsewhere whose heartbeat is older than this, by the file system's clock (>= 120).
+  double gc_lease_s = 600;
+
   // SaveSettings::encryption (MindSpore's enc_key / enc_mode) encrypts every checkpoint,
   // and its key is used to resume and verify. SaveSettings::fs is the file system of
   // every call (tests inject faults there).

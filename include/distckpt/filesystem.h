@@ -89,6 +89,19 @@ class FileSystem {
   virtual Status evict_cached(const std::string& path) {
     return unsupported("evict '" + path + "' from the cache: not supported by this file system");
   }
+  // Appends `data` to `path` (created owner-only if missing) in one write, then fsyncs
+  // it (stats.jsonl). The default cannot: kUnsupported.
+  virtual Status append_synced(const std::string& path, const std::string& data) {
+    (void)data;
+    return unsupported("append to '" + path + "': not supported by this file system");
+  }
+  // The last modification time of `path` by the file system's own clock, in
+  // nanoseconds since the epoch: comparing it with that of a file just written measures
+  // an age without trusting any host's clock (garbage collection of abandoned saves).
+  // The default cannot: kUnsupported.
+  virtual Result<int64_t> modified_time_ns(const std::string& path) {
+    return unsupported("modification time of '" + path + "': not supported by this file system");
+  }
 };
 
 // The process-wide POSIX file system (thread-safe, never null, not owned by the caller).

@@ -91,12 +91,19 @@ struct VerifyOptions : InspectOptions {
   // With `key`, every chunk is authenticated too (without it an encrypted checkpoint is
   // kAuthFailed: the key is needed).
   bool deep = false;
+  // A checkpoint whose format can carry checksums but records none is reported as
+  // unchecked (kUnsupported) unless this is set (HDF5, which carries none, passes on
+  // its structure).
+  bool allow_unchecked = false;
 };
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
   bool deep = false;    // every file was evicted from the cache before being read
   bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
   bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
+  // What was checked, in words: "sizes and every chunk's CRC32C", "sizes and the file's
+  // CRC-32 footer", "structure only: hdf5 carries no checksums", ...
+  std::string checked;
 };
 // Reads every chunk and checks the index (framing, CRC32C, every number), file sizes,
 // bounds and every chunk's CRC32C (single files: their whole-file CRC-32 and per-tensor
@@ -104,11 +111,15 @@ struct VerifyReport {
 // kNotFound for a missing file; kIoError.
 Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options = {});
 
-enum class EntryState { kCommitted, kInFlight, kBroken };
+// kCommitted: a checkpoint. kInFlight: a save in progress or abandoned (.tmp-*).
+// kBroken: damaged (empty, truncated, a bad index). kForeign: a file with a checkpoint
+// format's extension whose contents are not that format (a zip, a pickle, text): never
+// resumed from, retained or removed.
+enum class EntryState { kCommitted, kInFlight, kBroken, kForeign };
 struct CheckpointEntry {
   std::string name;
   EntryState state = EntryState::kBroken;
-  std::string detail;  // why broken
+  std::string detail;  // why broken, in flight or foreign
   int64_t step = -1, epoch = -1;
   uint64_t bytes = 0;
   Format format = Format::kNative;

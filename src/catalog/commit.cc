@@ -1,32 +1,79 @@
 // The commit protocol: the one rule that must never break.
 //
-//  1. Every rank writes its data files into <root>/<name>.tmp-<id>/ (collective/save.cc).
+//  1. Every rank writes its data files into <root>/<name>.tmp-<id>/ (collective/save.cc);
+//     a single file is written as <root>/<name>.tmp-<id>/<name>. The temporary directory
+//     holds its owner's record from the start (owner.h), so that an abandoned save is
+//     collected only when its owner is provably gone (gc.h).
 //  2. Each writer fsyncs its files; all ranks agree on success (one collective). Any
 //     failure: every rank returns that error, rank 0 removes the tmp directory.
 //  3. Rank 0 writes index.pb into the tmp directory and fsyncs it, fsyncs the tmp
 //     directory (so the data files' entries are durable), renames it to <root>/<name>
-//     and fsyncs <root>: from here the checkpoint exists.
-//  4. Rank 0 moves <root>/latest: write latest.tmp-<id>, fsync, rename over latest,
-//     fsync <root>. A failure here leaves a committed checkpoint and an older pointer,
-//     which readers tolerate (resolve_checkpoint picks the newest commit), so it is
-//     reported as a warning, not an error.
+//     without replacing anything and fsyncs <root>: from here the checkpoint exists. (A
+//     single file is renamed out of its tmp directory the same way.) The owner record
+//     left in a committed directory is removed after the rename; a crash leaves it there,
+//     harmless.
+//  4. Rank 0 moves <root>/latest, under the root's latest lock (claims.h) and only forward
+//     in commit sequence: write latest.tmp-<id>, fsync, rename over latest, fsync <root>.
+//     A failure here leaves a committed checkpoint and an older pointer, which readers
+//     tolerate (resolve_checkpoint picks the highest sequence number), so it is reported
+//     as a warning, not an error; the checkpoint is never removed to "roll back".
 //  5. Ranks agree on the commit's outcome; retention (manager) runs only after it.
 //
-// A checkpoint exists if and only if its final-named directory exists with a valid
-// index; leftover .tmp-* directories are garbage and are never listed or loaded.
+// A checkpoint exists if and only if its final-named directory (or file) exists with a
+// valid index; leftover .tmp-* entries are garbage and are never listed or loaded.
 #include "catalog/commit.h"
 
+#include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
 #include "format/native/index_codec.h"
+#include "format/stored.h"
 
 namespace distckpt::internal_catalog {
 
 using internal_format::kIndexFileName;
 
+namespace {
+
+// How long a commit waits for another job's pointer update.
+constexpr double kLatestLockTimeout = 30;
+
+// Step 4, under the lock: `latest` moves to `name` unless it names a checkpoint with a
+// higher commit sequence number already.
+Status move_latest(FileSystem& fs, const std::string& root, const std::string& name, uint64_t commit_seq,
+                   bool fsync) {
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, LatestLock::acquire(fs, root, kLatestLockTimeout));
+  const std::string current = read_latest_pointer(fs, root);
+  if (!current.empty() && current != name) {
+    auto index = internal_format::read_stored_index(fs, root + "/" + current);
+    if (index.ok() && index->commit_seq() > commit_seq) return Status();  // a later save's: keep it
+  }
+  const std::string tmp_latest = make_tmp_name(root, kLatestFileName);
+  Status st = [&]() -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_latest));
+    const std::string text = name + "\n";
+    DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
+    if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
+    DISTCKPT_RETURN_IF_ERROR(file->close());
+    DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + kLatestFileName));
+    if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
+    return Status();
+  }();
+  if (!st.ok()) (void)fs.remove_file(tmp_latest);
+  return st;
+}
+
+// Removes what only the temporary directory needed (best effort).
+void drop_owner_files(FileSystem& fs, const std::string& dir) {
+  (void)fs.remove_file(dir + "/" + kHeartbeatFile);
+  (void)fs.remove_file(dir + "/" + kOwnerFile);
+}
+
+}  // namespace
+
 Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_dir,
                                        const std::string& name, const proto::Index& index, bool fsync,
-                                       bool update_latest) {
+                                       const LatestUpdate& latest) {
   CommitResult result;
   // Step 3: index, fsync, rename, fsync parent.
   const std::string framed = internal_format::frame_index(index);
@@ -41,20 +88,20 @@ Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, 
     DISTCKPT_RETURN_IF_ERROR(file->close());
   }
   if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir));
-  DISTCKPT_ASSIGN_OR_RETURN(CommitResult published, install_checkpoint(fs, root, tmp_dir, name, fsync, update_latest));
+  DISTCKPT_ASSIGN_OR_RETURN(CommitResult published, install_checkpoint(fs, root, tmp_dir, name, fsync, latest));
+  drop_owner_files(fs, root + "/" + name);
   published.index_bytes = result.index_bytes;
   return published;
 }
 
 Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
-                                        const std::string& name, bool fsync, bool update_latest) {
+                                        const std::string& name, bool fsync, const LatestUpdate& latest) {
   CommitResult result;
-  const std::string final_dir = root + "/" + name;
-  const std::string& tmp_dir = tmp_path;
+  const std::string final_path = root + "/" + name;
   // No-replace: another job that committed the same name meanwhile keeps its checkpoint.
-  Status renamed = fs.rename_no_replace(tmp_dir, final_dir);
+  Status renamed = fs.rename_no_replace(tmp_path, final_path);
   if (renamed.code() == StatusCode::kAlreadyExists)
-    return already_exists("commit: '" + final_dir + "' appeared during the save");
+    return already_exists("commit: '" + final_path + "' appeared during the save");
   DISTCKPT_RETURN_IF_ERROR(renamed);
   if (fsync) {
     Status st = fs.sync_dir(root);
@@ -63,61 +110,83 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
       // checkpoint that is visible. If even the undo fails, the checkpoint is complete
       // (data, index and its directory are fsynced) and visible: report it as committed,
       // with a warning, rather than as a failure nobody can act on.
-      if (fs.rename(final_dir, tmp_dir).ok()) return st;
-      result.warning = "checkpoint '" + final_dir + "' is committed but its directory entry may not be durable: " +
+      if (fs.rename(final_path, tmp_path).ok()) return st;
+      result.warning = "checkpoint '" + final_path + "' is committed but its directory entry may not be durable: " +
                        st.to_string();
     }
   }
-
-  // Step 4: move the latest pointer atomically.
-  if (update_latest) {
-    const std::string tmp_latest = make_tmp_name(root, kLatestFileName);
-    Status st = [&]() -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_latest));
-      const std::string text = name + "\n";
-      DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
-      if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
-      DISTCKPT_RETURN_IF_ERROR(file->close());
-      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + kLatestFileName));
-      if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
-      return Status();
-    }();
-    if (!st.ok()) {
-      (void)fs.remove_file(tmp_latest);
-      result.warning += (result.warning.empty() ? "" : "; ") + ("checkpoint '" + final_dir +
+  // Step 4: move the latest pointer, forward only.
+  if (latest.update) {
+    Status st = move_latest(fs, root, name, latest.commit_seq, fsync);
+    if (!st.ok())
+      result.warning += (result.warning.empty() ? "" : "; ") + ("checkpoint '" + final_path +
                         "' is committed but the latest pointer was not moved: " + st.to_string());
-    }
   }
   return result;
 }
 
 Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
-                          const std::string& who) {
-  Entry entry;
-  entry.path = root + "/" + name;
-  entry.directory = directory;
+                          const std::string& who, std::shared_ptr<FileSystem> fs_owner) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
-  if (fs.exists(entry.path)) return already_exists(who + ": checkpoint '" + entry.path + "' already exists");
-  entry.commit_seq = next_commit_seq(fs, root);
-  entry.tmp = make_tmp_name(root, name);
-  if (directory) DISTCKPT_RETURN_IF_ERROR(fs.create_dir(entry.tmp).with_context(who));
+  const std::string path = root + "/" + name;
+  if (fs.exists(path)) return already_exists(who + ": checkpoint '" + path + "' already exists");
+  DISTCKPT_ASSIGN_OR_RETURN(const uint64_t seq, claim_commit_seq(fs, root));
+  DISTCKPT_ASSIGN_OR_RETURN(Entry entry, make_tmp_entry(fs, root, name, directory, who, std::move(fs_owner)));
+  entry.commit_seq = seq;
   return entry;
 }
 
-Result<CommitResult> finish_entry(FileSystem& fs, const std::string& root, const Entry& entry,
-                                  const proto::Index* index, bool fsync, bool update_latest) {
-  const std::string name = entry.path.substr(root.size() + 1);
+Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
+                             const std::string& who, std::shared_ptr<FileSystem> fs_owner) {
+  Entry entry;
+  entry.root = root;
+  entry.name = name;
+  entry.path = root + "/" + name;
+  entry.directory = directory;
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
+  entry.tmp = make_tmp_name(root, name);
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dir(entry.tmp).with_context(who));
+  Status made = [&]() -> Status {
+    DISTCKPT_RETURN_IF_ERROR(write_owner(fs, entry.tmp, OwnerRecord::self()));
+    if (!directory) {  // created owner-only before any writer (HDF5 included) opens it
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(entry.target()));
+      DISTCKPT_RETURN_IF_ERROR(file->close());
+    }
+    return Status();
+  }();
+  if (!made.ok()) {
+    discard_entry(fs, entry);
+    return made.with_context(who);
+  }
+  if (fs_owner) entry.heartbeat = std::make_shared<Heartbeat>(std::move(fs_owner), entry.tmp);
+  return entry;
+}
+
+Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const proto::Index* index, bool fsync,
+                                  bool update_latest) {
+  if (entry.heartbeat) entry.heartbeat->stop();
+  const LatestUpdate latest{update_latest, entry.commit_seq};
   Result<CommitResult> committed = internal_error("commit: a checkpoint directory without its index");
-  if (!entry.directory) committed = install_checkpoint(fs, root, entry.tmp, name, fsync, update_latest);
-  else if (index != nullptr) committed = commit_checkpoint(fs, root, entry.tmp, name, *index, fsync, update_latest);
+  if (!entry.directory) {
+    committed = install_checkpoint(fs, entry.root, entry.target(), entry.name, fsync, latest);
+    if (committed.ok()) discard_entry(fs, entry);  // the empty temporary directory
+  } else if (index != nullptr) {
+    committed = commit_checkpoint(fs, entry.root, entry.tmp, entry.name, *index, fsync, latest);
+  }
   // Our tmp entry still exists unless the rename happened: remove it (garbage).
   if (!committed.ok() && fs.exists(entry.tmp)) discard_entry(fs, entry);
   return committed;
 }
 
 void discard_entry(FileSystem& fs, const Entry& entry) {
-  if (entry.directory) (void)fs.remove_all(entry.tmp);
-  else (void)fs.remove_file(entry.tmp);
+  if (entry.heartbeat) entry.heartbeat->stop();
+  if (entry.tmp.empty()) return;
+  if (entry.commit_seq != 0 && !fs.exists(entry.path)) release_commit_seq(fs, entry.root, entry.commit_seq);
+  // The owner record last (gc.h): a crash half way leaves an entry a collector can judge.
+  if (auto children = fs.list_dir(entry.tmp); children.ok())
+    for (const auto& c : *children)
+      if (c.name != kOwnerFile) (void)fs.remove_all(entry.tmp + "/" + c.name);
+  (void)fs.remove_all(entry.tmp);
 }
 
 }  // namespace distckpt::internal_catalog

@@ -2,8 +2,10 @@
 // frame of every save: a temporary entry in the root, then its commit under its name.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "catalog/owner.h"
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
 
@@ -11,39 +13,66 @@ namespace distckpt::internal_catalog {
 
 struct CommitResult {
   uint64_t index_bytes = 0;
-  std::string warning;  // non-fatal: the checkpoint is committed but `latest` was not moved
+  // Non-fatal: the checkpoint is committed, but `latest` was not moved or the directory
+  // entry may not be durable yet.
+  std::string warning;
+};
+
+// How a commit moves `latest` (step 4).
+struct LatestUpdate {
+  bool update = true;       // move it at all (false: a side snapshot)
+  uint64_t commit_seq = 0;  // the checkpoint's: `latest` moves only forward in it
 };
 
 // Rank 0 only, after every rank's data files are fsynced and all ranks agreed.
-// Performs steps 3 and 4 of the protocol described in commit.cc. On error the final
-// name does not exist (unless the error is reported as a warning).
+// Performs steps 3 and 4 of the protocol described in commit.cc for the checkpoint
+// directory `tmp_dir`. On error the final name does not exist (unless the error is
+// reported as a warning).
 Result<CommitResult> commit_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_dir,
                                        const std::string& name, const proto::Index& index, bool fsync,
-                                       bool update_latest);
+                                       const LatestUpdate& latest);
 
-// Rank 0 only: the rename and pointer part of step 3 and step 4, for a checkpoint
-// (a directory with its index, or a single file) complete and fsynced at `tmp_path`.
+// Rank 0 only: the rename and pointer part of step 3 and step 4, for a checkpoint (a
+// directory with its index, or a single file) complete and fsynced at `tmp_path`.
 Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root, const std::string& tmp_path,
-                                        const std::string& name, bool fsync, bool update_latest);
+                                        const std::string& name, bool fsync, const LatestUpdate& latest);
 
 // ---- the local frame (rank 0 of a save, or a local tool) ----
 
+// A save's temporary entry: always a directory <root>/<name>.tmp-<id>/ holding its
+// owner's record and heartbeat (owner.h), and either the checkpoint directory's files
+// or the single file <name> being written.
 struct Entry {
+  std::string root;
+  std::string name;
   std::string path;        // <root>/<name>: where it will be committed
-  std::string tmp;         // <root>/<name>.tmp-<id>: what is written now
-  bool directory = false;  // a checkpoint directory (else a single file)
-  uint64_t commit_seq = 0;  // the sequence number it will be committed with
+  std::string tmp;         // <root>/<name>.tmp-<id>: the temporary directory
+  bool directory = false;  // a checkpoint directory (else the single file target())
+  uint64_t commit_seq = 0;  // the number it will be committed with (claimed: claims.h)
+  // Refreshes the heartbeat while the entry is written (on the process that made it).
+  std::shared_ptr<Heartbeat> heartbeat;
+  // What the writers write: the directory itself, or the single file in it.
+  std::string target() const { return directory ? tmp : tmp + "/" + name; }
 };
-// Creates `root` if missing, refuses a taken name (kAlreadyExists), numbers the entry
-// (next_commit_seq) and, for a directory, creates its tmp directory. Errors name `who`.
+// Creates `root` if missing, refuses a taken name (kAlreadyExists), claims the entry's
+// commit sequence number and makes its temporary directory with this process's owner
+// record; for a single file, creates the file (owner-only) for the writers. Starts the
+// heartbeat when `fs_owner` is given (the shared handle the heartbeat thread keeps).
+// Errors name `who`.
 Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
-                          const std::string& who);
+                          const std::string& who, std::shared_ptr<FileSystem> fs_owner = nullptr);
+// The temporary directory alone (begin_entry without the name check and the claim):
+// for a file whose final name is decided later (publish names it by its digest).
+Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
+                             const std::string& who, std::shared_ptr<FileSystem> fs_owner = nullptr);
 // Commits a written and fsynced entry: a directory with `index` written into it
 // (commit_checkpoint; `index` must be given), or a single file (install_checkpoint).
-// On failure the tmp entry is removed if it is still there (never the final name).
-Result<CommitResult> finish_entry(FileSystem& fs, const std::string& root, const Entry& entry,
-                                  const proto::Index* index, bool fsync, bool update_latest);
-// Removes an entry that will not be committed (best effort: leftovers are garbage).
+// On failure the temporary entry is removed if it is still there (never the final
+// name). The heartbeat stops first.
+Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const proto::Index* index, bool fsync,
+                                  bool update_latest);
+// Removes an entry that will not be committed (best effort: leftovers are collected by
+// gc.h since the owner record goes last).
 void discard_entry(FileSystem& fs, const Entry& entry);
 
 }  // namespace distckpt::internal_catalog

@@ -6,6 +6,7 @@
 
 #include "base/strings.h"
 #include "catalog/names.h"
+#include "format/describe.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
@@ -68,6 +69,7 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
   for (const auto& e : entries) {
     // Directories are native checkpoints; files only in a single-file format.
     if (!e.is_dir && !is_checkpoint_file_name(e.name)) continue;
+    if (e.name.rfind(internal_catalog::kMetaDir, 0) == 0) continue;  // the catalog's own
     CheckpointEntry entry;
     entry.name = e.name;
     if (internal_catalog::is_in_flight_name(e.name)) {
@@ -75,6 +77,21 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       entry.detail = "save in progress or abandoned (not a checkpoint)";
       other.push_back(std::move(entry));
       continue;
+    }
+    if (!e.is_dir) {
+      // A file with a checkpoint format's extension but another format's contents is
+      // someone else's file: never ours to resume from, retain or remove.
+      const internal_format::FormatDriver* format = internal_format::driver_for_file_name(e.name);
+      auto file = fs->open_readable(root + "/" + e.name);
+      auto size = file.ok() ? (*file)->size() : Result<uint64_t>(file.status());
+      if (format != nullptr && size.ok()) {
+        if (auto why = internal_format::foreign_reason(*format, **file, *size)) {
+          entry.state = EntryState::kForeign;
+          entry.detail = "not a " + std::string(format->name) + " checkpoint: " + *why;
+          other.push_back(std::move(entry));
+          continue;
+        }
+      }
     }
     auto index = internal_format::read_stored_index(*fs, root + "/" + e.name);
     if (!index.ok()) {

@@ -25,11 +25,11 @@ std::string random_hex() {
 }  // namespace
 
 Status validate_checkpoint_name(const std::string& name) {
-  if (!internal_format::valid_file_name(name) || name == kLatestFileName ||
+  if (!internal_format::valid_file_name(name) || name == kLatestFileName || name.rfind(kMetaDir, 0) == 0 ||
       name.find(kTmpMarker) != std::string::npos || !internal_base::is_printable_utf8(name))
     return invalid_argument("checkpoint name '" + internal_base::printable(name) +
                             "' is not allowed (must be printable UTF-8, non-empty, <= 255 bytes, without "
-                            "'/', not 'latest', '.', '..', and without '.tmp-')");
+                            "'/', not 'latest', '.', '..', not starting with '.distckpt', and without '.tmp-')");
   return Status();
 }
 

@@ -13,13 +13,17 @@ namespace distckpt::internal_catalog {
 
 inline constexpr const char* kLatestFileName = "latest";
 inline constexpr const char* kStatsFileName = "stats.jsonl";
+// What the catalog keeps for itself in a root (claims.h, tier records): never a
+// checkpoint's name, never listed.
+inline constexpr const char* kMetaDir = ".distckpt";
 // "<name>.tmp-<16 hex>": a save (or a `latest` update) in flight, or abandoned.
 inline constexpr const char* kTmpMarker = ".tmp-";
 // "<name>.tmp-deleting-<16 hex>": a checkpoint being removed (retire.h).
 inline constexpr const char* kTrashMarker = ".tmp-deleting-";
 
 // kInvalidArgument unless `name` can be a checkpoint's name in a root: printable UTF-8,
-// non-empty, at most 255 bytes, no '/', not "." / ".." / "latest", no ".tmp-".
+// non-empty, at most 255 bytes, no '/', not "." / ".." / "latest", no ".tmp-", not
+// starting with ".distckpt".
 Status validate_checkpoint_name(const std::string& name);
 
 // A fresh "<root>/<name>.tmp-<random hex>" path.

@@ -73,6 +73,7 @@ const char* state_name(EntryState s) {
     case EntryState::kCommitted: return "committed";
     case EntryState::kInFlight: return "in-flight";
     case EntryState::kBroken: return "broken";
+    case EntryState::kForeign: return "foreign";
   }
   return "?";
 }
@@ -240,7 +241,7 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   return 0;
 }
 
-int cmd_verify(const std::string& path, bool as_json, bool deep, const KeyArgs& key_args) {
+int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unchecked, const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
@@ -248,6 +249,7 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, const KeyArgs& 
   VerifyOptions options;
   options.deep = deep;
   options.key = *key;
+  options.allow_unchecked = allow_unchecked;
   auto report = verify_checkpoint(*dir, options);
   if (!report.ok()) {
     if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";
@@ -257,16 +259,12 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, const KeyArgs& 
     std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
                       {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
                       {"deep", report->deep}, {"checksums", report->checksums},
-                      {"authenticated", report->authenticated}}) << "\n";
+                      {"authenticated", report->authenticated}, {"checked", report->checked}}) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s%s)\n", dir->c_str(),
+    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
-                report->checksums       ? "sizes and checksums"
-                : report->authenticated ? "sizes"
-                                        : "sizes only: no checksums recorded",
-                report->authenticated ? ", every chunk authenticated" : "",
-                report->deep ? ", re-read from storage" : "");
+                report->checked.c_str(), report->deep ? ", re-read from storage" : "");
   }
   return 0;
 }

@@ -19,7 +19,7 @@ struct KeyArgs {
   std::string file, env;
 };
 int cmd_inspect(const std::string& path, bool json, const KeyArgs& key);
-int cmd_verify(const std::string& path, bool json, bool deep, const KeyArgs& key);
+int cmd_verify(const std::string& path, bool json, bool deep, bool allow_unchecked, const KeyArgs& key);
 
 struct ConvertArgs {
   std::string src, dst, to;

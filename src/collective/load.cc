@@ -197,6 +197,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     }
     dir = internal_format::files_dir(index, dir);
     DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, options.key.get(), source));
+    DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index, source, options.allow_unchecked, &result.warning));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
     std::map<std::string, int> stored;

@@ -131,7 +131,8 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
       internal_format::set_info_values(state.info(), &index);
       if (spec.shape_index) DISTCKPT_RETURN_IF_ERROR(spec.shape_index(frame));
       DISTCKPT_ASSIGN_OR_RETURN(frame.entry, internal_catalog::begin_entry(fs, root, spec.name,
-                                                                           !frame.format->single_file, "save: rank 0"));
+                                                                           !frame.format->single_file, "save: rank 0",
+                                                                           frame.fs));
       frame.plan.index.set_commit_seq(frame.entry.commit_seq);
       frame.plan.index.set_advances_latest(options.update_latest);
       frame.plan.index.set_created_unix_ms(now_unix_ms());
@@ -142,6 +143,8 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   comm.broadcast_string(frame.entry.tmp, 0);
+  frame.entry.root = root;
+  frame.entry.name = spec.name;
   frame.entry.path = frame.result.path;
   frame.entry.directory = !frame.format->single_file;
   for (const TensorEntry& e : state.tensors())
@@ -177,9 +180,8 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
         if (frame.cipher)  // last: the seal authenticates everything else in the index
           DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
       }
-      auto committed = internal_catalog::finish_entry(*frame.fs, frame.root, frame.entry,
-                                                      frame.entry.directory ? &index : nullptr, frame.options.fsync,
-                                                      frame.options.update_latest);
+      auto committed = internal_catalog::finish_entry(*frame.fs, frame.entry, frame.entry.directory ? &index : nullptr,
+                                                      frame.options.fsync, frame.options.update_latest);
       if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");
       index_bytes = static_cast<int64_t>(committed->index_bytes);
       result.warning = committed->warning;

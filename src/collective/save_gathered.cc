@@ -58,15 +58,15 @@ Result<SaveResult> save_single_file(Comm& comm, const StateDict& state, const st
   Status checks = shared.same ? Status()
                               : invalid_argument("format, integrated, writer_rank and gather_bytes must be the same "
                                                  "on every rank");
+  if (checks.ok() && (options.writer_rank < 0 || options.writer_rank >= comm.size()))
+    checks = invalid_argument("writer_rank " + std::to_string(options.writer_rank) + " is not a rank");
+  if (checks.ok() && options.gather_bytes == 0) checks = invalid_argument("gather_bytes must be positive");
   if (checks.ok() && options.encryption.enabled()) checks = internal_format::encryption_refused(options.format);
   if (options.format == Format::kHdf5) {
     if (checks.ok() && !internal_comm::as_mpi(comm) && comm.size() > 1)
       checks = unsupported("HDF5 saves over several ranks need an MPI communicator (make_mpi_comm)");
     return save_hdf5(comm, state, root, options, checks);
   }
-  if (checks.ok() && (options.writer_rank < 0 || options.writer_rank >= comm.size()))
-    checks = invalid_argument("writer_rank " + std::to_string(options.writer_rank) + " is not a rank");
-  if (checks.ok() && options.gather_bytes == 0) checks = invalid_argument("gather_bytes must be positive");
   return save_gathered(comm, state, root, options, checks);
 }
 
@@ -98,7 +98,7 @@ Result<SaveResult> save_gathered(Comm& comm, const StateDict& state, const std::
       writer_options.ckpt_crc_footer = options.ckpt_crc_footer;
       writer_options.cipher = frame.cipher.get();
       writer_options.writer_rank = writer_rank;
-      DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(options.format, fs, frame.entry.tmp,
+      DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(options.format, fs, frame.entry.target(),
                                                                                 meta, writer_options));
       uint64_t largest = 0;
       for (const TensorEntry& e : state.tensors())

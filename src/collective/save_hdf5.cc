@@ -48,7 +48,7 @@ Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::stri
   // Attribute bytes must be identical on every rank: rank 0's JSON for all.
   std::string meta_json = comm.rank() == 0 ? internal_format::metadata_json(meta) : std::string();
   comm.broadcast_string(meta_json, 0);
-  auto writer = internal_format::Hdf5Writer::create(frame.entry.tmp, mpi, meta, meta_json);
+  auto writer = internal_format::Hdf5Writer::create(frame.entry.target(), mpi, meta, meta_json);
   DISTCKPT_RETURN_IF_ERROR(agree_or_discard(comm, frame, writer.status().with_context(where)));
   Status written;
   for (int t = 0; t < meta.tensors_size(); ++t) {
@@ -65,7 +65,7 @@ Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::stri
   Status closed = (*writer)->finish();
   if (written.ok()) written = closed;
   // Every rank: on a parallel file system each node flushes what it wrote.
-  if (written.ok() && options.fsync) written = frame.fs->sync_file(frame.entry.tmp);
+  if (written.ok() && options.fsync) written = frame.fs->sync_file(frame.entry.target());
   result.write_s = write_timer.seconds();
   return close_save(comm, frame, written.with_context(where), nullptr);
 }

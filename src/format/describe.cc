@@ -1,8 +1,50 @@
 #include "format/describe.h"
 
+#include <cctype>
+
+#include "format/format.h"
 #include "format/native/index_codec.h"
 
 namespace distckpt::internal_format {
+
+namespace {
+
+std::string format_file_name(const FormatDriver& format) {
+  if (format.id == Format::kCkpt) return "MindSpore .ckpt";
+  if (format.id == Format::kSafetensors) return "safetensors";
+  if (format.id == Format::kHdf5) return "HDF5";
+  return std::string(format.name);
+}
+
+}  // namespace
+
+std::optional<std::string> foreign_reason(const FormatDriver& format, const ReadableFile& file, uint64_t size) {
+  if (format.sniff == nullptr || size < kSniffBytes) return std::nullopt;
+  char head[kSniffBytes];
+  if (!file.read_at(head, sizeof(head), 0).ok()) return std::nullopt;
+  const std::string_view h(head, sizeof(head));
+  if (format.sniff(h)) return std::nullopt;
+  if (h.substr(0, 4) == std::string_view("PK\x03\x04", 4)) return "it is a zip archive (a PyTorch or Lightning checkpoint?)";
+  if (static_cast<unsigned char>(h[0]) == 0x80 && h[1] >= 2 && h[1] <= 5) return "it is a Python pickle";
+  // Of the other formats, only a signature as specific as HDF5's says what it is.
+  if (format.id != Format::kHdf5 && driver(Format::kHdf5).sniff(h)) return "it is an HDF5 file";
+  bool text = true;
+  for (char c : h) text = text && (std::isprint(static_cast<unsigned char>(c)) || std::isspace(static_cast<unsigned char>(c)));
+  if (text) return "it is text";
+  // Only a signature as strict as HDF5's tells a foreign file from a damaged one; other
+  // formats' parsers say what is wrong with their own bytes.
+  if (format.id == Format::kHdf5) return "its first bytes are not an HDF5 signature";
+  return std::nullopt;
+}
+
+Status check_single_file_head(const FormatDriver& format, const ReadableFile& file, uint64_t size,
+                              const std::string& path) {
+  if (size == 0)
+    return corruption("'" + path + "': empty file (0 bytes): damaged (truncated by a crash?), not a checkpoint");
+  if (auto why = foreign_reason(format, file, size))
+    return corruption("'" + path + "': not a " + format_file_name(format) + " file: " + *why);
+  return Status();
+}
 
 Result<OpenedFile> open_single_file(FileSystem& fs, const std::string& path) {
   auto file = fs.open_readable(path);

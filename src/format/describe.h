@@ -25,6 +25,17 @@ struct OpenedFile {
 };
 Result<OpenedFile> open_single_file(FileSystem& fs, const std::string& path);
 
+// Why the file at `path` is not a file of `format` at all although it has its
+// extension ("a zip archive (a PyTorch or Lightning checkpoint?)", "a Python pickle",
+// "text", ...), judged from its first bytes; nullopt when it could be one (including
+// files too short to tell, which are damaged rather than foreign).
+std::optional<std::string> foreign_reason(const struct FormatDriver& format, const ReadableFile& file, uint64_t size);
+// The checks every single-file reader starts with: an empty file is damaged
+// (kCorruption: the most common damage after a crash), a foreign one is not this
+// format (kCorruption, "not a ... file: ...").
+Status check_single_file_head(const struct FormatDriver& format, const ReadableFile& file, uint64_t size,
+                              const std::string& path);
+
 // Orders `found` tensors and applies distckpt's metadata (layouts at save, tensor
 // order) when the file has it, checking that the metadata and the file agree on names,
 // dtypes and shapes. Without metadata, `order` is kept. The result is checked as a

@@ -92,6 +92,49 @@ bool is_single_file(const proto::Index& index) { return driver(stored_format(ind
 
 bool has_chunk_checksums(const proto::Index& index) { return index.transforms().checksum() == "crc32c"; }
 
+namespace {
+bool has_file_crc32(const proto::Index& index) {
+  for (const auto& f : index.files())
+    if (f.crc32_covered() > 0) return true;
+  return false;
+}
+}  // namespace
+
+bool has_data_checks(const proto::Index& index) {
+  return has_chunk_checksums(index) || has_file_crc32(index) || index.has_encryption();
+}
+
+std::string data_checks_text(const proto::Index& index) {
+  std::vector<std::string> parts;
+  if (index.has_encryption()) parts.push_back("every chunk authenticated (" + index.encryption().algorithm() + ")");
+  if (has_chunk_checksums(index))
+    parts.push_back(is_single_file(index) ? "every tensor's CRC32C" : "every chunk's CRC32C");
+  if (has_file_crc32(index)) parts.push_back("the file's CRC-32 footer");
+  if (parts.empty())
+    return driver(stored_format(index)).carries_checksums ? "structure only: no checksums recorded"
+                                                           : "structure only: " +
+                                                                 std::string(format_name(stored_format(index))) +
+                                                                 " carries no checksums";
+  std::string text = "sizes";
+  for (std::size_t i = 0; i < parts.size(); ++i) text += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text;
+}
+
+Status check_unchecked(const proto::Index& index, const std::string& path, bool allowed, std::string* warning) {
+  if (has_data_checks(index)) return Status();
+  const FormatDriver& d = driver(stored_format(index));
+  if (!d.carries_checksums) {
+    *warning = "'" + path + "' is " + std::string(d.name) + ", which carries no checksums: its bytes are not checked";
+    return Status();
+  }
+  if (allowed) {
+    *warning = "'" + path + "' records no checksums: its bytes are not checked (allowed)";
+    return Status();
+  }
+  return unsupported("'" + path + "' records no checksums, so its bytes cannot be checked; allow unchecked data "
+                     "to load it anyway (LoadOptions::allow_unchecked, --allow-unchecked)");
+}
+
 std::string files_dir(const proto::Index& index, const std::string& path) {
   return is_single_file(index) ? internal_base::dir_name(path) : path;
 }

@@ -43,6 +43,10 @@ struct FormatDriver {
   bool single_file;         // one file (else a directory with an index)
   bool carries_encryption;  // has a place for nonces and tags
   bool chunk_checksums;     // its saves record a CRC32C per chunk in the index
+  // Whether a file of this format can carry checksums of its data (a native index's
+  // CRC32C, a .ckpt's CRC-32 footer, distckpt's CRC32C in a safetensors header): one that
+  // carries none is loaded only when the caller allows it (LoadOptions::allow_unchecked).
+  bool carries_checksums;
   // Whether the first bytes of a file (at least kSniffBytes of them) are this format's;
   // null when a path is recognised otherwise (a directory).
   bool (*sniff)(std::string_view head);
@@ -88,6 +92,15 @@ Format stored_format(const proto::Index& index);
 bool is_single_file(const proto::Index& index);
 // Whether every chunk carries a CRC32C (transforms.checksum "crc32c").
 bool has_chunk_checksums(const proto::Index& index);
+// Whether the data can be checked at all: chunk CRC32Cs, a whole-file CRC-32, or
+// encryption (every chunk authenticated).
+bool has_data_checks(const proto::Index& index);
+// What checks the data, in words ("every chunk's CRC32C", "the file's CRC-32 footer",
+// "structure only: HDF5 carries no checksums", ...), for reports.
+std::string data_checks_text(const proto::Index& index);
+// The error (kUnsupported) for data that nothing checks in a format that can carry
+// checksums, unless `allowed`; for a format that cannot (HDF5), OK with `*warning` set.
+Status check_unchecked(const proto::Index& index, const std::string& path, bool allowed, std::string* warning);
 // The directory an index's file names are relative to: the checkpoint directory itself,
 // or for a single file the directory it is in.
 std::string files_dir(const proto::Index& index, const std::string& path);

@@ -50,6 +50,8 @@ Status CheckpointConfig::validate() const {
   if (!(keep_per_n_minutes >= 0) || std::isinf(keep_per_n_minutes))
     return bad("keep_per_n_minutes must be a finite number >= 0");
   if (keep_best < 0) return bad("keep_best is negative");
+  if (!(gc_lease_s >= 120) || std::isinf(gc_lease_s))
+    return bad("gc_lease_s must be a finite number >= 120 (several heartbeats of a save in flight)");
   if (!best_metric.empty()) {
     if (keep_best == 0) return bad("best_metric is set but keep_best is 0");
     DISTCKPT_RETURN_IF_ERROR(effective_rule());

@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "base/guard.h"
 #include "base/strings.h"
 #include "base/timer.h"
+#include "catalog/claims.h"
+#include "catalog/gc.h"
 #include "catalog/retire.h"
 #include "comm/agree.h"
 #include "comm/mpi_interop.h"
@@ -54,6 +57,15 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   double metric = std::nan("");
   Status local;
   if (root()) {
+    // What abandoned saves left in the directory goes first (best effort).
+    (void)internal_base::guarded(where(), [&]() -> Status {
+      internal_catalog::GcOptions gc;
+      gc.lease_s = cfg.gc_lease_s;
+      auto collected = internal_catalog::collect_garbage(*fs, cfg.directory, gc);
+      if (!collected.ok()) return collected.status();
+      for (const auto& e : collected->removed) gc_removed.push_back(e.name);
+      return Status();
+    });
     name = render(step, epoch) + suffix;
     for (int n = 1; fs->exists(path_of(name)); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
     if (!cfg.best_metric.empty()) {
@@ -162,10 +174,13 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     if (!cfg.best_metric.empty())
       j[cfg.best_metric] = std::isnan(record.metric) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(record.metric);
     j["removed"] = gone;
+    j["gc_removed"] = gc_removed;
+    gc_removed.clear();
     j["warnings"] = warnings;
     j["unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch()).count();
-    internal_manager::append_stats_line(cfg.directory, j.dump());
+    if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j.dump()); !st.ok() && root())
+      std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
   }
   comm->broadcast_string(removed, 0);
   for (auto& name : split(removed, '\n')) out->removed.push_back(std::move(name));
@@ -239,14 +254,23 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
       Status probed = write_file_synced(fs, probe, "probe");
       (void)fs.remove_file(probe);
       if (!probed.ok()) return probed.with_context("checkpoint manager: directory '" + dir + "' is not writable");
-      // A fresh series prefix when committed checkpoints of another run use ours.
+      // The series prefix: this job's own when it was requeued; otherwise one no other run
+      // uses, claimed atomically so that two jobs starting together never share it.
+      impl.job_id = impl.cfg.job_id;
+      for (const char* var : {"DISTCKPT_JOB_ID", "SLURM_JOB_ID"})
+        if (const char* v = std::getenv(var); impl.job_id.empty() && v != nullptr) impl.job_id = v;
       DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, {.fs = impl.fs}));
-      impl.series = impl.names.fresh_prefix(impl.cfg.prefix, listing);
+      DISTCKPT_ASSIGN_OR_RETURN(impl.series,
+                                internal_catalog::claim_series(fs, dir, impl.cfg.prefix, impl.job_id,
+                                                               [&](const std::string& prefix) {
+                                                                 return !impl.names.entries(prefix, listing).empty();
+                                                               }));
       return Status();
     });
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   comm.broadcast_string(impl.series, 0);
+  comm.broadcast_string(impl.job_id, 0);
   return m;
 }
 

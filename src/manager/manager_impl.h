@@ -29,6 +29,8 @@ struct CheckpointManager::Impl {
   CheckpointConfig cfg;
   CompareRule rule = CompareRule::kLess;
   std::string series;  // the prefix of this run's names
+  std::vector<std::string> gc_removed;  // rank 0: abandoned saves removed since the last stats line
+  std::string job_id;  // the job's identity across requeues (config, $DISTCKPT_JOB_ID, $SLURM_JOB_ID), or ""
   internal_manager::SeriesNames names;
   std::shared_ptr<FileSystem> fs = posix_filesystem();
   int64_t last_saved_step = -1;

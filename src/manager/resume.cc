@@ -5,6 +5,7 @@
 
 #include "base/guard.h"
 #include "base/strings.h"
+#include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "comm/agree.h"
 #include "manager/manager_impl.h"
@@ -43,10 +44,14 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
       bool any_advancing = false;
       for (const auto& e : listing.entries)
         any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && (options.step < 0 || e.step == options.step);
+      // A job with an identity (a requeued Slurm job) resumes its own series when that
+      // has checkpoints: another job in the same root may have saved later ones.
+      const bool own_series = implicit && !impl.job_id.empty() && !impl.names.entries(impl.series, listing).empty();
       std::vector<CheckpointEntry> committed;
       for (const auto& e : listing.entries)
         if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step) &&
-            (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))))
+            (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
+            (!own_series || impl.names.matches(impl.series, e.name)))
           committed.push_back(e);
       std::sort(committed.begin(), committed.end(), [&](const CheckpointEntry& a, const CheckpointEntry& b) {
         return internal_catalog::newer(a, b, listing.latest);
@@ -58,6 +63,8 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         candidates.push_back(path);
       } else if (options.step >= 0) {
         if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
+      } else if (own_series) {
+        if (committed.empty()) return Status();  // only exception saves: a fresh start
       } else {
         auto newest = resolve_checkpoint(dir, {.fs = impl.fs});
         if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
@@ -74,6 +81,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         VerifyOptions verify;
         verify.fs = impl.fs;
         verify.key = impl.cfg.encryption.key;
+        verify.allow_unchecked = impl.cfg.load.allow_unchecked;
         Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
                                    : read_checkpoint_info(candidates[i], verify).status();
         if (ok.ok()) {
@@ -121,6 +129,11 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   std::string series = impl.series;
   if (impl.root()) {
     if (auto prefix = impl.names.prefix_of(impl.cfg.prefix, internal_base::base_name(chosen))) series = *prefix;
+    if (series != impl.series) {
+      // The series resumed is this job's from now on; the prefix claimed at creation goes back.
+      (void)internal_catalog::adopt_series(*impl.fs, dir, series, impl.job_id);
+      internal_catalog::release_series(*impl.fs, dir, impl.series);
+    }
   }
   impl.comm->broadcast_string(series, 0);
   impl.series = series;

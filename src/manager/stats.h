@@ -1,12 +1,21 @@
-// <directory>/stats.jsonl: one JSON line per committed save (rank 0).
+// <directory>/stats.jsonl: one JSON line per committed save, appended by rank 0 through
+// the FileSystem (so faults can be injected), fsynced, owner-only.
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "distckpt/filesystem.h"
 
 namespace distckpt::internal_manager {
 
-// Appends `line` and a newline to the directory's statistics file. Best effort: a
-// failure to write statistics never fails a save.
-void append_stats_line(const std::string& directory, const std::string& line);
+// Appends `line` and a newline to the directory's statistics file. A last line that a
+// crash left torn (no newline) is ended first, so that the new line stays whole.
+// Failures are returned for the caller to report: statistics never fail a save.
+Status append_stats_line(FileSystem& fs, const std::string& directory, const std::string& line);
+
+// The lines of a statistics file that parse as JSON objects; a torn or damaged line
+// (a crash mid-append) is skipped, not an error.
+Result<std::vector<std::string>> read_stats_lines(FileSystem& fs, const std::string& directory);
 
 }  // namespace distckpt::internal_manager

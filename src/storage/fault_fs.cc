@@ -15,7 +15,7 @@ class FaultWritableFile final : public WritableFile {
       : fs_(fs), base_(std::move(base)), path_(std::move(path)) {}
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     fs_->on_op("write", path_);
-    const uint64_t allowed = fs_->reserve(n);
+    const uint64_t allowed = fs_->reserve(n, path_);
     // A direct file only takes aligned lengths: there the injected fault writes nothing.
     if (allowed == n || (allowed > 0 && !base_->direct()))
       DISTCKPT_RETURN_IF_ERROR(base_->write_at(data, allowed, offset));
@@ -48,7 +48,8 @@ class FaultWritableFile final : public WritableFile {
 
 }  // namespace
 
-uint64_t FaultFileSystem::reserve(uint64_t n) {
+uint64_t FaultFileSystem::reserve(uint64_t n, const std::string& path) {
+  if (!spec_.budget_path_contains.empty() && path.find(spec_.budget_path_contains) == std::string::npos) return n;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t allowed = n;
   if (spec_.write_budget) {
@@ -111,6 +112,19 @@ Status FaultFileSystem::sync_file(const std::string& path) {
   if (!spec_.fail_sync_if_contains.empty() && path.find(spec_.fail_sync_if_contains) != std::string::npos)
     return io_error("fsync '" + path + "': injected EIO");
   return base_->sync_file(path);
+}
+
+}  // namespace distckpt::internal_storage
+
+namespace distckpt::internal_storage {
+
+Status FaultFileSystem::append_synced(const std::string& path, const std::string& data) {
+  on_op("append", path);
+  if (reserve(data.size(), path) < data.size())
+    return io_error("append '" + path + "': No space left on device (injected)");
+  if (!spec_.fail_sync_if_contains.empty() && path.find(spec_.fail_sync_if_contains) != std::string::npos)
+    return io_error("fsync '" + path + "': injected EIO");
+  return base_->append_synced(path, data);
 }
 
 }  // namespace distckpt::internal_storage

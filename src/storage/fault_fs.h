@@ -17,6 +17,9 @@ struct FaultSpec {
   // After this many bytes written through the wrapper (over all files), a write stores
   // only what fits and fails with "No space left on device (injected)".
   std::optional<uint64_t> write_budget;
+  // When set, the budget counts and limits only writes to paths containing this (e.g.
+  // "data-": the disk fills during the data, not while the save's owner record is made).
+  std::string budget_path_contains;
   // fsync of a file whose path contains this substring fails with EIO.
   std::string fail_sync_if_contains;
   // rename whose source contains this substring fails.
@@ -48,6 +51,8 @@ class FaultFileSystem final : public FileSystem {
   Status sync_dir(const std::string& path) override;
   Status sync_file(const std::string& path) override;
   Status evict_cached(const std::string& path) override { return base_->evict_cached(path); }
+  Status append_synced(const std::string& path, const std::string& data) override;
+  Result<int64_t> modified_time_ns(const std::string& path) override { return base_->modified_time_ns(path); }
 
   uint64_t bytes_written() const { return written_.load(); }
 
@@ -56,7 +61,7 @@ class FaultFileSystem final : public FileSystem {
     if (spec_.hook) spec_.hook(op, path);
   }
   // Returns how many of `n` bytes may still be written (all of them without a budget).
-  uint64_t reserve(uint64_t n);
+  uint64_t reserve(uint64_t n, const std::string& path);
   const FaultSpec& spec() const { return spec_; }
 
  private:

@@ -220,6 +220,34 @@ class PosixFileSystem final : public FileSystem {
     if (rc != 0) return errno_status("fsync directory", path, err);
     return Status();
   }
+  Status append_synced(const std::string& path, const std::string& data) override {
+    // O_APPEND: concurrent appenders (two jobs in one root) never overwrite each other.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
+    if (fd < 0) return errno_status("open", path, errno);
+    PosixWritableFile file(fd, path, false);
+    const char* p = data.data();
+    std::size_t n = data.size();
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("append", path, errno);
+      }
+      if (w == 0) return io_error("append '" + path + "': no progress (device full?)");
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    DISTCKPT_RETURN_IF_ERROR(file.sync());
+    return file.close();
+  }
+  Result<int64_t> modified_time_ns(const std::string& path) override {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return not_found("stat '" + path + "': no such file");
+      return errno_status("stat", path, errno);
+    }
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  }
   Status sync_file(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return errno_status("open", path, errno);

@@ -83,15 +83,21 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     meta.set_advances_latest(false);
     DISTCKPT_RETURN_IF_ERROR(internal_format::check_writable(to, meta));
 
+    // An encrypted destination: fresh salt, so fresh keys and nonces.
+    std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+    std::string salt;
+    if (options.encryption.enabled()) {
+      DISTCKPT_ASSIGN_OR_RETURN(salt, internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes));
+      DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_transform::CheckpointCipher::create(options.encryption.mode,
+                                                                                    *options.encryption.key, salt));
+    }
     // The entry written: <root>/<name>.tmp-<id> (a directory for a native checkpoint).
     if (!control.commit && !format.single_file) return unsupported("convert: a native checkpoint is always committed");
     internal_catalog::Entry entry;
     if (control.commit) {
-      DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::begin_entry(*fs, root, name, !format.single_file, "convert"));
+      DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::begin_entry(*fs, root, name, !format.single_file, "convert", fs));
     } else {  // an uncommitted file for the caller to name (publish)
-      DISTCKPT_RETURN_IF_ERROR(fs->create_dirs(root));
-      entry.path = path;
-      entry.tmp = internal_catalog::make_tmp_name(root, name);
+      DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::make_tmp_entry(*fs, root, name, false, "convert", fs));
     }
     if (control.reproducible) {
       // No clock and no directory state in the bytes: equal tensors give equal files.
@@ -118,20 +124,13 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
 
     ConvertResult result;
     result.path = path;
-    // An encrypted destination: fresh salt, so fresh keys and nonces.
-    std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
-    std::string salt;
-    if (options.encryption.enabled()) {
-      DISTCKPT_ASSIGN_OR_RETURN(salt, internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes));
-      DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_transform::CheckpointCipher::create(options.encryption.mode,
-                                                                                    *options.encryption.key, salt));
-    }
     std::unique_ptr<internal_format::SequentialWriter> writer;
     Status st = [&]() -> Status {
       internal_format::WriterOptions writer_options;
       writer_options.ckpt_crc_footer = options.ckpt_crc_footer;
       writer_options.cipher = cipher.get();
-      DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(to, *fs, entry.tmp, meta, writer_options));
+      DISTCKPT_ASSIGN_OR_RETURN(writer,
+                                internal_format::make_sequential_writer(to, *fs, entry.target(), meta, writer_options));
       std::vector<char> buf;
       for (int t = 0; t < static_cast<int>(selected.size()); ++t) {
         const int source_tensor = selected[t];
@@ -152,18 +151,20 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       DISTCKPT_ASSIGN_OR_RETURN(proto::Index written, writer->finish(options.fsync));
       writer.reset();
       if (!control.commit) return Status();
-      if (format.single_file)
-        return internal_catalog::finish_entry(*fs, root, entry, nullptr, options.fsync, false).status();
+      if (format.single_file) return internal_catalog::finish_entry(*fs, entry, nullptr, options.fsync, false).status();
       written.set_world_size(std::max(written.world_size(), 1));
       if (cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&written, *cipher, salt));
-      return internal_catalog::finish_entry(*fs, root, entry, &written, options.fsync, false).status();
+      return internal_catalog::finish_entry(*fs, entry, &written, options.fsync, false).status();
     }();
     if (!st.ok()) {
       writer.reset();
       if (fs->exists(entry.tmp)) discard_entry(*fs, entry);
       return st.with_context("convert '" + src + "' -> '" + path + "'");
     }
-    if (!control.commit) result.path = entry.tmp;
+    if (!control.commit) {
+      result.path = entry.target();
+      if (control.written != nullptr) *control.written = entry;
+    }
     return result;
   });
 }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "catalog/commit.h"
 #include "distckpt/convert.h"
 
 namespace distckpt::internal_tools {
@@ -16,6 +17,9 @@ struct ConvertControl {
   // info give byte-identical files (content-addressed publishing).
   bool reproducible = false;
   std::string meta_name;  // the name stored inside the file; "" : the destination's
+  // With commit = false: the temporary entry written (ConvertResult::path is its file),
+  // for the caller to install and then discard.
+  internal_catalog::Entry* written = nullptr;
 };
 
 // Whether `name` is selected by `only` (empty: everything; else equal to or starting

@@ -40,18 +40,18 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     control.commit = false;
     control.reproducible = true;
     control.meta_name = stem;
+    internal_catalog::Entry entry;
+    control.written = &entry;
     DISTCKPT_ASSIGN_OR_RETURN(ConvertResult written,
                               internal_tools::convert_to(source, directory + "/" + stem, options.format, convert,
                                                            control));
     const std::string tmp = written.path;
-    // The temporary file goes whatever happens below, exceptions included.
+    // The temporary entry goes whatever happens below, exceptions included.
     struct RemoveTmp {
       FileSystem& fs;
-      const std::string& path;
-      ~RemoveTmp() {
-        if (fs.exists(path)) (void)fs.remove_file(path);
-      }
-    } remove_tmp{*fs, tmp};
+      const internal_catalog::Entry& entry;
+      ~RemoveTmp() { internal_catalog::discard_entry(fs, entry); }
+    } remove_tmp{*fs, entry};
     auto result = [&]() -> Result<PublishResult> {
       PublishResult out;
       DISTCKPT_ASSIGN_OR_RETURN(out.sha256, internal_transform::sha256_file(*fs, tmp));
@@ -75,7 +75,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;
       }
-      auto committed = internal_catalog::install_checkpoint(*fs, directory, tmp, name, options.fsync, false);
+      auto committed = internal_catalog::install_checkpoint(*fs, directory, tmp, name, options.fsync, {.update = false});
       if (!committed.ok() && committed.status().code() == StatusCode::kAlreadyExists && fs->exists(out.path)) {
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;

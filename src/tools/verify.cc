@@ -37,6 +37,10 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   const std::string dir = internal_format::files_dir(index, path);
   VerifyReport report;
   report.checksums = checksums;
+  report.checked = internal_format::data_checks_text(index);
+  std::string unchecked;
+  DISTCKPT_RETURN_IF_ERROR(
+      internal_format::check_unchecked(index, path, options.allow_unchecked, &unchecked).with_context("verify"));
   report.authenticated = cipher != nullptr;
   // Chunks grouped by file, so that one file is open at a time whatever the number of
   // writers, and each file is read front to back.

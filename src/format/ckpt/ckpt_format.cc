@@ -256,11 +256,18 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
 
 namespace {
 
-// A Checkpoint message starts with field 1, length-delimited: a Value record.
-bool sniff_ckpt(std::string_view head) { return !head.empty() && head[0] == '\x0a'; }
+// A Checkpoint message starts with field 1, length-delimited: a Value record (MindSpore
+// writes tensors first), or with distckpt's metadata field 1000 (its tag as a varint:
+// C2 3E) or encryption field 1001 (CA 3E).
+bool sniff_ckpt(std::string_view head) {
+  if (head.empty()) return false;
+  if (head[0] == '\x0a') return true;
+  return head.size() >= 2 && (head.substr(0, 2) == "\xC2\x3E" || head.substr(0, 2) == "\xCA\x3E");
+}
 
 Result<proto::Index> describe_ckpt(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  DISTCKPT_RETURN_IF_ERROR(check_single_file_head(ckpt_driver(), *opened.file, opened.size, path));
   DISTCKPT_ASSIGN_OR_RETURN(CkptScan scan, scan_ckpt(*opened.file, opened.size, path));
   return ckpt_index(scan, internal_base::base_name(path), opened.size, path);
 }
@@ -293,6 +300,7 @@ const FormatDriver& ckpt_driver() {
       .single_file = true,
       .carries_encryption = true,
       .chunk_checksums = false,
+      .carries_checksums = true,
       .sniff = sniff_ckpt,
       .describe = describe_ckpt,
       .check_writable = check_ckpt_writable,

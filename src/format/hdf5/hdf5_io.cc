@@ -191,7 +191,9 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   // datasets alike.
   Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   H5Pset_obj_track_times(fcpl.get(), 0);
-  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_EXCL, fcpl.get(), fapl.get()), H5Fclose);
+  // The file exists already, created owner-only by the catalog (catalog/commit.h): HDF5
+  // (and MPI-IO under it) would create it with the umask's mode.
+  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   if (!w->h_->file.ok()) return io_error(where + ": cannot create: " + hdf5_message());
   w->h_->dxpl = Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   if (comm != MPI_COMM_NULL) H5Pset_dxpl_mpio(w->h_->dxpl.get(), H5FD_MPIO_COLLECTIVE);
@@ -309,9 +311,6 @@ Status Hdf5Writer::finish() {
   h_->dxpl.reset();
   // Closed explicitly to see the error: closing flushes the metadata.
   if (H5Fclose(h_->file.release()) < 0) keep(io_error(where + ": close failed: " + hdf5_message()));
-  // HDF5 creates the file with the umask's mode: owner-only, like every checkpoint file.
-  if (::chmod(path_.c_str(), 0600) != 0 && errno != ENOENT)
-    keep(io_error(where + ": chmod 0600: " + std::strerror(errno)));
   return st.with_context(where);
 }
 
@@ -385,7 +384,11 @@ namespace {
 
 bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string_view("\x89HDF\r\n\x1a\n", 8); }
 
-Result<proto::Index> describe_hdf5(FileSystem&, const std::string& path) {
+Result<proto::Index> describe_hdf5(FileSystem& fs, const std::string& path) {
+  {
+    DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+    DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
+  }
   return hdf5_index(path, internal_base::base_name(path));
 }
 
@@ -453,6 +456,7 @@ const FormatDriver& hdf5_driver() {
       .single_file = true,
       .carries_encryption = false,
       .chunk_checksums = false,
+      .carries_checksums = false,
       .sniff = sniff_hdf5,
       .describe = describe_hdf5,
       .check_writable = check_hdf5_writable,

@@ -32,9 +32,9 @@ Status check_hdf5_name(const std::string& name);
 // With MPI_COMM_NULL the file is written by this process alone (serial driver).
 class Hdf5Writer {
  public:
-  // Creates `path` (which must not exist) and every dataset of `meta`. `meta_json` is
-  // metadata_json(meta) as computed on one rank: attribute bytes must be identical on
-  // every rank, and protobuf map order is not.
+  // Creates (or truncates: the catalog makes it owner-only first) `path` and every
+  // dataset of `meta`. `meta_json` is metadata_json(meta) as computed on one rank:
+  // attribute bytes must be identical on every rank, and protobuf map order is not.
   static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, MPI_Comm comm, const proto::Index& meta,
                                                     std::string meta_json);
   ~Hdf5Writer();

@@ -14,6 +14,7 @@
 
 namespace distckpt::internal_format {
 
+using internal_base::is_printable_utf8;
 using internal_base::printable;
 
 namespace {
@@ -38,7 +39,7 @@ T get(const std::string& in, std::size_t pos) {
 
 bool valid_file_name(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." && name != kIndexFileName &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+         name.find('/') == std::string::npos && internal_base::is_printable_utf8(name);
 }
 
 std::string data_file_name(int writer_rank) {
@@ -125,11 +126,21 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   const std::string where = "index '" + path + "'";
   if (index.world_size() < 1 || index.world_size() > kMaxWorldSize)
     return corruption(where + ": world size " + std::to_string(index.world_size()));
+  // What this build cannot read, it refuses: a checksum it does not know would be read as
+  // "no checksum", a compression as plain bytes (a silently wrong load).
+  const std::string& checksum = index.transforms().checksum();
+  if (!checksum.empty() && checksum != "crc32c" && checksum != "none")
+    return unsupported(where + ": checksum '" + printable(checksum) + "' is not known to this build; upgrade distckpt");
+  const std::string& compression = index.transforms().compression();
+  if (!compression.empty() && compression != "none")
+    return unsupported(where + ": compression '" + printable(compression) +
+                       "' is not known to this build; upgrade distckpt");
   int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
     if (!valid_file_name(f.name()))
-      return corruption(where + ": file name '" + f.name() + "' escapes the checkpoint directory or is invalid");
+      return corruption(where + ": file name '" + printable(f.name()) +
+                        "' escapes the checkpoint directory or is invalid");
     if (!file_names.insert(f.name()).second) return corruption(where + ": file '" + f.name() + "' listed twice");
     if (f.size() > (uint64_t{1} << 62)) return corruption(where + ": file '" + f.name() + "' has an absurd size");
   }
@@ -159,6 +170,8 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   for (const auto& t : index.tensors()) {
     const std::string tw = where + ": tensor '" + t.name() + "'";
     if (t.name().empty()) return corruption(where + ": tensor with an empty name");
+    if (!is_printable_utf8(t.name()))
+      return corruption(where + ": tensor name '" + printable(t.name()) + "' has control characters or invalid UTF-8");
     if (!names.insert(t.name()).second) return corruption(tw + " appears twice");
     const auto dtype = dtype_from_name(t.dtype());
     if (!dtype) return corruption(tw + ": unknown dtype '" + t.dtype() + "'");
@@ -179,6 +192,27 @@ Status validate_index(const proto::Index& index, const std::string& path) {
       if (d <= 0 || d > kMaxWorldSize || group * d > kMaxWorldSize)
         return corruption(tw + ": layout dev_mat has a non-positive or too large entry");
       group *= d;
+    }
+    if (L.dev_mat_size() == 0 && L.tensor_map_size() > 0) return corruption(tw + ": tensor_map without dev_mat");
+    // Every field is checked, needed or not: a layout load does not use is still one
+    // that cannot have been saved (MindSpore's rules, as TensorLayout checks them).
+    {
+      const int64_t axes = L.dev_mat_size();
+      std::vector<bool> used(static_cast<std::size_t>(axes), false);
+      for (int i = 0; i < L.tensor_map_size(); ++i) {
+        const int64_t k = L.tensor_map(i);
+        if (k == -1) continue;
+        if (k < -1 || k >= axes)
+          return corruption(tw + ": tensor_map[" + std::to_string(i) + "] = " + std::to_string(k) +
+                            " is out of range for " + std::to_string(axes) + " device axes");
+        const auto axis = static_cast<std::size_t>(axes - 1 - k);
+        if (used[axis]) return corruption(tw + ": tensor_map uses device axis " + std::to_string(k) + " twice");
+        used[axis] = true;
+        const int64_t parts = L.dev_mat(static_cast<int>(axis));
+        if (parts > 0 && t.global_shape(i) % parts != 0)
+          return corruption(tw + ": dim " + std::to_string(i) + " (" + std::to_string(t.global_shape(i)) +
+                            ") is not divisible by its split " + std::to_string(parts));
+      }
     }
     if (L.ranks_first() < 0 || (L.ranks_first() > 0 && (L.dev_mat_size() == 0 || L.ranks_size() > 0)))
       return corruption(tw + ": layout has a bad ranks_first " + std::to_string(L.ranks_first()));

@@ -205,6 +205,7 @@ bool sniff_safetensors(std::string_view head) { return head.size() > 8 && head[8
 
 Result<proto::Index> describe_safetensors(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  DISTCKPT_RETURN_IF_ERROR(check_single_file_head(safetensors_driver(), *opened.file, opened.size, path));
   return safetensors_index(*opened.file, opened.size, internal_base::base_name(path), path);
 }
 
@@ -228,6 +229,7 @@ const FormatDriver& safetensors_driver() {
       .single_file = true,
       .carries_encryption = false,
       .chunk_checksums = false,
+      .carries_checksums = true,
       .sniff = sniff_safetensors,
       .describe = describe_safetensors,
       .check_writable = check_safetensors_writable,

@@ -1,0 +1,118 @@
+#include "catalog/gc.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "catalog/names.h"
+#include "catalog/owner.h"
+
+namespace distckpt::internal_catalog {
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f s", s);
+  return buf;
+}
+
+// Removes an entry with its owner record last (see the top of gc.h).
+Status remove_entry(FileSystem& fs, const std::string& path, bool is_dir) {
+  if (!is_dir) return fs.remove_file(path);
+  DISTCKPT_ASSIGN_OR_RETURN(auto children, fs.list_dir(path));
+  for (const auto& c : children)
+    if (c.name != kOwnerFile) DISTCKPT_RETURN_IF_ERROR(fs.remove_all(path + "/" + c.name));
+  return fs.remove_all(path);
+}
+
+}  // namespace
+
+Result<double> parse_duration_s(const std::string& text) {
+  if (text.empty()) return invalid_argument("duration: empty");
+  double unit = 1;
+  std::string number = text;
+  switch (text.back()) {
+    case 's': unit = 1; number.pop_back(); break;
+    case 'm': unit = 60; number.pop_back(); break;
+    case 'h': unit = 3600; number.pop_back(); break;
+    case 'd': unit = 86400; number.pop_back(); break;
+    default: break;
+  }
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(number, &used);
+    if (used != number.size() || !(v >= 0)) throw std::invalid_argument(text);
+    return v * unit;
+  } catch (const std::exception&) {
+    return invalid_argument("duration '" + text + "': expected a number with s, m, h or d (30m, 2h, 7d)");
+  }
+}
+
+Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const GcOptions& options) {
+  DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(root));
+  GcReport report;
+  std::optional<int64_t> now_ns;  // the file system's clock, asked once and only if needed
+  auto age_s = [&](const std::string& path) -> std::optional<double> {
+    if (!now_ns) {
+      auto now = file_system_now_ns(fs, root);
+      if (!now.ok()) {
+        report.warnings.push_back("gc: the file system's clock: " + now.status().to_string());
+        now_ns = -1;
+      } else {
+        now_ns = *now;
+      }
+    }
+    if (*now_ns < 0) return std::nullopt;
+    auto modified = fs.modified_time_ns(path);
+    if (!modified.ok()) return std::nullopt;
+    return static_cast<double>(*now_ns - *modified) / 1e9;
+  };
+  const double lease = std::max({options.lease_s, kMinLeaseSeconds, options.older_than_s.value_or(0)});
+  for (const auto& e : entries) {
+    if (!is_in_flight_name(e.name) || e.name.rfind(".distckpt-clock", 0) == 0) continue;
+    const std::string path = root + "/" + e.name;
+    GcEntry entry{e.name, "", false};
+    bool gone = false;
+    auto owner = e.is_dir ? read_owner(fs, path) : Result<OwnerRecord>(not_found("a file"));
+    if (owner.ok()) {
+      if (owner->is_local()) {
+        gone = owner->local_process_gone();
+        entry.reason = "owner pid " + std::to_string(owner->pid) + " on this host " +
+                       (gone ? "is gone" : "is running");
+      } else {
+        // The heartbeat, else the record itself, says when the owner was last seen.
+        auto age = age_s(path + "/" + kHeartbeatFile);
+        if (!age) age = age_s(path + "/" + kOwnerFile);
+        gone = age && *age > lease;
+        entry.reason = "owner pid " + std::to_string(owner->pid) + " on host '" + owner->hostname + "': " +
+                       (age ? "last heartbeat " + seconds_text(*age) + " ago" : "no heartbeat readable") +
+                       (gone ? ", past the lease of " : ", within the lease of ") + seconds_text(lease);
+      }
+    } else if (owner.status().code() == StatusCode::kNotFound) {
+      // No owner record: an older build's entry, a retirement's trash, a pointer update.
+      const auto age = age_s(path);
+      gone = options.older_than_s && age && *age > *options.older_than_s;
+      entry.reason = "no owner record" + (age ? ", " + seconds_text(*age) + " old" : std::string()) +
+                     (options.older_than_s ? "" : ": collected only by hand (--older-than)");
+    } else {
+      entry.reason = "owner record unreadable (" + owner.status().to_string() + ")";
+    }
+    if (!gone) {
+      report.kept.push_back(std::move(entry));
+      continue;
+    }
+    if (!options.dry_run) {
+      Status st = remove_entry(fs, path, e.is_dir);
+      if (!st.ok()) {
+        report.warnings.push_back("gc: " + st.to_string());
+        report.kept.push_back(std::move(entry));
+        continue;
+      }
+    }
+    entry.removed = !options.dry_run;
+    report.removed.push_back(std::move(entry));
+  }
+  return report;
+}
+
+}  // namespace distckpt::internal_catalog

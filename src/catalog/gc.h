@@ -1,0 +1,44 @@
+// Collecting what abandoned saves left in a root: temporary entries (".tmp-<id>") whose
+// owner is provably gone. A local owner (this host, this boot, this pid namespace) is
+// gone when its process is; a remote one when its heartbeat is older than the lease, by
+// the file system's own clock. Entries without an owner record (older builds) are only
+// collected by hand, when older than `older_than`. Crash-safe: an entry's owner record
+// is removed last, so a collector killed half way leaves an entry the next one collects.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distckpt/filesystem.h"
+
+namespace distckpt::internal_catalog {
+
+struct GcOptions {
+  bool dry_run = false;
+  double lease_s = 600;  // a remote owner whose heartbeat is older is gone (>= kMinLeaseSeconds)
+  // By hand: entries without an owner record (and retirement trash) older than this
+  // are collected too; a remote owner's lease becomes this when it is longer.
+  std::optional<double> older_than_s;
+};
+
+struct GcEntry {
+  std::string name;
+  std::string reason;  // why it was (or would be) removed, or kept
+  bool removed = false;
+};
+struct GcReport {
+  std::vector<GcEntry> removed;  // collected (dry_run: would be)
+  std::vector<GcEntry> kept;     // owner alive, or not provably gone
+  std::vector<std::string> warnings;
+};
+
+// Local, rank 0 of a manager or the `distckpt gc` tool. Never removes an entry whose
+// owner is alive, a checkpoint, or anything that is not a temporary entry. kNotFound for
+// a missing root; failures to remove an entry are warnings.
+Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const GcOptions& options);
+
+// Parses "30m", "2h", "7d", "90s" (or plain seconds); kInvalidArgument otherwise.
+Result<double> parse_duration_s(const std::string& text);
+
+}  // namespace distckpt::internal_catalog
