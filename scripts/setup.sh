@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev           # tests
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
   procps                              # tests: pgrep finds the ranks a crash test kills
+  util-linux e2fsprogs quota          # tests (realfs): setpriv, losetup, mkfs.ext4, setquota
 )
 
 installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)

@@ -188,7 +188,7 @@ TEST_P(AsyncLocalTest, UnreportedFailureIsReportedByTheNextSaveAsync) {
     SaveOptions bad = named("bad");
     if (rank == 0) {
       internal_storage::FaultSpec spec;
-      spec.fail_rename_if_contains = ".tmp-";  // the commit fails in the background
+      spec.fail_rename_if_contains = "/bad.tmp-";  // the commit fails in the background
       bad.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
     }
     ASSERT_TRUE(ckpt.save_async(m.state, root(), bad).ok());

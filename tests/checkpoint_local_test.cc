@@ -195,7 +195,7 @@ TEST_P(LocalCheckpointTest, FsyncAndRenameFailuresAreAgreed) {
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "a", c.rank() == 0 ? sync_fs : nullptr); }),
                    "fsync");
   internal_storage::FaultSpec rename_fault;
-  rename_fault.fail_rename_if_contains = ".tmp-";
+  rename_fault.fail_rename_if_contains = "/b.tmp-";  // the commit's rename
   auto rename_fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), rename_fault);
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "b", rename_fs); }), "rename");
   EXPECT_FALSE(fs::exists(root() + "/a"));

@@ -23,6 +23,9 @@ struct WriteOpenOptions {
   // Ask for direct I/O (O_DIRECT): writes bypass the page cache. Only a hint: a file
   // system that refuses it gives a buffered file (see WritableFile::direct()).
   bool direct_io = false;
+  // Truncate an existing file (the default); false opens it as it is, for writing into
+  // parts of a file laid out by someone else (an HDF5 file's datasets).
+  bool truncate = true;
 };
 
 class WritableFile {

@@ -13,33 +13,19 @@ namespace distckpt::internal_catalog {
 
 namespace {
 
-std::string seq_dir(const std::string& root) { return root + "/" + kMetaDir + "/seq"; }
 std::string series_dir(const std::string& root) { return root + "/" + kMetaDir + "/series"; }
 
-std::string seq_name(uint64_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%020llu", static_cast<unsigned long long>(n));
-  return buf;
-}
+// How long a save waits for another job's claim or pointer update (both take
+// milliseconds; a holder that died is detected before this).
+constexpr double kLockTimeout = 30;
 
-// The claimed numbers under `dir` (names of 20 digits).
-std::vector<uint64_t> claimed_numbers(FileSystem& fs, const std::string& dir) {
-  std::vector<uint64_t> out;
-  auto entries = fs.list_dir(dir);
-  if (!entries.ok()) return out;
-  for (const auto& e : *entries) {
-    if (e.name.size() != 20 || e.name.find_first_not_of("0123456789") != std::string::npos) continue;
-    out.push_back(std::stoull(e.name));
-  }
-  return out;
-}
-
-// A claim directory with this process's owner record (and the job id) in it.
-Status make_claim(FileSystem& fs, const std::string& path, const std::string& job_id) {
+// A claim directory with this process's owner record (and the job id) in it; a lock's
+// record is not fsynced (it lives for milliseconds).
+Status make_claim(FileSystem& fs, const std::string& path, const std::string& job_id, bool durable = true) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dir(path));
   OwnerRecord me = OwnerRecord::self();
   if (!job_id.empty()) me.slurm_job_id = job_id;
-  Status st = write_owner(fs, path, me);
+  Status st = write_owner(fs, path, me, durable);
   if (!st.ok()) (void)fs.remove_all(path);
   return st;
 }
@@ -47,23 +33,24 @@ Status make_claim(FileSystem& fs, const std::string& path, const std::string& jo
 }  // namespace
 
 Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root) {
-  DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(seq_dir(root)));
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, RootLock::acquire(fs, root, "seq", kLockTimeout));
+  const std::string counter = root + "/" + kMetaDir + "/seq";
   uint64_t next = next_commit_seq(fs, root);
-  for (uint64_t n : claimed_numbers(fs, seq_dir(root))) next = std::max(next, n + 1);
-  for (int attempt = 0; attempt < 10000; ++attempt, ++next) {
-    Status st = fs.create_dir(seq_dir(root) + "/" + seq_name(next));
-    if (st.code() == StatusCode::kAlreadyExists) continue;  // another job's, just now
-    DISTCKPT_RETURN_IF_ERROR(st);
-    // Claims below ours are spent: later claims start above the highest left.
-    for (uint64_t n : claimed_numbers(fs, seq_dir(root)))
-      if (n < next) (void)fs.remove_all(seq_dir(root) + "/" + seq_name(n));
-    return next;
+  if (auto text = read_whole_file(fs, counter, 64); text.ok()) {
+    try {
+      next = std::max<uint64_t>(next, std::stoull(*text) + 1);
+    } catch (const std::exception&) {
+      // A damaged counter: the checkpoints themselves say how far the numbers went.
+    }
   }
-  return aborted("claim a commit sequence number in '" + root + "': too many concurrent claims");
-}
-
-void release_commit_seq(FileSystem& fs, const std::string& root, uint64_t seq) {
-  (void)fs.remove_all(seq_dir(root) + "/" + seq_name(seq));
+  const std::string tmp = make_tmp_name(root + "/" + kMetaDir, "seq");
+  Status st = write_file_synced(fs, tmp, std::to_string(next) + "\n");
+  if (st.ok()) st = fs.rename(tmp, counter);
+  if (!st.ok()) {
+    (void)fs.remove_file(tmp);
+    return st;
+  }
+  return next;
 }
 
 Result<std::string> claim_series(FileSystem& fs, const std::string& root, const std::string& base,
@@ -102,13 +89,14 @@ void release_series(FileSystem& fs, const std::string& root, const std::string& 
   (void)fs.remove_all(series_dir(root) + "/" + prefix);
 }
 
-Result<std::unique_ptr<LatestLock>> LatestLock::acquire(FileSystem& fs, const std::string& root, double timeout_s) {
+Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::string& root, const std::string& what,
+                                                    double timeout_s) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root + "/" + kMetaDir));
-  const std::string path = root + "/" + kMetaDir + "/latest.lock";
+  const std::string path = root + "/" + kMetaDir + "/" + what + ".lock";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
-    Status st = make_claim(fs, path, "");
-    if (st.ok()) return std::unique_ptr<LatestLock>(new LatestLock(fs, path));
+    Status st = make_claim(fs, path, "", /*durable=*/false);
+    if (st.ok()) return std::unique_ptr<RootLock>(new RootLock(fs, path));
     if (st.code() != StatusCode::kAlreadyExists) return st;
     // Held: by a live process (wait), or by one that died holding it (break it).
     auto owner = read_owner(fs, path);
@@ -124,13 +112,13 @@ Result<std::unique_ptr<LatestLock>> LatestLock::acquire(FileSystem& fs, const st
         (void)fs.remove_all(path);
         continue;
       }
-      return aborted("the lock on '" + root + "/latest' (" + path + ") stayed held for " +
+      return aborted("the lock on " + what + " of '" + root + "' (" + path + ") stayed held for " +
                      std::to_string(static_cast<int>(timeout_s)) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
-LatestLock::~LatestLock() { (void)fs_.remove_all(path_); }
+RootLock::~RootLock() { (void)fs_.remove_all(path_); }
 
 }  // namespace distckpt::internal_catalog

@@ -1,6 +1,7 @@
 // What two jobs saving into one root must not both take: commit sequence numbers, series
-// prefixes, and the `latest` pointer while it moves. Each is claimed atomically with
-// mkdir (atomic on local and network file systems alike) under <root>/.distckpt/.
+// prefixes, and the `latest` pointer while it moves. Claims and locks are directories
+// made with mkdir (atomic on local and network file systems alike) under
+// <root>/.distckpt/, each holding its maker's owner record (owner.h).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,9 @@ namespace distckpt::internal_catalog {
 
 // A fresh commit sequence number for a save into `root`, never handed out before (to
 // this job or another): above every committed checkpoint's, `latest`'s target's and
-// every number claimed so far. Rank 0 / a local tool.
+// every number handed out so far (a counter in <root>/.distckpt/seq, moved under the
+// root's sequence lock). Rank 0 / a local tool.
 Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root);
-// Gives back the number of a save that will not be committed (best effort).
-void release_commit_seq(FileSystem& fs, const std::string& root, uint64_t seq);
 
 // The series prefix of a run: the prefix already claimed by the same job (a requeued
 // Slurm job: same `job_id`), else the first of `base`, "base_1", ... that no run has
@@ -30,18 +30,21 @@ Status adopt_series(FileSystem& fs, const std::string& root, const std::string& 
 // Gives a claimed prefix back (a run that adopted another series). Best effort.
 void release_series(FileSystem& fs, const std::string& root, const std::string& prefix);
 
-// The lock under which `latest` is read and moved, so that it never goes back. Held by
-// one process at a time; a lock whose owner is provably gone (owner.h) is broken.
-class LatestLock {
+// A short lock on something of a root: "latest" (read and moved under it, so that it
+// never goes back) or "seq" (the commit counter). Held by one process at a time; a lock
+// whose owner is provably gone (a dead local process, or a remote one after
+// kMinLeaseSeconds) is broken.
+class RootLock {
  public:
   // Waits up to `timeout_s` for the lock: kAborted when it stays held.
-  static Result<std::unique_ptr<LatestLock>> acquire(FileSystem& fs, const std::string& root, double timeout_s);
-  ~LatestLock();
-  LatestLock(const LatestLock&) = delete;
-  LatestLock& operator=(const LatestLock&) = delete;
+  static Result<std::unique_ptr<RootLock>> acquire(FileSystem& fs, const std::string& root, const std::string& what,
+                                                   double timeout_s);
+  ~RootLock();
+  RootLock(const RootLock&) = delete;
+  RootLock& operator=(const RootLock&) = delete;
 
  private:
-  LatestLock(FileSystem& fs, std::string path) : fs_(fs), path_(std::move(path)) {}
+  RootLock(FileSystem& fs, std::string path) : fs_(fs), path_(std::move(path)) {}
   FileSystem& fs_;
   std::string path_;
 };

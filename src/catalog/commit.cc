@@ -42,7 +42,7 @@ constexpr double kLatestLockTimeout = 30;
 // higher commit sequence number already.
 Status move_latest(FileSystem& fs, const std::string& root, const std::string& name, uint64_t commit_seq,
                    bool fsync) {
-  DISTCKPT_ASSIGN_OR_RETURN(auto lock, LatestLock::acquire(fs, root, kLatestLockTimeout));
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, RootLock::acquire(fs, root, "latest", kLatestLockTimeout));
   const std::string current = read_latest_pointer(fs, root);
   if (!current.empty() && current != name) {
     auto index = internal_format::read_stored_index(fs, root + "/" + current);
@@ -130,9 +130,10 @@ Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::st
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
   const std::string path = root + "/" + name;
   if (fs.exists(path)) return already_exists(who + ": checkpoint '" + path + "' already exists");
-  DISTCKPT_ASSIGN_OR_RETURN(const uint64_t seq, claim_commit_seq(fs, root));
+  auto seq = claim_commit_seq(fs, root);
+  if (!seq.ok()) return seq.status().with_context(who);
   DISTCKPT_ASSIGN_OR_RETURN(Entry entry, make_tmp_entry(fs, root, name, directory, who, std::move(fs_owner)));
-  entry.commit_seq = seq;
+  entry.commit_seq = *seq;
   return entry;
 }
 
@@ -181,7 +182,6 @@ Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const prot
 void discard_entry(FileSystem& fs, const Entry& entry) {
   if (entry.heartbeat) entry.heartbeat->stop();
   if (entry.tmp.empty()) return;
-  if (entry.commit_seq != 0 && !fs.exists(entry.path)) release_commit_seq(fs, entry.root, entry.commit_seq);
   // The owner record last (gc.h): a crash half way leaves an entry a collector can judge.
   if (auto children = fs.list_dir(entry.tmp); children.ok())
     for (const auto& c : *children)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/kill_point.h"
 #include "catalog/names.h"
 #include "catalog/owner.h"
 
@@ -20,8 +21,11 @@ std::string seconds_text(double s) {
 Status remove_entry(FileSystem& fs, const std::string& path, bool is_dir) {
   if (!is_dir) return fs.remove_file(path);
   DISTCKPT_ASSIGN_OR_RETURN(auto children, fs.list_dir(path));
-  for (const auto& c : children)
-    if (c.name != kOwnerFile) DISTCKPT_RETURN_IF_ERROR(fs.remove_all(path + "/" + c.name));
+  for (const auto& c : children) {
+    if (c.name == kOwnerFile) continue;
+    DISTCKPT_RETURN_IF_ERROR(fs.remove_all(path + "/" + c.name));
+    internal_base::kill_point("gc-removing");  // killed here, the next collector finishes
+  }
   return fs.remove_all(path);
 }
 

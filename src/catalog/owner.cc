@@ -106,8 +106,12 @@ bool OwnerRecord::local_process_gone() const {
   return !started || *started != start_time;
 }
 
-Status write_owner(FileSystem& fs, const std::string& dir, const OwnerRecord& record) {
-  return write_file_synced(fs, dir + "/" + kOwnerFile, record.to_json());
+Status write_owner(FileSystem& fs, const std::string& dir, const OwnerRecord& record, bool sync) {
+  if (sync) return write_file_synced(fs, dir + "/" + kOwnerFile, record.to_json());
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(dir + "/" + kOwnerFile));
+  const std::string text = record.to_json();
+  DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
+  return file->close();
 }
 
 Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir) {

@@ -44,8 +44,9 @@ struct OwnerRecord {
   bool local_process_gone() const;
 };
 
-// Writes `record` into the entry directory `dir` (kOwnerFile, fsynced).
-Status write_owner(FileSystem& fs, const std::string& dir, const OwnerRecord& record);
+// Writes `record` into the entry directory `dir` (kOwnerFile; fsynced unless `sync` is
+// false, for short-lived locks whose record need not survive a crash of the host).
+Status write_owner(FileSystem& fs, const std::string& dir, const OwnerRecord& record, bool sync = true);
 // The record of the entry `dir`; kNotFound when it has none (an older build's entry).
 Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir);
 

@@ -15,6 +15,7 @@
 #include "distckpt/inspect.h"
 #include "distckpt/layout.h"
 #include "base/text.h"
+#include "catalog/gc.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
@@ -367,6 +368,39 @@ int cmd_publish(const PublishArgs& args) {
       std::printf("left out %zu tensors not selected by --only\n", result->dropped.size());
   }
   return 0;
+}
+
+int cmd_gc(const GcArgs& args) {
+  internal_catalog::GcOptions options;
+  options.dry_run = args.dry_run;
+  if (!args.lease.empty()) {
+    auto lease = internal_catalog::parse_duration_s(args.lease);
+    if (!lease.ok()) return fail(lease.status(), 2);
+    options.lease_s = *lease;
+  }
+  if (!args.older_than.empty()) {
+    auto older = internal_catalog::parse_duration_s(args.older_than);
+    if (!older.ok()) return fail(older.status(), 2);
+    options.older_than_s = *older;
+  }
+  auto report = internal_catalog::collect_garbage(*posix_filesystem(), args.root, options);
+  if (!report.ok()) return fail(report.status());
+  const char* verb = args.dry_run ? "would remove" : "removed";
+  if (args.json) {
+    json removed = json::array(), kept = json::array();
+    for (const auto& e : report->removed) removed.push_back({{"name", e.name}, {"reason", e.reason}});
+    for (const auto& e : report->kept) kept.push_back({{"name", e.name}, {"reason", e.reason}});
+    std::cout << dump(json{{"root", args.root}, {"dry_run", args.dry_run}, {"removed", removed}, {"kept", kept},
+                           {"warnings", report->warnings}})
+              << "\n";
+  } else {
+    for (const auto& e : report->removed)
+      std::printf("%s %s: %s\n", verb, printable(e.name).c_str(), printable(e.reason).c_str());
+    for (const auto& e : report->kept) std::printf("kept %s: %s\n", printable(e.name).c_str(), printable(e.reason).c_str());
+    for (const auto& w : report->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
+    std::printf("gc %s: %zu %s, %zu kept\n", args.root.c_str(), report->removed.size(), verb, report->kept.size());
+  }
+  return report->warnings.empty() ? 0 : 1;
 }
 
 }  // namespace distckpt::internal_cli

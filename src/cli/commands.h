@@ -40,4 +40,10 @@ struct PublishArgs {
 };
 int cmd_publish(const PublishArgs& args);
 
+struct GcArgs {
+  std::string root, older_than, lease;
+  bool dry_run = false, json = false;
+};
+int cmd_gc(const GcArgs& args);
+
 }  // namespace distckpt::internal_cli

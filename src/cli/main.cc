@@ -66,6 +66,16 @@ int main(int argc, char** argv) {
   publish->add_flag("--json", pub.json, "machine-readable output");
   add_key(publish, pub.key, "", "the encrypted source's (the published file is not encrypted)");
 
+  GcArgs gc;
+  auto* gcc = app.add_subcommand("gc", "Remove what abandoned saves left under ROOT (never an entry whose owner runs)");
+  gcc->add_option("ROOT", gc.root, "checkpoint root directory")->required();
+  gcc->add_flag("--dry-run", gc.dry_run, "say what would be removed, remove nothing");
+  gcc->add_option("--older-than", gc.older_than,
+                  "also remove entries without an owner record (older builds, crashed removals) older than this "
+                  "(30m, 2h, 7d); a remote owner is gone when its heartbeat is older than this too");
+  gcc->add_option("--lease", gc.lease, "a remote owner whose heartbeat is older than this is gone (default 10m)");
+  gcc->add_flag("--json", gc.json, "machine-readable output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -79,6 +89,7 @@ int main(int argc, char** argv) {
     if (*verify) return cmd_verify(path, json, deep, allow_unchecked, key);
     if (*convert) return cmd_convert(conv);
     if (*publish) return cmd_publish(pub);
+    if (*gcc) return cmd_gc(gc);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "distckpt: out of memory\n");
     return 1;

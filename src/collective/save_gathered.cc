@@ -8,7 +8,6 @@
 #include "base/timer.h"
 #include "collective/save_strategies.h"
 #include "comm/agree.h"
-#include "comm/mpi_interop.h"
 #include "distckpt/gather.h"
 #include "format/describe.h"
 #include "format/sequential_writer.h"
@@ -62,11 +61,7 @@ Result<SaveResult> save_single_file(Comm& comm, const StateDict& state, const st
     checks = invalid_argument("writer_rank " + std::to_string(options.writer_rank) + " is not a rank");
   if (checks.ok() && options.gather_bytes == 0) checks = invalid_argument("gather_bytes must be positive");
   if (checks.ok() && options.encryption.enabled()) checks = internal_format::encryption_refused(options.format);
-  if (options.format == Format::kHdf5) {
-    if (checks.ok() && !internal_comm::as_mpi(comm) && comm.size() > 1)
-      checks = unsupported("HDF5 saves over several ranks need an MPI communicator (make_mpi_comm)");
-    return save_hdf5(comm, state, root, options, checks);
-  }
+  if (options.format == Format::kHdf5) return save_hdf5(comm, state, root, options, checks);
   return save_gathered(comm, state, root, options, checks);
 }
 

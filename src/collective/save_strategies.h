@@ -20,8 +20,8 @@ Result<SaveResult> save_single_file(Comm& comm, const StateDict& state, const st
 Result<SaveResult> save_gathered(Comm& comm, const StateDict& state, const std::string& root,
                                  const SaveOptions& options, const Status& checks);
 
-// Collective. Every rank writes the slices assigned to it as hyperslabs of one shared
-// HDF5 file, collectively with parallel HDF5 (no gather).
+// Collective. Rank 0 lays out one HDF5 file, then every rank writes the slices assigned
+// to it into the datasets' bytes (no gather; save_hdf5.cc says why not through MPI-IO).
 Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
                              const Status& checks);
 

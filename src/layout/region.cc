@@ -83,4 +83,31 @@ std::vector<Box> row_blocks(const Shape& shape, std::size_t item_size, uint64_t 
   return blocks;
 }
 
+void for_each_run(const Box& inner, const Box& outer,
+                  const std::function<void(int64_t outer_at, int64_t inner_at, int64_t count)>& fn) {
+  const std::size_t n = inner.shape.size();
+  if (inner.num_elements() == 0) return;
+  if (n == 0) return fn(0, 0, 1);
+  // Dims k.. are whole in `outer` past k: a run covers them.
+  std::size_t k = n - 1;
+  while (k > 0 && inner.shape[k] == outer.shape[k]) --k;
+  int64_t run = 1;
+  for (std::size_t d = k; d < n; ++d) run *= inner.shape[d];
+  std::vector<int64_t> stride(n, 1);
+  for (std::size_t d = n - 1; d > 0; --d) stride[d - 1] = stride[d] * outer.shape[d];
+  std::vector<int64_t> index(k, 0);  // an odometer over dims < k
+  for (int64_t inner_at = 0;; inner_at += run) {
+    int64_t outer_at = 0;
+    for (std::size_t d = 0; d < n; ++d)
+      outer_at += (inner.offset[d] - outer.offset[d] + (d < k ? index[d] : 0)) * stride[d];
+    fn(outer_at, inner_at, run);
+    std::size_t d = k;
+    for (; d > 0; --d) {
+      if (++index[d - 1] < inner.shape[d - 1]) break;
+      index[d - 1] = 0;
+    }
+    if (d == 0) return;
+  }
+}
+
 }  // namespace distckpt::internal_layout

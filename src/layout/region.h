@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -16,6 +17,12 @@ std::optional<int64_t> contiguous_offset(const Box& inner, const Box& outer);
 
 // Element offset of `inner`'s first element in `outer`'s row-major buffer.
 int64_t first_element_offset(const Box& inner, const Box& outer);
+
+// The elements of `inner` (a box inside `outer`) as maximal contiguous runs of `outer`'s
+// row-major order, in `inner`'s row-major order: fn(offset in outer, offset in inner,
+// elements), offsets in elements. One run when `inner` is contiguous; none when empty.
+void for_each_run(const Box& inner, const Box& outer,
+                  const std::function<void(int64_t outer_at, int64_t inner_at, int64_t count)>& fn);
 
 }  // namespace distckpt::internal_layout
 

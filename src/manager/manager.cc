@@ -248,12 +248,12 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     local = internal_base::guarded(impl.where(), [&]() -> Status {
       FileSystem& fs = *impl.fs;
       const std::string& dir = impl.cfg.directory;
-      DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(dir).with_context("checkpoint manager: directory"));
+      DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(dir).with_context(impl.where() + ": directory"));
       // Writable? A probe file, created, synced and removed.
       const std::string probe = dir + "/.distckpt-probe.tmp-" + std::to_string(::getpid());
       Status probed = write_file_synced(fs, probe, "probe");
       (void)fs.remove_file(probe);
-      if (!probed.ok()) return probed.with_context("checkpoint manager: directory '" + dir + "' is not writable");
+      if (!probed.ok()) return probed.with_context(impl.where() + ": directory '" + dir + "' is not writable");
       // The series prefix: this job's own when it was requeued; otherwise one no other run
       // uses, claimed atomically so that two jobs starting together never share it.
       impl.job_id = impl.cfg.job_id;

@@ -102,7 +102,7 @@ class PosixFileSystem final : public FileSystem {
   static constexpr mode_t kFileMode = 0600, kDirMode = 0700;
   Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
                                                       const WriteOpenOptions& options) override {
-    constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    const int kFlags = O_WRONLY | O_CREAT | (options.truncate ? O_TRUNC : 0) | O_CLOEXEC;
     if (options.direct_io) {
       const int fd = ::open(path.c_str(), kFlags | O_DIRECT, kFileMode);
       if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true));

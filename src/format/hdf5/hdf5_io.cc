@@ -25,17 +25,31 @@ namespace {
 
 constexpr const char* kMetaAttr = "distckpt";
 
-// The innermost message of HDF5's error stack (HDF5's own printing is turned off).
+// HDF5's error stack (its own printing is turned off): the outermost message, and the
+// operating system's reason when the innermost one carries it ("errno = 28, error
+// message = 'No space left on device'"), so that a full disk says so.
+struct ErrorWalk {
+  std::string outer, os_reason;
+};
 herr_t collect_error(unsigned n, const H5E_error2_t* e, void* out) {
-  auto* s = static_cast<std::string*>(out);
-  if (n == 0 && e->desc != nullptr) *s = e->desc;
+  auto* w = static_cast<ErrorWalk*>(out);
+  if (e->desc == nullptr) return 0;
+  const std::string desc = e->desc;
+  if (n == 0) w->outer = desc;
+  const auto at = desc.find("error message = '");
+  if (at != std::string::npos) {
+    const auto begin = at + 17;
+    w->os_reason = desc.substr(begin, desc.find('\'', begin) - begin);
+  }
   return 0;
 }
 std::string hdf5_message() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
+  ErrorWalk walk;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &walk);
   H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "HDF5 error" : msg;
+  std::string msg = walk.outer.empty() ? "HDF5 error" : walk.outer;
+  if (!walk.os_reason.empty()) msg += ": " + walk.os_reason;
+  return msg;
 }
 void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
@@ -173,8 +187,8 @@ Status check_hdf5_name(const std::string& name) {
   }
 }
 
-Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, MPI_Comm comm,
-                                                       const proto::Index& meta, std::string meta_json) {
+Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, const proto::Index& meta,
+                                                       std::string meta_json) {
   quiet_hdf5();
   std::unique_ptr<Hdf5Writer> w(new Hdf5Writer());
   w->h_ = std::make_unique<Handles>();
@@ -183,7 +197,6 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   w->meta_json_ = std::move(meta_json);
   const std::string where = "hdf5 '" + path + "'";
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (comm != MPI_COMM_NULL) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
   // 1.8 object headers allow attributes over 64 KiB (the metadata of large models).
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
   // No clock in the bytes (object modification times), so equal content gives equal
@@ -192,11 +205,10 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   H5Pset_obj_track_times(fcpl.get(), 0);
   // The file exists already, created owner-only by the catalog (catalog/commit.h): HDF5
-  // (and MPI-IO under it) would create it with the umask's mode.
+  // would create it with the umask's mode.
   w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
   if (!w->h_->file.ok()) return io_error(where + ": cannot create: " + hdf5_message());
   w->h_->dxpl = Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  if (comm != MPI_COMM_NULL) H5Pset_dxpl_mpio(w->h_->dxpl.get(), H5FD_MPIO_COLLECTIVE);
   Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -206,8 +218,7 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   H5Pset_obj_track_times(dcpl.get(), 0);
   Id gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
   H5Pset_obj_track_times(gcpl.get(), 0);
-  // From here on every rank makes the same collective calls whatever fails (the first
-  // failure is kept for finish()), so that no rank waits for another in HDF5.
+  // From here on a failure is kept for finish(), which reports it.
   Status& deferred = w->deferred_;
   auto keep = [&](Status st) {
     if (deferred.ok() && !st.ok()) deferred = std::move(st);
@@ -244,7 +255,23 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
 
 Hdf5Writer::~Hdf5Writer() = default;
 
-Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces, int rounds) {
+Result<std::vector<uint64_t>> Hdf5Writer::data_offsets() const {
+  DISTCKPT_RETURN_IF_ERROR(deferred_);
+  std::vector<uint64_t> offsets;
+  for (int t = 0; t < meta_.tensors_size(); ++t) {
+    const hid_t dset = h_->datasets[static_cast<std::size_t>(t)].get();
+    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
+    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
+    const haddr_t at = bytes > 0 ? H5Dget_offset(dset) : 0;
+    if (at == HADDR_UNDEF)
+      return io_error("hdf5 '" + path_ + "': tensor '" + meta_.tensors(t).name() + "': its storage has no offset");
+    offsets.push_back(static_cast<uint64_t>(at));
+  }
+  return offsets;
+}
+
+Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces) {
+  const int rounds = static_cast<int>(pieces.size());
   const hid_t dset = h_->datasets[static_cast<std::size_t>(tensor)].get();
   const hid_t type = h_->types[static_cast<std::size_t>(tensor)].get();
   if (dset < 0) return deferred_;  // creation failed on every rank alike (collective)
@@ -267,13 +294,8 @@ Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void
         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
       }
     } else {
-      // A rank with nothing to write in this round still takes part in the collective.
-      hsize_t one = 1;
-      mspace = Id(H5Screate_simple(1, &one, nullptr), H5Sclose);
-      H5Sselect_none(mspace.get());
-      H5Sselect_none(fspace.get());
+      continue;  // an empty piece
     }
-    // Keep going after a failure: the other ranks are in the same collective rounds.
     if (H5Dwrite(dset, type, mspace.get(), fspace.get(), h_->dxpl.get(), data) < 0 && status.ok())
       status = io_error(where + ": write failed: " + hdf5_message());
   }
@@ -283,8 +305,7 @@ Status Hdf5Writer::write(int tensor, const std::vector<std::pair<Box, const void
 Status Hdf5Writer::finish() {
   const hid_t file = h_->file.get();
   const std::string where = "hdf5 '" + path_ + "'";
-  // Every attribute is written on every rank in the same order (info values sorted by
-  // key), whatever failed before: they are collective.
+  // Attributes in a fixed order (info values sorted by key): equal metadata, equal files.
   Status st = deferred_;
   auto keep = [&](Status s) {
     if (st.ok() && !s.ok()) st = std::move(s);
@@ -415,7 +436,7 @@ class Hdf5SequentialWriter final : public SequentialWriter {
     const auto* p = static_cast<const char*>(data);
     for (const Box& box : internal_layout::flat_range_to_boxes(shape, static_cast<int64_t>(at / item),
                                                                static_cast<int64_t>((at + n) / item))) {
-      DISTCKPT_RETURN_IF_ERROR(writer_->write(tensor, {{box, p}}, 1));
+      DISTCKPT_RETURN_IF_ERROR(writer_->write(tensor, {{box, p}}));
       p += static_cast<std::size_t>(box.num_elements()) * item;
     }
     bytes_written_ += n;
@@ -439,7 +460,7 @@ class Hdf5SequentialWriter final : public SequentialWriter {
 
 Result<std::unique_ptr<SequentialWriter>> open_hdf5_writer(FileSystem& fs, const std::string& path,
                                                            const proto::Index& meta, const WriterOptions&) {
-  DISTCKPT_ASSIGN_OR_RETURN(auto writer, Hdf5Writer::create(path, MPI_COMM_NULL, meta, metadata_json(meta)));
+  DISTCKPT_ASSIGN_OR_RETURN(auto writer, Hdf5Writer::create(path, meta, metadata_json(meta)));
   return std::unique_ptr<SequentialWriter>(new Hdf5SequentialWriter(fs, path, std::move(writer), meta));
 }
 

@@ -6,8 +6,6 @@
 // bit fields, bool an enum {FALSE, TRUE} over int8 (what h5py reads as numpy bool).
 #pragma once
 
-#include <mpi.h>
-
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,19 +26,24 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
 // Local check: can `name` be an HDF5 dataset path (no empty, "." or ".." component)?
 Status check_hdf5_name(const std::string& name);
 
-// Collective writer. Every rank of `comm` makes the same calls in the same order.
-// With MPI_COMM_NULL the file is written by this process alone (serial driver).
+// Writes an HDF5 file from one process (HDF5's serial driver). Every dataset is
+// contiguous and allocated when it is created, so a dataset's bytes have a fixed place
+// in the file (data_offsets): parallel saves have rank 0 lay the file out and close it,
+// then every rank writes its slices there itself (collective/save_hdf5.cc says why not
+// through MPI-IO).
 class Hdf5Writer {
  public:
   // Creates (or truncates: the catalog makes it owner-only first) `path` and every
   // dataset of `meta`. `meta_json` is metadata_json(meta) as computed on one rank:
   // attribute bytes must be identical on every rank, and protobuf map order is not.
-  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, MPI_Comm comm, const proto::Index& meta,
+  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, const proto::Index& meta,
                                                     std::string meta_json);
+  // Per tensor of the metadata, the file offset of its dataset's bytes (0 for an empty
+  // tensor). kIoError when HDF5 cannot tell.
+  Result<std::vector<uint64_t>> data_offsets() const;
   ~Hdf5Writer();
-  // Writes this rank's pieces (boxes of tensor `tensor` and their row-major data) in
-  // `rounds` collective writes (rounds >= this rank's piece count, the same on all).
-  Status write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces, int rounds);
+  // Writes pieces (boxes of tensor `tensor` and their row-major data) through HDF5.
+  Status write(int tensor, const std::vector<std::pair<Box, const void*>>& pieces);
   // Writes the attributes and closes the file.
   Status finish();
 

@@ -1,0 +1,247 @@
+// The root directory's protocol without MPI: owner records, garbage collection of
+// abandoned saves, claims of commit numbers and series, the latest lock, and listing of
+// empty, truncated and foreign files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "catalog/claims.h"
+#include "catalog/commit.h"
+#include "catalog/gc.h"
+#include "catalog/names.h"
+#include "catalog/owner.h"
+#include "distckpt/inspect.h"
+#include "test_util.h"
+
+namespace distckpt::internal_catalog {
+namespace {
+
+namespace fs = std::filesystem;
+using distckpt::testing::TempDir;
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// A temporary entry as a save makes it, owned by `owner`.
+std::string make_entry(const std::string& root, const std::string& name, const OwnerRecord& owner) {
+  const std::string dir = make_tmp_name(root, name);
+  fs::create_directories(dir);
+  write_text(dir + "/" + kOwnerFile, owner.to_json());
+  write_text(dir + "/data-00000.bin", std::string(1000, 'x'));
+  return dir;
+}
+
+// The record of a process that existed on this host and is gone now.
+OwnerRecord dead_local_owner() {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  OwnerRecord r = OwnerRecord::self();
+  r.pid = child;
+  // Read while it runs (its start time), then let it go.
+  std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  r.start_time = 0;
+  const auto close = text.rfind(')');
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i) {
+  }
+  r.start_time = std::stoull(f);
+  return r;
+}
+
+void age(const std::string& path, std::chrono::seconds by) {
+  fs::last_write_time(path, fs::last_write_time(path) - by);
+}
+
+TEST(Owner, RecordRoundTripsAndSaysWhoIsAlive) {
+  const OwnerRecord me = OwnerRecord::self();
+  EXPECT_TRUE(me.is_local());
+  EXPECT_FALSE(me.local_process_gone());
+  auto back = OwnerRecord::from_json(me.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->pid, me.pid);
+  EXPECT_EQ(back->start_time, me.start_time);
+  EXPECT_EQ(OwnerRecord::from_json("{}").status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(OwnerRecord::from_json("not json").status().code(), StatusCode::kCorruption);
+  const OwnerRecord dead = dead_local_owner();
+  EXPECT_TRUE(dead.is_local());
+  EXPECT_TRUE(dead.local_process_gone());
+  // The same pid with another start time is another process.
+  OwnerRecord reused = me;
+  reused.start_time += 1;
+  EXPECT_TRUE(reused.local_process_gone());
+  OwnerRecord elsewhere = me;
+  elsewhere.hostname += "-other";
+  EXPECT_FALSE(elsewhere.is_local());
+}
+
+TEST(Gc, RemovesOnlyEntriesWhoseOwnerIsProvablyGone) {
+  TempDir dir;
+  const std::string root = dir.path();
+  FileSystem& fsys = *posix_filesystem();
+  fs::create_directories(root + "/committed");
+  write_text(root + "/committed/index.pb", "whatever");
+  const std::string alive = make_entry(root, "alive", OwnerRecord::self());
+  const std::string dead = make_entry(root, "dead", dead_local_owner());
+  OwnerRecord remote = OwnerRecord::self();
+  remote.hostname = "node-elsewhere";
+  const std::string fresh_remote = make_entry(root, "fresh", remote);
+  write_text(fresh_remote + "/" + kHeartbeatFile, "1\n");
+  const std::string stale_remote = make_entry(root, "stale", remote);
+  write_text(stale_remote + "/" + kHeartbeatFile, "1\n");
+  age(stale_remote + "/" + kHeartbeatFile, std::chrono::hours(1));
+  const std::string ownerless = make_tmp_name(root, "old-build");
+  fs::create_directories(ownerless);
+  age(ownerless, std::chrono::hours(3));
+
+  GcOptions dry;
+  dry.dry_run = true;
+  auto report = collect_garbage(fsys, root, dry);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  std::set<std::string> would;
+  for (const auto& e : report->removed) would.insert(e.name.substr(0, e.name.find(".tmp-")));
+  EXPECT_EQ(would, (std::set<std::string>{"dead", "stale"}));
+  EXPECT_TRUE(fs::exists(dead));  // a dry run removes nothing
+
+  auto done = collect_garbage(fsys, root, GcOptions{});
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(stale_remote));
+  EXPECT_TRUE(fs::exists(alive));
+  EXPECT_TRUE(fs::exists(fresh_remote));
+  EXPECT_TRUE(fs::exists(ownerless));  // no owner record: only by hand
+  EXPECT_TRUE(fs::exists(root + "/committed/index.pb"));
+
+  GcOptions by_hand;
+  by_hand.older_than_s = 2 * 3600;
+  ASSERT_TRUE(collect_garbage(fsys, root, by_hand).ok());
+  EXPECT_FALSE(fs::exists(ownerless));
+  EXPECT_TRUE(fs::exists(alive));  // never an entry whose owner runs, whatever its age
+  EXPECT_TRUE(fs::exists(fresh_remote));
+}
+
+TEST(Gc, DurationsParse) {
+  EXPECT_EQ(*parse_duration_s("30m"), 1800);
+  EXPECT_EQ(*parse_duration_s("2h"), 7200);
+  EXPECT_EQ(*parse_duration_s("7d"), 7 * 86400);
+  EXPECT_EQ(*parse_duration_s("90"), 90);
+  EXPECT_FALSE(parse_duration_s("soon").ok());
+  EXPECT_FALSE(parse_duration_s("-1h").ok());
+}
+
+TEST(Claims, CommitNumbersAreNeverHandedOutTwice) {
+  TempDir dir;
+  std::mutex mu;
+  std::vector<uint64_t> got;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        auto n = claim_commit_seq(*posix_filesystem(), dir.path());
+        ASSERT_TRUE(n.ok()) << n.status().to_string();
+        std::lock_guard<std::mutex> lock(mu);
+        got.push_back(*n);
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(std::set<uint64_t>(got.begin(), got.end()).size(), got.size());
+  // The counter is one small file; the lock is gone.
+  EXPECT_TRUE(fs::is_regular_file(dir.path() + "/" + kMetaDir + "/seq"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/" + kMetaDir + "/seq.lock"));
+}
+
+TEST(Claims, SeriesPrefixesAreClaimedOncePerJob) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  auto none = [](const std::string&) { return false; };
+  auto a = claim_series(fsys, dir.path(), "ckpt", "job-a", none);
+  auto b = claim_series(fsys, dir.path(), "ckpt", "job-b", none);
+  auto c = claim_series(fsys, dir.path(), "ckpt", "", none);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(*a, "ckpt");
+  EXPECT_EQ(*b, "ckpt_1");
+  EXPECT_EQ(*c, "ckpt_2");
+  // A requeued job takes its own back.
+  EXPECT_EQ(*claim_series(fsys, dir.path(), "ckpt", "job-b", none), "ckpt_1");
+  // A prefix whose series has checkpoints is not taken, claimed or not.
+  auto d = claim_series(fsys, dir.path(), "run", "", [](const std::string& p) { return p == "run"; });
+  EXPECT_EQ(*d, "run_1");
+  release_series(fsys, dir.path(), "ckpt_2");
+  EXPECT_EQ(*claim_series(fsys, dir.path(), "ckpt", "", none), "ckpt_2");
+}
+
+TEST(Claims, LatestLockExcludesAndIsBrokenWhenItsOwnerDied) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  auto held = RootLock::acquire(fsys, dir.path(), "latest", 1);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(RootLock::acquire(fsys, dir.path(), "latest", 0.05).status().code(), StatusCode::kAborted);
+  held->reset();
+  ASSERT_TRUE(RootLock::acquire(fsys, dir.path(), "latest", 1).ok());
+  // A lock left by a process that died holding it is broken at once.
+  const std::string lock = dir.path() + "/" + kMetaDir + "/latest.lock";
+  fs::create_directories(lock);
+  write_text(lock + "/" + kOwnerFile, dead_local_owner().to_json());
+  EXPECT_TRUE(RootLock::acquire(fsys, dir.path(), "latest", 0.05).ok());
+}
+
+TEST(Listing, EmptyTruncatedAndForeignFilesFailClosed) {
+  TempDir dir;
+  const std::string root = dir.path();
+  write_text(root + "/empty.ckpt", "");
+  write_text(root + "/empty.safetensors", "");
+  write_text(root + "/empty.h5", "");
+  write_text(root + "/lightning.ckpt", std::string("PK\x03\x04", 4) + std::string(100, 'z'));
+  write_text(root + "/pickled.ckpt", std::string("\x80\x04\x95", 3) + std::string(100, 'p'));
+  write_text(root + "/notes.safetensors", "these are my notes about the model\n");
+  write_text(root + "/text.h5", "not an hdf5 file at all, just text\n");
+  auto listing = list_checkpoints(root);
+  ASSERT_TRUE(listing.ok());
+  std::map<std::string, EntryState> state;
+  for (const auto& e : listing->entries) state[e.name] = e.state;
+  EXPECT_EQ(state["empty.ckpt"], EntryState::kBroken);
+  EXPECT_EQ(state["empty.safetensors"], EntryState::kBroken);
+  EXPECT_EQ(state["empty.h5"], EntryState::kBroken);
+  EXPECT_EQ(state["lightning.ckpt"], EntryState::kForeign);
+  EXPECT_EQ(state["pickled.ckpt"], EntryState::kForeign);
+  EXPECT_EQ(state["notes.safetensors"], EntryState::kForeign);
+  EXPECT_EQ(state["text.h5"], EntryState::kForeign);
+  for (const char* name : {"empty.ckpt", "empty.safetensors", "empty.h5"}) {
+    auto v = verify_checkpoint(root + "/" + name);
+    EXPECT_EQ(v.status().code(), StatusCode::kCorruption) << name;
+    EXPECT_NE(v.status().message().find("empty file"), std::string::npos) << v.status().to_string();
+  }
+  auto lightning = verify_checkpoint(root + "/lightning.ckpt");
+  EXPECT_NE(lightning.status().message().find("not a MindSpore .ckpt file: it is a zip archive"), std::string::npos)
+      << lightning.status().to_string();
+  EXPECT_NE(verify_checkpoint(root + "/pickled.ckpt").status().message().find("pickle"), std::string::npos);
+  // Nothing committed: a root of only damaged and foreign files has nothing to resume.
+  EXPECT_EQ(resolve_checkpoint(root).status().code(), StatusCode::kNotFound);
+}
+
+TEST(Names, TheCatalogsOwnNamesAreNotCheckpointNames) {
+  EXPECT_FALSE(validate_checkpoint_name(".distckpt").ok());
+  EXPECT_FALSE(validate_checkpoint_name(".distckpt-x").ok());
+  EXPECT_TRUE(validate_checkpoint_name(".hidden").ok());
+  EXPECT_EQ(trashed_name("run-0_4.tmp-deleting-0123456789abcdef"), std::optional<std::string>("run-0_4"));
+  EXPECT_EQ(trashed_name("run-0_4.tmp-0123456789abcdef"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace distckpt::internal_catalog
