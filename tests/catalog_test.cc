@@ -19,6 +19,8 @@
 #include "catalog/names.h"
 #include "catalog/owner.h"
 #include "distckpt/inspect.h"
+#include "manager/stats.h"
+#include "storage/fault_fs.h"
 #include "test_util.h"
 
 namespace distckpt::internal_catalog {
@@ -241,6 +243,29 @@ TEST(Names, TheCatalogsOwnNamesAreNotCheckpointNames) {
   EXPECT_TRUE(validate_checkpoint_name(".hidden").ok());
   EXPECT_EQ(trashed_name("run-0_4.tmp-deleting-0123456789abcdef"), std::optional<std::string>("run-0_4"));
   EXPECT_EQ(trashed_name("run-0_4.tmp-0123456789abcdef"), std::nullopt);
+}
+
+TEST(Stats, AppendedWholeThroughTheFileSystemAndATornLineIsTolerated) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), R"({"step":1})").ok());
+  // A crash mid-append: the last line has no newline.
+  {
+    std::ofstream out(dir.path() + "/stats.jsonl", std::ios::app);
+    out << R"({"step":2,"na)";
+  }
+  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), R"({"step":3})").ok());
+  auto lines = internal_manager::read_stats_lines(fsys, dir.path());
+  ASSERT_TRUE(lines.ok());
+  EXPECT_EQ(*lines, (std::vector<std::string>{R"({"step":1})", R"({"step":3})"}));
+  EXPECT_EQ(fs::status(dir.path() + "/stats.jsonl").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  // Through the FileSystem: a full disk is reported, not ignored.
+  internal_storage::FaultSpec spec;
+  spec.write_budget = 0;
+  internal_storage::FaultFileSystem full(posix_filesystem(), spec);
+  EXPECT_NE(internal_manager::append_stats_line(full, dir.path(), "{}").message().find("No space left"),
+            std::string::npos);
 }
 
 }  // namespace

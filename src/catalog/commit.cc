@@ -23,6 +23,7 @@
 // valid index; leftover .tmp-* entries are garbage and are never listed or loaded.
 #include "catalog/commit.h"
 
+#include "base/kill_point.h"
 #include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
@@ -98,6 +99,7 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
                                         const std::string& name, bool fsync, const LatestUpdate& latest) {
   CommitResult result;
   const std::string final_path = root + "/" + name;
+  internal_base::kill_point("commit-rename");
   // No-replace: another job that committed the same name meanwhile keeps its checkpoint.
   Status renamed = fs.rename_no_replace(tmp_path, final_path);
   if (renamed.code() == StatusCode::kAlreadyExists)
@@ -116,6 +118,7 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
     }
   }
   // Step 4: move the latest pointer, forward only.
+  internal_base::kill_point("commit-latest");
   if (latest.update) {
     Status st = move_latest(fs, root, name, latest.commit_seq, fsync);
     if (!st.ok())

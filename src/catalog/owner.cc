@@ -28,15 +28,19 @@ std::string trim(std::string s) {
   return s;
 }
 
-// Field 22 of /proc/<pid>/stat (after the command, which may hold spaces and parens).
+// Field 22 of /proc/<pid>/stat (after the command, which may hold spaces and parens);
+// nullopt when there is no such process, or only its corpse (a zombie not yet reaped:
+// state Z or X, field 3).
 std::optional<uint64_t> process_start_time(int64_t pid) {
   const std::string stat = read_small("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream fields(stat.substr(close + 2));
   std::string field;
-  for (int i = 3; i <= 22; ++i)
+  for (int i = 3; i <= 22; ++i) {
     if (!(fields >> field)) return std::nullopt;
+    if (i == 3 && (field == "Z" || field == "X")) return std::nullopt;
+  }
   try {
     return std::stoull(field);
   } catch (const std::exception&) {

@@ -1,5 +1,6 @@
 #include "catalog/retire.h"
 
+#include "base/kill_point.h"
 #include "catalog/names.h"
 
 namespace distckpt::internal_catalog {
@@ -8,6 +9,7 @@ Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::str
   const std::string trash = make_trash_name(root, name);
   DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(root + "/" + name, trash));
   DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
+  internal_base::kill_point("retire-remove");
   return fs.remove_all(trash);
 }
 

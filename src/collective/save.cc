@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "base/guard.h"
+#include "base/kill_point.h"
 #include "base/timer.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
@@ -101,6 +102,7 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     internal_storage::StreamWriter writer(std::move(file), pool, chunk_ends(session.mine),
                                           data_file_path(session, comm), options.checksum);
     DISTCKPT_RETURN_IF_ERROR(stage_chunks(writer, session, state, comm, bytes, &session.tags));
+    internal_base::kill_point("save-write");
     auto done = writer.finish(options.fsync);
     if (!done.ok()) return done.status().with_context(where);
     return done;
@@ -124,6 +126,7 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     crc = internal_transform::kCrc32cInit;
   };
   DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, chunk_done, bytes, &session.tags));
+  internal_base::kill_point("save-write");  // this rank's data written, not yet fsynced
   if (options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
   DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));
   return crcs;

@@ -100,7 +100,18 @@ Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std:
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path) {
   proto::Index index;
+  // What distckpt's writer said the file would hold: a file cut short at a record
+  // boundary, or without its footer, parses but is damaged.
+  if (scan.meta && scan.meta->has_ckpt_layout()) {
+    const auto& layout = scan.meta->ckpt_layout();
+    if (layout.records() != scan.records.size())
+      return corruption("'" + path + "': " + std::to_string(scan.records.size()) + " records, its metadata says " +
+                        std::to_string(layout.records()) + " (truncated?)");
+    if (layout.footer() && !scan.footer)
+      return corruption("'" + path + "': its CRC-32 footer is missing (truncated?)");
+  }
   index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
+  index.clear_ckpt_layout();
   std::set<std::string> info_keys;
   for (const auto& [k, v] : index.info()) info_keys.insert(k);
   auto* f = index.mutable_files(0);

@@ -22,7 +22,18 @@ class CkptWriter final : public SequentialWriter {
       encryption_.set_salt(cipher_->salt());
     }
   }
-  Status begin() { return out_.write(ckpt_meta_field(meta_)); }
+  // The metadata field first, saying what the file will hold (CkptLayout): one record
+  // per split of each tensor (an empty one has one), one per info value, the footer.
+  Status begin() {
+    uint64_t records = static_cast<uint64_t>(meta_.info_size());
+    for (const auto& t : meta_.tensors()) {
+      const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
+      records += std::max<uint64_t>(1, ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item).size());
+    }
+    meta_.mutable_ckpt_layout()->set_records(records);
+    meta_.mutable_ckpt_layout()->set_footer(footer_);
+    return out_.write(ckpt_meta_field(meta_));
+  }
   Status append(int tensor, const void* data, std::size_t n) override {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
     const proto::Tensor& t = meta_.tensors(tensor);

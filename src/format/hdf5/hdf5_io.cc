@@ -1,9 +1,15 @@
 #include "format/hdf5/hdf5_io.h"
 
 #include <hdf5.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -405,12 +411,80 @@ namespace {
 
 bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string_view("\x89HDF\r\n\x1a\n", 8); }
 
+// libhdf5 parses a damaged or hostile file at the risk of crashing or looping (its
+// decoders trust what they read). So it reads the file in a child process: a crash, or
+// no answer within kParseSeconds, becomes kCorruption here instead of taking the
+// caller (a training job's rank 0, `distckpt ls`) down with it.
+constexpr int kParseSeconds = 60;
+
+Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::string& file_name) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return io_error("hdf5 '" + path + "': pipe: " + std::strerror(errno));
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return io_error("hdf5 '" + path + "': fork: " + std::strerror(errno));
+  }
+  if (child == 0) {  // only this thread exists here: no locks to wait for, no MPI calls
+    ::close(fds[0]);
+    std::string out;
+    auto index = hdf5_index(path, file_name);
+    if (index.ok()) out = "I" + index->SerializeAsString();
+    else out = "S" + std::string(1, static_cast<char>(index.status().code())) + index.status().message();
+    for (std::size_t done = 0; done < out.size();) {
+      const ssize_t w = ::write(fds[1], out.data() + done, out.size() - done);
+      if (w <= 0) ::_exit(3);
+      done += static_cast<std::size_t>(w);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string in;
+  char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kParseSeconds);
+  bool timed_out = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    struct pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(child, SIGKILL);
+  int wstatus = 0;
+  while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  const std::string where = "hdf5 '" + path + "'";
+  if (timed_out) return corruption(where + ": HDF5 found no end to it in " + std::to_string(kParseSeconds) + " s");
+  if (WIFSIGNALED(wstatus))
+    return corruption(where + ": libhdf5 crashed reading it (signal " + std::to_string(WTERMSIG(wstatus)) +
+                      "): a damaged or hostile file");
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || in.empty())
+    return corruption(where + ": reading it failed (the reader exited " + std::to_string(WEXITSTATUS(wstatus)) + ")");
+  if (in[0] == 'S' && in.size() >= 2)
+    return Status(static_cast<StatusCode>(static_cast<unsigned char>(in[1])), in.substr(2));
+  proto::Index index;
+  if (in[0] != 'I' || !index.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))
+    return internal_error(where + ": the reader's answer does not parse");
+  return index;
+}
+
 Result<proto::Index> describe_hdf5(FileSystem& fs, const std::string& path) {
   {
     DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
     DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
   }
-  return hdf5_index(path, internal_base::base_name(path));
+  return isolated_hdf5_index(path, internal_base::base_name(path));
 }
 
 Status check_hdf5_writable(const proto::Index& meta) {

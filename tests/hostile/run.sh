@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Damaged and hostile files against every reader: `distckpt verify`, `inspect`, `ls` and
+# the library's load() (tests/hostile/hostile.cc makes them from the golden fixtures:
+# truncations at every structural boundary of every format, empty files, wrong magics,
+# huge counts, random flips, and hostile index fields under a valid CRC). Every file runs
+# under `timeout 10`. Fails on any crash (a signal), any hang, and any acceptance of a
+# case its class says must be refused (see hostile.cc).
+# Usage: run.sh BUILD_DIR WORK_DIR
+set -uo pipefail
+build=$(cd "$1" && pwd)
+work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=$here/../golden/fixtures
+dc=$build/distckpt
+hostile=$build/tests/hostile
+rm -rf "$work"
+mkdir -p "$work/good"
+cp -r "$fixtures/root/step-12" "$work/good/native"
+chmod -R u+w "$work/good"
+# Single files as this build writes them (a .ckpt says in its metadata what it holds).
+for to in ckpt safetensors hdf5; do
+  "$dc" convert "$work/good/native" "$work/good/model" --to "$to" >/dev/null || { echo "hostile: FAIL: convert"; exit 1; }
+done
+cp -r "$fixtures/encrypted/step-5" "$work/good/encrypted"
+cp "$fixtures/key.hex" "$work/good/key.hex"
+chmod -R u+w "$work/good"
+"$hostile" gen "$work/good" "$work/corpus" || { echo "hostile: FAIL: generator"; exit 1; }
+
+files=0 crashes=0 hangs=0 accepted=0
+check() {  # CASE TOOL MUST_REFUSE RC
+  local name=$1 tool=$2 must_refuse=$3 rc=$4
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "FAIL hang: $tool $name"; hangs=$((hangs + 1))
+  elif [ "$rc" -ge 128 ]; then
+    echo "FAIL crash (exit $rc): $tool $name"; crashes=$((crashes + 1))
+  elif [ "$must_refuse" = yes ] && [ "$rc" -eq 0 ]; then
+    echo "FAIL accepted: $tool $name"; accepted=$((accepted + 1))
+  fi
+}
+while IFS=$'\t' read -r name class path key; do
+  files=$((files + 1))
+  keyargs=()
+  [ "$key" != - ] && keyargs=(--key-file "$key")
+  loadkey=()
+  [ "$key" != - ] && loadkey=("$key")
+  refuse_data=$([ "$class" = any ] && echo no || echo yes)
+  refuse_structure=$([ "$class" = structure ] && echo yes || echo no)
+  timeout 10 "$dc" verify "${keyargs[@]}" "$path" >/dev/null 2>&1
+  check "$name" verify "$refuse_data" $?
+  timeout 10 "$hostile" load "$path" "${loadkey[@]}" >/dev/null 2>&1
+  check "$name" load "$refuse_data" $?
+  timeout 10 "$dc" inspect "${keyargs[@]}" "$path" >/dev/null 2>&1
+  check "$name" inspect "$refuse_structure" $?
+done <"$work/corpus/manifest.tsv"
+# Listing roots full of damage: no crash, no hang, and nothing damaged listed committed.
+for dir in "$work/corpus"/*/; do
+  timeout 10 "$dc" ls --json "$dir" >"$work/ls.json" 2>/dev/null
+  rc=$?
+  check "$dir" ls no "$rc"
+  [ "$rc" -eq 0 ] || { echo "FAIL ls $dir: exit $rc"; accepted=$((accepted + 1)); continue; }
+  python3 - "$work/ls.json" "$work/corpus/manifest.tsv" "$dir" <<'PY' || accepted=$((accepted + 1))
+import json, os, sys
+ls = json.load(open(sys.argv[1]))
+structure = set()
+for line in open(sys.argv[2]):
+    name, cls, path, key = line.rstrip("\n").split("\t")
+    if cls == "structure" and os.path.dirname(path.rstrip("/")) == sys.argv[3].rstrip("/"):
+        structure.add(os.path.basename(path))
+bad = [e["name"] for e in ls["entries"] if e["state"] == "committed" and e["name"] in structure]
+if bad:
+    print("FAIL ls lists damaged files as committed:", bad)
+    sys.exit(1)
+PY
+done
+echo "hostile: $files files, $crashes crashes, $hangs hangs, $accepted accepted"
+[ "$crashes" -eq 0 ] && [ "$hangs" -eq 0 ] && [ "$accepted" -eq 0 ]
