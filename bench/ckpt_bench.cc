@@ -309,7 +309,7 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   return true;
 }
 
-void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, int world, double gen_s) {
+void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, int world, int nodes, double gen_s) {
   const bool do_save = !runs.save.empty(), do_load = !runs.load.empty();
   const uint64_t bytes_unique = runs.saved ? runs.saved->bytes_unique : distckpt::bench::workload_bytes(w.tensors);
   auto gbps = [bytes_unique](double s) { return s > 0 ? bytes_unique / 1e9 / s : 0.0; };
@@ -323,6 +323,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     json j;
     j["size"] = size;
     j["ranks"] = world;
+    j["nodes"] = nodes;
     j["dp"] = a.dp;
     j["tp"] = a.tp;
     j["dir"] = a.dir;
@@ -339,6 +340,10 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     j["bytes_written"] = runs.saved ? json(runs.saved->bytes_written) : json(nullptr);
     j["bytes_read"] = runs.loaded ? json(runs.loaded->bytes_read) : json(nullptr);
     j["bytes_needed"] = runs.loaded ? json(runs.loaded->bytes_needed) : json(nullptr);
+    // The load reads from --dir (the shared file system on a cluster): every byte read
+    // is read from it. Bytes sent between ranks of different nodes: shared replica reads.
+    j["bytes_read_shared"] = runs.loaded ? json(runs.loaded->bytes_read) : json(nullptr);
+    j["bytes_between_hosts"] = runs.loaded ? json(runs.loaded->bytes_between_hosts) : json(nullptr);
     j["read_amplification"] = runs.loaded && runs.loaded->bytes_needed > 0
                                   ? json(static_cast<double>(runs.loaded->bytes_read) /
                                          static_cast<double>(runs.loaded->bytes_needed))
@@ -392,6 +397,10 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 static_cast<unsigned long long>(runs.loaded->bytes_needed), median(runs.load_read),
                 median(runs.load_exchange), verified ? "verified" : "VERIFICATION FAILED",
                 static_cast<unsigned long long>(runs.mismatches));
+  if (do_load)
+    std::printf("load across %d node(s): bytes_read_shared %llu  bytes_between_hosts %llu  (replica reads: %s)\n", nodes,
+                static_cast<unsigned long long>(runs.loaded->bytes_read),
+                static_cast<unsigned long long>(runs.loaded->bytes_between_hosts), a.replica_reads.c_str());
   if (!runs.blocking.empty())
     std::printf("async: caller blocked %.3f s (memcpy of the rank's bytes: %.3f s, ratio %.2f); committed after %.3f s\n",
                 median(runs.blocking), median(runs.memcpy_s),
@@ -541,7 +550,7 @@ int run(int rank, int world, int argc, char** argv) {
   MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   runs.peak_rss = mem[0];
   runs.rank_state_max = mem[1];
-  if (root) report(a, w, runs, *size, world, gen_s);
+  if (root) report(a, w, runs, *size, world, comm->node_count(), gen_s);
 
   if (a.mode == "both" && !a.keep && !remove_checkpoint(checkpoint_path(a), root)) return kExitError;
   if (a.mode != "save" && runs.mismatches != 0) {

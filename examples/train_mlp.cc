@@ -51,6 +51,7 @@ struct Config {
   int keep_best = 1;
   bool exception_save = false;     // an exception escaping the loop saves "<name>_exception"
   double exception_timeout = 60;   // seconds the failing rank waits for the others
+  double peer_timeout = -1;        // distckpt's peer timeout (< 0: its default)
   int64_t log_every = 10;          // print the loss every N steps
   int64_t throw_at_step = -1;      // simulated exception at the start of this step ...
   int throw_rank = -1;             // ... on this rank (-1: every rank, like a NaN check)
@@ -437,6 +438,9 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_option("--enc-key-env", cfg.enc_key_env, "the key in this environment variable (hex digits)");
   app.add_option("--enc-mode", cfg.enc_mode, "with a key: AES-GCM (default), AES-CBC or SM4-CBC")
       ->check(CLI::IsMember({"AES-GCM", "AES-CBC", "SM4-CBC"}, CLI::ignore_case));
+  app.add_option("--peer-timeout", cfg.peer_timeout,
+                 "seconds a rank waits for its peers in a checkpoint collective before ending the job "
+                 "(default: DISTCKPT_PEER_TIMEOUT_S, else 600; 0: no limit)");
   app.add_option("--log-every", cfg.log_every, "print the loss every N steps (default 10)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", cfg.lr, "learning rate");
@@ -479,7 +483,9 @@ int run(int argc, char** argv, int rank, int world) {
   Topology topo = make_topology(cfg, rank, world);
   Model model = make_model(cfg, topo);
   distckpt::StateDict state = make_state_dict(model, rank);
-  auto comm = distckpt::make_mpi_comm(MPI_COMM_WORLD);  // freed before MPI_Finalize
+  // The peer timeout bounds each wait in distckpt's collectives: a rank whose peer's
+  // host died ends the job instead of waiting forever (README "Several nodes").
+  auto comm = distckpt::make_mpi_comm(MPI_COMM_WORLD, {.peer_timeout_s = cfg.peer_timeout});  // freed before MPI_Finalize
 
   int exit_code = 0;
   int64_t step = 0;

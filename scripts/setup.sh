@@ -16,6 +16,8 @@ packages=(
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
   procps                              # tests: pgrep finds the ranks a crash test kills
   util-linux e2fsprogs quota          # tests (realfs): setpriv, losetup, mkfs.ext4, setquota
+  iproute2                            # tests (multinode): ip netns, veth, bridge (cluster/netns.sh)
+  slurmctld slurmd slurm-client       # tests (multinode-slurm): Slurm across the namespace hosts
 )
 
 installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)

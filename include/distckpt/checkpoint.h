@@ -157,6 +157,11 @@ struct LoadResult {
   // (1.0 unless check_partial_chunks, or runs under 4 KiB read by data sieving).
   uint64_t rank_bytes_needed = 0;
   uint64_t bytes_needed = 0;
+  // Data bytes this rank sent to ranks on other nodes (Comm::node_of) with shared
+  // replica reads, and that summed over ranks: what crossed the network between hosts
+  // instead of being read again from storage.
+  uint64_t rank_bytes_between_hosts = 0;
+  uint64_t bytes_between_hosts = 0;
   // Where this rank's time went: reading (with checksums and copies into the buffers),
   // and sending/receiving boxes shared between replicas (shared replica reads).
   double read_s = 0, exchange_s = 0;

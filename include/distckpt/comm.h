@@ -24,6 +24,15 @@ class Comm {
   virtual int size() const = 0;
   // Number of distinct nodes (shared-memory domains) the ranks run on.
   virtual int node_count() const { return 1; }
+  // The node (0 .. node_count()-1) that `rank` runs on: ranks of one node share memory,
+  // bytes between nodes cross the network. Not collective; any rank may ask.
+  virtual int node_of(int rank) const {
+    (void)rank;
+    return 0;
+  }
+  // The host name of `rank`'s node, for statistics and messages. Not collective.
+  // Default: this process's host name (gethostname) for every rank.
+  virtual std::string node_name(int rank) const;
 
   // Collective.
   virtual void barrier() = 0;

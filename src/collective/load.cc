@@ -279,7 +279,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
           result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)
-              if (member != comm.rank()) sends.push_back({member, e.buffers[b], bytes});
+              if (member != comm.rank()) {
+                sends.push_back({member, e.buffers[b], bytes});
+                if (comm.node_of(member) != comm.node_of(comm.rank())) result.rank_bytes_between_hosts += bytes;
+              }
         } else {
           receives.push_back({reader, e.buffers[b], bytes});
         }
@@ -297,10 +300,12 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   internal_base::Timer exchange_timer;
   if (share) comm.transfer(sends, receives);
   result.exchange_s = exchange_timer.seconds();
-  std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed)};
+  std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed),
+                              static_cast<int64_t>(result.rank_bytes_between_hosts)};
   comm.allreduce(totals, ReduceOp::kSum);
   result.bytes_read = static_cast<uint64_t>(totals[0]);
   result.bytes_needed = static_cast<uint64_t>(totals[1]);
+  result.bytes_between_hosts = static_cast<uint64_t>(totals[2]);
   result.load_s = timer.seconds();
   return result;
 }

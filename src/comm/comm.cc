@@ -1,5 +1,7 @@
 #include "distckpt/comm.h"
 
+#include <unistd.h>
+
 namespace distckpt {
 
 void Comm::broadcast_string(std::string& s, int root) {
@@ -7,6 +9,13 @@ void Comm::broadcast_string(std::string& s, int root) {
   broadcast(&n, sizeof(n), root);
   s.resize(static_cast<std::size_t>(n));
   if (n > 0) broadcast(s.data(), s.size(), root);
+}
+
+std::string Comm::node_name(int rank) const {
+  (void)rank;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
 }
 
 int64_t Comm::allreduce_one(int64_t v, ReduceOp op) {

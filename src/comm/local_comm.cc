@@ -45,10 +45,15 @@ std::vector<std::string> unpack(const std::string& s) {
 
 class LocalComm final : public Comm {
  public:
-  LocalComm(std::shared_ptr<Shared> shared, int rank, int size)
-      : shared_(std::move(shared)), rank_(rank), size_(size) {}
+  LocalComm(std::shared_ptr<Shared> shared, int rank, int size, int ranks_per_node)
+      : shared_(std::move(shared)), rank_(rank), size_(size), ranks_per_node_(ranks_per_node) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int node_count() const override { return ranks_per_node_ > 0 ? node_of(size_ - 1) + 1 : 1; }
+  int node_of(int rank) const override { return ranks_per_node_ > 0 ? rank / ranks_per_node_ : 0; }
+  std::string node_name(int rank) const override {
+    return ranks_per_node_ > 0 ? "node" + std::to_string(node_of(rank)) : Comm::node_name(rank);
+  }
 
   void barrier() override { exchange(""); }
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -129,19 +134,20 @@ class LocalComm final : public Comm {
   std::shared_ptr<Shared> shared_;
   int rank_;
   int size_;
+  int ranks_per_node_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<Comm>> make_local_comms(int n) {
+std::vector<std::unique_ptr<Comm>> make_local_comms(int n, int ranks_per_node) {
   auto shared = std::make_shared<Shared>(n);
   std::vector<std::unique_ptr<Comm>> comms;
-  for (int r = 0; r < n; ++r) comms.push_back(std::make_unique<LocalComm>(shared, r, n));
+  for (int r = 0; r < n; ++r) comms.push_back(std::make_unique<LocalComm>(shared, r, n, ranks_per_node));
   return comms;
 }
 
-void run_local_ranks(int n, const std::function<void(Comm&)>& fn) {
-  auto comms = make_local_comms(n);
+void run_local_ranks(int n, const std::function<void(Comm&)>& fn, int ranks_per_node) {
+  auto comms = make_local_comms(n, ranks_per_node);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { fn(*comms[r]); });
   for (auto& t : threads) t.join();

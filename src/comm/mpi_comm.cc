@@ -6,11 +6,23 @@
 #include <memory>
 #include <numeric>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "distckpt/mpi_comm.h"
 #include "comm/mpi_interop.h"
+#include "comm/peer_watchdog.h"
 
 namespace distckpt {
 namespace {
+
+// The exit status of a rank that gave up waiting for its peers (EX_TEMPFAIL: the job
+// can be resumed once the failed host is replaced).
+constexpr int kPeerTimeoutExitCode = 75;
 
 // MPI counts are ints: large payloads move in pieces of at most this many bytes.
 constexpr std::size_t kMaxMpiCount = std::size_t{1} << 30;
@@ -31,31 +43,52 @@ class MpiComm final : public Comm {
   };
 
  public:
-  explicit MpiComm(MPI_Comm comm) {
+  MpiComm(MPI_Comm comm, const MpiCommOptions& options)
+      : watchdog_(options.peer_timeout_s < 0 ? internal_comm::default_peer_timeout_s() : options.peer_timeout_s,
+                  [this](const char* op, double waited_s) { give_up(op, waited_s); }) {
+    MPI_Query_thread(&thread_level_);
     MPI_Comm_dup(comm, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    // Nodes: one leader (local rank 0) per shared-memory domain, counted once here.
+    // Nodes: the ranks of one shared-memory domain; each node is named after its lowest
+    // rank (its leader), and numbered in the order of the leaders.
     MPI_Comm local;
     MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-    int local_rank = 0;
-    MPI_Comm_rank(local, &local_rank);
+    int leader = rank_;
+    MPI_Bcast(&leader, 1, MPI_INT, 0, local);  // local rank 0 has the lowest rank (key = rank)
     MPI_Comm_free(&local);
-    int leader = local_rank == 0 ? 1 : 0;
-    MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_);
-  }
-  ~MpiComm() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    std::vector<int> leaders(static_cast<std::size_t>(size_));
+    MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_);
+    std::vector<int> ordered = leaders;
+    std::sort(ordered.begin(), ordered.end());
+    ordered.erase(std::unique(ordered.begin(), ordered.end()), ordered.end());
+    nodes_ = static_cast<int>(ordered.size());
+    node_of_.resize(leaders.size());
+    for (std::size_t r = 0; r < leaders.size(); ++r)
+      node_of_[r] = static_cast<int>(std::lower_bound(ordered.begin(), ordered.end(), leaders[r]) - ordered.begin());
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int length = 0;
+    MPI_Get_processor_name(name, &length);
+    std::vector<char> names(static_cast<std::size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_);
+    for (int l : ordered) {
+      const char* n = names.data() + static_cast<std::size_t>(l) * MPI_MAX_PROCESSOR_NAME;
+      node_names_.emplace_back(n, strnlen(n, MPI_MAX_PROCESSOR_NAME));
+    }
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int node_count() const override { return nodes_; }
+  int node_of(int rank) const override { return node_of_.at(static_cast<std::size_t>(rank)); }
+  std::string node_name(int rank) const override { return node_names_.at(static_cast<std::size_t>(node_of(rank))); }
   MPI_Comm mpi() const { return comm_; }
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    Watched watched(watchdog_, "barrier");
+    MPI_Barrier(comm_);
+  }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
+    Watched watched(watchdog_, "broadcast");
     auto* p = static_cast<char*>(data);
     for (std::size_t done = 0; done < bytes;) {
       const std::size_t n = std::min(kMaxMpiCount, bytes - done);
@@ -65,6 +98,7 @@ class MpiComm final : public Comm {
   }
 
   void allreduce(std::vector<int64_t>& values, ReduceOp op) override {
+    Watched watched(watchdog_, "allreduce");
     MPI_Op mop = op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMin ? MPI_MIN : MPI_MAX;
     MPI_Allreduce(MPI_IN_PLACE, values.data(), checked_count(static_cast<int64_t>(values.size())), MPI_INT64_T,
                   mop, comm_);
@@ -79,6 +113,7 @@ class MpiComm final : public Comm {
     MPI_Iallreduce(MPI_IN_PLACE, pending->values.data(), checked_count(static_cast<int64_t>(values.size())),
                    MPI_INT64_T, mop, comm_, &pending->request);
     if (timeout_s < 0) {
+      Watched watched(watchdog_, "allreduce");
       MPI_Wait(&pending->request, MPI_STATUS_IGNORE);
       values = pending->values;
       return true;
@@ -101,6 +136,7 @@ class MpiComm final : public Comm {
   }
 
   std::vector<std::string> gather(const std::string& mine, int root) override {
+    Watched watched(watchdog_, "gather");
     int mysize = checked_count(static_cast<int64_t>(mine.size()));
     std::vector<int> sizes(rank_ == root ? size_ : 0);
     MPI_Gather(&mysize, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_);
@@ -112,6 +148,7 @@ class MpiComm final : public Comm {
   }
 
   std::string scatter(const std::vector<std::string>& parts, int root) override {
+    Watched watched(watchdog_, "scatter");
     std::vector<int> sizes, displs;
     std::string all;
     if (rank_ == root) {
@@ -141,12 +178,14 @@ class MpiComm final : public Comm {
         done += n;
       }
     };
+    Watched watched(watchdog_, "transfer");
     for (const Transfer& t : receives) post(t, false);
     for (const Transfer& t : sends) post(t, true);
     MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
   }
 
   std::vector<std::string> allgather(const std::string& mine) override {
+    Watched watched(watchdog_, "allgather");
     int mysize = checked_count(static_cast<int64_t>(mine.size()));
     std::vector<int> sizes(size_);
     MPI_Allgather(&mysize, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_);
@@ -157,6 +196,32 @@ class MpiComm final : public Comm {
   }
 
  private:
+  using Watched = internal_comm::PeerWatchdog::Scope;
+
+  // The watchdog's verdict: a peer did not join within the limit. Runs on the
+  // watchdog's thread while this rank's own thread is blocked in MPI.
+  [[noreturn]] void give_up(const char* op, double waited_s) const {
+    char host[256] = {};
+    (void)::gethostname(host, sizeof host - 1);
+    std::fprintf(stderr,
+                 "distckpt: rank %d on %s waited %.0f s for its peers in %s (peer timeout %g s): a peer's host is "
+                 "down, cut off or hung; aborting the job\n",
+                 rank_, host, waited_s, op, watchdog_.timeout_s());
+    std::fflush(stderr);
+    // MPI_Abort may only be called from this thread when MPI is fully thread-safe; and
+    // it waits for mpirun, which a partition or a dead first host makes unreachable: if
+    // it has not ended the process in 5 s, the process ends itself (the launcher's
+    // daemon then sees a rank gone without MPI_Finalize and ends the rest).
+    if (thread_level_ == MPI_THREAD_MULTIPLE) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::_Exit(kPeerTimeoutExitCode);
+      }).detach();
+      MPI_Abort(comm_, kPeerTimeoutExitCode);
+    }
+    std::_Exit(kPeerTimeoutExitCode);
+  }
+
   // Displacements for `sizes`; sizes `all` to hold them all.
   static std::vector<int> prefix(const std::vector<int>& sizes, std::string* all) {
     std::vector<int> displs(sizes.size());
@@ -179,11 +244,17 @@ class MpiComm final : public Comm {
   int rank_ = 0;
   int size_ = 1;
   int nodes_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  std::vector<int> node_of_;             // by rank
+  std::vector<std::string> node_names_;  // by node
+  internal_comm::PeerWatchdog watchdog_;  // last: its thread may use the members above
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm) { return std::make_unique<MpiComm>(comm); }
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const MpiCommOptions& options) {
+  return std::make_unique<MpiComm>(comm, options);
+}
 
 namespace internal_comm {
 std::optional<MPI_Comm> as_mpi(const Comm& comm) {

@@ -137,10 +137,12 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
   last_saved_step = record.step;
   last_saved_path = saved.path;
   out->committed.push_back(saved.path);
-  // Slowest and fastest writer, for the statistics.
-  std::vector<int64_t> lo{static_cast<int64_t>(saved.write_s * 1e6)}, hi = lo;
-  comm->allreduce(lo, ReduceOp::kMin);
-  comm->allreduce(hi, ReduceOp::kMax);
+  // Every rank's write time and bytes, for the statistics (slowest and fastest writer,
+  // and per host: on several nodes the slow host is what a user looks for).
+  const std::vector<std::string> writers =
+      comm->gather(std::to_string(static_cast<int64_t>(saved.write_s * 1e6)) + " " +
+                       std::to_string(saved.rank_bytes_written),
+                   0);
   // Retention and statistics on rank 0, only now that the checkpoint is committed. The
   // listing holds committed checkpoints only, and the newest of them is never deleted;
   // with async_save no other save is in flight here (a save completes before the next
@@ -169,8 +171,10 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["plan_s"] = saved.plan_s;
     j["write_s"] = saved.write_s;
     j["commit_s"] = saved.commit_s;
-    j["write_s_fastest_rank"] = static_cast<double>(lo[0]) / 1e6;
-    j["write_s_slowest_rank"] = static_cast<double>(hi[0]) / 1e6;
+    const internal_manager::WriterStats by_rank = internal_manager::writer_stats(*comm, writers);
+    j["write_s_fastest_rank"] = by_rank.fastest_s;
+    j["write_s_slowest_rank"] = by_rank.slowest_s;
+    j["hosts"] = by_rank.hosts;
     if (!cfg.best_metric.empty())
       j[cfg.best_metric] = std::isnan(record.metric) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(record.metric);
     j["removed"] = gone;

@@ -1,5 +1,10 @@
 #include "manager/stats.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
@@ -33,6 +38,47 @@ Result<std::vector<std::string>> read_stats_lines(FileSystem& fs, const std::str
     if (!j.is_discarded() && j.is_object()) lines.push_back(std::move(line));
   }
   return lines;
+}
+
+WriterStats writer_stats(const Comm& comm, const std::vector<std::string>& per_rank) {
+  WriterStats out;
+  struct Host {
+    int ranks = 0;
+    uint64_t bytes = 0;
+    int64_t slowest_us = 0;
+  };
+  std::vector<Host> hosts(static_cast<std::size_t>(std::max(comm.node_count(), 1)));
+  int64_t lo = INT64_MAX, hi = 0;
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    long long us = 0;
+    unsigned long long bytes = 0;
+    if (std::sscanf(per_rank[r].c_str(), "%lld %llu", &us, &bytes) != 2) us = 0, bytes = 0;
+    lo = std::min<int64_t>(lo, us);
+    hi = std::max<int64_t>(hi, us);
+    const int node = comm.node_of(static_cast<int>(r));
+    if (node < 0 || static_cast<std::size_t>(node) >= hosts.size()) continue;
+    Host& h = hosts[static_cast<std::size_t>(node)];
+    h.ranks += 1;
+    h.bytes += bytes;
+    h.slowest_us = std::max<int64_t>(h.slowest_us, us);
+  }
+  out.fastest_s = per_rank.empty() ? 0 : static_cast<double>(lo) / 1e6;
+  out.slowest_s = static_cast<double>(hi) / 1e6;
+  std::vector<int> first_rank(hosts.size(), -1);  // a rank of each node, to name it
+  for (int r = static_cast<int>(per_rank.size()) - 1; r >= 0; --r) {
+    const int node = comm.node_of(r);
+    if (node >= 0 && static_cast<std::size_t>(node) < hosts.size()) first_rank[static_cast<std::size_t>(node)] = r;
+  }
+  for (std::size_t n = 0; n < hosts.size(); ++n) {
+    if (hosts[n].ranks == 0) continue;
+    nlohmann::ordered_json h;
+    h["host"] = comm.node_name(first_rank[n]);
+    h["ranks"] = hosts[n].ranks;
+    h["bytes"] = hosts[n].bytes;
+    h["write_s"] = static_cast<double>(hosts[n].slowest_us) / 1e6;
+    out.hosts.push_back(std::move(h));
+  }
+  return out;
 }
 
 }  // namespace distckpt::internal_manager

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "distckpt/comm.h"
 #include "distckpt/filesystem.h"
 
 namespace distckpt::internal_manager {
@@ -17,5 +20,15 @@ Status append_stats_line(FileSystem& fs, const std::string& directory, const std
 // The lines of a statistics file that parse as JSON objects; a torn or damaged line
 // (a crash mid-append) is skipped, not an error.
 Result<std::vector<std::string>> read_stats_lines(FileSystem& fs, const std::string& directory);
+
+// The writers of one save: the fastest and slowest rank's write time, and per host
+// (in node order) {"host", "ranks", "bytes" written, "write_s" of its slowest rank}.
+struct WriterStats {
+  double fastest_s = 0, slowest_s = 0;
+  nlohmann::ordered_json hosts = nlohmann::ordered_json::array();
+};
+// `per_rank[r]` is rank r's "<write time in microseconds> <bytes written>", as gathered
+// on the root; lines that do not parse count as zero.
+WriterStats writer_stats(const Comm& comm, const std::vector<std::string>& per_rank);
 
 }  // namespace distckpt::internal_manager
