@@ -17,3 +17,4 @@
 #include "distckpt/mpi_comm.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
+#include "distckpt/tier.h"

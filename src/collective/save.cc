@@ -192,6 +192,33 @@ Result<std::vector<uint32_t>> write_session(SaveSession& session, const StateDic
   return guarded(rank_prefix(comm) + ": write", [&] { return write_chunks(session, state, comm, bytes); });
 }
 
+Status fill_checksums(SaveFrame& frame, const std::vector<std::string>& all_crcs,
+                      const std::vector<std::string>& all_tags) {
+  internal_plan::SavePlan& plan = frame.plan;
+  for (std::size_t r = 0; r < plan.writes.size(); ++r) {
+    if (all_crcs[r].size() != plan.writes[r].size() * sizeof(uint32_t))
+      return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of checksums");
+    for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
+      uint32_t crc;
+      std::memcpy(&crc, all_crcs[r].data() + i * sizeof(uint32_t), sizeof(crc));
+      const WriteItem& w = plan.writes[r][i];
+      plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_crc32c(crc);
+    }
+    if (frame.cipher) {
+      const std::size_t tag_bytes = frame.cipher->tag_bytes();
+      if (all_tags[r].size() != plan.writes[r].size() * tag_bytes)
+        return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of tags");
+      for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
+        const WriteItem& w = plan.writes[r][i];
+        plan.index.mutable_tensors(static_cast<int>(w.tensor))
+            ->mutable_chunks(static_cast<int>(w.chunk))
+            ->set_tag(all_tags[r].substr(i * tag_bytes, tag_bytes));
+      }
+    }
+  }
+  return Status();
+}
+
 Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<std::vector<uint32_t>>& crcs) {
   std::string mine_tags;
   for (const std::string& tag : session.tags) mine_tags += tag;
@@ -199,29 +226,8 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   std::vector<std::string> all_tags = comm.gather(crcs.ok() ? mine_tags : std::string(), 0);
   // Rank 0: the plan's index with every chunk's CRC32C (and tag) as its writer reported.
   auto final_index = [&]() -> Result<proto::Index> {
-    internal_plan::SavePlan& plan = session.frame.plan;
-    for (std::size_t r = 0; r < plan.writes.size(); ++r) {
-      if (all_crcs[r].size() != plan.writes[r].size() * sizeof(uint32_t))
-        return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of checksums");
-      for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
-        uint32_t crc;
-        std::memcpy(&crc, all_crcs[r].data() + i * sizeof(uint32_t), sizeof(crc));
-        const WriteItem& w = plan.writes[r][i];
-        plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_crc32c(crc);
-      }
-      if (session.frame.cipher) {
-        const std::size_t tag_bytes = session.frame.cipher->tag_bytes();
-        if (all_tags[r].size() != plan.writes[r].size() * tag_bytes)
-          return internal_error("save: rank " + std::to_string(r) + " returned a wrong number of tags");
-        for (std::size_t i = 0; i < plan.writes[r].size(); ++i) {
-          const WriteItem& w = plan.writes[r][i];
-          plan.index.mutable_tensors(static_cast<int>(w.tensor))
-              ->mutable_chunks(static_cast<int>(w.chunk))
-              ->set_tag(all_tags[r].substr(i * tag_bytes, tag_bytes));
-        }
-      }
-    }
-    return plan.index;
+    DISTCKPT_RETURN_IF_ERROR(fill_checksums(session.frame, all_crcs, all_tags));
+    return session.frame.plan.index;
   };
   return close_save(comm, session.frame, crcs.status(), final_index);
 }

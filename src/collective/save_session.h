@@ -33,6 +33,12 @@ Result<std::vector<uint32_t>> write_session(SaveSession& session, const StateDic
 // Collective. `crcs` is this rank's write outcome (an error still takes part).
 Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<std::vector<uint32_t>>& crcs);
 
+// Rank 0: sets every chunk's CRC32C (and tag) in frame.plan.index from what each rank
+// returned (all_crcs[r]: its CRCs in write order, as bytes; all_tags[r]: its tags).
+// kInternal for a count that does not match the plan.
+Status fill_checksums(SaveFrame& frame, const std::vector<std::string>& all_crcs,
+                      const std::vector<std::string>& all_tags);
+
 // The I/O steps shared by the synchronous and the asynchronous write: this rank's data
 // file (opened with direct I/O when asked for), the stream offsets where its chunks end,
 // and the copy of its chunks into a stream writer.

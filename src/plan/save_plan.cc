@@ -127,7 +127,8 @@ Status explain_mismatch(const std::string& rank0, const std::string& other_bytes
   return Status();
 }
 
-Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy) {
+Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy,
+                           const std::vector<int>* node_of) {
   if (world < 1) return invalid_argument("save: no ranks");
   for (const PlannedTensor& t : tensors)
     if (t.layout->max_rank() >= world)
@@ -195,6 +196,21 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     const auto& ranks = tensors[s.tensor].layout->ranks();
     device[s.tensor]->for_each_holder(s.device_slice, [&](int member) { fn(Holder{ranks[member], 0}); });
   };
+  if (node_of != nullptr && remove_redundancy) {
+    // One copy per node: each slice becomes one slice per node among its holders.
+    std::vector<Slice> per_node;
+    std::vector<Holder> node_flat;
+    for (const Slice& s : slices) {
+      std::map<int, std::vector<Holder>> by_node;
+      for_each_holder(s, [&](const Holder& h) { by_node[(*node_of)[static_cast<std::size_t>(h.rank)]].push_back(h); });
+      for (const auto& [node, holders] : by_node) {
+        per_node.push_back(Slice{s.tensor, -1, node_flat.size(), static_cast<uint32_t>(holders.size()), s.box, s.bytes});
+        node_flat.insert(node_flat.end(), holders.begin(), holders.end());
+      }
+    }
+    slices = std::move(per_node);
+    flat = std::move(node_flat);
+  }
 
   // Greedy balance: fewest holders first, largest first, to the least-loaded holder.
   std::vector<std::size_t> order(slices.size());

@@ -79,7 +79,11 @@ Status explain_mismatch(const std::string& rank0, const std::string& other, int 
 // lowest rank). Without it, every holder writes its own copy. Fails with
 // kInvalidArgument when a layout names a rank outside the world or the boxes do not
 // tile a tensor.
-Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy);
+// With `node_of` (rank -> node) and remove_redundancy, replicas are removed within each
+// node only: every node writes one copy of each distinct box its ranks hold (the local
+// tier, tier/local_save.h).
+Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy,
+                           const std::vector<int>* node_of = nullptr);
 
 // Encrypted saves: gives every chunk its stored length (CBC pads), moves the chunks
 // that follow and the files' sizes accordingly, and records each chunk's nonce.

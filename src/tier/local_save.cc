@@ -1,0 +1,539 @@
+// The local-tier save (tier.h), on the sharded save's planner, writers, CRC32C and
+// encryption. The protocol (DESIGN.md, "The tier protocol"):
+//   1. ranks agree on the state and the encryption; every node's leader makes sure the
+//      node has its id; rank 0 plans one copy per node of each distinct chunk (chunks
+//      no other node holds first in each file) and claims a commit number in the root;
+//   2. every rank writes and fsyncs its data file into its node's temporary directory;
+//   3. redundancy: partner copies are sent to the next node, or each parity group's
+//      leaders exchange segments and write parity; fsynced; all ranks agree;
+//   4. rank 0 makes the record (the index with every chunk's CRC32C and the placement,
+//      sealed when encrypted); every leader writes it into its temporary directory and
+//      renames that to <dir>/<name>; all agree;
+//   5. rank 0 commits the record in the global root (written, fsynced, renamed); all
+//      agree. Only now is the checkpoint listed. A failure before removes every node's
+//      directory of it.
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "base/guard.h"
+#include "base/kill_point.h"
+#include "base/timer.h"
+#include "catalog/claims.h"
+#include "catalog/names.h"
+#include "collective/save_session.h"
+#include "comm/agree.h"
+#include "distckpt/tier.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
+#include "tier/nodes.h"
+#include "tier/parity.h"
+#include "tier/record.h"
+#include "tier/streams.h"
+#include "transform/cipher.h"
+#include "transform/crc32c.h"
+
+namespace distckpt {
+
+namespace internal_tier {
+namespace {
+
+using internal_base::guarded;
+using internal_comm::agree;
+using internal_plan::WriteItem;
+
+// Puts each rank's chunks that no other node holds first in its file (so that one
+// prefix of the file is what redundancy protects) and lays the file out again;
+// returns each file's solo prefix.
+std::vector<uint64_t> solo_first(internal_plan::SavePlan& plan, const NodeMap& nodes) {
+  // Nodes per distinct (tensor, box).
+  std::map<std::pair<uint32_t, std::string>, std::set<int>> holders;
+  auto key = [&](uint32_t t, uint32_t c) {
+    const proto::Chunk& ch = plan.index.tensors(static_cast<int>(t)).chunks(static_cast<int>(c));
+    std::string k;
+    for (int64_t v : ch.offset()) k.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    for (int64_t v : ch.shape()) k.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    return std::make_pair(t, k);
+  };
+  for (std::size_t r = 0; r < plan.writes.size(); ++r)
+    for (const WriteItem& w : plan.writes[r]) holders[key(w.tensor, w.chunk)].insert(nodes.node_of[r]);
+  std::vector<uint64_t> solo(static_cast<std::size_t>(plan.index.files_size()), 0);
+  for (std::size_t r = 0; r < plan.writes.size(); ++r) {
+    auto& items = plan.writes[r];
+    if (items.empty()) continue;
+    std::stable_partition(items.begin(), items.end(),
+                          [&](const WriteItem& w) { return holders[key(w.tensor, w.chunk)].size() == 1; });
+    uint64_t cursor = 0, solo_end = 0;
+    const uint32_t file = plan.index.tensors(static_cast<int>(items[0].tensor)).chunks(static_cast<int>(items[0].chunk)).file_id();
+    for (WriteItem& w : items) {
+      w.byte_offset = cursor;
+      cursor += w.stored_length;
+      if (holders[key(w.tensor, w.chunk)].size() == 1) solo_end = cursor;
+      plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_byte_offset(w.byte_offset);
+    }
+    solo[file] = solo_end;
+  }
+  return solo;
+}
+
+// The plaintext solo prefix under encryption moves with the padding: recompute it from
+// the final layout (apply_encryption kept the order).
+std::vector<uint64_t> solo_after_encryption(const internal_plan::SavePlan& plan, const std::vector<uint64_t>& plain_solo,
+                                            const std::vector<uint64_t>& plain_offsets_end) {
+  (void)plain_offsets_end;
+  std::vector<uint64_t> solo(plain_solo.size(), 0);
+  for (const auto& items : plan.writes) {
+    if (items.empty()) continue;
+    const uint32_t file = plan.index.tensors(static_cast<int>(items[0].tensor)).chunks(static_cast<int>(items[0].chunk)).file_id();
+    uint64_t plain = 0;
+    for (const WriteItem& w : items) {
+      plain += w.length;
+      if (plain <= plain_solo[file]) solo[file] = w.byte_offset + w.stored_length;
+    }
+  }
+  return solo;
+}
+
+// Rank 0: the placement of a plan over `nodes`.
+Status place(proto::Index& index, const NodeMap& nodes, const std::vector<std::string>& ids,
+             const std::vector<std::string>& hosts, const std::vector<uint64_t>& solo, const std::vector<int>& writer,
+             const Redundancy& red) {
+  proto::TierPlacement& p = *index.mutable_tier();
+  p.set_redundancy(red.to_string());
+  for (int n = 0; n < nodes.count; ++n) {
+    proto::TierNode* node = p.add_nodes();
+    node->set_node_id(ids[static_cast<std::size_t>(n)]);
+    node->set_host(hosts[static_cast<std::size_t>(n)]);
+    for (int r : nodes.ranks[static_cast<std::size_t>(n)]) node->add_ranks(r);
+  }
+  for (int f = 0; f < index.files_size(); ++f) {
+    proto::TierFile* tf = p.add_files();
+    const int w = writer[static_cast<std::size_t>(f)];
+    const int n = nodes.node_of[static_cast<std::size_t>(w)];
+    tf->set_writer_rank(w);
+    tf->set_solo_bytes(solo[static_cast<std::size_t>(f)]);
+    proto::TierCopy* own = tf->add_copies();
+    own->set_node(static_cast<uint32_t>(n));
+    own->set_kind(kPrimary);
+    own->set_bytes(index.files(f).size());
+    uint64_t copy = 0;
+    if (red.kind == Redundancy::Kind::kPartner) copy = index.files(f).size();
+    if (red.kind == Redundancy::Kind::kAuto) copy = solo[static_cast<std::size_t>(f)];
+    if (copy > 0 && nodes.count > 1) {
+      proto::TierCopy* partner = tf->add_copies();
+      partner->set_node(static_cast<uint32_t>((n + 1) % nodes.count));
+      partner->set_kind(kPartner);
+      partner->set_bytes(copy);
+    }
+  }
+  if (red.parity()) {
+    p.set_data_segments(static_cast<uint32_t>(red.k));
+    p.set_parity_segments(static_cast<uint32_t>(red.m));
+    DISTCKPT_ASSIGN_OR_RETURN(auto groups, parity_groups(nodes.count, red));
+    const std::vector<uint64_t> lengths = stream_lengths(index);
+    for (const auto& members : groups) {
+      proto::TierParityGroup* g = p.add_groups();
+      uint64_t longest = 0;
+      for (int n : members) {
+        g->add_nodes(static_cast<uint32_t>(n));
+        g->add_parity_crc32c(0);
+        longest = std::max(longest, lengths[static_cast<std::size_t>(n)]);
+      }
+      g->set_segment_bytes((longest + static_cast<uint64_t>(red.k) - 1) / static_cast<uint64_t>(red.k));
+    }
+  }
+  return Status();
+}
+
+// Step 3, partner copies: each file's copy goes to the rank of the next node that pairs
+// with its writer, in pieces, and is fsynced there. A rank whose read fails still sends
+// (zeros) so that no receiver waits; its error fails the agreement that follows.
+Status send_partner_copies(Comm& comm, FileSystem& fs, const proto::Index& index, const NodeMap& nodes,
+                           const std::string& tmp_dir, bool fsync, uint64_t* bytes_written) {
+  constexpr uint64_t kPiece = uint64_t{64} << 20;
+  struct Job {
+    int from, to;
+    int file;
+    uint64_t bytes;
+  };
+  std::vector<Job> jobs;
+  uint64_t rounds = 0;
+  const proto::TierPlacement& p = index.tier();
+  for (int f = 0; f < p.files_size(); ++f)
+    for (const proto::TierCopy& c : p.files(f).copies())
+      if (c.kind() == kPartner) {
+        const int from = p.files(f).writer_rank();
+        jobs.push_back(Job{from, nodes.peer_on(static_cast<int>(c.node()), from), f, c.bytes()});
+        rounds = std::max(rounds, (c.bytes() + kPiece - 1) / kPiece);
+      }
+  const int me = comm.rank();
+  Status status;
+  std::map<int, std::unique_ptr<ReadableFile>> sources;
+  std::map<int, std::unique_ptr<WritableFile>> copies;
+  for (const Job& j : jobs) {
+    const std::string name = index.files(j.file).name();
+    if (j.from == me && status.ok()) {
+      auto file = fs.open_readable(tmp_dir + "/" + name);
+      if (file.ok()) sources[j.file] = std::move(file).value();
+      else status = file.status();
+    }
+    if (j.to == me && status.ok()) {
+      auto file = fs.open_writable(tmp_dir + "/partner/" + name);
+      if (file.ok()) copies[j.file] = std::move(file).value();
+      else status = file.status();
+    }
+  }
+  std::vector<std::vector<char>> buffers(jobs.size());
+  for (uint64_t round = 0; round < rounds; ++round) {
+    std::vector<Comm::Transfer> sends, receives;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const Job& j = jobs[i];
+      const uint64_t at = round * kPiece;
+      if (at >= j.bytes || (j.from != me && j.to != me)) continue;
+      const std::size_t n = static_cast<std::size_t>(std::min(kPiece, j.bytes - at));
+      buffers[i].resize(n);
+      if (j.from == me) {
+        if (status.ok()) status = sources[j.file]->read_at(buffers[i].data(), n, at);
+        sends.push_back({j.to, buffers[i].data(), n});
+      }
+      if (j.to == me) receives.push_back({j.from, buffers[i].data(), n});
+    }
+    comm.transfer(sends, receives);  // every rank, each round (in-process comms need it)
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const Job& j = jobs[i];
+      const uint64_t at = round * kPiece;
+      if (j.to != me || at >= j.bytes || !status.ok()) continue;
+      status = copies[j.file]->write_at(buffers[i].data(), buffers[i].size(), at);
+      *bytes_written += buffers[i].size();
+    }
+  }
+  for (auto& [f, file] : copies) {
+    if (status.ok() && fsync) status = file->sync();
+    if (status.ok()) status = file->close();
+  }
+  return status;
+}
+
+// Step 3, parity: the leaders of each group exchange segments; each computes its parity
+// segments and writes parity.bin. Returns this leader's parity file CRC32C.
+Result<uint32_t> write_parity(Comm& comm, FileSystem& fs, const proto::Index& index, const NodeMap& nodes,
+                              const std::string& local_dir, const std::string& tmp_name, const Redundancy& red, bool fsync,
+                              uint64_t* bytes_written) {
+  const int me = comm.rank();
+  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
+  const bool leader = nodes.leader(my_node) == me;
+  Status status;
+  uint32_t crc = 0;
+  for (const proto::TierParityGroup& g : index.tier().groups()) {
+    const int G = g.nodes_size();
+    const uint64_t S = g.segment_bytes();
+    int pos = -1;
+    for (int i = 0; i < G; ++i)
+      if (static_cast<int>(g.nodes(i)) == my_node) pos = i;
+    // Ranks outside the group, and non-leaders, only take part in the exchange (every
+    // rank calls Comm::transfer alike).
+    const bool part = pos >= 0 && leader;
+    std::vector<uint8_t> stream;
+    if (part) stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
+    if (part && S > 0) status = read_stream(fs, index, my_node, local_dir, tmp_name, stream.data(), stream.size());
+    // My parity stripes: j with (pos - j) mod G == k + q.
+    std::vector<std::vector<uint8_t>> received(static_cast<std::size_t>(red.m * red.k));
+    std::vector<Comm::Transfer> sends, receives;
+    for (int j = 0; j < G && S > 0 && part; ++j) {
+      const std::vector<int> members = stripe_nodes(j, G, red);
+      for (int d = 0; d < red.k; ++d)
+        for (int q = 0; q < red.m; ++q) {
+          const int from = nodes.leader(static_cast<int>(g.nodes(members[static_cast<std::size_t>(d)])));
+          const int to = nodes.leader(static_cast<int>(g.nodes(members[static_cast<std::size_t>(red.k + q)])));
+          if (members[static_cast<std::size_t>(d)] == pos)
+            sends.push_back({to, stream.data() + static_cast<std::size_t>(d) * S, static_cast<std::size_t>(S)});
+          if (members[static_cast<std::size_t>(red.k + q)] == pos) {
+            auto& buf = received[static_cast<std::size_t>(q * red.k + d)];
+            buf.resize(static_cast<std::size_t>(S));
+            receives.push_back({from, buf.data(), static_cast<std::size_t>(S)});
+          }
+        }
+    }
+    comm.transfer(sends, receives);
+    if (!part) continue;
+    std::vector<uint8_t> parity(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
+    for (int q = 0; q < red.m && S > 0; ++q) {
+      std::vector<const uint8_t*> data;
+      for (int d = 0; d < red.k; ++d) data.push_back(received[static_cast<std::size_t>(q * red.k + d)].data());
+      std::vector<std::vector<uint8_t>> all(static_cast<std::size_t>(red.m), std::vector<uint8_t>(static_cast<std::size_t>(S)));
+      std::vector<uint8_t*> out;
+      for (auto& a : all) out.push_back(a.data());
+      encode_stripe(red, data, out, static_cast<std::size_t>(S));
+      std::memcpy(parity.data() + static_cast<std::size_t>(q) * S, all[static_cast<std::size_t>(q)].data(), static_cast<std::size_t>(S));
+    }
+    if (status.ok()) {
+      status = guarded("parity", [&]() -> Status {
+        DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(local_dir + "/" + tmp_name + "/" + kParityFile));
+        if (!parity.empty()) DISTCKPT_RETURN_IF_ERROR(file->write_at(parity.data(), parity.size(), 0));
+        if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
+        return file->close();
+      });
+      crc = internal_transform::crc32c_finish(
+          internal_transform::crc32c_extend(internal_transform::kCrc32cInit, parity.data(), parity.size()));
+      *bytes_written += parity.size();
+    }
+  }
+  if (!status.ok()) return status;
+  return crc;
+}
+
+void remove_quietly(FileSystem& fs, const std::string& path) {
+  if (fs.exists(path)) (void)fs.remove_all(path);
+}
+
+}  // namespace
+}  // namespace internal_tier
+
+Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std::string& root,
+                                   const SaveOptions& options, const LocalTier& tier_in) {
+  using namespace internal_tier;
+  const LocalTier tier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
+  using internal_base::guarded;
+  using internal_comm::agree;
+  internal_collective::SaveSession session;
+  internal_collective::SaveFrame& frame = session.frame;
+  frame.fs = options.fs ? options.fs : posix_filesystem();
+  frame.root = root;
+  frame.options = options;
+  frame.options.checksum = true;  // local files are always verified before use
+  frame.format = &internal_format::driver(Format::kNative);
+  frame.name = options.name;
+  FileSystem& fs = *frame.fs;
+  const int me = comm.rank();
+  const std::string where = "local save: rank " + std::to_string(me);
+  const NodeMap nodes = node_map(comm);
+  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
+  const bool leader = nodes.leader(my_node) == me;
+  LocalSaveResult out;
+
+  // Step 1.
+  Redundancy red;
+  Status local = guarded(where, [&]() -> Status {
+    DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
+    if (root.empty()) return invalid_argument("empty root directory");
+    if (tier.dir.empty()) return invalid_argument("empty local tier directory");
+    if (options.format != Format::kNative || options.integrated)
+      return invalid_argument("the local tier keeps native sharded checkpoints only");
+    if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+    DISTCKPT_ASSIGN_OR_RETURN(red, parse_redundancy(tier.redundancy));
+    if (red.kind != Redundancy::Kind::kAuto && red.kind != Redundancy::Kind::kNone)
+      DISTCKPT_RETURN_IF_ERROR(parity_groups(nodes.count, red).status());
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
+  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
+
+  std::string node_id;
+  if (leader) {
+    auto id = ensure_node_id(fs, tier.dir);
+    if (id.ok()) node_id = *id;
+    else local = id.status().with_context(where + ": local tier '" + tier.dir + "'");
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  const std::vector<std::string> ids = comm.allgather(leader ? node_id : std::string());
+  std::vector<std::string> node_ids(static_cast<std::size_t>(nodes.count)), hosts(node_ids.size());
+  for (int n = 0; n < nodes.count; ++n) {
+    node_ids[static_cast<std::size_t>(n)] = ids[static_cast<std::size_t>(nodes.leader(n))];
+    hosts[static_cast<std::size_t>(n)] = comm.node_name(nodes.leader(n));
+  }
+  for (int a = 0; a < nodes.count && local.ok(); ++a)
+    for (int b = a + 1; b < nodes.count; ++b)
+      if (node_ids[static_cast<std::size_t>(a)] == node_ids[static_cast<std::size_t>(b)])
+        local = invalid_argument("local tier '" + tier.dir + "' is the same directory on " + hosts[static_cast<std::size_t>(a)] +
+                                 " and " + hosts[static_cast<std::size_t>(b)] + " (same node id): it must be node-local");
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+
+  std::string tmp_name, plan_bytes;
+  if (me == 0) {
+    local = guarded("local save: rank 0: plan", [&]() -> Status {
+      if (fs.exists(root + "/" + options.name) || fs.exists(record_path(root, options.name)))
+        return already_exists("checkpoint '" + options.name + "' already exists in '" + root + "'");
+      DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
+                                                                     true, &nodes.node_of));
+      std::vector<uint64_t> solo = solo_first(frame.plan, nodes);
+      if (frame.cipher) {
+        internal_plan::apply_encryption(*frame.cipher, &frame.plan);
+        solo = solo_after_encryption(frame.plan, solo, {});
+      }
+      proto::Index& index = frame.plan.index;
+      index.set_name(options.name);
+      index.set_step(options.step);
+      index.set_epoch(options.epoch);
+      internal_format::set_info_values(state.info(), &index);
+      std::vector<int> writer(static_cast<std::size_t>(index.files_size()), 0);
+      for (std::size_t r = 0; r < frame.plan.writes.size(); ++r)
+        if (!frame.plan.writes[r].empty())
+          writer[index.tensors(static_cast<int>(frame.plan.writes[r][0].tensor))
+                     .chunks(static_cast<int>(frame.plan.writes[r][0].chunk))
+                     .file_id()] = static_cast<int>(r);
+      DISTCKPT_RETURN_IF_ERROR(place(index, nodes, node_ids, hosts, solo, writer, red));
+      DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(records_dir(root)));
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, internal_catalog::claim_commit_seq(fs, root));
+      index.set_commit_seq(seq);
+      index.set_advances_latest(options.update_latest);
+      DISTCKPT_ASSIGN_OR_RETURN(std::string random, internal_transform::CheckpointCipher::random_bytes(6));
+      tmp_name = options.name + ".tmp-" + hex(random);
+      index.SerializeToString(&plan_bytes);
+      return Status();
+    });
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  comm.broadcast_string(tmp_name, 0);
+  comm.broadcast_string(plan_bytes, 0);
+  std::vector<std::string> parts;
+  if (me == 0)
+    for (const auto& w : frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
+  std::string my_writes = comm.scatter(parts, 0);
+  proto::Index placed;
+  local = guarded(where, [&]() -> Status {
+    if (!placed.ParseFromString(plan_bytes)) return internal_error("the plan does not parse");
+    DISTCKPT_ASSIGN_OR_RETURN(session.mine, internal_plan::decode_writes(my_writes));
+    return Status();
+  });
+  const std::string tmp_dir = tier.dir + "/" + tmp_name;
+  const std::string final_dir = tier.dir + "/" + options.name;
+  if (leader && local.ok()) {
+    local = fs.create_dir(tmp_dir);
+    if (local.ok()) local = fs.create_dir(tmp_dir + "/partner");
+    local = local.with_context(where);
+  }
+  frame.entry.tmp = tmp_dir;
+  frame.entry.root = tier.dir;
+  frame.entry.name = options.name;
+  frame.entry.directory = true;
+  auto cleanup = [&] {
+    if (leader) remove_quietly(fs, tmp_dir);
+  };
+  if (Status st = agree(comm, local); !st.ok()) {
+    cleanup();
+    return st;
+  }
+  frame.result.plan_s = frame.timer.seconds();
+
+  // Step 2.
+  internal_base::Timer write_timer;
+  auto crcs = internal_collective::write_session(session, state, comm, &frame.result.rank_bytes_written);
+  local = crcs.status();
+  internal_base::kill_point("local-write");
+  if (Status st = agree(comm, local); !st.ok()) {
+    cleanup();
+    return st;
+  }
+
+  // Step 3.
+  internal_base::Timer redundancy_timer;
+  uint64_t redundancy_bytes = 0;
+  uint32_t parity_crc = 0;
+  local = guarded(where + ": redundancy", [&]() -> Status {
+    if (red.parity()) {
+      DISTCKPT_ASSIGN_OR_RETURN(parity_crc, write_parity(comm, fs, placed, nodes, tier.dir, tmp_name, red,
+                                                         frame.options.fsync, &redundancy_bytes));
+      return Status();
+    }
+    return send_partner_copies(comm, fs, placed, nodes, tmp_dir, frame.options.fsync, &redundancy_bytes);
+  });
+  internal_base::kill_point("local-redundancy");
+  out.redundancy_s = redundancy_timer.seconds();
+  frame.result.write_s = write_timer.seconds();
+  if (Status st = agree(comm, local); !st.ok()) {
+    cleanup();
+    return st;
+  }
+
+  // Step 4.
+  internal_base::Timer commit_timer;
+  std::string mine_tags;
+  for (const std::string& tag : session.tags) mine_tags += tag;
+  std::string mine_crcs(reinterpret_cast<const char*>(crcs->data()), crcs->size() * sizeof(uint32_t));
+  const std::vector<std::string> all_crcs = comm.gather(mine_crcs, 0);
+  const std::vector<std::string> all_tags = comm.gather(mine_tags, 0);
+  const std::vector<std::string> parity_crcs =
+      comm.gather(std::string(reinterpret_cast<const char*>(&parity_crc), sizeof(parity_crc)), 0);
+  std::string record;
+  if (me == 0) {
+    local = guarded("local save: rank 0: record", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(internal_collective::fill_checksums(frame, all_crcs, all_tags));
+      proto::Index index = frame.plan.index;
+      for (proto::TierParityGroup& g : *index.mutable_tier()->mutable_groups())
+        for (int i = 0; i < g.nodes_size(); ++i) {
+          uint32_t crc;
+          std::memcpy(&crc, parity_crcs[static_cast<std::size_t>(nodes.leader(static_cast<int>(g.nodes(i))))].data(), sizeof(crc));
+          g.set_parity_crc32c(i, crc);
+        }
+      index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count());
+      if (frame.cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
+      record = internal_format::frame_index(index);
+      return Status();
+    });
+  }
+  if (Status st = agree(comm, local); !st.ok()) {
+    cleanup();
+    return st;
+  }
+  comm.broadcast_string(record, 0);
+  if (leader) {
+    local = guarded(where + ": commit on this node", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(write_atomically(fs, tmp_dir + "/" + kRecordFile, record, frame.options.fsync));
+      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir + "/partner"));
+      remove_quietly(fs, final_dir);  // a leftover of a save that never committed its record
+      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_dir, final_dir));
+      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tier.dir));
+      return Status();
+    });
+  }
+  internal_base::kill_point("local-node-commit");
+  if (Status st = agree(comm, local); !st.ok()) {
+    cleanup();
+    if (leader) remove_quietly(fs, final_dir);
+    return st;
+  }
+
+  // Step 5.
+  if (me == 0)
+    local = guarded("local save: rank 0: commit the record",
+                    [&] { return write_atomically(fs, record_path(root, options.name), record, frame.options.fsync); });
+  if (Status st = agree(comm, local); !st.ok()) {
+    if (leader) remove_quietly(fs, final_dir);
+    return st;
+  }
+  frame.result.commit_s = commit_timer.seconds();
+
+  // The sums: per node, the state its ranks hold once (their data files) and the
+  // redundancy it stores.
+  std::vector<int64_t> sums{static_cast<int64_t>(frame.result.rank_bytes_written), static_cast<int64_t>(redundancy_bytes),
+                            static_cast<int64_t>(record.size())};
+  std::vector<int64_t> per_node(static_cast<std::size_t>(2 * nodes.count), 0);
+  per_node[static_cast<std::size_t>(2 * my_node)] = static_cast<int64_t>(frame.result.rank_bytes_written);
+  per_node[static_cast<std::size_t>(2 * my_node + 1)] = static_cast<int64_t>(redundancy_bytes);
+  comm.allreduce(sums, ReduceOp::kSum);
+  comm.allreduce(per_node, ReduceOp::kSum);
+  for (int n = 0; n < nodes.count; ++n) {
+    const auto state_bytes = static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n)]);
+    const auto stored = state_bytes + static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n + 1)]);
+    out.node_state_max = std::max(out.node_state_max, state_bytes);
+    out.node_bytes_max = std::max(out.node_bytes_max, stored);
+    if (state_bytes > 0) out.storage_ratio = std::max(out.storage_ratio, static_cast<double>(stored) / static_cast<double>(state_bytes));
+  }
+  for (const TensorEntry& e : state.tensors())
+    frame.result.bytes_unique +=
+        static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
+  out.save = frame.result;
+  out.save.path = record_path(root, options.name);
+  out.save.bytes_written = static_cast<uint64_t>(sums[0]);
+  out.save.index_bytes = static_cast<uint64_t>(sums[2]);
+  out.redundancy_bytes = static_cast<uint64_t>(sums[1]);
+  return out;
+}
+
+}  // namespace distckpt

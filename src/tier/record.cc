@@ -1,0 +1,120 @@
+#include "tier/record.h"
+
+#include <set>
+
+#include "format/native/index_codec.h"
+#include "transform/cipher.h"
+
+namespace distckpt::internal_tier {
+
+std::string records_dir(const std::string& root) { return root + "/.distckpt/tier"; }
+std::string record_path(const std::string& root, const std::string& name) { return records_dir(root) + "/" + name; }
+
+std::string copy_path(const std::string& local_dir, const std::string& name, const std::string& file, uint32_t kind) {
+  return local_dir + "/" + name + (kind == kPartner ? "/partner/" : "/") + file;
+}
+
+std::string read_node_id(FileSystem& fs, const std::string& dir) {
+  auto id = read_whole_file(fs, dir + "/" + kNodeIdFile, 64);
+  if (!id.ok() || id->size() != kNodeIdBytes) return "";
+  return *id;
+}
+
+Result<std::string> ensure_node_id(FileSystem& fs, const std::string& dir) {
+  std::string id = read_node_id(fs, dir);
+  if (!id.empty()) return id;
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(dir));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string fresh, internal_transform::CheckpointCipher::random_bytes(kNodeIdBytes));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string tmp_name,
+                            internal_transform::CheckpointCipher::random_bytes(8));
+  std::string suffix;
+  for (unsigned char c : tmp_name) suffix += "0123456789abcdef"[c & 15];
+  const std::string tmp = dir + "/" + kNodeIdFile + ".tmp-" + suffix;
+  DISTCKPT_RETURN_IF_ERROR(write_file_synced(fs, tmp, fresh));
+  Status placed = fs.rename_no_replace(tmp, dir + "/" + kNodeIdFile);
+  if (!placed.ok()) (void)fs.remove_file(tmp);  // another rank of this node made it first
+  if (!placed.ok() && placed.code() != StatusCode::kAlreadyExists) return placed;
+  (void)fs.sync_dir(dir);
+  id = read_node_id(fs, dir);
+  if (id.empty()) return io_error("'" + dir + "/" + kNodeIdFile + "': cannot read back the node id");
+  return id;
+}
+
+Status write_atomically(FileSystem& fs, const std::string& path, const std::string& bytes, bool fsync) {
+  const std::string tmp = path + ".tmp";
+  if (fsync) {
+    DISTCKPT_RETURN_IF_ERROR(write_file_synced(fs, tmp, bytes));
+  } else {
+    DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp));
+    DISTCKPT_RETURN_IF_ERROR(file->write_at(bytes.data(), bytes.size(), 0));
+    DISTCKPT_RETURN_IF_ERROR(file->close());
+  }
+  Status renamed = fs.rename(tmp, path);
+  if (!renamed.ok()) {
+    (void)fs.remove_file(tmp);
+    return renamed;
+  }
+  const std::string dir = path.substr(0, path.find_last_of('/'));
+  if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(dir));
+  return Status();
+}
+
+Result<Redundancy> record_redundancy(const proto::Index& index) {
+  return parse_redundancy(index.tier().redundancy());
+}
+
+Status validate_placement(const proto::Index& index, const std::string& path) {
+  const proto::TierPlacement& p = index.tier();
+  auto bad = [&](const std::string& why) { return corruption("tier record '" + path + "': " + why); };
+  if (p.nodes_size() < 1 || p.nodes_size() > (1 << 20)) return bad("node count " + std::to_string(p.nodes_size()));
+  std::set<int> ranks;
+  std::set<std::string> ids;
+  for (const auto& n : p.nodes()) {
+    if (n.node_id().size() != kNodeIdBytes) return bad("a node id of " + std::to_string(n.node_id().size()) + " bytes");
+    if (!ids.insert(n.node_id()).second) return bad("a node id listed twice");
+    for (int r : n.ranks())
+      if (r < 0 || r >= index.world_size() || !ranks.insert(r).second)
+        return bad("rank " + std::to_string(r) + " out of range or on two nodes");
+  }
+  if (static_cast<int>(ranks.size()) != index.world_size()) return bad("not every rank is on a node");
+  if (p.files_size() != index.files_size())
+    return bad(std::to_string(p.files_size()) + " file placements for " + std::to_string(index.files_size()) + " files");
+  for (int f = 0; f < p.files_size(); ++f) {
+    const auto& tf = p.files(f);
+    const uint64_t size = index.files(f).size();
+    if (tf.writer_rank() < 0 || tf.writer_rank() >= index.world_size()) return bad("a file's writer rank");
+    if (tf.solo_bytes() > size) return bad("file '" + index.files(f).name() + "': solo bytes beyond its size");
+    if (tf.copies_size() < 1 || tf.copies_size() > p.nodes_size() * 2) return bad("file '" + index.files(f).name() + "': copy count");
+    for (const auto& c : tf.copies())
+      if (c.node() >= static_cast<uint32_t>(p.nodes_size()) || c.kind() > kPartner || c.bytes() > size)
+        return bad("file '" + index.files(f).name() + "': a copy's node, kind or size is out of range");
+  }
+  auto parsed = parse_redundancy(p.redundancy());
+  if (!parsed.ok()) return bad(parsed.status().message());
+  const Redundancy r = *parsed;
+  if (!r.parity()) {
+    if (p.groups_size() != 0) return bad("parity groups without a parity redundancy");
+    return Status();
+  }
+  if (p.data_segments() != static_cast<uint32_t>(r.k) || p.parity_segments() != static_cast<uint32_t>(r.m))
+    return bad("segment counts differ from " + r.to_string());
+  std::set<uint32_t> grouped;
+  for (const auto& g : p.groups()) {
+    if (g.nodes_size() < r.k + r.m) return bad("a parity group of " + std::to_string(g.nodes_size()) + " nodes");
+    if (g.parity_crc32c_size() != g.nodes_size()) return bad("parity checksums per group node");
+    if (g.segment_bytes() > (uint64_t{1} << 48)) return bad("segment size");
+    for (uint32_t n : g.nodes())
+      if (n >= static_cast<uint32_t>(p.nodes_size()) || !grouped.insert(n).second) return bad("a group's node");
+  }
+  if (static_cast<int>(grouped.size()) != p.nodes_size()) return bad("not every node is in a parity group");
+  return Status();
+}
+
+Result<proto::Index> read_record(FileSystem& fs, const std::string& path) {
+  DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, read_whole_file(fs, path, uint64_t{1} << 30));
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, internal_format::parse_index(bytes, path));
+  DISTCKPT_RETURN_IF_ERROR(validate_placement(index, path));
+  return index;
+}
+
+}  // namespace distckpt::internal_tier

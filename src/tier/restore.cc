@@ -1,0 +1,792 @@
+// Restore from the fastest tier (tier.h). Every rank plans the whole job's reads from
+// the same inputs (the record, the global index, which copies each node has), so the
+// plan is the same everywhere without exchanging it:
+//
+//   1. rank 0 picks the checkpoint and reads its record (and the global index, when it
+//      was drained); every node's leader reads its node id and checks which copies of
+//      the record's files it holds; all ranks learn all of it;
+//   2. every distinct chunk a rank needs (its boxes, any layout, any world size) gets a
+//      provider: its own node when that node holds a copy, else a surviving node that
+//      does (the least loaded); one rank of the provider node reads the chunk once,
+//      whole, checks it (CRC32C, and AEAD when encrypted), and sends each needer its
+//      region;
+//   3. copies that failed their check are marked lost on every rank and their pieces
+//      are planned again (step 2) from the other copies;
+//   4. pieces no surviving copy holds: the parity groups rebuild the lost nodes' files
+//      onto a surviving node (tier/parity.h), and step 2 runs again;
+//   5. what is still missing is read from the global root (each chunk once in the
+//      job); with no global copy the checkpoint is not restorable and the next older
+//      one is tried.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "base/guard.h"
+#include "base/timer.h"
+#include "catalog/listing.h"
+#include "catalog/names.h"
+#include "collective/save_frame.h"
+#include "comm/agree.h"
+#include "distckpt/inspect.h"
+#include "distckpt/tier.h"
+#include "format/chunk_reader.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
+#include "layout/region.h"
+#include "plan/load_plan.h"
+#include "tier/nodes.h"
+#include "tier/parity.h"
+#include "tier/record.h"
+#include "tier/streams.h"
+#include "transform/cipher.h"
+#include "transform/crc32c.h"
+
+namespace distckpt {
+
+namespace internal_tier {
+namespace {
+
+using internal_base::guarded;
+using internal_comm::agree;
+
+constexpr uint32_t kRebuilt = 2;  // a copy rebuilt from parity, <dir>/<name>/rebuilt/<file>
+enum Source { kLocal = 0, kPeer = 1, kParity = 2, kGlobal = 3 };
+
+struct Copy {
+  int distinct = 0;
+  bool global = false;
+  int tensor = 0, chunk = 0;  // in the record, or in the global index
+  int file = 0;
+  uint32_t kind = kPrimary;
+  int node = -1;  // current node holding it; -1 for the global root (any node reads it)
+  bool usable = true;
+};
+
+struct Distinct {
+  int record_tensor = 0;
+  Box box;
+  uint64_t plain_bytes = 0;
+  std::vector<int> copies;
+};
+
+struct Piece {
+  int state_tensor = 0;
+  int rank = 0;
+  int box = 0;
+  int distinct = 0;
+  Box region;
+  uint64_t bytes = 0;
+};
+
+// What one restore attempt works from, the same on every rank.
+struct Attempt {
+  std::string name;
+  proto::Index record;  // opened (tensors decrypted)
+  bool has_record = false;
+  proto::Index global;  // the drained copy's index, opened
+  bool has_global = false;
+  std::shared_ptr<const internal_transform::CheckpointCipher> record_cipher, global_cipher;
+  std::vector<int> current_of;  // record node -> current node, -1 when gone
+  std::vector<Copy> copies;
+  std::vector<Distinct> distinct;
+  std::vector<Piece> pieces;
+};
+
+std::string copy_file_path(const Attempt& a, const LocalTier& tier, const std::string& root, const Copy& c) {
+  if (c.global) return root + "/" + a.name + "/" + a.global.files(c.file).name();
+  const std::string file = a.record.files(c.file).name();
+  if (c.kind == kRebuilt) return tier.dir + "/" + a.name + "/rebuilt/" + file;
+  return copy_path(tier.dir, a.name, file, c.kind);
+}
+
+// Step 2: for each pending piece, the copy and the rank that reads it. Returns, per
+// piece, the copy used (-1: none left) and fills reader_of[copy].
+std::vector<int> plan_round(const Attempt& a, const std::vector<int>& pending, const NodeMap& nodes,
+                            std::map<int, int>* reader_of) {
+  std::vector<uint64_t> node_load(static_cast<std::size_t>(nodes.count), 0), rank_load(nodes.node_of.size(), 0);
+  std::vector<int> used(pending.size(), -1);
+  std::map<std::pair<int, int>, int> chosen;  // (distinct, node) -> copy; node -1: global
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
+    const Distinct& d = a.distinct[static_cast<std::size_t>(p.distinct)];
+    const int mine = nodes.node_of[static_cast<std::size_t>(p.rank)];
+    int copy = -1;
+    // 1. this node; 2. the least loaded other node; 3. the global root.
+    if (auto it = chosen.find({p.distinct, mine}); it != chosen.end()) copy = it->second;
+    for (int c : d.copies)
+      if (copy < 0 && a.copies[static_cast<std::size_t>(c)].usable && a.copies[static_cast<std::size_t>(c)].node == mine) copy = c;
+    if (copy < 0) {
+      for (const auto& [key, c] : chosen)
+        if (key.first == p.distinct && key.second >= 0) copy = c;
+    }
+    if (copy < 0) {
+      int best = -1;
+      for (int c : d.copies) {
+        const Copy& cp = a.copies[static_cast<std::size_t>(c)];
+        if (!cp.usable || cp.node < 0) continue;
+        if (best < 0 || node_load[static_cast<std::size_t>(cp.node)] <
+                            node_load[static_cast<std::size_t>(a.copies[static_cast<std::size_t>(best)].node)])
+          best = c;
+      }
+      copy = best;
+    }
+    if (copy < 0) {
+      if (auto it = chosen.find({p.distinct, -1}); it != chosen.end()) copy = it->second;
+      for (int c : d.copies)
+        if (copy < 0 && a.copies[static_cast<std::size_t>(c)].usable && a.copies[static_cast<std::size_t>(c)].global) copy = c;
+    }
+    if (copy < 0) continue;
+    used[i] = copy;
+    const Copy& cp = a.copies[static_cast<std::size_t>(copy)];
+    chosen[{p.distinct, cp.node}] = copy;
+    if (reader_of->count(copy)) continue;
+    // The reader: the needer itself when it may read the copy, else the least loaded
+    // rank of the copy's node (any rank for the global root: the needer).
+    int reader = p.rank;
+    if (cp.node >= 0 && cp.node != mine) {
+      for (int r : nodes.ranks[static_cast<std::size_t>(cp.node)])
+        if (reader == p.rank || rank_load[static_cast<std::size_t>(r)] < rank_load[static_cast<std::size_t>(reader)]) reader = r;
+    }
+    (*reader_of)[copy] = reader;
+    rank_load[static_cast<std::size_t>(reader)] += d.plain_bytes;
+    if (cp.node >= 0) node_load[static_cast<std::size_t>(cp.node)] += d.plain_bytes;
+  }
+  return used;
+}
+
+struct Counters {
+  RestoreSources sources;
+  uint64_t needed = 0;
+};
+
+// One round: reads, agreement on failed copies, transfers. Returns the pieces still
+// pending.
+std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const LocalTier& tier, const std::string& root,
+                           FileSystem& fs, const std::vector<int>& pending, const NodeMap& nodes, Counters* counters,
+                           Status* fatal) {
+  std::map<int, int> reader_of;
+  const std::vector<int> used = plan_round(a, pending, nodes, &reader_of);
+  const int me = comm.rank();
+  // Reads: each copy this rank reads, whole, checked.
+  std::map<int, std::vector<char>> data;
+  std::vector<int64_t> failed(a.copies.size(), 0);
+  std::vector<char> scratch;
+  for (const auto& [copy, reader] : reader_of) {
+    if (reader != me) continue;
+    const Copy& c = a.copies[static_cast<std::size_t>(copy)];
+    const proto::Index& index = c.global ? a.global : a.record;
+    const proto::Tensor& t = index.tensors(c.tensor);
+    const std::string path = copy_file_path(a, tier, root, c);
+    std::vector<char>& buf = data[copy];
+    buf.resize(static_cast<std::size_t>(a.distinct[static_cast<std::size_t>(c.distinct)].plain_bytes));
+    Status st = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
+      internal_format::ChunkCheck check;
+      check.crc = index.transforms().checksum() == "crc32c";
+      check.cipher = c.global ? a.global_cipher.get() : a.record_cipher.get();
+      check.file_identity = index.files(c.file).name();
+      check.where = "'" + path + "'";
+      return internal_format::read_chunk(*file, t, c.chunk, buf.data(), check, scratch);
+    });
+    counters->sources.storage_read += t.chunks(c.chunk).length();
+    if (!st.ok()) {
+      failed[static_cast<std::size_t>(copy)] = 1;
+      std::fprintf(stderr, "distckpt: restore: rank %d: %s: counted as lost\n", me, st.to_string().c_str());
+      // A local copy that fails its check is lost, not data; a global one is an error.
+      if (c.global && fatal->ok()) *fatal = st;
+    }
+  }
+  comm.allreduce(failed, ReduceOp::kMax);
+  Status agreed = agree(comm, *fatal);
+  if (!agreed.ok()) {
+    *fatal = agreed;
+    return {};
+  }
+  for (std::size_t c = 0; c < failed.size(); ++c)
+    if (failed[c]) a.copies[c].usable = false;
+  // Transfers of the pieces whose copy was read.
+  std::vector<int> still;
+  std::vector<Comm::Transfer> sends, receives;
+  std::vector<std::vector<char>> send_bufs, recv_bufs;
+  struct Landing {
+    std::size_t buffer;
+    int piece;
+  };
+  std::vector<Landing> landings;
+  send_bufs.reserve(pending.size());
+  recv_bufs.reserve(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const int copy = used[i];
+    if (copy < 0 || failed[static_cast<std::size_t>(copy)]) {
+      still.push_back(pending[i]);
+      continue;
+    }
+    const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
+    const Copy& c = a.copies[static_cast<std::size_t>(copy)];
+    const int reader = reader_of.at(copy);
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
+    const std::size_t item = dtype_size(e.dtype);
+    const Box chunk_box = a.distinct[static_cast<std::size_t>(p.distinct)].box;
+    if (p.rank == me) {
+      const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == nodes.node_of[static_cast<std::size_t>(me)] ? kLocal : kPeer;
+      uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
+                             &counters->sources.global};
+      *counter[source] += p.bytes;
+      counters->needed += p.bytes;
+    }
+    if (reader == me && p.rank == me) {
+      copy_box(data.at(copy).data(), chunk_box, e.buffers[static_cast<std::size_t>(p.box)], e.boxes[static_cast<std::size_t>(p.box)],
+               p.region, item);
+    } else if (reader == me) {
+      send_bufs.emplace_back(static_cast<std::size_t>(p.bytes));
+      copy_box(data.at(copy).data(), chunk_box, send_bufs.back().data(), p.region, p.region, item);
+      sends.push_back({p.rank, send_bufs.back().data(), send_bufs.back().size()});
+    } else if (p.rank == me) {
+      recv_bufs.emplace_back(static_cast<std::size_t>(p.bytes));
+      receives.push_back({reader, recv_bufs.back().data(), recv_bufs.back().size()});
+      landings.push_back({recv_bufs.size() - 1, pending[i]});
+    }
+  }
+  comm.transfer(sends, receives);  // every rank alike
+  for (const Landing& l : landings) {
+    const Piece& p = a.pieces[static_cast<std::size_t>(l.piece)];
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
+    copy_box(recv_bufs[l.buffer].data(), p.region, e.buffers[static_cast<std::size_t>(p.box)],
+             e.boxes[static_cast<std::size_t>(p.box)], p.region, dtype_size(e.dtype));
+  }
+  return still;
+}
+
+// Step 4: rebuilds the streams of lost nodes from parity onto a surviving node of each
+// group, as files <dir>/<name>/rebuilt/<file>, and adds them as copies. Collective.
+Status rebuild(Comm& comm, FileSystem& fs, Attempt& a, const LocalTier& tier, const NodeMap& nodes, const Redundancy& red,
+               const std::set<int>& lost_record_nodes, Counters* counters) {
+  const int me = comm.rank();
+  const std::string where = "restore: rank " + std::to_string(me) + ": parity rebuild";
+  Status local;
+  std::vector<std::pair<int, int>> rebuilt_files;  // (file, current node)
+  for (const proto::TierParityGroup& g : a.record.tier().groups()) {
+    const int G = g.nodes_size();
+    const uint64_t S = g.segment_bytes();
+    std::vector<bool> lost(static_cast<std::size_t>(G));
+    int rebuilder_pos = -1, lost_count = 0;
+    for (int i = 0; i < G; ++i) {
+      const int rn = static_cast<int>(g.nodes(i));
+      lost[static_cast<std::size_t>(i)] = lost_record_nodes.count(rn) > 0 || a.current_of[static_cast<std::size_t>(rn)] < 0;
+      if (lost[static_cast<std::size_t>(i)]) ++lost_count;
+      else if (rebuilder_pos < 0) rebuilder_pos = i;
+    }
+    bool needed = false;
+    for (int i = 0; i < G; ++i)
+      if (lost[static_cast<std::size_t>(i)] && !stream_files(a.record, static_cast<int>(g.nodes(i))).empty()) needed = true;
+    if (!needed || rebuilder_pos < 0 || S == 0) continue;
+    const int rebuilder =
+        nodes.leader(a.current_of[static_cast<std::size_t>(g.nodes(rebuilder_pos))]);
+    const auto leader_of = [&](int pos) { return nodes.leader(a.current_of[static_cast<std::size_t>(g.nodes(pos))]); };
+    // Surviving leaders read their stream and parity (checked against the record).
+    std::vector<uint8_t> stream, parity;
+    int my_pos = -1;
+    for (int i = 0; i < G; ++i)
+      if (!lost[static_cast<std::size_t>(i)] && leader_of(i) == me) my_pos = i;
+    if (my_pos >= 0) {
+      stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
+      parity.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
+      Status st = read_stream(fs, a.record, static_cast<int>(g.nodes(my_pos)), tier.dir, a.name, stream.data(), stream.size());
+      if (st.ok())
+        st = guarded(where, [&]() -> Status {
+          DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(tier.dir + "/" + a.name + "/" + kParityFile));
+          DISTCKPT_RETURN_IF_ERROR(file->read_at(parity.data(), parity.size(), 0));
+          const uint32_t crc = internal_transform::crc32c_finish(
+              internal_transform::crc32c_extend(internal_transform::kCrc32cInit, parity.data(), parity.size()));
+          if (crc != g.parity_crc32c(my_pos)) return corruption("parity of this node does not match its CRC32C");
+          return Status();
+        });
+      counters->sources.parity_read += stream.size() + parity.size();
+      if (!st.ok()) local = st.with_context(where);
+    }
+    // A damaged surviving stream or parity would poison the rebuild: agree first.
+    DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+    // Every stripe with a lost data segment: the rebuilder collects the others.
+    std::map<int, std::vector<std::vector<uint8_t>>> stripes;  // stripe -> k + m segments (rebuilder)
+    std::vector<Comm::Transfer> sends, receives;
+    for (int j = 0; j < G; ++j) {
+      const std::vector<int> members = stripe_nodes(j, G, red);
+      bool wants = false;
+      for (int d = 0; d < red.k; ++d)
+        if (lost[static_cast<std::size_t>(members[static_cast<std::size_t>(d)])]) wants = true;
+      if (!wants) continue;
+      if (me == rebuilder) stripes[j].assign(static_cast<std::size_t>(red.k + red.m), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
+      for (int s = 0; s < red.k + red.m; ++s) {
+        const int pos = members[static_cast<std::size_t>(s)];
+        if (lost[static_cast<std::size_t>(pos)]) continue;
+        uint8_t* src = s < red.k ? stream.data() + static_cast<std::size_t>(s) * S
+                                 : parity.data() + static_cast<std::size_t>(s - red.k) * S;
+        if (pos == my_pos && me == rebuilder) {
+          std::memcpy(stripes[j][static_cast<std::size_t>(s)].data(), src, static_cast<std::size_t>(S));
+        } else if (pos == my_pos) {
+          sends.push_back({rebuilder, src, static_cast<std::size_t>(S)});
+        } else if (me == rebuilder) {
+          receives.push_back({leader_of(pos), stripes[j][static_cast<std::size_t>(s)].data(), static_cast<std::size_t>(S)});
+        }
+      }
+    }
+    comm.transfer(sends, receives);  // every rank alike
+    if (me == rebuilder) {
+      local = guarded(where, [&]() -> Status {
+        std::map<int, std::vector<uint8_t>> streams;  // lost position -> stream
+        for (auto& [j, segs] : stripes) {
+          const std::vector<int> members = stripe_nodes(j, G, red);
+          std::vector<uint8_t*> ptrs;
+          std::vector<bool> present;
+          for (int s = 0; s < red.k + red.m; ++s) {
+            ptrs.push_back(segs[static_cast<std::size_t>(s)].data());
+            present.push_back(!lost[static_cast<std::size_t>(members[static_cast<std::size_t>(s)])]);
+          }
+          DISTCKPT_RETURN_IF_ERROR(decode_stripe(red, ptrs, present, static_cast<std::size_t>(S)));
+          for (int s = 0; s < red.k; ++s) {
+            const int pos = members[static_cast<std::size_t>(s)];
+            if (!lost[static_cast<std::size_t>(pos)]) continue;
+            auto& out = streams[pos];
+            out.resize(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k));
+            std::memcpy(out.data() + static_cast<std::size_t>(s) * S, segs[static_cast<std::size_t>(s)].data(), static_cast<std::size_t>(S));
+          }
+        }
+        DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(tier.dir + "/" + a.name + "/rebuilt"));
+        for (auto& [pos, bytes] : streams) {
+          std::size_t at = 0;
+          for (int f : stream_files(a.record, static_cast<int>(g.nodes(pos)))) {
+            const uint64_t n = a.record.tier().files(f).solo_bytes();
+            DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tier.dir + "/" + a.name + "/rebuilt/" + a.record.files(f).name()));
+            DISTCKPT_RETURN_IF_ERROR(file->write_at(bytes.data() + at, static_cast<std::size_t>(n), 0));
+            DISTCKPT_RETURN_IF_ERROR(file->close());
+            at += static_cast<std::size_t>(n);
+          }
+        }
+        return Status();
+      });
+    }
+    DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+    // The rebuilt files are copies on the rebuilder's node (their chunks are checked as
+    // they are read, like any copy).
+    const int rebuilder_node = nodes.node_of[static_cast<std::size_t>(rebuilder)];
+    for (int i = 0; i < G; ++i)
+      if (lost[static_cast<std::size_t>(i)])
+        for (int f : stream_files(a.record, static_cast<int>(g.nodes(i)))) rebuilt_files.push_back({f, rebuilder_node});
+  }
+  // Add copies for every chunk within the rebuilt prefixes.
+  for (const auto& [f, node] : rebuilt_files) {
+    const uint64_t solo = a.record.tier().files(f).solo_bytes();
+    for (std::size_t d = 0; d < a.distinct.size(); ++d) {
+      const Distinct& dist = a.distinct[d];
+      const proto::Tensor& t = a.record.tensors(dist.record_tensor);
+      for (int c = 0; c < t.chunks_size(); ++c) {
+        const proto::Chunk& ch = t.chunks(c);
+        if (static_cast<int>(ch.file_id()) != f || ch.byte_offset() + ch.length() > solo) continue;
+        if (!(internal_format::chunk_box(ch) == dist.box)) continue;
+        Copy copy;
+        copy.distinct = static_cast<int>(d);
+        copy.tensor = dist.record_tensor;
+        copy.chunk = c;
+        copy.file = f;
+        copy.kind = kRebuilt;
+        copy.node = node;
+        a.copies.push_back(copy);
+        a.distinct[d].copies.push_back(static_cast<int>(a.copies.size()) - 1);
+      }
+    }
+  }
+  return Status();
+}
+
+// Adds the copies of one index (the record's local copies, or the global files) to the
+// distinct chunks of the attempt.
+void add_copies(Attempt& a, const proto::Index& index, bool global, const std::map<std::pair<std::string, Box>, int>& by_box,
+                const std::vector<std::vector<char>>& present) {
+  for (int t = 0; t < index.tensors_size(); ++t) {
+    const proto::Tensor& tensor = index.tensors(t);
+    for (int c = 0; c < tensor.chunks_size(); ++c) {
+      const proto::Chunk& ch = tensor.chunks(c);
+      auto it = by_box.find({tensor.name(), internal_format::chunk_box(ch)});
+      if (it == by_box.end()) continue;
+      Distinct& d = a.distinct[static_cast<std::size_t>(it->second)];
+      if (global) {
+        Copy copy;
+        copy.distinct = it->second;
+        copy.global = true;
+        copy.tensor = t;
+        copy.chunk = c;
+        copy.file = static_cast<int>(ch.file_id());
+        a.copies.push_back(copy);
+        d.copies.push_back(static_cast<int>(a.copies.size()) - 1);
+        continue;
+      }
+      const proto::TierFile& tf = index.tier().files(static_cast<int>(ch.file_id()));
+      for (int k = 0; k < tf.copies_size(); ++k) {
+        const proto::TierCopy& where = tf.copies(k);
+        const int node = a.current_of[where.node()];
+        if (node < 0 || ch.byte_offset() + ch.length() > where.bytes()) continue;
+        if (!present[ch.file_id()][static_cast<std::size_t>(k)]) continue;
+        Copy copy;
+        copy.distinct = it->second;
+        copy.tensor = t;
+        copy.chunk = c;
+        copy.file = static_cast<int>(ch.file_id());
+        copy.kind = where.kind();
+        copy.node = node;
+        a.copies.push_back(copy);
+        d.copies.push_back(static_cast<int>(a.copies.size()) - 1);
+      }
+    }
+  }
+  // Own node's copies first, primary before partner: plan_round takes the first usable.
+  for (Distinct& d : a.distinct)
+    std::stable_sort(d.copies.begin(), d.copies.end(), [&](int x, int y) {
+      return a.copies[static_cast<std::size_t>(x)].kind < a.copies[static_cast<std::size_t>(y)].kind;
+    });
+}
+
+// Opens an index read on rank 0 (bytes) with the key; checks the state against it.
+Status open_and_check(proto::Index* index, const std::string& bytes, const std::string& path, const LoadOptions& options,
+                      std::shared_ptr<const internal_transform::CheckpointCipher>* cipher, bool record) {
+  DISTCKPT_ASSIGN_OR_RETURN(*index, internal_format::parse_index(bytes, path));
+  if (record) DISTCKPT_RETURN_IF_ERROR(validate_placement(*index, path));
+  DISTCKPT_ASSIGN_OR_RETURN(*cipher, internal_format::open_index(index, options.key.get(), path));
+  std::string warning;
+  return internal_format::check_unchecked(*index, path, options.allow_unchecked, &warning);
+}
+
+// One attempt at `name`. kNotFound when the bytes are lost beyond every tier.
+Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
+                                  const RestoreOptions& options, const std::string& name, bool use_local) {
+  internal_base::Timer timer;
+  FileSystem& fs = options.load.fs ? *options.load.fs : *posix_filesystem();
+  const int me = comm.rank();
+  const std::string where = "restore: rank " + std::to_string(me);
+  const NodeMap nodes = node_map(comm);
+  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
+  const bool leader = nodes.leader(my_node) == me;
+  Attempt a;
+  a.name = name;
+  RestoreResult result;
+  result.name = name;
+
+  // Step 1.
+  std::string record_bytes, global_bytes;
+  Status local;
+  if (me == 0) {
+    local = guarded(where, [&]() -> Status {
+      if (use_local && fs.exists(record_path(root, name))) {
+        DISTCKPT_ASSIGN_OR_RETURN(record_bytes, read_whole_file(fs, record_path(root, name), uint64_t{1} << 30));
+      }
+      if (fs.exists(root + "/" + name + "/" + internal_format::kIndexFileName)) {
+        DISTCKPT_ASSIGN_OR_RETURN(global_bytes, internal_format::read_index_bytes(fs, root + "/" + name));
+      }
+      if (record_bytes.empty() && global_bytes.empty())
+        return not_found("checkpoint '" + name + "' is in no tier of '" + root + "'");
+      return Status();
+    });
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  comm.broadcast_string(record_bytes, 0);
+  comm.broadcast_string(global_bytes, 0);
+  a.has_record = !record_bytes.empty();
+  a.has_global = !global_bytes.empty();
+  local = guarded(where, [&]() -> Status {
+    if (a.has_record)
+      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a.record, record_bytes, record_path(root, name), options.load,
+                                              &a.record_cipher, true));
+    if (a.has_global)
+      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a.global, global_bytes, root + "/" + name, options.load,
+                                              &a.global_cipher, false));
+    if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
+  const proto::Index& described = a.has_record ? a.record : a.global;
+
+  // Node ids, and which copies each node holds.
+  std::string id;
+  if (leader && use_local) id = read_node_id(fs, tier.dir);
+  const std::vector<std::string> ids = comm.allgather(leader ? id : std::string());
+  if (a.has_record) {
+    a.current_of.assign(static_cast<std::size_t>(a.record.tier().nodes_size()), -1);
+    for (int rn = 0; rn < a.record.tier().nodes_size(); ++rn)
+      for (int n = 0; n < nodes.count; ++n)
+        if (!ids[static_cast<std::size_t>(nodes.leader(n))].empty() &&
+            ids[static_cast<std::size_t>(nodes.leader(n))] == a.record.tier().nodes(rn).node_id())
+          a.current_of[static_cast<std::size_t>(rn)] = n;
+  }
+  std::vector<std::vector<char>> present;
+  if (a.has_record) {
+    std::vector<int64_t> flags;
+    for (int f = 0; f < a.record.tier().files_size(); ++f)
+      for (const proto::TierCopy& c : a.record.tier().files(f).copies()) {
+        int64_t here = 0;
+        if (leader && a.current_of[c.node()] == my_node) {
+          auto size = fs.file_size(copy_path(tier.dir, name, a.record.files(f).name(), c.kind()));
+          here = size.ok() && *size >= c.bytes() ? 1 : 0;
+        }
+        flags.push_back(here);
+      }
+    comm.allreduce(flags, ReduceOp::kMax);
+    std::size_t at = 0;
+    for (int f = 0; f < a.record.tier().files_size(); ++f) {
+      present.emplace_back();
+      for (int k = 0; k < a.record.tier().files(f).copies_size(); ++k) present.back().push_back(flags[at++] ? 1 : 0);
+    }
+  }
+
+  // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
+  std::map<std::pair<std::string, Box>, int> by_box;
+  std::map<std::string, int> stored;
+  for (int t = 0; t < described.tensors_size(); ++t) stored[described.tensors(t).name()] = t;
+  local = guarded(where, [&]() -> Status {
+    std::set<std::string> asked;
+    for (std::size_t i = 0; i < state.tensors().size(); ++i) {
+      const TensorEntry& e = state.tensors()[i];
+      asked.insert(e.name);
+      auto it = stored.find(e.name);
+      if (it == stored.end()) {
+        if (options.load.strict) return mismatch("tensor '" + e.name + "' is not in checkpoint '" + name + "'");
+        result.load.missing_in_checkpoint.push_back(e.name);
+        continue;
+      }
+      const proto::Tensor& t = described.tensors(it->second);
+      if (t.dtype() != dtype_name(e.dtype))
+        return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
+                        t.dtype() + " in the checkpoint");
+      if (!std::equal(t.global_shape().begin(), t.global_shape().end(), e.layout.global_shape().begin(),
+                      e.layout.global_shape().end()))
+        return mismatch("tensor '" + e.name + "': global shape " + full_box(e.layout.global_shape()).to_string() +
+                        " in the state dict, another in the checkpoint");
+      // Distinct boxes of the stored tensor.
+      proto::Tensor dedup;
+      *dedup.mutable_global_shape() = t.global_shape();
+      std::vector<int> dedup_id;
+      for (const proto::Chunk& ch : t.chunks()) {
+        const Box b = internal_format::chunk_box(ch);
+        auto [pos, fresh] = by_box.emplace(std::make_pair(e.name, b), static_cast<int>(a.distinct.size()));
+        if (fresh) {
+          Distinct d;
+          d.record_tensor = it->second;
+          d.box = b;
+          d.plain_bytes = static_cast<uint64_t>(b.num_elements()) * dtype_size(e.dtype);
+          a.distinct.push_back(d);
+          *dedup.add_chunks() = ch;
+          dedup_id.push_back(pos->second);
+        }
+      }
+      const internal_plan::ChunkLookup lookup(dedup);
+      for (int r = 0; r < comm.size(); ++r) {
+        const std::vector<Box> boxes = e.layout.boxes_of(r);
+        for (std::size_t b = 0; b < boxes.size(); ++b) {
+          if (boxes[b].num_elements() == 0) continue;
+          int64_t covered = 0;
+          for (const auto& read : lookup.plan_reads(boxes[b], &covered)) {
+            Piece p;
+            p.state_tensor = static_cast<int>(i);
+            p.rank = r;
+            p.box = static_cast<int>(b);
+            p.distinct = dedup_id[static_cast<std::size_t>(read.chunk)];
+            p.region = read.region;
+            p.bytes = static_cast<uint64_t>(read.region.num_elements()) * dtype_size(e.dtype);
+            a.pieces.push_back(p);
+          }
+          if (covered != boxes[b].num_elements())
+            return corruption("tensor '" + e.name + "': checkpoint '" + name + "' does not cover box " +
+                              boxes[b].to_string());
+        }
+      }
+      if (static_cast<int>(i) >= 0) result.load.loaded.push_back(e.name);
+    }
+    for (const auto& t : described.tensors())
+      if (!asked.count(t.name())) result.load.unexpected_in_checkpoint.push_back(t.name());
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  if (a.has_record) add_copies(a, a.record, false, by_box, present);
+
+  // Steps 2-5.
+  std::vector<int> pending(a.pieces.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = static_cast<int>(i);
+  Counters counters;
+  Status fatal;
+  bool rebuilt = false, global_added = false;
+  internal_base::Timer read_timer;
+  while (!pending.empty()) {
+    const std::size_t before = pending.size();
+    pending = run_round(comm, state, a, tier, root, fs, pending, nodes, &counters, &fatal);
+    if (!fatal.ok()) return fatal;
+    if (pending.empty()) break;
+    if (pending.size() < before) continue;  // progress: plan what is left again
+    if (!rebuilt && a.has_record && a.record.tier().groups_size() > 0) {
+      rebuilt = true;
+      // Record nodes whose copies were all lost or failed count as lost.
+      std::set<int> lost;
+      for (int rn = 0; rn < a.record.tier().nodes_size(); ++rn) {
+        if (a.current_of[static_cast<std::size_t>(rn)] < 0) {
+          lost.insert(rn);
+          continue;
+        }
+        for (int f : stream_files(a.record, rn))
+          for (const Copy& c : a.copies)
+            if (!c.global && c.file == f && c.kind == kPrimary && !c.usable) lost.insert(rn);
+        for (int f : stream_files(a.record, rn))
+          if (!present[static_cast<std::size_t>(f)][0]) lost.insert(rn);
+      }
+      auto red = record_redundancy(a.record);
+      internal_base::Timer rebuild_timer;
+      Status st = rebuild(comm, fs, a, tier, nodes, *red, lost, &counters);
+      result.rebuild_s = rebuild_timer.seconds();
+      if (!st.ok() && st.code() != StatusCode::kNotFound && st.code() != StatusCode::kCorruption) return st;
+      if (!st.ok() && me == 0) std::fprintf(stderr, "distckpt: restore '%s': parity rebuild: %s\n", name.c_str(), st.to_string().c_str());
+      continue;
+    }
+    if (!global_added && a.has_global) {
+      global_added = true;
+      add_copies(a, a.global, true, by_box, present);
+      continue;
+    }
+    return not_found("checkpoint '" + name + "': " + std::to_string(pending.size()) +
+                     " pieces of state are lost beyond its redundancy (" +
+                     (a.has_record ? a.record.tier().redundancy() : std::string("no local tier")) + ") and " +
+                     (a.has_global ? "the global copy failed" : "it was not drained to the global root"));
+  }
+  result.load.read_s = read_timer.seconds();
+
+  std::vector<int64_t> totals{static_cast<int64_t>(counters.sources.local), static_cast<int64_t>(counters.sources.peer),
+                              static_cast<int64_t>(counters.sources.parity), static_cast<int64_t>(counters.sources.global),
+                              static_cast<int64_t>(counters.sources.parity_read),
+                              static_cast<int64_t>(counters.sources.storage_read), static_cast<int64_t>(counters.needed)};
+  comm.allreduce(totals, ReduceOp::kSum);
+  result.sources.local = static_cast<uint64_t>(totals[0]);
+  result.sources.peer = static_cast<uint64_t>(totals[1]);
+  result.sources.parity = static_cast<uint64_t>(totals[2]);
+  result.sources.global = static_cast<uint64_t>(totals[3]);
+  result.sources.parity_read = static_cast<uint64_t>(totals[4]);
+  result.sources.storage_read = static_cast<uint64_t>(totals[5]);
+  for (const Copy& c : a.copies)
+    if (!c.usable) ++result.sources.lost_chunks;
+  result.load.bytes_read = result.sources.storage_read;
+  result.load.bytes_needed = static_cast<uint64_t>(totals[6]);
+  result.load.step = described.step();
+  result.load.epoch = described.epoch();
+  result.load.info = internal_format::info_values(described);
+  result.load.load_s = timer.seconds();
+  return result;
+}
+
+struct Candidate {
+  std::string name;
+  uint64_t seq = 0;
+};
+
+// Rank 0: checkpoints of any tier, newest first (resume candidates: saved to move latest).
+Result<std::vector<Candidate>> candidates(FileSystem& fs, const std::string& root, std::shared_ptr<FileSystem> handle,
+                                          bool use_local) {
+  std::vector<Candidate> out;
+  std::set<std::string> seen;
+  if (use_local) {
+    DISTCKPT_ASSIGN_OR_RETURN(auto records, list_local_records(root, handle));
+    for (const auto& r : records)
+      if (seen.insert(r.name).second) out.push_back({r.name, r.commit_seq});
+  }
+  InspectOptions io;
+  io.fs = handle;
+  auto listing = list_checkpoints(root, io);
+  if (listing.ok()) {
+    for (const auto& e : listing->entries)
+      if (e.state == EntryState::kCommitted && e.format == Format::kNative && e.advances_latest &&
+          seen.insert(e.name).second)
+        out.push_back({e.name, e.commit_seq});
+  } else if (listing.status().code() != StatusCode::kNotFound) {
+    return listing.status();
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.seq > b.seq; });
+  (void)fs;
+  return out;
+}
+
+}  // namespace
+}  // namespace internal_tier
+
+Result<std::vector<TierRecordInfo>> list_local_records(const std::string& root, std::shared_ptr<FileSystem> fs) {
+  using namespace internal_tier;
+  if (!fs) fs = posix_filesystem();
+  std::vector<TierRecordInfo> out;
+  const std::string dir = records_dir(root);
+  if (!fs->exists(dir)) return out;
+  DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(dir));
+  for (const DirEntry& e : entries) {
+    if (e.is_dir || internal_catalog::validate_checkpoint_name(e.name).ok() == false) continue;
+    auto record = read_record(*fs, dir + "/" + e.name);
+    if (!record.ok() || record->name() != e.name) continue;  // damaged or foreign: not listed
+    TierRecordInfo info;
+    info.name = e.name;
+    info.step = record->step();
+    info.epoch = record->epoch();
+    info.commit_seq = record->commit_seq();
+    info.nodes = record->tier().nodes_size();
+    info.redundancy = record->tier().redundancy();
+    info.global = fs->exists(root + "/" + e.name + "/" + internal_format::kIndexFileName);
+    out.push_back(info);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.commit_seq > b.commit_seq; });
+  return out;
+}
+
+Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier_in,
+                              const RestoreOptions& options) {
+  using namespace internal_tier;
+  const LocalTier tier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
+  using internal_comm::agree;
+  std::shared_ptr<FileSystem> handle = options.load.fs ? options.load.fs : posix_filesystem();
+  const bool use_local = !options.global_only && !tier.dir.empty();
+  std::vector<std::string> names;
+  Status local;
+  if (comm.rank() == 0) {
+    local = internal_base::guarded("restore: rank 0", [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(auto all, candidates(*handle, root, handle, use_local));
+      bool started = options.name.empty();
+      for (const auto& c : all) {
+        if (!started && c.name == options.name) started = true;
+        if (started) names.push_back(c.name);
+        if (!options.name.empty() && !options.fall_back && started) break;
+      }
+      if (!options.name.empty() && (names.empty() || names[0] != options.name))
+        names.insert(names.begin(), options.name);
+      return Status();
+    });
+  }
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  std::string joined;
+  for (const auto& n : names) joined += n + "\n";
+  comm.broadcast_string(joined, 0);
+  names.clear();
+  for (std::size_t at = 0; at < joined.size();) {
+    const auto nl = joined.find('\n', at);
+    names.push_back(joined.substr(at, nl - at));
+    at = nl + 1;
+  }
+  if (names.empty()) return not_found("no checkpoint in any tier of '" + root + "'");
+  std::vector<std::string> skipped;
+  for (const std::string& name : names) {
+    auto r = restore_one(comm, state, root, tier, options, name, use_local);
+    if (r.ok()) {
+      r->skipped = skipped;
+      return r;
+    }
+    if (r.status().code() != StatusCode::kNotFound && r.status().code() != StatusCode::kCorruption) return r.status();
+    skipped.push_back(name + ": " + r.status().message());
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "distckpt: restore: %s cannot be restored (%s); trying an older checkpoint\n", name.c_str(),
+                   r.status().message().c_str());
+  }
+  std::string why;
+  for (const auto& s : skipped) why += "\n  " + s;
+  return not_found("no checkpoint of '" + root + "' can be restored from any tier:" + why);
+}
+
+}  // namespace distckpt

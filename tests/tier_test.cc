@@ -1,0 +1,331 @@
+// The node-local tier with in-process ranks that pretend to run on several nodes
+// ("{host}" in the local directory gives each pretend node its own): local saves,
+// redundancy from the layout, partner copies, XOR and Reed-Solomon parity, node loss,
+// corruption, drain, encryption, resharding, and the parity codes themselves.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+
+#include "comm/local_comm.h"
+#include "distckpt/checkpoint.h"
+#include "distckpt/encryption.h"
+#include "distckpt/inspect.h"
+#include "distckpt/tier.h"
+#include "test_util.h"
+#include "tier/parity.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using internal_comm::run_local_ranks;
+using internal_tier::Redundancy;
+
+// One rank's part of a small model at DP x TP: bytes depend on the global element.
+struct Model {
+  std::vector<std::vector<unsigned char>> buffers;
+  StateDict state;
+  Model(int rank, int dp, int tp) : state(rank) {
+    add("w", DType::kFloat32, *TensorLayout::from_device_matrix({12, 8}, {dp, tp}, {0, -1}), rank, 1);
+    add("v", DType::kFloat64, *TensorLayout::from_device_matrix({6, 12}, {dp, tp}, {-1, 0}), rank, 2);
+    add("bias", DType::kFloat32, *TensorLayout::from_device_matrix({5}, {dp, tp}, {-1}), rank, 3);
+    EXPECT_TRUE(state.set_info("lr", 0.25).ok());
+  }
+  void add(const std::string& name, DType dt, const TensorLayout& layout, int rank, int salt) {
+    Box box = layout.slice_box(rank);
+    const std::size_t item = dtype_size(dt);
+    std::vector<unsigned char> b(static_cast<std::size_t>(box.num_elements()) * item);
+    for (int64_t i = 0; i < box.num_elements(); ++i) {
+      int64_t global = 0, rem = i, stride = 1;
+      for (int d = static_cast<int>(box.shape.size()) - 1; d >= 0; --d) {
+        global += (box.offset[d] + rem % box.shape[d]) * stride;
+        rem /= box.shape[d];
+        stride *= layout.global_shape()[d];
+      }
+      for (std::size_t k = 0; k < item; ++k) b[i * item + k] = static_cast<unsigned char>(global * 7 + salt + k);
+    }
+    buffers.push_back(std::move(b));
+    EXPECT_TRUE(state.add_tensor(name, dt, buffers.back().data(), layout).ok());
+  }
+  void zero() {
+    for (auto& b : buffers) std::memset(b.data(), 0, b.size());
+  }
+};
+
+class TierTest : public ::testing::Test {
+ protected:
+  testing::TempDir tmp_;
+  std::string root() const { return tmp_.path() + "/global"; }
+  std::string local() const { return tmp_.path() + "/local/{host}"; }
+  std::string node_dir(int node) const { return tmp_.path() + "/local/node" + std::to_string(node); }
+
+  // Saves step `step` as "s<step>" on `world` ranks, `rpn` per node.
+  void save_at(int world, int rpn, int dp, int tp, const std::string& redundancy, int step,
+               std::shared_ptr<const EncryptionKey> key = nullptr, LocalSaveResult* result = nullptr) {
+    std::mutex mu;
+    run_local_ranks(
+        world,
+        [&](Comm& comm) {
+          Model m(comm.rank(), dp, tp);
+          SaveOptions o;
+          o.name = "s" + std::to_string(step);
+          o.step = step;
+          o.encryption.key = key;
+          auto saved = save_local(comm, m.state, root(), o, {local(), redundancy});
+          ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+          std::lock_guard<std::mutex> lock(mu);
+          if (result && comm.rank() == 0) *result = *saved;
+        },
+        rpn);
+  }
+
+  // Restores on `world` ranks (`rpn` per node) at DP x TP; checks the bytes.
+  RestoreResult restore_at(int world, int rpn, int dp, int tp, RestoreOptions options = {}) {
+    RestoreResult out;
+    std::mutex mu;
+    run_local_ranks(
+        world,
+        [&](Comm& comm) {
+          Model m(comm.rank(), dp, tp);
+          const auto expected = m.buffers;
+          m.zero();
+          auto r = restore(comm, m.state, root(), {local(), "auto"}, options);
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(m.buffers, expected) << "rank " << comm.rank();
+          std::lock_guard<std::mutex> lock(mu);
+          if (comm.rank() == 0) out = *r;
+        },
+        rpn);
+    return out;
+  }
+
+  // Kills node `node` of the saving job and lets the others take its place: node
+  // directories are renumbered as a job on the survivors would name them.
+  void lose_node(int node, int nodes) {
+    fs::remove_all(node_dir(node));
+    for (int n = node + 1; n < nodes; ++n) fs::rename(node_dir(n), node_dir(n - 1));
+  }
+};
+
+TEST(ParityTest, EncodeAndRebuildEveryLossPattern) {
+  for (const char* text : {"xor:2", "xor:3", "xor:5", "rs:1+1", "rs:2+1", "rs:3+2", "rs:4+2"}) {
+    const Redundancy r = *internal_tier::parse_redundancy(text);
+    const std::size_t bytes = 1000;
+    std::mt19937 rng(42);
+    std::vector<std::vector<uint8_t>> seg(static_cast<std::size_t>(r.k + r.m), std::vector<uint8_t>(bytes));
+    for (int i = 0; i < r.k; ++i)
+      for (auto& b : seg[static_cast<std::size_t>(i)]) b = static_cast<uint8_t>(rng());
+    std::vector<const uint8_t*> data;
+    std::vector<uint8_t*> parity, all;
+    for (int i = 0; i < r.k; ++i) data.push_back(seg[static_cast<std::size_t>(i)].data());
+    for (int i = 0; i < r.m; ++i) parity.push_back(seg[static_cast<std::size_t>(r.k + i)].data());
+    internal_tier::encode_stripe(r, data, parity, bytes);
+    const auto original = seg;
+    for (auto& s : seg) all.push_back(s.data());
+    // Every set of at most m losses.
+    const int n = r.k + r.m;
+    for (int mask = 1; mask < (1 << n); ++mask) {
+      if (__builtin_popcount(static_cast<unsigned>(mask)) > r.m) continue;
+      std::vector<bool> present(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        present[static_cast<std::size_t>(i)] = !(mask & (1 << i));
+        if (!present[static_cast<std::size_t>(i)]) std::fill(seg[static_cast<std::size_t>(i)].begin(), seg[static_cast<std::size_t>(i)].end(), 0);
+      }
+      ASSERT_TRUE(internal_tier::decode_stripe(r, all, present, bytes).ok()) << text << " mask " << mask;
+      for (int i = 0; i < r.k; ++i) EXPECT_EQ(seg[static_cast<std::size_t>(i)], original[static_cast<std::size_t>(i)]) << text << " mask " << mask;
+      seg = original;
+      all.clear();
+      for (auto& s : seg) all.push_back(s.data());
+    }
+    // One loss too many is refused.
+    std::vector<bool> present(static_cast<std::size_t>(n), true);
+    for (int i = 0; i <= r.m; ++i) present[static_cast<std::size_t>(i)] = false;
+    EXPECT_EQ(internal_tier::decode_stripe(r, all, present, bytes).code(), StatusCode::kNotFound) << text;
+  }
+}
+
+TEST(ParityTest, ParsesAndGroups) {
+  EXPECT_FALSE(internal_tier::parse_redundancy("xor:1").ok());
+  EXPECT_FALSE(internal_tier::parse_redundancy("rs:2").ok());
+  EXPECT_FALSE(internal_tier::parse_redundancy("rs:20+20").ok());
+  EXPECT_FALSE(internal_tier::parse_redundancy("mirror").ok());
+  const Redundancy r = *internal_tier::parse_redundancy("rs:2+1");
+  auto few = internal_tier::parity_groups(2, r);
+  ASSERT_FALSE(few.ok());
+  EXPECT_NE(few.status().message().find("needs at least 3 nodes; the job runs on 2"), std::string::npos);
+  auto groups = *internal_tier::parity_groups(7, r);  // 3 + 4: leftovers join the last group
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].size(), 3u);
+  EXPECT_EQ(groups[1].size(), 4u);
+  // Every group node holds k data segments in distinct stripes and m parity segments.
+  for (int G : {3, 4, 7}) {
+    std::vector<int> data(static_cast<std::size_t>(G)), parity(static_cast<std::size_t>(G));
+    for (int j = 0; j < G; ++j) {
+      auto nodes = internal_tier::stripe_nodes(j, G, r);
+      for (int d = 0; d < r.k; ++d) {
+        ++data[static_cast<std::size_t>(nodes[static_cast<std::size_t>(d)])];
+        EXPECT_EQ(internal_tier::stripe_of(nodes[static_cast<std::size_t>(d)], d, G), j);
+      }
+      for (int q = 0; q < r.m; ++q) ++parity[static_cast<std::size_t>(nodes[static_cast<std::size_t>(r.k + q)])];
+    }
+    for (int i = 0; i < G; ++i) {
+      EXPECT_EQ(data[static_cast<std::size_t>(i)], r.k);
+      EXPECT_EQ(parity[static_cast<std::size_t>(i)], r.m);
+    }
+  }
+}
+
+TEST_F(TierTest, ReplicasOnOtherNodesAreTheRedundancy) {
+  LocalSaveResult saved;
+  save_at(6, 2, 3, 2, "auto", 5, nullptr, &saved);  // DP3 x TP2: each node holds a whole replica
+  EXPECT_EQ(saved.redundancy_bytes, 0u);
+  EXPECT_DOUBLE_EQ(saved.storage_ratio, 1.0);
+  EXPECT_FALSE(fs::exists(root() + "/s5")) << "nothing global before a drain";
+  auto records = list_local_records(root());
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].nodes, 3);
+  EXPECT_FALSE((*records)[0].global);
+  RestoreResult r = restore_at(6, 2, 3, 2);
+  EXPECT_EQ(r.name, "s5");
+  EXPECT_GT(r.sources.local, 0u);
+  EXPECT_EQ(r.sources.peer + r.sources.parity + r.sources.global, 0u);
+  EXPECT_EQ(r.load.step, 5);
+  // Each node read its replica once: 3 x the state.
+  EXPECT_EQ(r.sources.storage_read, 3 * (12 * 8 * 4 + 6 * 12 * 8 + 5 * 4));
+
+  // A node lost: its ranks get the bytes from another node.
+  lose_node(1, 3);
+  r = restore_at(6, 2, 3, 2);
+  EXPECT_GT(r.sources.peer, 0u);
+  EXPECT_EQ(r.sources.global, 0u);
+  // On the survivors alone, 4 ranks (a reshard), from the local tier only.
+  r = restore_at(4, 2, 2, 2);
+  EXPECT_EQ(r.sources.global + r.sources.peer, 0u);
+  EXPECT_GT(r.sources.local, 0u);
+}
+
+TEST_F(TierTest, PartnerCopyServesALostNode) {
+  LocalSaveResult saved;
+  save_at(4, 2, 1, 4, "auto", 3, nullptr, &saved);  // TP4 over 2 nodes: nothing replicated elsewhere
+  EXPECT_GT(saved.redundancy_bytes, 0u);
+  EXPECT_NEAR(saved.storage_ratio, 2.0, 0.2);
+  lose_node(1, 2);
+  RestoreResult r = restore_at(4, 2, 1, 4);
+  EXPECT_GT(r.sources.peer, 0u) << "the partner copy on node 0 is read and sent";
+  EXPECT_EQ(r.sources.global, 0u);
+}
+
+class TierParityTest : public TierTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(TierParityTest, ALostNodeIsRebuiltFromParity) {
+  LocalSaveResult saved;
+  save_at(6, 2, 1, 6, GetParam(), 7, nullptr, &saved);  // TP6 over 3 nodes
+  const Redundancy red = *internal_tier::parse_redundancy(GetParam());
+  EXPECT_NEAR(saved.storage_ratio, 1.0 + static_cast<double>(red.m) / red.k, 0.25) << GetParam();
+  for (int victim : {0, 2}) {
+    SCOPED_TRACE(victim);
+    if (victim == 2) {  // a second save, so that this loss hits fresh files
+      save_at(6, 2, 1, 6, GetParam(), 8 + victim);
+    }
+    // Replaced by a fresh node: same count, one node without any local files.
+    fs::remove_all(node_dir(victim));
+    RestoreResult r = restore_at(6, 2, 1, 6);
+    EXPECT_GT(r.sources.parity, 0u);
+    EXPECT_GT(r.sources.parity_read, 0u);
+    EXPECT_EQ(r.sources.global, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codes, TierParityTest, ::testing::Values("xor:3", "rs:2+1", "rs:1+2"));
+
+TEST_F(TierTest, CorruptLocalFileIsLostNotData) {
+  save_at(6, 2, 3, 2, "auto", 4);
+  // Flip a byte in node 0's first data file.
+  const std::string file = node_dir(0) + "/s4/data-00000.bin";
+  ASSERT_TRUE(fs::exists(file));
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(3);
+    char c;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(3);
+    f.write(&c, 1);
+  }
+  RestoreResult r = restore_at(6, 2, 3, 2);
+  EXPECT_GT(r.sources.lost_chunks, 0u);
+  EXPECT_GT(r.sources.peer, 0u);
+  EXPECT_EQ(r.sources.global, 0u);
+}
+
+TEST_F(TierTest, DrainThenEveryLocalCopyLost) {
+  auto key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'k')));
+  save_at(4, 2, 1, 4, "none", 6, key);
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        SaveOptions o;
+        o.encryption.key = key;
+        auto d = drain(comm, root(), {local(), "none"}, "s6", o);
+        ASSERT_TRUE(d.ok()) << d.status().to_string();
+        EXPECT_GT(d->save.bytes_written, 0u);
+      },
+      2);
+  // A normal checkpoint: load reads it, with the key.
+  auto records = list_local_records(root());
+  ASSERT_TRUE(records.ok());
+  EXPECT_TRUE((*records)[0].global);
+  fs::remove_all(node_dir(1));
+  RestoreOptions o;
+  o.load.key = key;
+  RestoreResult r = restore_at(4, 2, 1, 4, o);
+  EXPECT_GT(r.sources.global, 0u);
+  EXPECT_GT(r.sources.local, 0u);  // node 0's bytes still come from node 0
+  EXPECT_EQ(r.sources.parity, 0u);
+  // Without the key: refused, never loaded.
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        auto bad = restore(comm, m.state, root(), {local(), "auto"}, {});
+        EXPECT_EQ(bad.status().code(), StatusCode::kAuthFailed) << bad.status().to_string();
+      },
+      2);
+}
+
+TEST_F(TierTest, LossesBeyondRedundancyFallBackToAnOlderCheckpoint) {
+  save_at(4, 2, 1, 4, "none", 1);
+  run_local_ranks(4, [&](Comm& comm) { ASSERT_TRUE(drain(comm, root(), {local(), "none"}, "s1", {}).ok()); }, 2);
+  save_at(4, 2, 1, 4, "none", 2);  // never drained
+  fs::remove_all(node_dir(1));
+  RestoreResult r = restore_at(4, 2, 1, 4);
+  EXPECT_EQ(r.name, "s1");
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_NE(r.skipped[0].find("s2"), std::string::npos);
+}
+
+TEST_F(TierTest, RefusedSetups) {
+  run_local_ranks(
+      6,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 6);
+        SaveOptions o;
+        o.name = "x";
+        auto few = save_local(comm, m.state, root(), o, {local(), "rs:3+1"});
+        EXPECT_EQ(few.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(few.status().message().find("needs at least 4 nodes; the job runs on 3"), std::string::npos);
+        auto shared = save_local(comm, m.state, root(), o, {tmp_.path() + "/same", "auto"});
+        EXPECT_EQ(shared.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(shared.status().message().find("node-local"), std::string::npos) << shared.status().to_string();
+      },
+      2);
+  EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/x"));
+}
+
+}  // namespace
+}  // namespace distckpt
