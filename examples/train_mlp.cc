@@ -64,6 +64,10 @@ struct Config {
   std::shared_ptr<const distckpt::EncryptionKey> key;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
+  // The node-local tier: local saves every N steps, every Mth drained to --dir.
+  std::string local_dir, redundancy = "auto";
+  int64_t local_every = 0;
+  int global_every = 1, keep_local = 2;
 };
 
 constexpr float kMomentum = 0.9f;
@@ -373,6 +377,13 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
   c.load.allow_unchecked = cfg.allow_unchecked;
   if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
+  if (!cfg.local_dir.empty()) {
+    c.local = {cfg.local_dir, cfg.redundancy};
+    c.local_every_steps = cfg.local_every;
+    c.global_every = cfg.global_every;
+    c.keep_local = cfg.keep_local;
+    c.save_every_steps = 0;  // the local tier's policy decides (--save-every is refused)
+  }
   return c;
 }
 
@@ -443,6 +454,16 @@ int run(int argc, char** argv, int rank, int world) {
                  "(default: DISTCKPT_PEER_TIMEOUT_S, else 600; 0: no limit)");
   app.add_option("--log-every", cfg.log_every, "print the loss every N steps (default 10)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--local-dir", cfg.local_dir,
+                 "node-local checkpoint directory (e.g. /dev/shm/ckpt): local saves, drained to --dir");
+  app.add_option("--local-every", cfg.local_every, "with --local-dir: a local save every N steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--global-every", cfg.global_every,
+                 "with --local-dir: drain every Mth local save to --dir (0: only the final one)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-local", cfg.keep_local, "with --local-dir: local checkpoints kept per node")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--redundancy", cfg.redundancy, "with --local-dir: auto, partner, xor:K, rs:K+M or none");
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
@@ -453,6 +474,16 @@ int run(int argc, char** argv, int rank, int world) {
   } catch (const CLI::ParseError& e) {
     const int code = rank == 0 ? app.exit(e) : e.get_exit_code();  // only rank 0 prints
     return code == 0 ? 0 : 2;                                        // --help: 0; bad usage: 2
+  }
+  if (!cfg.local_dir.empty() && app.count("--save-every") > 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "error: with --local-dir, saves follow --local-every and --global-every; --save-every is refused\n");
+    return 2;
+  }
+  if (cfg.local_dir.empty() && (app.count("--local-every") + app.count("--global-every") + app.count("--keep-local") +
+                                app.count("--redundancy")) > 0) {
+    if (rank == 0) std::fprintf(stderr, "error: --local-every, --global-every, --keep-local and --redundancy need --local-dir\n");
+    return 2;
   }
   if (!cfg.enc_key_file.empty() && !cfg.enc_key_env.empty()) {
     if (rank == 0) std::fprintf(stderr, "error: give --enc-key-file or --enc-key-env, not both\n");
@@ -507,6 +538,14 @@ int run(int argc, char** argv, int rank, int world) {
     } else {
       step = resumed->step;
       if (rank == 0) std::printf("resumed from %s\n", resumed->path.c_str());
+      if (rank == 0 && !cfg.local_dir.empty()) {
+        const auto& src = resumed->sources;
+        std::printf("restore sources: local=%llu peer=%llu parity=%llu global=%llu (parity_read=%llu lost_chunks=%llu)\n",
+                    static_cast<unsigned long long>(src.local), static_cast<unsigned long long>(src.peer),
+                    static_cast<unsigned long long>(src.parity), static_cast<unsigned long long>(src.global),
+                    static_cast<unsigned long long>(src.parity_read), static_cast<unsigned long long>(src.lost_chunks));
+        for (const auto& why : resumed->skipped) std::printf("passed over %s\n", why.c_str());
+      }
       print_fingerprint("restored", step, fingerprint(model, rank), rank);
     }
   }
@@ -540,6 +579,10 @@ int run(int argc, char** argv, int rank, int world) {
           std::fprintf(stderr, "background save failed: %s\n", out->background_error.to_string().c_str());
         if (rank == 0)
           for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
+        if (rank == 0)
+          for (const auto& done : out->drained) std::printf("drained %s\n", done.c_str());
+        if (rank == 0 && !out->drain_error.ok())
+          std::fprintf(stderr, "drain failed: %s\n", out->drain_error.to_string().c_str());
         if (out->stop && out->exception_rank >= 0) {
           // Another rank threw: it is rethrowing; end without further collective calls.
           if (rank == 0)
@@ -582,6 +625,10 @@ int run(int argc, char** argv, int rank, int world) {
         for (const auto& done : last->committed) std::printf("committed %s\n", done.c_str());
       if (rank == 0)
         for (const auto& p : last->published) std::printf("published %s\n", p.c_str());
+      if (rank == 0)
+        for (const auto& done : last->drained) std::printf("drained %s\n", done.c_str());
+      if (rank == 0 && !last->drain_error.ok())
+        std::fprintf(stderr, "drain failed: %s\n", last->drain_error.to_string().c_str());
     }
   }
   if (exit_code == 0) print_fingerprint("final", step, fingerprint(model, rank), rank);

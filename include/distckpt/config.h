@@ -21,6 +21,7 @@
 #include "distckpt/filesystem.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
+#include "distckpt/tier.h"
 
 namespace distckpt {
 
@@ -101,6 +102,25 @@ struct CheckpointConfig : SaveSettings {
   // only. Needs MPI_THREAD_MULTIPLE (or an AsyncCheckpointer given to create()).
   bool async_save = false;
   AsyncOptions async;  // staging memory and slabs per rank
+
+  // ---- the node-local tier (tier.h) ----
+  // With local.dir set, periodic saves (step_end, save_now) go to each node's local
+  // tier, by local_every_steps / local_every_seconds (save_every_steps and
+  // save_every_seconds are then not used), and every global_every-th of them is drained
+  // to `directory` in the background while training and further local saves go on.
+  // Breakpoint, final (end), exception saves commit locally and are drained before the
+  // call returns (a requeued job may land on other nodes; batch systems often wipe
+  // /dev/shm between jobs): a failed drain is reported in StepOutcome::drain_error and
+  // the local copy stays. resume() restores from the fastest tier (restore()).
+  // keep_max (or keep_global when >= 0) applies to the global tier, keep_local to the
+  // local one; neither removes the newest checkpoint of its tier, nor a local one being
+  // drained. Native sharded saves only.
+  LocalTier local;
+  int64_t local_every_steps = 0;
+  double local_every_seconds = 0;
+  int global_every = 1;  // every Nth local save is drained (0: only the final ones)
+  int keep_local = 2;    // >= 1
+  int keep_global = -1;  // -1: keep_max
 
   // ---- saves on exception (MindSpore's exception_save; see CheckpointManager::run) ----
   // An exception escaping the training loop on some rank makes every rank save

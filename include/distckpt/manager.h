@@ -28,6 +28,7 @@
 #include "distckpt/config.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
+#include "distckpt/tier.h"
 
 namespace distckpt {
 
@@ -60,6 +61,12 @@ struct StepOutcome {
   int exception_rank = -1;
   std::string exception;
   std::vector<std::string> published;  // end() with publish_at_end: the files written
+  // With a local tier (CheckpointConfig::local): the save of this call went to the
+  // local tier ("local"); drains committed during this call (global paths); and a drain
+  // that failed (the local checkpoint stays; identical on every rank).
+  std::string tier = "global";
+  std::vector<std::string> drained;
+  Status drain_error;
 };
 
 struct ResumeOptions {
@@ -84,6 +91,8 @@ struct ResumeResult {
   std::vector<std::string> missing_in_checkpoint;     // in the state, not in the checkpoint
   std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not in the state
   std::vector<std::string> skipped;                   // damaged checkpoints passed over
+  // With a local tier: where the bytes came from (tier.h).
+  RestoreSources sources;
 };
 
 class CheckpointManager {

@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include "base/strings.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,12 +9,14 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "distckpt/convert.h"
 #include "distckpt/inspect.h"
+#include "distckpt/tier.h"
 #include "distckpt/layout.h"
 #include "base/text.h"
 #include "catalog/gc.h"
@@ -123,6 +127,30 @@ int cmd_layout(const LayoutArgs& args) {
 int cmd_ls(const std::string& root, bool as_json) {
   auto listing = list_checkpoints(root);
   if (!listing.ok()) return fail(listing.status());
+  // The local tier's records (tier.h): shown only when the root has any, so that the
+  // listing of a root without a local tier stays as it was.
+  auto records = list_local_records(root);
+  if (!records.ok()) return fail(records.status());
+  std::map<std::string, const TierRecordInfo*> local;
+  for (const auto& r : *records) local[r.name] = &r;
+  const bool tiers = !local.empty();
+  auto tiers_of = [&](const std::string& name, bool global) {
+    std::vector<std::string> t;
+    if (local.count(name)) t.push_back("local");
+    if (global) t.push_back("global");
+    return t;
+  };
+  std::set<std::string> global_names;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted) global_names.insert(e.name);
+  // The newest checkpoint at any tier: records and global checkpoints by commit number.
+  std::string newest;
+  uint64_t newest_seq = 0;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted && e.advances_latest && e.commit_seq >= newest_seq)
+      newest = e.name, newest_seq = e.commit_seq;
+  for (const auto& r : *records)
+    if (r.commit_seq >= newest_seq) newest = r.name, newest_seq = r.commit_seq;
   if (as_json) {
     json entries = json::array();
     for (const auto& e : listing->entries) {
@@ -135,26 +163,53 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["created_unix_ms"] = e.created_unix_ms;
         j["commit_seq"] = e.commit_seq;
         j["advances_latest"] = e.advances_latest;
+        if (tiers) j["tiers"] = tiers_of(e.name, true);
       } else {
         j["detail"] = e.detail;
       }
       entries.push_back(j);
     }
-    std::cout << dump(json{{"root", root}, {"latest", listing->latest}, {"entries", entries}}) << "\n";
+    for (const auto& r : *records) {
+      if (global_names.count(r.name)) continue;
+      entries.push_back(json{{"name", r.name},
+                             {"state", "committed"},
+                             {"step", r.step},
+                             {"epoch", r.epoch},
+                             {"commit_seq", r.commit_seq},
+                             {"tiers", tiers_of(r.name, false)},
+                             {"nodes", r.nodes},
+                             {"redundancy", r.redundancy}});
+    }
+    json out{{"root", root}, {"latest", listing->latest}, {"entries", entries}};
+    if (tiers) out["newest_any_tier"] = newest;
+    std::cout << dump(out) << "\n";
     return 0;
   }
-  std::printf("%-32s %10s %6s %12s %-8s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
+  if (tiers)
+    std::printf("%-32s %10s %6s %12s %-8s %-13s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "TIER", "STATE");
+  else
+    std::printf("%-32s %10s %6s %12s %-8s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
   for (const auto& e : listing->entries) {
+    const std::string tier = tiers ? internal_base::join(tiers_of(e.name, true), '+') : "";
+    char tier_column[32] = "";
+    if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10lld %6lld %12s %-8s %s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
-                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), std::string(format_name(e.format)).c_str(), "committed",
-                  e.name == listing->latest ? " (latest)" : "");
+      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
+                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), std::string(format_name(e.format)).c_str(),
+                  tier_column, "committed", e.name == listing->latest ? " (latest)" : "");
     } else {
-      std::printf("%-32s %10s %6s %12s %-8s %s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-",
+      std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-", tier_column,
                   state_name(e.state), printable(e.detail).c_str());
     }
   }
+  for (const auto& r : *records) {
+    if (global_names.count(r.name)) continue;
+    std::printf("%-32s %10lld %6lld %12s %-8s %-13s committed (%d nodes, %s)\n", printable(r.name).c_str(),
+                static_cast<long long>(r.step), static_cast<long long>(r.epoch), "-", "native", "local", r.nodes,
+                printable(r.redundancy).c_str());
+  }
   std::printf("latest: %s\n", listing->latest.empty() ? "(none)" : printable(listing->latest).c_str());
+  if (tiers) std::printf("newest at any tier: %s\n", newest.empty() ? "(none)" : printable(newest).c_str());
   return 0;
 }
 

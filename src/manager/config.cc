@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "distckpt/config.h"
+
+#include "tier/parity.h"
 #include "base/text.h"
 
 namespace distckpt {
@@ -41,7 +43,20 @@ Status CheckpointConfig::validate() const {
   if (save_every_steps < 0) return bad("save_every_steps " + std::to_string(save_every_steps) + " is negative");
   if (!(save_every_seconds >= 0) || std::isinf(save_every_seconds))
     return bad("save_every_seconds must be a finite number >= 0");
-  if (save_every_steps == 0 && save_every_seconds == 0 && !save_last)
+  if (!local.dir.empty()) {
+    if (local_every_steps < 0) return bad("local_every_steps is negative");
+    if (!(local_every_seconds >= 0) || std::isinf(local_every_seconds))
+      return bad("local_every_seconds must be a finite number >= 0");
+    if (global_every < 0) return bad("global_every is negative");
+    if (keep_local < 1) return bad("keep_local must be >= 1 (the newest local checkpoint is always kept)");
+    if (keep_global < -1) return bad("keep_global must be -1 (keep_max) or >= 0");
+    if (format != Format::kNative || integrated) return bad("the local tier keeps native sharded checkpoints only");
+    if (by_epoch) return bad("by_epoch is not supported with the local tier (local_every_steps counts steps)");
+    if (async_save) return bad("async_save is not supported with the local tier yet (local saves are synchronous)");
+    if (local_every_steps == 0 && local_every_seconds == 0 && !save_last)
+      return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");
+    if (auto r = internal_tier::parse_redundancy(local.redundancy); !r.ok()) return bad(r.status().message());
+  } else if (save_every_steps == 0 && save_every_seconds == 0 && !save_last)
     return bad("nothing would ever be saved: set save_every_steps, save_every_seconds or save_last");
   if (by_epoch && save_every_seconds > 0 && save_every_steps == 0)
     return bad("by_epoch counts epochs: save_every_seconds cannot be used with it");

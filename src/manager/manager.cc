@@ -25,6 +25,7 @@
 #include "distckpt/mpi_comm.h"
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
+#include "tier/record.h"
 #include "tools/convert.h"
 
 namespace distckpt {
@@ -67,7 +68,10 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
       return Status();
     });
     name = render(step, epoch) + suffix;
-    for (int n = 1; fs->exists(path_of(name)); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
+    auto taken = [&](const std::string& n) {
+      return fs->exists(path_of(n)) || (tiered() && fs->exists(internal_tier::record_path(cfg.directory, n)));
+    };
+    for (int n = 1; taken(name); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
     if (!cfg.best_metric.empty()) {
       auto it = metrics.find(cfg.best_metric);
       if (it == metrics.end() && !kind.metric_required) {
@@ -109,6 +113,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.epoch = epoch;
   opts.update_latest = kind.update_latest;
   Record record{name, step, epoch, metric, 0, false};
+  if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
 
   if (async && kind.may_run_async) {
     // Returns once this rank's share is staged; the view may go, the buffers may change.
@@ -164,6 +169,8 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["name"] = record.name;
     j["path"] = saved.path;
     j["format"] = std::string(format_name(cfg.format));
+    j["tier"] = record.tier;  // "global", or "drain": a local checkpoint written to the global tier
+    if (record.tier == "drain") j["drain_s"] = record.drain_s;
     j["bytes"] = saved.bytes_written;
     j["index_bytes"] = saved.index_bytes;
     j["async"] = record.in_background;
@@ -198,7 +205,8 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
     return {};
   }
   std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
-  internal_manager::RetentionPolicy policy{cfg.keep_max, cfg.keep_per_n_minutes,
+  internal_manager::RetentionPolicy policy{tiered() && cfg.keep_global >= 0 ? cfg.keep_global : cfg.keep_max,
+                                           cfg.keep_per_n_minutes,
                                            cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
   std::vector<std::string> removed;
   for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
@@ -298,10 +306,13 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
     return out;
   }
   DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
+  // A drain every rank has finished: committed now, without waiting.
+  if (impl.tiered()) DISTCKPT_RETURN_IF_ERROR(impl.poll_drain(/*wait=*/false, &out));
   const int64_t counter = cfg.by_epoch ? epoch : step;
+  const int64_t every = impl.tiered() ? cfg.local_every_steps : cfg.save_every_steps;
   bool due = false;
   if (counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
-    if (cfg.save_every_steps > 0) due = counter % cfg.save_every_steps == 0;
+    if (every > 0) due = counter % every == 0;
     else due = sync.save_due;
   }
   if (!due) return out;
@@ -319,8 +330,20 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   // A save in flight completes first (this waits for it): it may be this very step. If
   // it failed, the final state is saved all the same before the failure is reported.
   const Status background = impl.finish_in_flight(&out);
-  if (impl.cfg.save_last && impl.last_saved_step != step)
+  if (impl.tiered()) DISTCKPT_RETURN_IF_ERROR(impl.poll_drain(/*wait=*/true, &out));
+  if (impl.cfg.save_last && impl.last_saved_step != step) {
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", Impl::SaveKind(), &out));
+  } else if (impl.tiered() && !impl.last_saved_path.empty() && !impl.fs->exists(impl.last_saved_path)) {
+    // The last state was saved at the local tier only: drained before the job ends.
+    Impl::Record last;
+    last.name = internal_base::base_name(impl.last_saved_path);
+    last.step = step;
+    last.epoch = epoch;
+    last.tier = "drain";
+    Status drained = impl.start_drain(last, &out);
+    if (drained.ok()) drained = impl.poll_drain(/*wait=*/true, &out);
+    if (!drained.ok()) out.drain_error = drained.with_context("drain of '" + last.name + "' (the local copy stays)");
+  }
   DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;

@@ -12,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "base/timer.h"
 #include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "format/format.h"
 #include "manager/retention.h"
 #include "manager/series.h"
+#include "tier/drain.h"
 
 namespace distckpt {
 
@@ -58,9 +60,11 @@ struct CheckpointManager::Impl {
                            failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN,
                            async && async->in_flight() ? 1 : 0};
     // Is a time-based save due (rank 0's clock decides for everyone)?
-    if (root() && cfg.save_every_steps == 0 && cfg.save_every_seconds > 0) {
+    const int64_t every_steps = tiered() ? cfg.local_every_steps : cfg.save_every_steps;
+    const double every_seconds = tiered() ? cfg.local_every_seconds : cfg.save_every_seconds;
+    if (root() && every_steps == 0 && every_seconds > 0) {
       const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count();
-      v[1] = since >= cfg.save_every_seconds ? 1 : 0;
+      v[1] = since >= every_seconds ? 1 : 0;
     }
     Sync s;
     if (!comm->allreduce_within(v, ReduceOp::kMax, timeout_s)) {
@@ -160,6 +164,8 @@ struct CheckpointManager::Impl {
     double metric = 0;
     double blocking_s = 0;  // how long the loop was blocked by the save
     bool in_background = false;
+    std::string tier = "global";  // "global", or "drain" (a local checkpoint drained)
+    double drain_s = 0;
   };
   std::optional<Record> in_flight;
   // Collective: waits for the save in flight, if any, and completes it as a
@@ -192,6 +198,26 @@ struct CheckpointManager::Impl {
   // Collective, after a commit: statistics of the slowest and fastest writer, then
   // retention and the statistics line on rank 0.
   Status after_commit(const SaveResult& saved, const Record& record, bool apply_retention, StepOutcome* out);
+
+  // ---- the local tier (manager/tiers.cc) ----
+  bool tiered() const { return !cfg.local.dir.empty(); }
+  int64_t local_saves = 0;
+  std::unique_ptr<internal_tier::DrainJob> drain;  // in flight, the same on every rank
+  Record drain_record;
+  std::string pending_drain;  // due while another drain ran: the newest such
+  Record pending_record;
+  // Collective: a local save of `view`, its retention and statistics, and the drain
+  // the policy asks for (now, for saves that are not periodic).
+  Status save_tiered(const StateDict& view, const SaveOptions& opts, Record record, const SaveKind& kind,
+                     internal_base::Timer& blocked, StepOutcome* out);
+  // Collective: completes a drain every rank has finished (or waits for it), then
+  // starts a pending one.
+  Status poll_drain(bool wait, StepOutcome* out);
+  Status start_drain(const Record& record, StepOutcome* out);
+  // Collective: local retention (records first, then every node's files, and what
+  // failed saves left on the nodes).
+  std::vector<std::string> retain_local(std::vector<std::string>* warnings);
+  Result<ResumeResult> resume_tiered(const ResumeOptions& options);
 };
 
 }  // namespace distckpt

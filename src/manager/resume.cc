@@ -27,6 +27,7 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     }
   }
   DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("resume"));
+  if (impl.tiered()) return impl.resume_tiered(options);
   const std::string& dir = impl.cfg.directory;
   ResumeResult result;
   std::string chosen, skipped;
