@@ -80,6 +80,9 @@ struct Args {
   bool integrated = false;
   std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";
   std::shared_ptr<const distckpt::EncryptionKey> key;  // loaded from enc_key_file / enc_key_env
+  // The node-local tier (tier.h): local saves to this directory, restores from it.
+  std::string local_dir, redundancy = "auto";
+  bool drain = false;
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -415,6 +418,185 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   std::fflush(stdout);
 }
 
+// ---- the node-local tier (--local-dir) ----
+
+// Collective: the files of the global checkpoint `dir`/`name` dropped from the page
+// cache (rank 0), so that a restore from the global tier reads storage, as after a
+// host loss on a cluster where the shared file system is not this host's cache.
+void evict_global(const std::string& path, bool root) {
+  if (root) {
+    auto fs = distckpt::posix_filesystem();
+    auto entries = fs->list_dir(path);
+    if (entries.ok())
+      for (const auto& e : *entries)
+        if (!e.is_dir) (void)fs->evict_cached(path + "/" + e.name);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Collective: removes what a tier run left: the record, every node's local files, the
+// global copy.
+void remove_tier_checkpoint(const Args& a, const std::string& name, distckpt::Comm& comm, bool root) {
+  auto fs = distckpt::posix_filesystem();
+  if (root) {
+    (void)fs->remove_file(a.dir + "/.distckpt/tier/" + name);
+    (void)fs->remove_all(a.dir + "/" + name);
+  }
+  // One rank per node removes its node's files (the others find them gone).
+  std::string local = a.local_dir;
+  for (auto at = local.find("{host}"); at != std::string::npos; at = local.find("{host}"))
+    local.replace(at, 6, comm.node_name(comm.rank()));
+  (void)fs->remove_all(local + "/" + name);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, bool root, uint64_t size, int world) {
+  using json = nlohmann::ordered_json;
+  const uint64_t bytes_unique = distckpt::bench::workload_bytes(w.tensors);
+  std::vector<double> memcpy_s, local_s, drain_s, restore_local_s, restore_global_s, redundancy_s;
+  distckpt::LocalSaveResult last_save;
+  distckpt::RestoreSources local_sources, global_sources;
+  uint64_t mismatches = 0;
+  const distckpt::LocalTier tier{a.local_dir, a.redundancy};
+  auto verify = [&] {
+    uint64_t mine = 0, all = 0;
+    for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
+    MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    mismatches += all;
+  };
+  auto fail = [&](const char* what, const distckpt::Status& st) {
+    if (root) std::cerr << "ckpt_bench: " << what << ": " << st.to_string() << "\n";
+    return kExitError;
+  };
+  for (int i = 0; i < a.repeat; ++i) {
+    const std::string name = a.name + "-tier" + std::to_string(i);
+    remove_tier_checkpoint(a, name, comm, root);
+    memcpy_s.push_back(memcpy_reference(w));
+    distckpt::SaveOptions opts;
+    opts.name = name;
+    opts.step = i;
+    if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    auto saved = distckpt::save_local(comm, w.state, a.dir, opts, tier);
+    local_s.push_back(max_over_ranks(MPI_Wtime() - t0));
+    if (!saved.ok()) return fail("local save", saved.status());
+    last_save = *saved;
+    redundancy_s.push_back(max_over_ranks(saved->redundancy_s));
+    if (a.drain) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      auto drained = distckpt::drain(comm, a.dir, tier, name, opts);
+      drain_s.push_back(max_over_ranks(MPI_Wtime() - t0));
+      if (!drained.ok()) return fail("drain", drained.status());
+    }
+    if (a.mode != "save") {
+      distckpt::RestoreOptions ro;
+      ro.name = name;
+      ro.fall_back = false;
+      ro.load.key = a.key;
+      for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      auto restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
+      restore_local_s.push_back(max_over_ranks(MPI_Wtime() - t0));
+      if (!restored.ok()) return fail("restore", restored.status());
+      local_sources = restored->sources;
+      verify();
+      if (a.drain) {
+        evict_global(a.dir + "/" + name, root);
+        ro.global_only = true;
+        for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = MPI_Wtime();
+        restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
+        restore_global_s.push_back(max_over_ranks(MPI_Wtime() - t0));
+        if (!restored.ok()) return fail("restore from the global tier", restored.status());
+        global_sources = restored->sources;
+        verify();
+      }
+    }
+    if (!a.keep) remove_tier_checkpoint(a, name, comm, root);
+  }
+  // The read limits of both tiers, in this run: one file of the state's size each.
+  std::string local_root = a.local_dir;
+  for (auto at = local_root.find("{host}"); at != std::string::npos; at = local_root.find("{host}"))
+    local_root.replace(at, 6, comm.node_name(comm.rank()));
+  std::array<double, 2> dd_local{0, 0}, dd_global{0, 0};
+  if (a.compare_dd) {
+    dd_local = dd_reference(local_root, bytes_unique, root);
+    dd_global = dd_reference(a.dir, bytes_unique, root);
+  }
+  if (!root) return mismatches == 0 ? 0 : kExitMismatch;
+  auto opt = [](bool have, double v) { return have ? json(v) : json(nullptr); };
+  const double mem = median(memcpy_s), loc = median(local_s);
+  const bool restored = !restore_local_s.empty(), global = !restore_global_s.empty();
+  json j;
+  j["size"] = size;
+  j["ranks"] = world;
+  j["nodes"] = comm.node_count();
+  j["dp"] = a.dp;
+  j["tp"] = a.tp;
+  j["dir"] = a.dir;
+  j["local_dir"] = a.local_dir;
+  j["redundancy"] = a.redundancy;
+  j["encryption"] = a.key ? a.enc_mode : std::string("none");
+  j["bytes_unique"] = bytes_unique;
+  j["memcpy_s"] = mem;
+  j["local_save_s"] = loc;
+  j["local_vs_memcpy"] = loc / std::max(1e-9, mem);
+  j["redundancy_s"] = median(redundancy_s);
+  j["bytes_local"] = last_save.save.bytes_written;
+  j["redundancy_bytes"] = last_save.redundancy_bytes;
+  j["storage_ratio"] = last_save.storage_ratio;
+  j["node_bytes_max"] = last_save.node_bytes_max;
+  j["node_state_max"] = last_save.node_state_max;
+  j["drain_s"] = opt(a.drain, median(drain_s));
+  j["restore_local_s"] = opt(restored, median(restore_local_s));
+  j["restore_global_s"] = opt(global, median(restore_global_s));
+  j["recovery_ratio"] = opt(global && restored, median(restore_global_s) / std::max(1e-9, median(restore_local_s)));
+  j["sources"] = {{"local", local_sources.local},
+                  {"peer", local_sources.peer},
+                  {"parity", local_sources.parity},
+                  {"global", local_sources.global},
+                  {"parity_read", local_sources.parity_read}};
+  j["bytes_read_global"] = local_sources.global;
+  if (a.compare_dd) {
+    j["dd_read_local_s"] = dd_local[1];
+    j["dd_read_global_s"] = dd_global[1];
+    j["read_limit_ratio"] = dd_global[1] / std::max(1e-9, dd_local[1]);
+  }
+  j["verified"] = restored ? json(mismatches == 0) : json(nullptr);
+  j["runs"] = a.repeat;
+  j["timing_note"] = kTimingNote;
+  if (a.json) {
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::printf("ckpt_bench (local tier): %s unique, %d ranks on %d node(s), local %s (%s), global %s\n",
+                human_bytes(bytes_unique).c_str(), world, comm.node_count(), a.local_dir.c_str(), a.redundancy.c_str(),
+                a.dir.c_str());
+    std::printf("local save: %.3f s = %.2f x memcpy (%.3f s); redundancy %s (%.3f s), storage per node %.2f x its state\n",
+                loc, loc / std::max(1e-9, mem), mem, human_bytes(last_save.redundancy_bytes).c_str(),
+                median(redundancy_s), last_save.storage_ratio);
+    if (a.drain) std::printf("drain: %.3f s\n", median(drain_s));
+    if (restored)
+      std::printf("restore from the local tier: %.3f s  sources: local=%llu peer=%llu parity=%llu global=%llu\n",
+                  median(restore_local_s), static_cast<unsigned long long>(local_sources.local),
+                  static_cast<unsigned long long>(local_sources.peer),
+                  static_cast<unsigned long long>(local_sources.parity),
+                  static_cast<unsigned long long>(local_sources.global));
+    if (global)
+      std::printf("restore from the global tier (evicted from the page cache): %.3f s  ->  recovery ratio %.2f\n",
+                  median(restore_global_s), median(restore_global_s) / std::max(1e-9, median(restore_local_s)));
+    if (a.compare_dd)
+      std::printf("read limits: local %.3f s, global %.3f s  ->  ratio %.2f\n", dd_local[1], dd_global[1],
+                  dd_global[1] / std::max(1e-9, dd_local[1]));
+    std::printf("%s (%llu mismatches); medians of %d run(s)\n", mismatches == 0 ? "verified" : "VERIFICATION FAILED",
+                static_cast<unsigned long long>(mismatches), a.repeat);
+  }
+  return mismatches == 0 ? 0 : kExitMismatch;
+}
+
 int run(int rank, int world, int argc, char** argv) {
   const bool root = rank == 0;
   Args a;
@@ -455,6 +637,12 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_option("--enc-mode", a.enc_mode, "with a key: AES-GCM, AES-CBC or SM4-CBC")
       ->check(CLI::IsMember({"AES-GCM", "AES-CBC", "SM4-CBC"}, CLI::ignore_case))
       ->capture_default_str();
+  app.add_option("--local-dir", a.local_dir,
+                 "save to this node-local directory (tier.h) and restore from it; {host} is the node's name");
+  app.add_option("--redundancy", a.redundancy, "with --local-dir: auto, partner, xor:K, rs:K+M or none")
+      ->capture_default_str();
+  app.add_flag("--drain", a.drain,
+               "with --local-dir: drain to --dir, then also restore from the global tier (page cache evicted)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -532,6 +720,14 @@ int run(int rank, int world, int argc, char** argv) {
       return kExitError;
     }
     async = std::move(created).value();
+  }
+
+  if (!a.local_dir.empty()) {
+    if (a.async || a.format != "native" || a.integrated) {
+      if (root) std::cerr << "ckpt_bench: --local-dir saves native sharded checkpoints, synchronously\n";
+      return kExitUsage;
+    }
+    return run_tier_bench(a, w, *comm, root, *size, world);
   }
 
   Runs runs;

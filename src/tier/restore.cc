@@ -168,8 +168,26 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
   std::map<int, int> reader_of;
   const std::vector<int> used = plan_round(a, pending, nodes, &reader_of);
   const int me = comm.rank();
-  // Reads: each copy this rank reads, whole, checked.
-  std::map<int, std::vector<char>> data;
+  // This rank's pieces per copy it reads, or receives.
+  std::map<int, std::vector<std::size_t>> pieces_of;  // copy -> indices into `pending`
+  for (std::size_t i = 0; i < pending.size(); ++i)
+    if (used[i] >= 0) pieces_of[used[i]].push_back(i);
+  // Whether piece `i` fills its rank's whole box with a whole chunk (most layouts):
+  // then bytes move straight between files, messages and the state's buffers.
+  auto whole = [&](std::size_t i) {
+    const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
+    return p.region == a.distinct[static_cast<std::size_t>(p.distinct)].box &&
+           (p.rank != me || p.region == e.boxes[static_cast<std::size_t>(p.box)]);
+  };
+  // Reads: each copy this rank reads, whole, checked; into the state's buffer when one
+  // of its own pieces is the whole chunk (a copy that fails is re-read from another
+  // copy into that buffer, so no unchecked byte stays there once the restore succeeds).
+  struct Held {
+    char* bytes = nullptr;
+    std::unique_ptr<char[]> owned;  // uninitialized: every byte is read
+  };
+  std::map<int, Held> data;
   std::vector<int64_t> failed(a.copies.size(), 0);
   std::vector<char> scratch;
   for (const auto& [copy, reader] : reader_of) {
@@ -178,8 +196,16 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     const proto::Index& index = c.global ? a.global : a.record;
     const proto::Tensor& t = index.tensors(c.tensor);
     const std::string path = copy_file_path(a, tier, root, c);
-    std::vector<char>& buf = data[copy];
-    buf.resize(static_cast<std::size_t>(a.distinct[static_cast<std::size_t>(c.distinct)].plain_bytes));
+    Held& held = data[copy];
+    for (std::size_t i : pieces_of[copy]) {
+      const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
+      if (p.rank == me && whole(i))
+        held.bytes = static_cast<char*>(state.tensors()[static_cast<std::size_t>(p.state_tensor)].buffers[static_cast<std::size_t>(p.box)]);
+    }
+    if (held.bytes == nullptr) {
+      held.owned.reset(new char[static_cast<std::size_t>(a.distinct[static_cast<std::size_t>(c.distinct)].plain_bytes)]);
+      held.bytes = held.owned.get();
+    }
     Status st = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
       internal_format::ChunkCheck check;
@@ -187,7 +213,7 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
       check.cipher = c.global ? a.global_cipher.get() : a.record_cipher.get();
       check.file_identity = index.files(c.file).name();
       check.where = "'" + path + "'";
-      return internal_format::read_chunk(*file, t, c.chunk, buf.data(), check, scratch);
+      return internal_format::read_chunk(*file, t, c.chunk, held.bytes, check, scratch);
     });
     counters->sources.storage_read += t.chunks(c.chunk).length();
     if (!st.ok()) {
@@ -208,14 +234,12 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
   // Transfers of the pieces whose copy was read.
   std::vector<int> still;
   std::vector<Comm::Transfer> sends, receives;
-  std::vector<std::vector<char>> send_bufs, recv_bufs;
+  std::vector<std::unique_ptr<char[]>> packed;
   struct Landing {
-    std::size_t buffer;
+    char* bytes;
     int piece;
   };
   std::vector<Landing> landings;
-  send_bufs.reserve(pending.size());
-  recv_bufs.reserve(pending.size());
   for (std::size_t i = 0; i < pending.size(); ++i) {
     const int copy = used[i];
     if (copy < 0 || failed[static_cast<std::size_t>(copy)]) {
@@ -228,6 +252,7 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
     const std::size_t item = dtype_size(e.dtype);
     const Box chunk_box = a.distinct[static_cast<std::size_t>(p.distinct)].box;
+    void* box_buffer = p.rank == me ? e.buffers[static_cast<std::size_t>(p.box)] : nullptr;
     if (p.rank == me) {
       const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == nodes.node_of[static_cast<std::size_t>(me)] ? kLocal : kPeer;
       uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
@@ -236,24 +261,33 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
       counters->needed += p.bytes;
     }
     if (reader == me && p.rank == me) {
-      copy_box(data.at(copy).data(), chunk_box, e.buffers[static_cast<std::size_t>(p.box)], e.boxes[static_cast<std::size_t>(p.box)],
-               p.region, item);
+      char* from = data.at(copy).bytes;
+      if (from != box_buffer)
+        copy_box(from, chunk_box, box_buffer, e.boxes[static_cast<std::size_t>(p.box)], p.region, item);
     } else if (reader == me) {
-      send_bufs.emplace_back(static_cast<std::size_t>(p.bytes));
-      copy_box(data.at(copy).data(), chunk_box, send_bufs.back().data(), p.region, p.region, item);
-      sends.push_back({p.rank, send_bufs.back().data(), send_bufs.back().size()});
+      char* from = data.at(copy).bytes;
+      if (!(p.region == chunk_box)) {  // a part of the chunk: packed row-major
+        packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
+        copy_box(from, chunk_box, packed.back().get(), p.region, p.region, item);
+        from = packed.back().get();
+      }
+      sends.push_back({p.rank, from, static_cast<std::size_t>(p.bytes)});
     } else if (p.rank == me) {
-      recv_bufs.emplace_back(static_cast<std::size_t>(p.bytes));
-      receives.push_back({reader, recv_bufs.back().data(), recv_bufs.back().size()});
-      landings.push_back({recv_bufs.size() - 1, pending[i]});
+      if (whole(i)) {
+        receives.push_back({reader, box_buffer, static_cast<std::size_t>(p.bytes)});
+      } else {
+        packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
+        receives.push_back({reader, packed.back().get(), static_cast<std::size_t>(p.bytes)});
+        landings.push_back({packed.back().get(), pending[i]});
+      }
     }
   }
   comm.transfer(sends, receives);  // every rank alike
   for (const Landing& l : landings) {
     const Piece& p = a.pieces[static_cast<std::size_t>(l.piece)];
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
-    copy_box(recv_bufs[l.buffer].data(), p.region, e.buffers[static_cast<std::size_t>(p.box)],
-             e.boxes[static_cast<std::size_t>(p.box)], p.region, dtype_size(e.dtype));
+    copy_box(l.bytes, p.region, e.buffers[static_cast<std::size_t>(p.box)], e.boxes[static_cast<std::size_t>(p.box)],
+             p.region, dtype_size(e.dtype));
   }
   return still;
 }
