@@ -83,6 +83,7 @@ struct Args {
   // The node-local tier (tier.h): local saves to this directory, restores from it.
   std::string local_dir, redundancy = "auto";
   bool drain = false;
+  int lose_node = -1;  // before restoring: this node's local files are wiped (a replaced host)
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -490,6 +491,17 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, bool root, 
       drain_s.push_back(max_over_ranks(MPI_Wtime() - t0));
       if (!drained.ok()) return fail("drain", drained.status());
     }
+    if (a.lose_node >= 0) {
+      // A host lost and replaced: its node-local files and its node id are gone.
+      std::string local = a.local_dir;
+      for (auto at = local.find("{host}"); at != std::string::npos; at = local.find("{host}"))
+        local.replace(at, 6, comm.node_name(comm.rank()));
+      if (comm.node_of(comm.rank()) == a.lose_node) {
+        (void)distckpt::posix_filesystem()->remove_all(local + "/" + name);
+        (void)distckpt::posix_filesystem()->remove_file(local + "/.distckpt-node");
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
     if (a.mode != "save") {
       distckpt::RestoreOptions ro;
       ro.name = name;
@@ -561,6 +573,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, bool root, 
                   {"global", local_sources.global},
                   {"parity_read", local_sources.parity_read}};
   j["bytes_read_global"] = local_sources.global;
+  j["lost_node"] = a.lose_node;
   if (a.compare_dd) {
     j["dd_read_local_s"] = dd_local[1];
     j["dd_read_global_s"] = dd_global[1];
@@ -572,9 +585,9 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, bool root, 
   if (a.json) {
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("ckpt_bench (local tier): %s unique, %d ranks on %d node(s), local %s (%s), global %s\n",
+    std::printf("ckpt_bench (local tier): %s unique, %d ranks on %d node(s), local %s (%s), global %s%s\n",
                 human_bytes(bytes_unique).c_str(), world, comm.node_count(), a.local_dir.c_str(), a.redundancy.c_str(),
-                a.dir.c_str());
+                a.dir.c_str(), a.lose_node >= 0 ? (", node " + std::to_string(a.lose_node) + " lost before the restore").c_str() : "");
     std::printf("local save: %.3f s = %.2f x memcpy (%.3f s); redundancy %s (%.3f s), storage per node %.2f x its state\n",
                 loc, loc / std::max(1e-9, mem), mem, human_bytes(last_save.redundancy_bytes).c_str(),
                 median(redundancy_s), last_save.storage_ratio);
@@ -643,6 +656,8 @@ int run(int rank, int world, int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--drain", a.drain,
                "with --local-dir: drain to --dir, then also restore from the global tier (page cache evicted)");
+  app.add_option("--lose-node", a.lose_node,
+                 "with --local-dir: wipe this node's local files before restoring (a host lost and replaced)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
