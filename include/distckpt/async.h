@@ -12,15 +12,21 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "distckpt/checkpoint.h"
+#include "distckpt/tier.h"
 #include "distckpt/comm.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
 
 namespace distckpt {
+
+namespace internal_collective {
+class StagedSave;
+}
 
 struct AsyncOptions {
   // Staging memory per rank: aligned, allocated and touched once by create(), reused by
@@ -70,6 +76,14 @@ class AsyncCheckpointer {
   // that did not call it, and that save_async returns it on every rank.
   Result<SaveResult> wait();
 
+  // Collective. save_async for the node-local tier: starts save_local(comm, state, root,
+  // options, tier) and returns once this rank's share is staged; the write, the
+  // redundancy (partner copies, parity) and the commit run in the background.
+  // wait_local() reports it (wait() gives its SaveResult part). Errors as save_async.
+  Status save_local_async(const StateDict& state, const std::string& root, const SaveOptions& options,
+                          const LocalTier& tier);
+  Result<LocalSaveResult> wait_local();
+
   // Whether a save is in flight on this rank (local: ranks may briefly disagree).
   bool in_flight() const;
 
@@ -80,6 +94,12 @@ class AsyncCheckpointer {
  private:
   class Impl;
   explicit AsyncCheckpointer(std::unique_ptr<Impl> impl);
+  // Collective: waits for (or refuses) the save in flight, runs `begin` on the
+  // foreground communicator, stages the job's data file and finishes it in the
+  // background (save_local_async, in src/tier/).
+  Status start_staged(const char* what,
+                      const std::function<Result<std::unique_ptr<internal_collective::StagedSave>>(Comm&)>& begin,
+                      const StateDict& state);
   std::unique_ptr<Impl> impl_;
 };
 

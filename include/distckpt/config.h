@@ -114,7 +114,8 @@ struct CheckpointConfig : SaveSettings {
   // the local copy stays. resume() restores from the fastest tier (restore()).
   // keep_max (or keep_global when >= 0) applies to the global tier, keep_local to the
   // local one; neither removes the newest checkpoint of its tier, nor a local one being
-  // drained. Native sharded saves only.
+  // drained. With async_save, periodic local saves return once staged and are
+  // written, protected and committed in the background. Native sharded saves only.
   LocalTier local;
   int64_t local_every_steps = 0;
   double local_every_seconds = 0;

@@ -15,6 +15,7 @@
 #include "base/guard.h"
 #include "base/timer.h"
 #include "collective/save_session.h"
+#include "collective/staged_save.h"
 #include "comm/agree.h"
 #include "distckpt/async.h"
 #include "distckpt/mpi_comm.h"
@@ -38,18 +39,7 @@ class AsyncCheckpointer::Impl {
   ~Impl() { join(); }
 
   Status save_async(const StateDict& state, const std::string& root, const SaveOptions& options) {
-    if (options_.refuse_when_busy) {
-      // Ranks finish the background commit at slightly different times: agree.
-      const bool busy = fg_->allreduce_one(running_.load() ? 1 : 0, ReduceOp::kMax) != 0;
-      if (busy) return Status(StatusCode::kBusy, "save_async: a save is still in flight");
-    }
-    join();
-    // The previous save failed and was not reported on some rank: report it on every
-    // rank (agreed, since a rank that already returned it from wait() has cleared it),
-    // and start nothing. Deciding locally could send ranks different ways here.
-    const Status previous = pending_ && !pending_->ok() ? pending_->status() : Status();
-    pending_.reset();
-    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, previous));
+    DISTCKPT_RETURN_IF_ERROR(prepare("save_async"));
     // Single files are written from tensors gathered while the caller waits: there is
     // nothing to stage, so they are not saved in the background (yet).
     const bool single = internal_format::driver(options.format).single_file || options.integrated;
@@ -87,7 +77,14 @@ class AsyncCheckpointer::Impl {
                                          [&] { return writer->finish(fsync); });
       writer.reset();  // joins the stream's thread; its slabs are back in the pool
       session.frame.result.write_s = stage_s + write_timer.seconds();
-      pending_ = internal_collective::finish_save(*bg_, session, crcs);
+      auto saved = internal_collective::finish_save(*bg_, session, crcs);
+      if (saved.ok()) {
+        LocalSaveResult wrapped;
+        wrapped.save = std::move(saved).value();
+        pending_ = std::move(wrapped);
+      } else {
+        pending_ = Result<LocalSaveResult>(saved.status());
+      }
       running_ = false;
     };
     // Shared, so that it is still here to run when the thread cannot be created.
@@ -104,12 +101,74 @@ class AsyncCheckpointer::Impl {
   }
 
   Result<SaveResult> wait() {
+    DISTCKPT_ASSIGN_OR_RETURN(LocalSaveResult r, wait_local());
+    return r.save;
+  }
+
+  Result<LocalSaveResult> wait_local() {
     join();
     if (!pending_) return not_found("wait: no save in flight or unreported");
-    Result<SaveResult> r = std::move(*pending_);
+    Result<LocalSaveResult> r = std::move(*pending_);
     pending_.reset();
     return r;
   }
+
+  // A save whose data file is staged here and whose finish runs in the background
+  // (the local tier's: tier/async_local.cc). The same frame as save_async.
+  Status start_staged(std::unique_ptr<internal_collective::StagedSave> job, const StateDict& state) {
+    Timer stage_timer;
+    std::unique_ptr<StreamWriter> writer;
+    SaveSession& session = job->session();
+    Status staged = guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(session.local_error);
+      if (session.mine.empty()) return Status();
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
+      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
+                                              internal_collective::data_file_path(session, *fg_),
+                                              session.frame.options.checksum);
+      return internal_collective::stage_chunks(*writer, session, state, *fg_, &session.frame.result.rank_bytes_written,
+                                               &session.tags);
+    });
+    const double stage_s = stage_timer.seconds();
+    running_ = true;
+    auto finish = [this, job = std::move(job), writer = std::move(writer), staged, stage_s]() mutable {
+      Timer write_timer;
+      Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
+                                                       : Result<std::vector<uint32_t>>(staged);
+      const bool fsync = job->session().frame.options.fsync;
+      if (staged.ok() && writer)
+        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write", [&] { return writer->finish(fsync); });
+      writer.reset();
+      job->session().frame.result.write_s = stage_s + write_timer.seconds();
+      pending_ = job->finish(*bg_, crcs);
+      running_ = false;
+    };
+    auto task = std::make_shared<decltype(finish)>(std::move(finish));
+    try {
+      worker_ = std::thread([task] { (*task)(); });
+    } catch (const std::system_error&) {
+      (*task)();
+    }
+    return Status();
+  }
+
+  // What starts every background save: a save in flight is waited for (or refused), and
+  // the previous one's unreported failure is returned on every rank.
+  Status prepare(const char* what) {
+    if (options_.refuse_when_busy) {
+      // Ranks finish the background commit at slightly different times: agree.
+      const bool busy = fg_->allreduce_one(running_.load() ? 1 : 0, ReduceOp::kMax) != 0;
+      if (busy) return Status(StatusCode::kBusy, std::string(what) + ": a save is still in flight");
+    }
+    join();
+    // The previous save failed and was not reported on some rank: report it on every
+    // rank (agreed, since a rank that already returned it from wait() has cleared it),
+    // and start nothing. Deciding locally could send ranks different ways here.
+    const Status previous = pending_ && !pending_->ok() ? pending_->status() : Status();
+    pending_.reset();
+    return internal_comm::agree(*fg_, previous);
+  }
+  Comm& foreground() { return *fg_; }
 
   bool in_flight() const { return running_.load(); }
 
@@ -133,7 +192,7 @@ class AsyncCheckpointer::Impl {
   std::thread worker_;
   std::atomic<bool> running_{false};
   // Written by the worker, read by the caller's thread only after joining it.
-  std::optional<Result<SaveResult>> pending_;
+  std::optional<Result<LocalSaveResult>> pending_;  // a global save's result is its .save
 };
 
 Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(std::unique_ptr<Comm> foreground,
@@ -178,6 +237,14 @@ Status AsyncCheckpointer::save_async(const StateDict& state, const std::string& 
   return impl_->save_async(state, root, options);
 }
 Result<SaveResult> AsyncCheckpointer::wait() { return impl_->wait(); }
+Result<LocalSaveResult> AsyncCheckpointer::wait_local() { return impl_->wait_local(); }
+Status AsyncCheckpointer::start_staged(const char* what,
+                                       const std::function<Result<std::unique_ptr<internal_collective::StagedSave>>(Comm&)>& begin,
+                                       const StateDict& state) {
+  DISTCKPT_RETURN_IF_ERROR(impl_->prepare(what));
+  DISTCKPT_ASSIGN_OR_RETURN(auto job, begin(impl_->foreground()));
+  return impl_->start_staged(std::move(job), state);
+}
 bool AsyncCheckpointer::in_flight() const { return impl_->in_flight(); }
 Status AsyncCheckpointer::end() { return impl_->end(); }
 

@@ -52,7 +52,6 @@ Status CheckpointConfig::validate() const {
     if (keep_global < -1) return bad("keep_global must be -1 (keep_max) or >= 0");
     if (format != Format::kNative || integrated) return bad("the local tier keeps native sharded checkpoints only");
     if (by_epoch) return bad("by_epoch is not supported with the local tier (local_every_steps counts steps)");
-    if (async_save) return bad("async_save is not supported with the local tier yet (local saves are synchronous)");
     if (local_every_steps == 0 && local_every_seconds == 0 && !save_last)
       return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");
     if (auto r = internal_tier::parse_redundancy(local.redundancy); !r.ok()) return bad(r.status().message());

@@ -178,6 +178,11 @@ struct CheckpointManager::Impl {
     if (!in_flight) return Status();
     const Record record = *in_flight;
     in_flight.reset();
+    if (record.tier == "local") {  // a local-tier save (save_tiered)
+      auto saved = async->wait_local();
+      if (!saved.ok()) return saved.status().with_context("background local save '" + record.name + "'");
+      return after_local_commit(*saved, record, /*final_save=*/false, out);
+    }
     auto saved = async->wait();  // identical on every rank: they agreed in the background
     if (!saved.ok()) return saved.status().with_context("background save '" + record.name + "'");
     return after_commit(*saved, record, /*apply_retention=*/true, out);
@@ -214,6 +219,9 @@ struct CheckpointManager::Impl {
   // starts a pending one.
   Status poll_drain(bool wait, StepOutcome* out);
   Status start_drain(const Record& record, StepOutcome* out);
+  // Collective, after a local commit: local retention, the statistics line, and the
+  // drain the policy asks for (now and waited for, for a final save).
+  Status after_local_commit(const LocalSaveResult& saved, const Record& record, bool final_save, StepOutcome* out);
   // Collective: local retention (records first, then every node's files, and what
   // failed saves left on the nodes).
   std::vector<std::string> retain_local(std::vector<std::string>* warnings);

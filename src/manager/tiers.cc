@@ -37,21 +37,42 @@ Status CheckpointManager::Impl::save_tiered(const StateDict& view, const SaveOpt
     DISTCKPT_RETURN_IF_ERROR(poll_drain(/*wait=*/true, out));
     pending_drain.clear();
   }
+  record.tier = "local";
+  if (async && !final_save) {
+    // Returns once this rank's share is staged; written, protected and committed in the
+    // background, completed by a later call (finish_in_flight).
+    Status started = async->save_local_async(view, cfg.directory, opts, cfg.local);  // identical on every rank
+    if (!started.ok()) return save_failed(started, out);
+    record.blocking_s = blocked.seconds();
+    record.in_background = true;
+    in_flight = record;
+    out->saved = true;
+    out->in_flight = true;
+    out->tier = "local";
+    out->path = cfg.directory + "/" + opts.name;
+    if (root()) last_save_time = std::chrono::steady_clock::now();
+    return Status();
+  }
   auto saved = save_local(*comm, view, cfg.directory, opts, cfg.local);
   if (!saved.ok()) return save_failed(saved.status(), out);
   record.blocking_s = blocked.seconds();
-  ++local_saves;
   out->saved = true;
-  out->tier = "local";
   out->path = cfg.directory + "/" + opts.name;
-  out->committed.push_back(saved->save.path);
-  last_saved_step = record.step;
-  last_saved_path = out->path;
   if (root()) last_save_time = std::chrono::steady_clock::now();
+  return after_local_commit(*saved, record, final_save, out);
+}
+
+Status CheckpointManager::Impl::after_local_commit(const LocalSaveResult& saved, const Record& record, bool final_save,
+                                                   StepOutcome* out) {
+  ++local_saves;
+  out->tier = "local";
+  out->committed.push_back(saved.save.path);
+  last_saved_step = record.step;
+  last_saved_path = cfg.directory + "/" + record.name;
 
   // Local retention, then the statistics line of the local save.
   std::vector<std::string> warnings;
-  if (!saved->save.warning.empty()) warnings.push_back(saved->save.warning);
+  if (!saved.save.warning.empty()) warnings.push_back(saved.save.warning);
   const std::vector<std::string> removed = retain_local(&warnings);
   for (const auto& name : removed) out->removed.push_back("local:" + name);
   if (root()) {
@@ -61,15 +82,16 @@ Status CheckpointManager::Impl::save_tiered(const StateDict& view, const SaveOpt
     j["name"] = record.name;
     j["tier"] = "local";
     j["redundancy"] = cfg.local.redundancy;
-    j["bytes_local"] = saved->save.bytes_written;
-    j["redundancy_bytes"] = saved->redundancy_bytes;
-    j["storage_ratio"] = saved->storage_ratio;
-    j["node_bytes_max"] = saved->node_bytes_max;
+    j["async"] = record.in_background;
+    j["bytes_local"] = saved.save.bytes_written;
+    j["redundancy_bytes"] = saved.redundancy_bytes;
+    j["storage_ratio"] = saved.storage_ratio;
+    j["node_bytes_max"] = saved.node_bytes_max;
     j["blocking_s"] = record.blocking_s;
-    j["plan_s"] = saved->save.plan_s;
-    j["write_s"] = saved->save.write_s;
-    j["redundancy_s"] = saved->redundancy_s;
-    j["commit_s"] = saved->save.commit_s;
+    j["plan_s"] = saved.save.plan_s;
+    j["write_s"] = saved.save.write_s;
+    j["redundancy_s"] = saved.redundancy_s;
+    j["commit_s"] = saved.save.commit_s;
     j["removed"] = removed;
     j["warnings"] = warnings;
     j["unix_ms"] = unix_ms();

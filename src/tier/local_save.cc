@@ -32,6 +32,7 @@
 #include "tier/nodes.h"
 #include "tier/parity.h"
 #include "tier/record.h"
+#include "tier/local_save.h"
 #include "tier/streams.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
@@ -292,13 +293,17 @@ void remove_quietly(FileSystem& fs, const std::string& path) {
 }  // namespace
 }  // namespace internal_tier
 
-Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std::string& root,
-                                   const SaveOptions& options, const LocalTier& tier_in) {
-  using namespace internal_tier;
-  const LocalTier tier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
+namespace internal_tier {
+
+Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
+                                 const LocalTier& tier_in) {
   using internal_base::guarded;
   using internal_comm::agree;
-  internal_collective::SaveSession session;
+  LocalSession ls;
+  ls.tier = LocalTier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
+  ls.root = root;
+  const LocalTier& tier = ls.tier;
+  internal_collective::SaveSession& session = ls.session;
   internal_collective::SaveFrame& frame = session.frame;
   frame.fs = options.fs ? options.fs : posix_filesystem();
   frame.root = root;
@@ -309,13 +314,14 @@ Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std
   FileSystem& fs = *frame.fs;
   const int me = comm.rank();
   const std::string where = "local save: rank " + std::to_string(me);
-  const NodeMap nodes = node_map(comm);
+  ls.nodes = node_map(comm);
+  const NodeMap& nodes = ls.nodes;
   const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
   const bool leader = nodes.leader(my_node) == me;
-  LocalSaveResult out;
+  ls.leader = leader;
 
   // Step 1.
-  Redundancy red;
+  Redundancy& red = ls.red;
   Status local = guarded(where, [&]() -> Status {
     DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
     if (root.empty()) return invalid_argument("empty root directory");
@@ -393,14 +399,16 @@ Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std
   if (me == 0)
     for (const auto& w : frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
   std::string my_writes = comm.scatter(parts, 0);
-  proto::Index placed;
+  proto::Index& placed = ls.placed;
   local = guarded(where, [&]() -> Status {
     if (!placed.ParseFromString(plan_bytes)) return internal_error("the plan does not parse");
     DISTCKPT_ASSIGN_OR_RETURN(session.mine, internal_plan::decode_writes(my_writes));
     return Status();
   });
-  const std::string tmp_dir = tier.dir + "/" + tmp_name;
-  const std::string final_dir = tier.dir + "/" + options.name;
+  ls.tmp_name = tmp_name;
+  ls.tmp_dir = tier.dir + "/" + tmp_name;
+  ls.final_dir = tier.dir + "/" + options.name;
+  const std::string& tmp_dir = ls.tmp_dir;
   if (leader && local.ok()) {
     local = fs.create_dir(tmp_dir);
     if (local.ok()) local = fs.create_dir(tmp_dir + "/partner");
@@ -417,17 +425,44 @@ Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std
     cleanup();
     return st;
   }
+  for (const TensorEntry& e : state.tensors())
+    frame.result.bytes_unique +=
+        static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
   frame.result.plan_s = frame.timer.seconds();
+  return ls;
+}
 
-  // Step 2.
-  internal_base::Timer write_timer;
-  auto crcs = internal_collective::write_session(session, state, comm, &frame.result.rank_bytes_written);
-  local = crcs.status();
+Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<std::vector<uint32_t>>& crcs) {
+  using internal_base::guarded;
+  using internal_comm::agree;
+  internal_collective::SaveSession& session = ls.session;
+  internal_collective::SaveFrame& frame = session.frame;
+  FileSystem& fs = *frame.fs;
+  const LocalTier& tier = ls.tier;
+  const SaveOptions& options = frame.options;
+  const std::string& root = ls.root;
+  const NodeMap& nodes = ls.nodes;
+  const Redundancy& red = ls.red;
+  const proto::Index& placed = ls.placed;
+  const std::string& tmp_name = ls.tmp_name;
+  const std::string& tmp_dir = ls.tmp_dir;
+  const std::string& final_dir = ls.final_dir;
+  const bool leader = ls.leader;
+  const int me = comm.rank();
+  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
+  const std::string where = "local save: rank " + std::to_string(me);
+  LocalSaveResult out;
+  auto cleanup = [&] {
+    if (leader) remove_quietly(fs, tmp_dir);
+  };
+  // Step 2's agreement: every rank wrote and fsynced its data file.
+  Status local = crcs.status();
   internal_base::kill_point("local-write");
   if (Status st = agree(comm, local); !st.ok()) {
     cleanup();
     return st;
   }
+  internal_base::Timer write_timer;
 
   // Step 3.
   internal_base::Timer redundancy_timer;
@@ -443,7 +478,7 @@ Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std
   });
   internal_base::kill_point("local-redundancy");
   out.redundancy_s = redundancy_timer.seconds();
-  frame.result.write_s = write_timer.seconds();
+  frame.result.write_s += write_timer.seconds();
   if (Status st = agree(comm, local); !st.ok()) {
     cleanup();
     return st;
@@ -525,15 +560,24 @@ Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std
     out.node_bytes_max = std::max(out.node_bytes_max, stored);
     if (state_bytes > 0) out.storage_ratio = std::max(out.storage_ratio, static_cast<double>(stored) / static_cast<double>(state_bytes));
   }
-  for (const TensorEntry& e : state.tensors())
-    frame.result.bytes_unique +=
-        static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
   out.save = frame.result;
   out.save.path = record_path(root, options.name);
   out.save.bytes_written = static_cast<uint64_t>(sums[0]);
   out.save.index_bytes = static_cast<uint64_t>(sums[2]);
   out.redundancy_bytes = static_cast<uint64_t>(sums[1]);
   return out;
+}
+
+}  // namespace internal_tier
+
+Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std::string& root,
+                                   const SaveOptions& options, const LocalTier& tier) {
+  DISTCKPT_ASSIGN_OR_RETURN(internal_tier::LocalSession ls, internal_tier::begin_local(comm, state, root, options, tier));
+  // Step 2.
+  internal_base::Timer write_timer;
+  auto crcs = internal_collective::write_session(ls.session, state, comm, &ls.session.frame.result.rank_bytes_written);
+  ls.session.frame.result.write_s = write_timer.seconds();
+  return internal_tier::finish_local(comm, ls, crcs);
 }
 
 }  // namespace distckpt

@@ -1,0 +1,34 @@
+// The local-tier save in its phases (tier.h's save_local is begin, write, finish), so
+// that the asynchronous saver can stage the write and finish in the background.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collective/save_session.h"
+#include "distckpt/tier.h"
+#include "tier/nodes.h"
+#include "tier/parity.h"
+
+namespace distckpt::internal_tier {
+
+struct LocalSession {
+  internal_collective::SaveSession session;  // this rank's chunks and data file (in tmp_dir)
+  LocalTier tier;                            // dir expanded for this node
+  std::string root;
+  Redundancy red;
+  NodeMap nodes;
+  bool leader = false;  // this node's leader: makes and commits the node's directory
+  proto::Index placed;  // the plan with its placement (no checksums yet)
+  std::string tmp_name, tmp_dir, final_dir;
+};
+
+// Collective: step 1 of the protocol (local_save.cc) and every node's temporary
+// directory. Errors: those of save_local, before anything is written.
+Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
+                                 const LocalTier& tier);
+// Collective: steps 2 (agreement) to 5, given this rank's write outcome (its CRCs, or
+// its error). After a failure no record is committed and the nodes' directories go.
+Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& session, const Result<std::vector<uint32_t>>& crcs);
+
+}  // namespace distckpt::internal_tier
