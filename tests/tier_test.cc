@@ -9,12 +9,15 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/encryption.h"
 #include "distckpt/inspect.h"
+#include "distckpt/manager.h"
 #include "distckpt/tier.h"
+#include "storage/fault_fs.h"
 #include "test_util.h"
 #include "tier/parity.h"
 
@@ -325,6 +328,150 @@ TEST_F(TierTest, RefusedSetups) {
       },
       2);
   EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/x"));
+}
+
+// ---- the manager's policy ----
+
+CheckpointConfig tier_config(const std::string& root, const std::string& local) {
+  CheckpointConfig c;
+  c.directory = root;
+  c.prefix = "step";
+  c.name_template = "{prefix}-{step}";
+  c.local = {local, "auto"};
+  c.local_every_steps = 1;
+  c.global_every = 1;
+  c.keep_local = 1;
+  c.keep_max = 1;
+  return c;
+}
+
+TEST_F(TierTest, RetentionPerTierNeverRemovesWhatADrainReads) {
+  // Drains are slowed down (every write into the global root waits), so that local saves
+  // and retention run while a drain reads the local files of an older checkpoint.
+  internal_storage::FaultSpec slow;
+  slow.hook = [&](const std::string& op, const std::string& path) {
+    if (op == "write" && path.find("/global/") != std::string::npos && path.find(".tmp-") != std::string::npos)
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  };
+  auto fsys = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), slow);
+  std::mutex mu;
+  std::vector<std::string> drained, removed;
+  int overlapped = 0;
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        CheckpointConfig c = tier_config(root(), local());
+        c.fs = fsys;
+        auto mgr = CheckpointManager::create(comm, m.state, c);
+        ASSERT_TRUE(mgr.ok()) << mgr.status().to_string();
+        for (int64_t step = 1; step <= 8; ++step) {
+          auto out = (*mgr)->step_end(step, 0);
+          ASSERT_TRUE(out.ok()) << out.status().to_string();
+          EXPECT_TRUE(out->drain_error.ok()) << out->drain_error.to_string();
+          EXPECT_TRUE(out->saved);
+          EXPECT_EQ(out->tier, "local");
+          if (comm.rank() == 0) {
+            std::lock_guard<std::mutex> lock(mu);
+            for (auto& d : out->drained) drained.push_back(d);
+            for (auto& r : out->removed) removed.push_back(r);
+            if (out->drained.empty() && step > 1) ++overlapped;
+          }
+        }
+        auto last = (*mgr)->end(8, 0);
+        ASSERT_TRUE(last.ok()) << last.status().to_string();
+        EXPECT_TRUE(last->drain_error.ok()) << last->drain_error.to_string();
+        if (comm.rank() == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          for (auto& d : last->drained) drained.push_back(d);
+        }
+      },
+      2);
+  EXPECT_GT(overlapped, 0) << "no local save happened while a drain was in flight";
+  ASSERT_FALSE(drained.empty());
+  EXPECT_EQ(drained.back(), root() + "/step-8") << "end() drains the final state";
+  // Retention per tier: one local record, one global checkpoint, both the newest.
+  auto records = list_local_records(root());
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].name, "step-8");
+  EXPECT_TRUE((*records)[0].global);
+  auto listing = list_checkpoints(root());
+  ASSERT_TRUE(listing.ok());
+  std::vector<std::string> global;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted) global.push_back(e.name);
+  EXPECT_EQ(global, std::vector<std::string>{"step-8"});
+  bool local_removed = false;
+  for (const auto& r : removed) local_removed |= r.rfind("local:", 0) == 0;
+  EXPECT_TRUE(local_removed);
+  // Only the newest checkpoint's files are left on each node.
+  for (int n = 0; n < 2; ++n) {
+    std::set<std::string> left;
+    for (const auto& e : fs::directory_iterator(node_dir(n)))
+      if (e.is_directory()) left.insert(e.path().filename().string());
+    EXPECT_EQ(left, std::set<std::string>{"step-8"}) << "node " << n;
+  }
+}
+
+TEST_F(TierTest, AsyncLocalSavesCommitInTheBackgroundAndResume) {
+  auto fg = internal_comm::make_local_comms(4, 2);
+  auto bg = internal_comm::make_local_comms(4, 2);
+  std::mutex mu;
+  std::vector<std::string> committed;
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        AsyncOptions small;
+        small.staging_bytes = 1 << 20;
+        small.slab_bytes = 256 << 10;
+        const auto r = static_cast<std::size_t>(comm.rank());
+        auto async = AsyncCheckpointer::create(std::move(fg[r]), std::move(bg[r]), small);
+        ASSERT_TRUE(async.ok()) << async.status().to_string();
+        Model m(comm.rank(), 2, 2);
+        CheckpointConfig c = tier_config(root(), local());
+        c.async_save = true;
+        c.local_every_steps = 2;
+        c.global_every = 2;
+        c.keep_local = 2;
+        c.keep_max = 0;
+        auto mgr = CheckpointManager::create(comm, m.state, c, std::move(*async));
+        ASSERT_TRUE(mgr.ok()) << mgr.status().to_string();
+        for (int64_t step = 1; step <= 6; ++step) {
+          auto out = (*mgr)->step_end(step, 0);
+          ASSERT_TRUE(out.ok()) << out.status().to_string();
+          if (step % 2 == 0) {
+            EXPECT_TRUE(out->saved && out->in_flight);
+          }
+          if (comm.rank() == 0)
+            for (auto& d : out->committed) {
+              std::lock_guard<std::mutex> lock(mu);
+              committed.push_back(d);
+            }
+        }
+        auto last = (*mgr)->end(6, 0);
+        ASSERT_TRUE(last.ok()) << last.status().to_string();
+        EXPECT_TRUE(last->drain_error.ok());
+      },
+      2);
+  EXPECT_GE(committed.size(), 2u);
+  // A new job resumes step 6 from the hosts' local tier.
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 2, 2);
+        const auto expected = m.buffers;
+        m.zero();
+        auto mgr = CheckpointManager::create(comm, m.state, tier_config(root(), local()));
+        ASSERT_TRUE(mgr.ok());
+        auto resumed = (*mgr)->resume();
+        ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+        EXPECT_EQ(resumed->step, 6);
+        EXPECT_GT(resumed->sources.local, 0u);
+        EXPECT_EQ(resumed->sources.global, 0u);
+        EXPECT_EQ(m.buffers, expected);
+      },
+      2);
 }
 
 }  // namespace

@@ -297,11 +297,31 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   return 0;
 }
 
+// A root whose newest checkpoint is at the local tier only: this tool reads the global
+// root, so it says which checkpoint it uses instead (on stderr).
+void note_newer_local(const std::string& root, const std::string& resolved) {
+  if (resolved == root) return;  // a checkpoint was named
+  auto records = list_local_records(root);
+  if (!records.ok() || records->empty()) return;
+  auto listing = list_checkpoints(root);
+  uint64_t seq = 0;
+  if (listing.ok())
+    for (const auto& e : listing->entries)
+      if (e.state == EntryState::kCommitted && root + "/" + e.name == resolved) seq = e.commit_seq;
+  const TierRecordInfo& newest = records->front();
+  if (newest.global || newest.commit_seq <= seq) return;
+  std::fprintf(stderr,
+               "note: the newest checkpoint, %s (step %lld), is at the local tier only (its files are on the nodes "
+               "that saved it); using the newest global checkpoint, %s\n",
+               printable(newest.name).c_str(), static_cast<long long>(newest.step), printable(resolved).c_str());
+}
+
 int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unchecked, const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
+  note_newer_local(path, *dir);
   VerifyOptions options;
   options.deep = deep;
   options.key = *key;
@@ -404,6 +424,7 @@ int cmd_publish(const PublishArgs& args) {
   options.key = *key;
   options.only = args.only;
   options.directory = args.out_dir;
+  if (auto dir = resolve_checkpoint(args.src); dir.ok()) note_newer_local(args.src, *dir);
   auto result = publish_checkpoint(args.src, options);
   if (!result.ok()) return fail(result.status());
   if (args.json) {

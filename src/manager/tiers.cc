@@ -162,6 +162,11 @@ Status CheckpointManager::Impl::poll_drain(bool wait, StepOutcome* out) {
       StepOutcome global;
       DISTCKPT_RETURN_IF_ERROR(after_commit(result.save, done, /*apply_retention=*/true, &global));
       for (auto& r : global.removed) out->removed.push_back(r);
+      // A local checkpoint kept only because it was being drained may go now.
+      std::vector<std::string> warnings;
+      for (const auto& name : retain_local(&warnings)) out->removed.push_back("local:" + name);
+      if (root())
+        for (const auto& w : warnings) std::fprintf(stderr, "distckpt: %s: %s\n", where().c_str(), w.c_str());
     }
     if (!pending_drain.empty()) {
       const Record next = pending_record;
