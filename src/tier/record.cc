@@ -1,8 +1,10 @@
 #include "tier/record.h"
 
+#include <algorithm>
 #include <set>
 
 #include "format/native/index_codec.h"
+#include "tier/streams.h"
 #include "transform/cipher.h"
 
 namespace distckpt::internal_tier {
@@ -85,9 +87,18 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
     if (tf.writer_rank() < 0 || tf.writer_rank() >= index.world_size()) return bad("a file's writer rank");
     if (tf.solo_bytes() > size) return bad("file '" + index.files(f).name() + "': solo bytes beyond its size");
     if (tf.copies_size() < 1 || tf.copies_size() > p.nodes_size() * 2) return bad("file '" + index.files(f).name() + "': copy count");
-    for (const auto& c : tf.copies())
+    int primaries = 0;
+    for (const auto& c : tf.copies()) {
       if (c.node() >= static_cast<uint32_t>(p.nodes_size()) || c.kind() > kPartner || c.bytes() > size)
         return bad("file '" + index.files(f).name() + "': a copy's node, kind or size is out of range");
+      if (c.kind() == kPrimary) {
+        ++primaries;
+        const auto& ranks = p.nodes(static_cast<int>(c.node())).ranks();
+        if (c.bytes() != size || std::find(ranks.begin(), ranks.end(), tf.writer_rank()) == ranks.end())
+          return bad("file '" + index.files(f).name() + "': its own copy is not whole, or not on its writer's node");
+      }
+    }
+    if (primaries != 1) return bad("file '" + index.files(f).name() + "': " + std::to_string(primaries) + " own copies");
   }
   auto parsed = parse_redundancy(p.redundancy());
   if (!parsed.ok()) return bad(parsed.status().message());
@@ -99,10 +110,18 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
   if (p.data_segments() != static_cast<uint32_t>(r.k) || p.parity_segments() != static_cast<uint32_t>(r.m))
     return bad("segment counts differ from " + r.to_string());
   std::set<uint32_t> grouped;
+  const std::vector<uint64_t> streams = stream_lengths(index);
   for (const auto& g : p.groups()) {
     if (g.nodes_size() < r.k + r.m) return bad("a parity group of " + std::to_string(g.nodes_size()) + " nodes");
     if (g.parity_crc32c_size() != g.nodes_size()) return bad("parity checksums per group node");
-    if (g.segment_bytes() > (uint64_t{1} << 48)) return bad("segment size");
+    // A segment is a k-th of the group's longest stream, rounded up: never more (memory
+    // for a rebuild is allocated from it).
+    uint64_t longest = 0;
+    for (uint32_t n : g.nodes())
+      if (n < streams.size()) longest = std::max(longest, streams[n]);
+    if (g.segment_bytes() != (longest + static_cast<uint64_t>(r.k) - 1) / static_cast<uint64_t>(r.k))
+      return bad("a parity segment of " + std::to_string(g.segment_bytes()) + " bytes for streams of at most " +
+                 std::to_string(longest));
     for (uint32_t n : g.nodes())
       if (n >= static_cast<uint32_t>(p.nodes_size()) || !grouped.insert(n).second) return bad("a group's node");
   }
