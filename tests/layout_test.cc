@@ -145,6 +145,21 @@ TEST(LayoutTest, TilingCheckScalesToManyBoxes) {
   EXPECT_FALSE(TensorLayout::from_boxes({300, 300}, grid).ok());
 }
 
+// Irregular splits (extents that overlap without being equal on a dim) take the
+// pairwise path of the check: a tiling passes, an overlap of equal volume is named.
+TEST(LayoutTest, TilingCheckIrregularSplits) {
+  const std::vector<std::vector<Box>> tiles = {
+      {Box{{0, 0}, {3, 2}}, Box{{0, 2}, {2, 2}}}, {Box{{2, 2}, {2, 2}}, Box{{3, 0}, {1, 2}}}};
+  EXPECT_TRUE(TensorLayout::from_boxes({4, 4}, tiles).ok());
+  // Same volume (16) but [0:2, 2:4] and [1:3, 2:4] share a row and [3:4, 2:4] is a gap.
+  const std::vector<std::vector<Box>> overlapping = {
+      {Box{{0, 0}, {3, 2}}, Box{{0, 2}, {2, 2}}}, {Box{{1, 2}, {2, 2}}, Box{{3, 0}, {1, 2}}}};
+  auto bad = TensorLayout::from_boxes({4, 4}, overlapping);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("[0:2, 2:4] and [1:3, 2:4] overlap"), std::string::npos)
+      << bad.status().message();
+}
+
 // replica_group and group_index are computed arithmetically (no scan of the group):
 // they must equal the definition (members whose slice box is identical) for groups
 // given as the identity, a contiguous run (a pipeline stage) and a permutation.

@@ -312,6 +312,75 @@ TEST_F(TierTest, LossesBeyondRedundancyFallBackToAnOlderCheckpoint) {
   EXPECT_NE(r.skipped[0].find("s2"), std::string::npos);
 }
 
+// A name belongs to one checkpoint across the tiers: a global save does not take a
+// record's name, and a global checkpoint that is not the record's drained copy (another
+// step) never fills in for its lost local bytes.
+TEST_F(TierTest, ANameIsOneCheckpointAcrossTiers) {
+  save_at(4, 2, 1, 4, "none", 2);
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        SaveOptions o;
+        o.name = "s2";
+        auto clash = save(comm, m.state, root(), o);
+        EXPECT_EQ(clash.status().code(), StatusCode::kAlreadyExists) << clash.status().to_string();
+        // The same bytes at another step, saved globally elsewhere and put under this root.
+        o.step = 9;
+        ASSERT_TRUE(save(comm, m.state, tmp_.path() + "/other", o).ok());
+      },
+      2);
+  EXPECT_FALSE(fs::exists(root() + "/s2"));
+  fs::rename(tmp_.path() + "/other/s2", root() + "/s2");
+  fs::remove_all(node_dir(1));  // redundancy none: node 1's bytes are gone
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        auto r = restore(comm, m.state, root(), {local(), "auto"}, {});
+        EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
+        EXPECT_NE(r.status().message().find("was not drained"), std::string::npos) << r.status().to_string();
+      },
+      2);
+}
+
+// A save that does not move `latest` (an exception save) is listed, restorable by
+// name, but never the default resume point.
+TEST_F(TierTest, SavesThatDoNotMoveLatestAreNotResumedByDefault) {
+  save_at(4, 2, 1, 4, "none", 1);
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        SaveOptions o;
+        o.name = "crash";
+        o.step = 2;
+        o.update_latest = false;
+        ASSERT_TRUE(save_local(comm, m.state, root(), o, {local(), "none"}).ok());
+      },
+      2);
+  auto records = list_local_records(root());
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].name, "crash");
+  EXPECT_FALSE((*records)[0].advances_latest);
+  EXPECT_TRUE((*records)[1].advances_latest);
+  EXPECT_EQ(restore_at(4, 2, 1, 4).name, "s1");
+  RestoreOptions by_name;
+  by_name.name = "crash";
+  EXPECT_EQ(restore_at(4, 2, 1, 4, by_name).name, "crash");
+  RestoreOptions hostile;
+  hostile.name = "../s1";
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        auto r = restore(comm, m.state, root(), {local(), "auto"}, hostile);
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+      },
+      2);
+}
+
 TEST_F(TierTest, RefusedSetups) {
   run_local_ranks(
       6,

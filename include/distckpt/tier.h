@@ -128,6 +128,7 @@ struct TierRecordInfo {
   int nodes = 0;
   std::string redundancy;
   bool global = false;  // a global checkpoint of the same name is committed (drained)
+  bool advances_latest = false;  // saved to move `latest` (false: an exception save): a resume candidate
 };
 Result<std::vector<TierRecordInfo>> list_local_records(const std::string& root, std::shared_ptr<FileSystem> fs = nullptr);
 

@@ -24,6 +24,11 @@ std::string random_hex() {
 
 }  // namespace
 
+std::string local_records_dir(const std::string& root) { return root + "/" + kMetaDir + "/tier"; }
+std::string local_record_path(const std::string& root, const std::string& name) {
+  return local_records_dir(root) + "/" + name;
+}
+
 Status validate_checkpoint_name(const std::string& name) {
   if (!internal_format::valid_file_name(name) || name == kLatestFileName || name.rfind(kMetaDir, 0) == 0 ||
       name.find(kTmpMarker) != std::string::npos || !internal_base::is_printable_utf8(name))

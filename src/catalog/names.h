@@ -21,6 +21,12 @@ inline constexpr const char* kTmpMarker = ".tmp-";
 // "<name>.tmp-deleting-<16 hex>": a checkpoint being removed (retire.h).
 inline constexpr const char* kTrashMarker = ".tmp-deleting-";
 
+// The local tier's records: "<root>/.distckpt/tier/<name>" (tier/record.h). A global
+// save never takes a name with a record: its drain would commit a second, unrelated
+// checkpoint under it.
+std::string local_records_dir(const std::string& root);
+std::string local_record_path(const std::string& root, const std::string& name);
+
 // kInvalidArgument unless `name` can be a checkpoint's name in a root: printable UTF-8,
 // non-empty, at most 255 bytes, no '/', not "." / ".." / "latest", no ".tmp-", not
 // starting with ".distckpt".

@@ -150,7 +150,7 @@ int cmd_ls(const std::string& root, bool as_json) {
     if (e.state == EntryState::kCommitted && e.advances_latest && e.commit_seq >= newest_seq)
       newest = e.name, newest_seq = e.commit_seq;
   for (const auto& r : *records)
-    if (r.commit_seq >= newest_seq) newest = r.name, newest_seq = r.commit_seq;
+    if (r.advances_latest && r.commit_seq >= newest_seq) newest = r.name, newest_seq = r.commit_seq;
   if (as_json) {
     json entries = json::array();
     for (const auto& e : listing->entries) {

@@ -104,13 +104,14 @@ Result<TensorLayout> TensorLayout::from_boxes(const Shape& global_shape, std::ve
   std::set<Box> unique;
   for (std::size_t m = 0; m < boxes.size(); ++m) {
     for (const Box& b : boxes[m]) {
-      const std::string where = "layout: box " + b.to_string() + " of rank " + std::to_string(ranks[m]);
+      // Built only on failure: a layout may hold 10^5 boxes.
+      const auto where = [&] { return "layout: box " + b.to_string() + " of rank " + std::to_string(ranks[m]); };
       if (b.offset.size() != global_shape.size() || b.shape.size() != global_shape.size())
-        return invalid_argument(where + " has the wrong number of dims for shape " + join(global_shape));
+        return invalid_argument(where() + " has the wrong number of dims for shape " + join(global_shape));
       for (std::size_t d = 0; d < b.shape.size(); ++d)
         if (b.shape[d] < 0 || b.offset[d] < 0)
-          return invalid_argument(where + " has a negative offset or extent");
-      if (!whole.contains(b)) return invalid_argument(where + " lies outside shape " + join(global_shape));
+          return invalid_argument(where() + " has a negative offset or extent");
+      if (!whole.contains(b)) return invalid_argument(where() + " lies outside shape " + join(global_shape));
       if (b.num_elements() > 0) unique.insert(b);
     }
   }

@@ -15,8 +15,8 @@ namespace distckpt::internal_layout {
 std::optional<int64_t> checked_num_elements(const Shape& shape);
 
 // Checks that `boxes` (non-empty boxes, duplicates already removed, each inside
-// `shape`) tile the tensor. Sorting plus a sweep along dim 0 keeps it near-linear for
-// slab splits. Returns an error message, or "" when they tile.
-std::string check_tiling(std::vector<Box> boxes, const Shape& shape);
+// `shape`) tile the tensor. O(n log n) for the grid and slab splits layouts produce
+// (see find_overlap). Returns an error message, or "" when they tile.
+std::string check_tiling(const std::vector<Box>& boxes, const Shape& shape);
 
 }  // namespace distckpt::internal_layout

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <system_error>
 
 #include "base/guard.h"
 #include "base/kill_point.h"
@@ -192,7 +193,11 @@ Result<std::unique_ptr<DrainJob>> DrainJob::start(Comm& comm, const std::string&
   job->tmp_ = job->entry_.tmp;
   comm.broadcast_string(job->tmp_, 0);
   DrainJob* raw = job.get();
-  job->thread_ = std::thread([raw] { raw->copy(); });
+  try {
+    job->thread_ = std::thread([raw] { raw->copy(); });
+  } catch (const std::system_error&) {
+    raw->copy();  // no thread to be had: copy now (slower for the loop, but the same drain)
+  }
   return job;
 }
 
@@ -289,7 +294,8 @@ Result<DrainResult> DrainJob::finish(Comm& comm) {
                                     .count());
       if (cipher_) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *cipher_, salt_));
       DISTCKPT_ASSIGN_OR_RETURN(auto committed, internal_catalog::finish_entry(*fs_, entry_, &index, options_.fsync,
-                                                                               options_.update_latest));
+                                                                               // An exception save's copy moves `latest` no more than the save did.
+                                                                               options_.update_latest && record_.advances_latest()));
       warning = committed.warning;
       return Status();
     });

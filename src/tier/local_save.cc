@@ -187,7 +187,17 @@ Status send_partner_copies(Comm& comm, FileSystem& fs, const proto::Index& index
       else status = file.status();
     }
   }
+  // One buffer per job of this rank, sized for a piece, made before any exchange: an
+  // allocation failing on one rank fails the agreement instead of leaving its peers
+  // waiting in Comm::transfer.
   std::vector<std::vector<char>> buffers(jobs.size());
+  Status allocated = guarded("partner copies: buffers", [&]() -> Status {
+    for (std::size_t i = 0; i < jobs.size(); ++i)
+      if (jobs[i].from == me || jobs[i].to == me)
+        buffers[i].resize(static_cast<std::size_t>(std::min(kPiece, jobs[i].bytes)));
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, allocated));
   for (uint64_t round = 0; round < rounds; ++round) {
     std::vector<Comm::Transfer> sends, receives;
     for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -195,7 +205,6 @@ Status send_partner_copies(Comm& comm, FileSystem& fs, const proto::Index& index
       const uint64_t at = round * kPiece;
       if (at >= j.bytes || (j.from != me && j.to != me)) continue;
       const std::size_t n = static_cast<std::size_t>(std::min(kPiece, j.bytes - at));
-      buffers[i].resize(n);
       if (j.from == me) {
         if (status.ok()) status = sources[j.file]->read_at(buffers[i].data(), n, at);
         sends.push_back({j.to, buffers[i].data(), n});
@@ -207,8 +216,9 @@ Status send_partner_copies(Comm& comm, FileSystem& fs, const proto::Index& index
       const Job& j = jobs[i];
       const uint64_t at = round * kPiece;
       if (j.to != me || at >= j.bytes || !status.ok()) continue;
-      status = copies[j.file]->write_at(buffers[i].data(), buffers[i].size(), at);
-      *bytes_written += buffers[i].size();
+      const std::size_t n = static_cast<std::size_t>(std::min(kPiece, j.bytes - at));
+      status = copies[j.file]->write_at(buffers[i].data(), n, at);
+      *bytes_written += n;
     }
   }
   for (auto& [f, file] : copies) {
@@ -237,11 +247,22 @@ Result<uint32_t> write_parity(Comm& comm, FileSystem& fs, const proto::Index& in
     // Ranks outside the group, and non-leaders, only take part in the exchange (every
     // rank calls Comm::transfer alike).
     const bool part = pos >= 0 && leader;
-    std::vector<uint8_t> stream;
-    if (part) stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
-    if (part && S > 0) status = read_stream(fs, index, my_node, local_dir, tmp_name, stream.data(), stream.size());
+    // Every buffer before the exchange, agreed: an allocation failing on one rank must
+    // not leave its peers waiting in Comm::transfer.
+    std::vector<uint8_t> stream, parity;
+    std::vector<std::vector<uint8_t>> received(static_cast<std::size_t>(red.m * red.k)), encoded;
+    Status allocated = guarded("parity: buffers", [&]() -> Status {
+      if (!part) return Status();
+      stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
+      parity.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
+      for (auto& buf : received) buf.resize(static_cast<std::size_t>(S));
+      encoded.assign(static_cast<std::size_t>(red.m), std::vector<uint8_t>(static_cast<std::size_t>(S)));
+      return Status();
+    });
+    DISTCKPT_RETURN_IF_ERROR(agree(comm, allocated));
+    if (part && S > 0 && status.ok())
+      status = read_stream(fs, index, my_node, local_dir, tmp_name, stream.data(), stream.size());
     // My parity stripes: j with (pos - j) mod G == k + q.
-    std::vector<std::vector<uint8_t>> received(static_cast<std::size_t>(red.m * red.k));
     std::vector<Comm::Transfer> sends, receives;
     for (int j = 0; j < G && S > 0 && part; ++j) {
       const std::vector<int> members = stripe_nodes(j, G, red);
@@ -253,22 +274,19 @@ Result<uint32_t> write_parity(Comm& comm, FileSystem& fs, const proto::Index& in
             sends.push_back({to, stream.data() + static_cast<std::size_t>(d) * S, static_cast<std::size_t>(S)});
           if (members[static_cast<std::size_t>(red.k + q)] == pos) {
             auto& buf = received[static_cast<std::size_t>(q * red.k + d)];
-            buf.resize(static_cast<std::size_t>(S));
             receives.push_back({from, buf.data(), static_cast<std::size_t>(S)});
           }
         }
     }
     comm.transfer(sends, receives);
     if (!part) continue;
-    std::vector<uint8_t> parity(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
     for (int q = 0; q < red.m && S > 0; ++q) {
       std::vector<const uint8_t*> data;
       for (int d = 0; d < red.k; ++d) data.push_back(received[static_cast<std::size_t>(q * red.k + d)].data());
-      std::vector<std::vector<uint8_t>> all(static_cast<std::size_t>(red.m), std::vector<uint8_t>(static_cast<std::size_t>(S)));
       std::vector<uint8_t*> out;
-      for (auto& a : all) out.push_back(a.data());
+      for (auto& a : encoded) out.push_back(a.data());
       encode_stripe(red, data, out, static_cast<std::size_t>(S));
-      std::memcpy(parity.data() + static_cast<std::size_t>(q) * S, all[static_cast<std::size_t>(q)].data(), static_cast<std::size_t>(S));
+      std::memcpy(parity.data() + static_cast<std::size_t>(q) * S, encoded[static_cast<std::size_t>(q)].data(), static_cast<std::size_t>(S));
     }
     if (status.ok()) {
       status = guarded("parity", [&]() -> Status {
@@ -535,13 +553,18 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   }
 
   // Step 5.
+  std::string record_warning;
   if (me == 0)
-    local = guarded("local save: rank 0: commit the record",
-                    [&] { return write_atomically(fs, record_path(root, options.name), record, frame.options.fsync); });
+    local = guarded("local save: rank 0: commit the record", [&] {
+      return write_atomically(fs, record_path(root, options.name), record, frame.options.fsync, &record_warning);
+    });
   if (Status st = agree(comm, local); !st.ok()) {
     if (leader) remove_quietly(fs, final_dir);
     return st;
   }
+  comm.broadcast_string(record_warning, 0);
+  if (!record_warning.empty())
+    frame.result.warning += (frame.result.warning.empty() ? "" : "; ") + ("local save: " + record_warning);
   frame.result.commit_s = commit_timer.seconds();
 
   // The sums: per node, the state its ranks hold once (their data files) and the

@@ -1,5 +1,7 @@
 #include "tier/record.h"
 
+#include "catalog/names.h"
+
 #include <algorithm>
 #include <set>
 
@@ -9,8 +11,10 @@
 
 namespace distckpt::internal_tier {
 
-std::string records_dir(const std::string& root) { return root + "/.distckpt/tier"; }
-std::string record_path(const std::string& root, const std::string& name) { return records_dir(root) + "/" + name; }
+std::string records_dir(const std::string& root) { return internal_catalog::local_records_dir(root); }
+std::string record_path(const std::string& root, const std::string& name) {
+  return internal_catalog::local_record_path(root, name);
+}
 
 std::string copy_path(const std::string& local_dir, const std::string& name, const std::string& file, uint32_t kind) {
   return local_dir + "/" + name + (kind == kPartner ? "/partner/" : "/") + file;
@@ -42,7 +46,8 @@ Result<std::string> ensure_node_id(FileSystem& fs, const std::string& dir) {
   return id;
 }
 
-Status write_atomically(FileSystem& fs, const std::string& path, const std::string& bytes, bool fsync) {
+Status write_atomically(FileSystem& fs, const std::string& path, const std::string& bytes, bool fsync,
+                        std::string* warning) {
   const std::string tmp = path + ".tmp";
   if (fsync) {
     DISTCKPT_RETURN_IF_ERROR(write_file_synced(fs, tmp, bytes));
@@ -57,7 +62,12 @@ Status write_atomically(FileSystem& fs, const std::string& path, const std::stri
     return renamed;
   }
   const std::string dir = path.substr(0, path.find_last_of('/'));
-  if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(dir));
+  if (!fsync) return Status();
+  Status synced = fs.sync_dir(dir);
+  if (synced.ok() || !warning) return synced;
+  // The rename is visible: the file is in place, only its durability across a power
+  // loss is in doubt. Removing it now would be worse (a reader may have seen it).
+  *warning = "'" + path + "' is in place but its directory was not synced: " + synced.to_string();
   return Status();
 }
 
@@ -74,6 +84,7 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
   for (const auto& n : p.nodes()) {
     if (n.node_id().size() != kNodeIdBytes) return bad("a node id of " + std::to_string(n.node_id().size()) + " bytes");
     if (!ids.insert(n.node_id()).second) return bad("a node id listed twice");
+    if (n.ranks_size() == 0) return bad("a node with no ranks");
     for (int r : n.ranks())
       if (r < 0 || r >= index.world_size() || !ranks.insert(r).second)
         return bad("rank " + std::to_string(r) + " out of range or on two nodes");
@@ -98,7 +109,10 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
           return bad("file '" + index.files(f).name() + "': its own copy is not whole, or not on its writer's node");
       }
     }
-    if (primaries != 1) return bad("file '" + index.files(f).name() + "': " + std::to_string(primaries) + " own copies");
+    // Readers take copies(0) as the writer's own (a node's stream is its own files).
+    if (primaries != 1 || tf.copies(0).kind() != kPrimary)
+      return bad("file '" + index.files(f).name() + "': " + std::to_string(primaries) +
+                 " own copies, or the own copy is not listed first");
   }
   auto parsed = parse_redundancy(p.redundancy());
   if (!parsed.ok()) return bad(parsed.status().message());

@@ -38,8 +38,10 @@ Result<std::string> ensure_node_id(FileSystem& fs, const std::string& dir);
 std::string read_node_id(FileSystem& fs, const std::string& dir);
 
 // Writes `bytes` to `path` through a temporary file, fsynced and renamed (replacing),
-// then fsyncs the directory.
-Status write_atomically(FileSystem& fs, const std::string& path, const std::string& bytes, bool fsync);
+// then fsyncs the directory. With `warning`, a failure of that last fsync (the file is
+// already in place) is reported there instead of as an error.
+Status write_atomically(FileSystem& fs, const std::string& path, const std::string& bytes, bool fsync,
+                        std::string* warning = nullptr);
 
 // The record at `path`: framed, parsed and validated (the index as every reader
 // validates it, and the placement: every node, file and group number in range). An

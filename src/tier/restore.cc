@@ -18,6 +18,7 @@
 //      job); with no global copy the checkpoint is not restorable and the next older
 //      one is tried.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
@@ -116,9 +117,9 @@ std::vector<int> plan_round(const Attempt& a, const std::vector<int>& pending, c
     if (auto it = chosen.find({p.distinct, mine}); it != chosen.end()) copy = it->second;
     for (int c : d.copies)
       if (copy < 0 && a.copies[static_cast<std::size_t>(c)].usable && a.copies[static_cast<std::size_t>(c)].node == mine) copy = c;
-    if (copy < 0) {
-      for (const auto& [key, c] : chosen)
-        if (key.first == p.distinct && key.second >= 0) copy = c;
+    if (copy < 0) {  // a node copy already chosen for this chunk (keys ordered: node -1 first)
+      for (auto it = chosen.lower_bound({p.distinct, 0}); it != chosen.end() && it->first.first == p.distinct; ++it)
+        copy = it->second;
     }
     if (copy < 0) {
       int best = -1;
@@ -203,7 +204,15 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
         held.bytes = static_cast<char*>(state.tensors()[static_cast<std::size_t>(p.state_tensor)].buffers[static_cast<std::size_t>(p.box)]);
     }
     if (held.bytes == nullptr) {
-      held.owned.reset(new char[static_cast<std::size_t>(a.distinct[static_cast<std::size_t>(c.distinct)].plain_bytes)]);
+      // Out of memory is this restore's failure (agreed below), not a lost copy.
+      Status made = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
+        held.owned.reset(new char[static_cast<std::size_t>(a.distinct[static_cast<std::size_t>(c.distinct)].plain_bytes)]);
+        return Status();
+      });
+      if (!made.ok()) {
+        if (fatal->ok()) *fatal = made;
+        break;
+      }
       held.bytes = held.owned.get();
     }
     Status st = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
@@ -240,47 +249,56 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     int piece;
   };
   std::vector<Landing> landings;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    const int copy = used[i];
-    if (copy < 0 || failed[static_cast<std::size_t>(copy)]) {
-      still.push_back(pending[i]);
-      continue;
-    }
-    const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
-    const Copy& c = a.copies[static_cast<std::size_t>(copy)];
-    const int reader = reader_of.at(copy);
-    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
-    const std::size_t item = dtype_size(e.dtype);
-    const Box chunk_box = a.distinct[static_cast<std::size_t>(p.distinct)].box;
-    void* box_buffer = p.rank == me ? e.buffers[static_cast<std::size_t>(p.box)] : nullptr;
-    if (p.rank == me) {
-      const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == nodes.node_of[static_cast<std::size_t>(me)] ? kLocal : kPeer;
-      uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
-                             &counters->sources.global};
-      *counter[source] += p.bytes;
-      counters->needed += p.bytes;
-    }
-    if (reader == me && p.rank == me) {
-      char* from = data.at(copy).bytes;
-      if (from != box_buffer)
-        copy_box(from, chunk_box, box_buffer, e.boxes[static_cast<std::size_t>(p.box)], p.region, item);
-    } else if (reader == me) {
-      char* from = data.at(copy).bytes;
-      if (!(p.region == chunk_box)) {  // a part of the chunk: packed row-major
-        packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
-        copy_box(from, chunk_box, packed.back().get(), p.region, p.region, item);
-        from = packed.back().get();
+  // Inside guarded and agreed before the exchange: a staging buffer that cannot be made
+  // on one rank must not leave its peers waiting in Comm::transfer.
+  Status staged = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const int copy = used[i];
+      if (copy < 0 || failed[static_cast<std::size_t>(copy)]) {
+        still.push_back(pending[i]);
+        continue;
       }
-      sends.push_back({p.rank, from, static_cast<std::size_t>(p.bytes)});
-    } else if (p.rank == me) {
-      if (whole(i)) {
-        receives.push_back({reader, box_buffer, static_cast<std::size_t>(p.bytes)});
-      } else {
-        packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
-        receives.push_back({reader, packed.back().get(), static_cast<std::size_t>(p.bytes)});
-        landings.push_back({packed.back().get(), pending[i]});
+      const Piece& p = a.pieces[static_cast<std::size_t>(pending[i])];
+      const Copy& c = a.copies[static_cast<std::size_t>(copy)];
+      const int reader = reader_of.at(copy);
+      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];
+      const std::size_t item = dtype_size(e.dtype);
+      const Box chunk_box = a.distinct[static_cast<std::size_t>(p.distinct)].box;
+      void* box_buffer = p.rank == me ? e.buffers[static_cast<std::size_t>(p.box)] : nullptr;
+      if (p.rank == me) {
+        const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == nodes.node_of[static_cast<std::size_t>(me)] ? kLocal : kPeer;
+        uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
+                               &counters->sources.global};
+        *counter[source] += p.bytes;
+        counters->needed += p.bytes;
+      }
+      if (reader == me && p.rank == me) {
+        char* from = data.at(copy).bytes;
+        if (from != box_buffer)
+          copy_box(from, chunk_box, box_buffer, e.boxes[static_cast<std::size_t>(p.box)], p.region, item);
+      } else if (reader == me) {
+        char* from = data.at(copy).bytes;
+        if (!(p.region == chunk_box)) {  // a part of the chunk: packed row-major
+          packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
+          copy_box(from, chunk_box, packed.back().get(), p.region, p.region, item);
+          from = packed.back().get();
+        }
+        sends.push_back({p.rank, from, static_cast<std::size_t>(p.bytes)});
+      } else if (p.rank == me) {
+        if (whole(i)) {
+          receives.push_back({reader, box_buffer, static_cast<std::size_t>(p.bytes)});
+        } else {
+          packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
+          receives.push_back({reader, packed.back().get(), static_cast<std::size_t>(p.bytes)});
+          landings.push_back({packed.back().get(), pending[i]});
+        }
       }
     }
+    return Status();
+  });
+  if (Status st = agree(comm, staged); !st.ok()) {
+    *fatal = st;
+    return {};
   }
   comm.transfer(sends, receives);  // every rank alike
   for (const Landing& l : landings) {
@@ -324,9 +342,12 @@ Status rebuild(Comm& comm, FileSystem& fs, Attempt& a, const LocalTier& tier, co
     for (int i = 0; i < G; ++i)
       if (!lost[static_cast<std::size_t>(i)] && leader_of(i) == me) my_pos = i;
     if (my_pos >= 0) {
-      stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
-      parity.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
-      Status st = read_stream(fs, a.record, static_cast<int>(g.nodes(my_pos)), tier.dir, a.name, stream.data(), stream.size());
+      // Inside guarded: an allocation that fails on one rank must not skip the agreement.
+      Status st = guarded(where, [&]() -> Status {
+        stream.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.k), 0);
+        parity.assign(static_cast<std::size_t>(S) * static_cast<std::size_t>(red.m), 0);
+        return read_stream(fs, a.record, static_cast<int>(g.nodes(my_pos)), tier.dir, a.name, stream.data(), stream.size());
+      });
       if (st.ok())
         st = guarded(where, [&]() -> Status {
           DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(tier.dir + "/" + a.name + "/" + kParityFile));
@@ -344,27 +365,31 @@ Status rebuild(Comm& comm, FileSystem& fs, Attempt& a, const LocalTier& tier, co
     // Every stripe with a lost data segment: the rebuilder collects the others.
     std::map<int, std::vector<std::vector<uint8_t>>> stripes;  // stripe -> k + m segments (rebuilder)
     std::vector<Comm::Transfer> sends, receives;
-    for (int j = 0; j < G; ++j) {
-      const std::vector<int> members = stripe_nodes(j, G, red);
-      bool wants = false;
-      for (int d = 0; d < red.k; ++d)
-        if (lost[static_cast<std::size_t>(members[static_cast<std::size_t>(d)])]) wants = true;
-      if (!wants) continue;
-      if (me == rebuilder) stripes[j].assign(static_cast<std::size_t>(red.k + red.m), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
-      for (int s = 0; s < red.k + red.m; ++s) {
-        const int pos = members[static_cast<std::size_t>(s)];
-        if (lost[static_cast<std::size_t>(pos)]) continue;
-        uint8_t* src = s < red.k ? stream.data() + static_cast<std::size_t>(s) * S
-                                 : parity.data() + static_cast<std::size_t>(s - red.k) * S;
-        if (pos == my_pos && me == rebuilder) {
-          std::memcpy(stripes[j][static_cast<std::size_t>(s)].data(), src, static_cast<std::size_t>(S));
-        } else if (pos == my_pos) {
-          sends.push_back({rebuilder, src, static_cast<std::size_t>(S)});
-        } else if (me == rebuilder) {
-          receives.push_back({leader_of(pos), stripes[j][static_cast<std::size_t>(s)].data(), static_cast<std::size_t>(S)});
+    local = guarded(where, [&]() -> Status {
+      for (int j = 0; j < G; ++j) {
+        const std::vector<int> members = stripe_nodes(j, G, red);
+        bool wants = false;
+        for (int d = 0; d < red.k; ++d)
+          if (lost[static_cast<std::size_t>(members[static_cast<std::size_t>(d)])]) wants = true;
+        if (!wants) continue;
+        if (me == rebuilder) stripes[j].assign(static_cast<std::size_t>(red.k + red.m), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
+        for (int s = 0; s < red.k + red.m; ++s) {
+          const int pos = members[static_cast<std::size_t>(s)];
+          if (lost[static_cast<std::size_t>(pos)]) continue;
+          uint8_t* src = s < red.k ? stream.data() + static_cast<std::size_t>(s) * S
+                                   : parity.data() + static_cast<std::size_t>(s - red.k) * S;
+          if (pos == my_pos && me == rebuilder) {
+            std::memcpy(stripes[j][static_cast<std::size_t>(s)].data(), src, static_cast<std::size_t>(S));
+          } else if (pos == my_pos) {
+            sends.push_back({rebuilder, src, static_cast<std::size_t>(S)});
+          } else if (me == rebuilder) {
+            receives.push_back({leader_of(pos), stripes[j][static_cast<std::size_t>(s)].data(), static_cast<std::size_t>(S)});
+          }
         }
       }
-    }
+      return Status();
+    });
+    DISTCKPT_RETURN_IF_ERROR(agree(comm, local));  // the rebuilder's buffers exist
     comm.transfer(sends, receives);  // every rank alike
     if (me == rebuilder) {
       local = guarded(where, [&]() -> Status {
@@ -490,6 +515,24 @@ Status open_and_check(proto::Index* index, const std::string& bytes, const std::
   return internal_format::check_unchecked(*index, path, options.allow_unchecked, &warning);
 }
 
+// Whether the global checkpoint of a record's name is its drained copy: the same step
+// and epoch, and every tensor of the record there with the same dtype and shape. Names
+// are reused (a checkpoint removed and saved again, or another series' save); a
+// different checkpoint's bytes must never fill in for lost local ones.
+bool is_drained_copy(const proto::Index& record, const proto::Index& global) {
+  if (record.step() != global.step() || record.epoch() != global.epoch()) return false;
+  std::map<std::string, const proto::Tensor*> by_name;
+  for (const proto::Tensor& t : global.tensors()) by_name[t.name()] = &t;
+  for (const proto::Tensor& t : record.tensors()) {
+    auto it = by_name.find(t.name());
+    if (it == by_name.end() || it->second->dtype() != t.dtype() ||
+        !std::equal(t.global_shape().begin(), t.global_shape().end(), it->second->global_shape().begin(),
+                    it->second->global_shape().end()))
+      return false;
+  }
+  return true;
+}
+
 // One attempt at `name`. kNotFound when the bytes are lost beyond every tier.
 Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
                                   const RestoreOptions& options, const std::string& name, bool use_local) {
@@ -537,6 +580,16 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  // The same indexes on every rank: the same decision.
+  if (a.has_record && a.has_global && !is_drained_copy(a.record, a.global)) {
+    if (me == 0)
+      std::fprintf(stderr,
+                   "distckpt: restore: '%s/%s' is another checkpoint than the local tier's record of that name "
+                   "(step, epoch or tensors differ): not used for it\n",
+                   root.c_str(), name.c_str());
+    a.has_global = false;
+    a.global = proto::Index();
+  }
   DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
   const proto::Index& described = a.has_record ? a.record : a.global;
 
@@ -672,9 +725,10 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
       }
       auto red = record_redundancy(a.record);
       internal_base::Timer rebuild_timer;
-      Status st = rebuild(comm, fs, a, tier, nodes, *red, lost, &counters);
+      // Agreed on every rank. Whatever failed (a damaged parity, a full disk for the
+      // rebuilt files, memory), the global copy may still have the bytes: go on to it.
+      Status st = red.ok() ? rebuild(comm, fs, a, tier, nodes, *red, lost, &counters) : red.status();
       result.rebuild_s = rebuild_timer.seconds();
-      if (!st.ok() && st.code() != StatusCode::kNotFound && st.code() != StatusCode::kCorruption) return st;
       if (!st.ok() && me == 0) std::fprintf(stderr, "distckpt: restore '%s': parity rebuild: %s\n", name.c_str(), st.to_string().c_str());
       continue;
     }
@@ -725,7 +779,7 @@ Result<std::vector<Candidate>> candidates(FileSystem& fs, const std::string& roo
   if (use_local) {
     DISTCKPT_ASSIGN_OR_RETURN(auto records, list_local_records(root, handle));
     for (const auto& r : records)
-      if (seen.insert(r.name).second) out.push_back({r.name, r.commit_seq});
+      if (r.advances_latest && seen.insert(r.name).second) out.push_back({r.name, r.commit_seq});
   }
   InspectOptions io;
   io.fs = handle;
@@ -765,6 +819,7 @@ Result<std::vector<TierRecordInfo>> list_local_records(const std::string& root, 
     info.nodes = record->tier().nodes_size();
     info.redundancy = record->tier().redundancy();
     info.global = fs->exists(root + "/" + e.name + "/" + internal_format::kIndexFileName);
+    info.advances_latest = record->advances_latest();
     out.push_back(info);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.commit_seq > b.commit_seq; });
@@ -782,6 +837,8 @@ Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& r
   Status local;
   if (comm.rank() == 0) {
     local = internal_base::guarded("restore: rank 0", [&]() -> Status {
+      // A name becomes paths under the root and the node directories: no "..", no '/'.
+      if (!options.name.empty()) DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
       DISTCKPT_ASSIGN_OR_RETURN(auto all, candidates(*handle, root, handle, use_local));
       bool started = options.name.empty();
       for (const auto& c : all) {
