@@ -105,8 +105,11 @@ TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
   for (int i = 1; i <= 6; ++i) e.push_back({"c" + std::to_string(i), static_cast<uint64_t>(i), i * 60'000, std::nullopt});
   EXPECT_EQ(retention_deletes(e, {3, 0, 0, CompareRule::kLess}), (std::vector<std::string>{"c1", "c2", "c3"}));
   EXPECT_TRUE(retention_deletes(e, {0, 0, 0, CompareRule::kLess}).empty());  // keep all
-  // One per 2 minutes of commit time: c1, c3, c5 kept by that rule; c6 by keep_max 1.
-  EXPECT_EQ(retention_deletes(e, {1, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c4"}));
+  // MindSpore's rules: keep_max set, per-minutes ignored; keep_max 0, one per 2 minutes
+  // of commit time (c1, c3, c5) and the newest (c6).
+  EXPECT_EQ(retention_deletes(e, {1, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c1", "c2", "c3", "c4", "c5"}));
+  EXPECT_EQ(retention_deletes(e, {0, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c4"}));
+  EXPECT_EQ(retention_deletes(e, {0, 10, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c3", "c4", "c5"}));
   // Best 2 by loss: c2 (0.1) and the newer of the two 0.3 (c5); NaN never counts.
   e[1].metric = 0.1;
   e[2].metric = 0.3;
@@ -150,20 +153,53 @@ TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {
   EXPECT_EQ(lines, 5);
 }
 
+// MMEngine's save_begin: every 3 steps counted from step 5 (5, 8, 11), not steps that
+// are multiples of 3 after it.
+TEST(Manager, SaveBeginCountsTheIntervalFromItself) {
+  TempDir dir;
+  std::vector<int64_t> saved_at;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 3;
+    c.save_begin = 5;
+    c.keep_max = 0;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 12; ++step) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      if (out.saved && comm.rank() == 0) saved_at.push_back(step);
+    }
+    return Status();
+  }));
+  EXPECT_EQ(saved_at, (std::vector<int64_t>{5, 8, 11}));
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
+  using Clock = std::chrono::steady_clock;
+  constexpr double kInterval = 0.03;
   std::vector<std::vector<int>> saved(3);
+  // Rank 0's clock around manager creation and each step_end: the decision is taken
+  // inside, so the bounds below hold however slow the machine (a sanitizer build may
+  // take longer than the interval to save, and then every step rightly saves).
+  Clock::time_point created_before, created_after;
+  std::vector<Clock::time_point> before(12), after(12);
   expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 3);
     CheckpointConfig c = base_config(dir.path());
     c.save_every_steps = 0;
-    c.save_every_seconds = 0.03;
+    c.save_every_seconds = kInterval;
     c.keep_max = 0;
+    if (comm.rank() == 0) created_before = Clock::now();
     DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    if (comm.rank() == 0) created_after = Clock::now();
     for (int64_t step = 1; step <= 12; ++step) {
       // Rank 2 is slow and its steps take different times: only rank 0's clock decides.
       std::this_thread::sleep_for(std::chrono::milliseconds(comm.rank() == 2 ? 3 * (step % 4) + 5 : 5));
+      const auto i = static_cast<std::size_t>(step - 1);
+      if (comm.rank() == 0) before[i] = Clock::now();
       DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      if (comm.rank() == 0) after[i] = Clock::now();
       saved[static_cast<std::size_t>(comm.rank())].push_back(out.saved);
     }
     return Status();
@@ -171,7 +207,18 @@ TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   EXPECT_EQ(saved[0], saved[1]);
   EXPECT_EQ(saved[0], saved[2]);
   EXPECT_GT(std::count(saved[0].begin(), saved[0].end(), 1), 0);
-  EXPECT_LT(std::count(saved[0].begin(), saved[0].end(), 1), 12);
+  // The interval runs from the end of the previous save (or the manager's creation),
+  // which lies between the clock readings around that call.
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  Clock::time_point prev_before = created_before, prev_after = created_after;
+  for (std::size_t i = 0; i < 12 && saved[0].size() == 12; ++i) {
+    if (saved[0][i]) {
+      EXPECT_GE(seconds(prev_before, after[i]), kInterval) << "step " << i + 1 << " saved too early";
+      prev_before = before[i], prev_after = after[i];
+    } else {
+      EXPECT_LT(seconds(prev_after, before[i]), kInterval) << "step " << i + 1 << " should have saved";
+    }
+  }
 }
 
 TEST(Manager, RestartsResumeTheSeriesAndKeepMaxHoldsAcrossThem) {

@@ -47,15 +47,23 @@ struct CheckpointConfig : SaveSettings {
   // Count steps (false) or epochs (true, MMEngine's by_epoch): with by_epoch, "every N"
   // applies to epochs, and a save happens at step_end calls with epoch_end = true.
   bool by_epoch = false;
-  // No periodic save before this step (or epoch, with by_epoch).
+  // Periodic saves start here, as MMEngine's save_begin: at steps (epochs, with
+  // by_epoch) s >= save_begin with (s - save_begin) % every == 0, s being the number
+  // of completed steps passed to step_end. Negative: refused.
   int64_t save_begin = 0;
   // end() saves the final state unless it was just saved.
   bool save_last = true;
 
   // ---- what to keep (a checkpoint is kept if any rule keeps it; the newest committed
   // one is never deleted) ----
-  int keep_max = 5;               // the newest N periodic checkpoints (0: keep all)
-  double keep_per_n_minutes = 0;  // also one per N minutes of commit time (0: off)
+  // As MindSpore's keep_checkpoint_max / keep_checkpoint_per_n_minutes:
+  //  keep_max > 0: the newest N periodic checkpoints; keep_per_n_minutes is ignored
+  //    (create() warns; MindSpore ignores it silently);
+  //  keep_max = 0, keep_per_n_minutes > 0: one per N minutes of commit time (the first
+  //    of each period), and the newest;
+  //  both 0: every checkpoint (MindSpore keeps 1 there).
+  int keep_max = 5;
+  double keep_per_n_minutes = 0;
   std::string best_metric;        // keep the best K by this metric ("" : off)
   CompareRule rule = CompareRule::kAuto;
   int keep_best = 1;

@@ -256,6 +256,10 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   }
   impl.async = std::move(async);
 
+  if (impl.root() && impl.cfg.keep_max > 0 && impl.cfg.keep_per_n_minutes > 0)
+    std::fprintf(stderr, "distckpt: %s: keep_per_n_minutes (%g) is ignored because keep_max (%d) is set, as in "
+                 "MindSpore; set keep_max = 0 to keep one checkpoint per %g minutes\n",
+                 impl.where().c_str(), impl.cfg.keep_per_n_minutes, impl.cfg.keep_max, impl.cfg.keep_per_n_minutes);
   if (impl.root()) {
     local = internal_base::guarded(impl.where(), [&]() -> Status {
       FileSystem& fs = *impl.fs;
@@ -311,8 +315,9 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   const int64_t counter = cfg.by_epoch ? epoch : step;
   const int64_t every = impl.tiered() ? cfg.local_every_steps : cfg.save_every_steps;
   bool due = false;
+  // MMEngine's every_n_train_iters / every_n_epochs with `start`: counted from save_begin.
   if (counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
-    if (every > 0) due = counter % every == 0;
+    if (every > 0) due = (counter - cfg.save_begin) % every == 0;
     else due = sync.save_due;
   }
   if (!due) return out;
@@ -331,9 +336,15 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   // it failed, the final state is saved all the same before the failure is reported.
   const Status background = impl.finish_in_flight(&out);
   if (impl.tiered()) DISTCKPT_RETURN_IF_ERROR(impl.poll_drain(/*wait=*/true, &out));
+  // Whether the last save is at the local tier only: rank 0 looks, every rank follows
+  // (ranks on other hosts may see another file system, or none, at that path).
+  std::string local_only = "0";
+  if (impl.root() && impl.tiered() && !impl.last_saved_path.empty() && !impl.fs->exists(impl.last_saved_path))
+    local_only = "1";
+  impl.comm->broadcast_string(local_only, 0);
   if (impl.cfg.save_last && impl.last_saved_step != step) {
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", Impl::SaveKind(), &out));
-  } else if (impl.tiered() && !impl.last_saved_path.empty() && !impl.fs->exists(impl.last_saved_path)) {
+  } else if (local_only == "1") {
     // The last state was saved at the local tier only: drained before the job ends.
     Impl::Record last;
     last.name = internal_base::base_name(impl.last_saved_path);

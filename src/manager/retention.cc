@@ -45,9 +45,12 @@ std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, con
   const std::size_t n = entries.size();
   std::vector<bool> keep(n, false);
   keep[n - 1] = true;  // the newest committed checkpoint
-  if (policy.keep_max <= 0) return {};
-  for (std::size_t i = n > static_cast<std::size_t>(policy.keep_max) ? n - policy.keep_max : 0; i < n; ++i) keep[i] = true;
-  if (policy.keep_per_n_minutes > 0) {
+  if (policy.keep_max > 0) {
+    // MindSpore's CheckpointConfig: with keep_checkpoint_max set, per-minutes is ignored.
+    for (std::size_t i = n > static_cast<std::size_t>(policy.keep_max) ? n - policy.keep_max : 0; i < n; ++i)
+      keep[i] = true;
+  } else if (policy.keep_per_n_minutes > 0) {
+    // One per N minutes of commit time: the first of each period, the newest besides.
     const auto period_ms = static_cast<int64_t>(policy.keep_per_n_minutes * 60'000.0);
     std::optional<int64_t> last;
     for (std::size_t i = 0; i < n; ++i)
@@ -55,6 +58,8 @@ std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, con
         keep[i] = true;
         last = entries[i].created_unix_ms;
       }
+  } else {
+    return {};  // both 0: keep all (MindSpore would keep 1)
   }
   if (policy.keep_best > 0) {
     const std::vector<std::size_t> ranked = ranked_by_metric(entries, policy.rule);

@@ -25,11 +25,14 @@ struct RetentionPolicy {
   CompareRule rule = CompareRule::kLess;  // kGreater or kLess when keep_best > 0
 };
 
-// Names to delete from `entries` (committed checkpoints of one series, any order). A
-// checkpoint is kept when any rule keeps it:
-//  - it is among the keep_max newest (commit order), or keep_max is 0;
-//  - walking from oldest to newest, it is the first whose commit time is at least
-//    keep_per_n_minutes after the previous one kept by this rule;
+// Names to delete from `entries` (committed checkpoints of one series, any order), by
+// MindSpore's CheckpointConfig rules. A checkpoint is kept when any rule keeps it:
+//  - keep_max > 0: it is among the keep_max newest (commit order); keep_per_n_minutes
+//    is then ignored;
+//  - keep_max = 0, keep_per_n_minutes > 0: walking from oldest to newest, it is the
+//    first whose commit time is at least keep_per_n_minutes after the previous one
+//    kept by this rule;
+//  - both 0: every checkpoint is kept;
 //  - it is among the keep_best best by metric (NaN and missing values never count;
 //    ties go to the newer checkpoint);
 //  - it is the newest committed one (never deleted).

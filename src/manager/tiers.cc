@@ -184,17 +184,25 @@ Status CheckpointManager::Impl::poll_drain(bool wait, StepOutcome* out) {
 
 std::vector<std::string> CheckpointManager::Impl::retain_local(std::vector<std::string>* warnings) {
   // Rank 0 decides from the records: this series' newest keep_local stay, and any being
-  // drained or waiting to be.
-  std::string removed_joined, live_joined;
+  // drained or waiting to be. The live set (whose files stay on the nodes) is every entry
+  // of the records directory, parsed or not: a record this reader cannot parse (damaged,
+  // or from a newer version) must not get its checkpoint's files removed. When the
+  // directory cannot be listed, no node removes anything.
+  std::string removed_joined, live_joined, listed = "0";
   if (root()) {
     auto records = list_local_records(cfg.directory, fs);
-    if (!records.ok()) {
-      warnings->push_back("local retention: " + records.status().to_string());
+    const std::string records_dir = internal_tier::records_dir(cfg.directory);
+    auto entries = fs->exists(records_dir) ? fs->list_dir(records_dir) : Result<std::vector<DirEntry>>(std::vector<DirEntry>{});
+    if (!records.ok() || !entries.ok()) {
+      warnings->push_back("local retention: " + (records.ok() ? entries.status() : records.status()).to_string());
     } else {
+      listed = "1";
       int kept = 0;
-      std::vector<std::string> removed, live;
+      std::vector<std::string> removed;
+      std::set<std::string> live;
+      for (const DirEntry& e : *entries)
+        if (!e.is_dir) live.insert(e.name);
       for (const auto& r : *records) {  // newest first
-        live.push_back(r.name);
         if (!names.matches(series, r.name)) continue;
         const bool busy = (drain && r.name == drain->name()) || r.name == pending_drain;
         if (kept < cfg.keep_local || busy) {
@@ -205,19 +213,23 @@ std::vector<std::string> CheckpointManager::Impl::retain_local(std::vector<std::
         Status st = fs->remove_file(internal_tier::record_path(cfg.directory, r.name));
         if (st.ok()) {
           removed.push_back(r.name);
-          live.pop_back();
+          live.erase(r.name);
         } else {
           warnings->push_back("local retention: " + st.to_string());
         }
       }
       removed_joined = join(removed, '\n');
-      live_joined = join(live, '\n');
+      live_joined = join(std::vector<std::string>(live.begin(), live.end()), '\n');
     }
   }
+  comm->broadcast_string(listed, 0);
   comm->broadcast_string(removed_joined, 0);
   comm->broadcast_string(live_joined, 0);
+  if (listed != "1") return split(removed_joined, '\n');
   // Every node's leader removes the files of checkpoints no record lists (retired now,
-  // or left by a save that failed before its record was committed) of this series.
+  // or left by a save that failed before its record was committed) of this series. A
+  // local save running in the background has no record yet: its directories stay.
+  const std::string writing = in_flight && in_flight->tier == "local" ? in_flight->name : "";
   const internal_tier::NodeMap nodes = internal_tier::node_map(*comm);
   if (nodes.leader(nodes.node_of[static_cast<std::size_t>(comm->rank())]) == comm->rank()) {
     const std::string dir = internal_tier::node_dir(*comm, cfg.local.dir, comm->rank());
@@ -229,13 +241,13 @@ std::vector<std::string> CheckpointManager::Impl::retain_local(std::vector<std::
         if (!e.is_dir) continue;
         std::string name = e.name;
         if (auto at = name.find(".tmp-"); at != std::string::npos) {
-          // A temporary directory of this job's save in flight never exists here: saves
-          // are collective and this runs after the commit.
+          // Left by a save of this series that failed or was killed: saves are collective,
+          // so none of this job's is being written here, except the background one.
           name = name.substr(0, at);
         } else if (keep.count(name)) {
           continue;
         }
-        if (!names.matches(series, name)) continue;
+        if (name == writing || !names.matches(series, name)) continue;
         (void)fs->remove_all(dir + "/" + e.name);
       }
   }
