@@ -160,6 +160,36 @@ TEST(LayoutTest, TilingCheckIrregularSplits) {
       << bad.status().message();
 }
 
+// Columns split at alternating rows ([4, C]: even columns at row 1, odd ones at row 2)
+// overlap on dim 0 without being equal: the check must cut on dim 1 (disjoint columns)
+// and stay near-linear, where cutting on dim 0 first compares ~C^2 pairs; so must a
+// staircase (every column split at its own row). More than 64 dims are refused.
+TEST(LayoutTest, TilingCheckChoosesTheCleanDimAndIsBounded) {
+  const int64_t c = 40000;
+  std::vector<std::vector<Box>> alternating(1);
+  for (int64_t col = 0; col < c; ++col) {
+    const int64_t cut = col % 2 == 0 ? 1 : 2;
+    alternating[0].push_back(Box{{0, col}, {cut, 1}});
+    alternating[0].push_back(Box{{cut, col}, {4 - cut, 1}});
+  }
+  EXPECT_TRUE(TensorLayout::from_boxes({4, c}, alternating).ok());
+  alternating[0][3] = Box{{1, 1}, {3, 1}};  // overlaps [0:2, 1:2] by one element, a gap at [3, 1]
+  auto bad = TensorLayout::from_boxes({4, c}, alternating);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("[0:2, 1:2] and [1:4, 1:2] overlap"), std::string::npos) << bad.status().message();
+
+  const int64_t n = 30000;
+  std::vector<std::vector<Box>> staircase(1);
+  for (int64_t col = 0; col < n; ++col) {
+    staircase[0].push_back(Box{{0, col}, {col + 1, 1}});
+    staircase[0].push_back(Box{{col + 1, col}, {n + 1 - (col + 1), 1}});
+  }
+  EXPECT_TRUE(TensorLayout::from_boxes({n + 1, n}, staircase).ok());  // clean on dim 1: columns
+
+  EXPECT_FALSE(TensorLayout::from_boxes(Shape(65, 1), {{Box{Shape(65, 0), Shape(65, 1)}}}).ok());
+  EXPECT_TRUE(TensorLayout::from_boxes(Shape(64, 1), {{Box{Shape(64, 0), Shape(64, 1)}}}).ok());
+}
+
 // replica_group and group_index are computed arithmetically (no scan of the group):
 // they must equal the definition (members whose slice box is identical) for groups
 // given as the identity, a contiguous run (a pipeline stage) and a permutation.

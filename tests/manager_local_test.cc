@@ -174,6 +174,31 @@ TEST(Manager, SaveBeginCountsTheIntervalFromItself) {
   EXPECT_EQ(saved_at, (std::vector<int64_t>{5, 8, 11}));
 }
 
+// by_epoch: every 2 epochs at their ends (epochs counted as completed, 3 steps each),
+// from save_begin 1: epochs 1, 3 and 5.
+TEST(Manager, ByEpochSavesAtEpochEndsFromSaveBegin) {
+  TempDir dir;
+  std::vector<int64_t> saved_epochs;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.by_epoch = true;
+    c.save_every_steps = 2;
+    c.save_begin = 1;
+    c.keep_max = 0;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    int64_t step = 0;
+    for (int64_t epoch = 1; epoch <= 6; ++epoch)
+      for (int s = 1; s <= 3; ++s) {
+        const bool end = s == 3;
+        DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(++step, end ? epoch : epoch - 1, {}, end));
+        if (out.saved && comm.rank() == 0) saved_epochs.push_back(end ? epoch : -step);
+      }
+    return Status();
+  }));
+  EXPECT_EQ(saved_epochs, (std::vector<int64_t>{1, 3, 5}));
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;

@@ -129,10 +129,12 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
 }
 
 Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
-                          const std::string& who, std::shared_ptr<FileSystem> fs_owner) {
+                          const std::string& who, std::shared_ptr<FileSystem> fs_owner, bool drain_of_record) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
   const std::string path = root + "/" + name;
   if (fs.exists(path)) return already_exists(who + ": checkpoint '" + path + "' already exists");
+  if (!drain_of_record && fs.exists(local_record_path(root, name)))
+    return already_exists(who + ": checkpoint '" + path + "' already exists at the local tier");
   auto seq = claim_commit_seq(fs, root);
   if (!seq.ok()) return seq.status().with_context(who);
   DISTCKPT_ASSIGN_OR_RETURN(Entry entry, make_tmp_entry(fs, root, name, directory, who, std::move(fs_owner)));

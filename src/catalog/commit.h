@@ -54,13 +54,15 @@ struct Entry {
   // What the writers write: the directory itself, or the single file in it.
   std::string target() const { return directory ? tmp : tmp + "/" + name; }
 };
-// Creates `root` if missing, refuses a taken name (kAlreadyExists), claims the entry's
-// commit sequence number and makes its temporary directory with this process's owner
-// record; for a single file, creates the file (owner-only) for the writers. Starts the
-// heartbeat when `fs_owner` is given (the shared handle the heartbeat thread keeps).
-// Errors name `who`.
+// Creates `root` if missing, refuses a taken name (kAlreadyExists: a checkpoint, or a
+// local tier record of that name unless `drain_of_record`: the drain is how a record's
+// name reaches the root), claims the entry's commit sequence number and makes its
+// temporary directory with this process's owner record; for a single file, creates the
+// file (owner-only) for the writers. Starts the heartbeat when `fs_owner` is given (the
+// shared handle the heartbeat thread keeps). Errors name `who`.
 Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
-                          const std::string& who, std::shared_ptr<FileSystem> fs_owner = nullptr);
+                          const std::string& who, std::shared_ptr<FileSystem> fs_owner = nullptr,
+                          bool drain_of_record = false);
 // The temporary directory alone (begin_entry without the name check and the claim):
 // for a file whose final name is decided later (publish names it by its digest).
 Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,

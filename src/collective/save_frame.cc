@@ -130,9 +130,6 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
       index.set_epoch(options.epoch);
       internal_format::set_info_values(state.info(), &index);
       if (spec.shape_index) DISTCKPT_RETURN_IF_ERROR(spec.shape_index(frame));
-      if (fs.exists(internal_catalog::local_record_path(root, spec.name)))
-        return already_exists("save: rank 0: checkpoint '" + root + "/" + spec.name +
-                              "' already exists at the local tier");
       DISTCKPT_ASSIGN_OR_RETURN(frame.entry, internal_catalog::begin_entry(fs, root, spec.name,
                                                                            !frame.format->single_file, "save: rank 0",
                                                                            frame.fs));

@@ -37,6 +37,9 @@ Status check_ranks(std::vector<int>& ranks, int64_t group_size) {
 }
 
 Status check_shape(const Shape& shape) {
+  if (shape.size() > internal_layout::kMaxDims)
+    return invalid_argument("layout: global shape has " + std::to_string(shape.size()) + " dims (at most " +
+                            std::to_string(internal_layout::kMaxDims) + ")");
   for (std::size_t i = 0; i < shape.size(); ++i)
     if (shape[i] < 0)
       return invalid_argument("layout: global shape " + join(shape) + " has a negative dimension");

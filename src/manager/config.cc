@@ -60,9 +60,11 @@ Status CheckpointConfig::validate() const {
   if (by_epoch && save_every_seconds > 0 && save_every_steps == 0)
     return bad("by_epoch counts epochs: save_every_seconds cannot be used with it");
   if (save_begin < 0) return bad("save_begin is negative");
-  if (keep_max < 0) return bad("keep_max " + std::to_string(keep_max) + " is negative (0 keeps all)");
-  if (!(keep_per_n_minutes >= 0) || std::isinf(keep_per_n_minutes))
-    return bad("keep_per_n_minutes must be a finite number >= 0");
+  if (keep_max < 0)
+    return bad("keep_max " + std::to_string(keep_max) + " is negative (0 keeps all, or one per keep_per_n_minutes)");
+  // Bounded so that the period in milliseconds fits an int64 (10^9 minutes: 1900 years).
+  if (!(keep_per_n_minutes >= 0 && keep_per_n_minutes <= 1e9))
+    return bad("keep_per_n_minutes must be a number of minutes from 0 to 1e9");
   if (keep_best < 0) return bad("keep_best is negative");
   if (!(gc_lease_s >= 120) || std::isinf(gc_lease_s))
     return bad("gc_lease_s must be a finite number >= 120 (several heartbeats of a save in flight)");

@@ -139,8 +139,12 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
 
 Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Record& record, bool apply_retention,
                                              StepOutcome* out) {
-  last_saved_step = record.step;
-  last_saved_path = saved.path;
+  // A drain commits an older local save's copy: the newest save stays the last one.
+  if (record.tier != "drain") {
+    last_saved_step = record.step;
+    last_saved_epoch = record.epoch;
+    last_saved_path = saved.path;
+  }
   out->committed.push_back(saved.path);
   // Every rank's write time and bytes, for the statistics (slowest and fastest writer,
   // and per host: on several nodes the slow host is what a user looks for).
@@ -205,7 +209,7 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
     return {};
   }
   std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
-  internal_manager::RetentionPolicy policy{tiered() && cfg.keep_global >= 0 ? cfg.keep_global : cfg.keep_max,
+  internal_manager::RetentionPolicy policy{keep_newest(),
                                            cfg.keep_per_n_minutes,
                                            cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
   std::vector<std::string> removed;
@@ -256,10 +260,11 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   }
   impl.async = std::move(async);
 
-  if (impl.root() && impl.cfg.keep_max > 0 && impl.cfg.keep_per_n_minutes > 0)
-    std::fprintf(stderr, "distckpt: %s: keep_per_n_minutes (%g) is ignored because keep_max (%d) is set, as in "
-                 "MindSpore; set keep_max = 0 to keep one checkpoint per %g minutes\n",
-                 impl.where().c_str(), impl.cfg.keep_per_n_minutes, impl.cfg.keep_max, impl.cfg.keep_per_n_minutes);
+  if (impl.root() && impl.keep_newest() > 0 && impl.cfg.keep_per_n_minutes > 0)
+    std::fprintf(stderr, "distckpt: %s: keep_per_n_minutes (%g) is ignored because %s (%d) is set, as in "
+                 "MindSpore; set it to 0 to keep one checkpoint per %g minutes\n",
+                 impl.where().c_str(), impl.cfg.keep_per_n_minutes, impl.tiered() && impl.cfg.keep_global >= 0 ? "keep_global" : "keep_max",
+                 impl.keep_newest(), impl.cfg.keep_per_n_minutes);
   if (impl.root()) {
     local = internal_base::guarded(impl.where(), [&]() -> Status {
       FileSystem& fs = *impl.fs;
@@ -316,7 +321,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   const int64_t every = impl.tiered() ? cfg.local_every_steps : cfg.save_every_steps;
   bool due = false;
   // MMEngine's every_n_train_iters / every_n_epochs with `start`: counted from save_begin.
-  if (counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
+  if (counter > 0 && counter >= cfg.save_begin && (!cfg.by_epoch || epoch_end)) {
     if (every > 0) due = (counter - cfg.save_begin) % every == 0;
     else due = sync.save_due;
   }
@@ -348,8 +353,8 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
     // The last state was saved at the local tier only: drained before the job ends.
     Impl::Record last;
     last.name = internal_base::base_name(impl.last_saved_path);
-    last.step = step;
-    last.epoch = epoch;
+    last.step = impl.last_saved_step;
+    last.epoch = impl.last_saved_epoch;
     last.tier = "drain";
     Status drained = impl.start_drain(last, &out);
     if (drained.ok()) drained = impl.poll_drain(/*wait=*/true, &out);

@@ -35,7 +35,7 @@ struct CheckpointManager::Impl {
   std::string job_id;  // the job's identity across requeues (config, $DISTCKPT_JOB_ID, $SLURM_JOB_ID), or ""
   internal_manager::SeriesNames names;
   std::shared_ptr<FileSystem> fs = posix_filesystem();
-  int64_t last_saved_step = -1;
+  int64_t last_saved_step = -1, last_saved_epoch = -1;
   std::string last_saved_path;
   std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
   // The step (and epoch) whose state this rank's buffers hold: that of its last
@@ -206,6 +206,9 @@ struct CheckpointManager::Impl {
 
   // ---- the local tier (manager/tiers.cc) ----
   bool tiered() const { return !cfg.local.dir.empty(); }
+  // How many of the newest (global) checkpoints retention keeps: keep_global with a
+  // local tier when set, else keep_max (0: none by count).
+  int keep_newest() const { return tiered() && cfg.keep_global >= 0 ? cfg.keep_global : cfg.keep_max; }
   int64_t local_saves = 0;
   std::unique_ptr<internal_tier::DrainJob> drain;  // in flight, the same on every rank
   Record drain_record;

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <system_error>
+#include <exception>
 
 #include "base/guard.h"
 #include "base/kill_point.h"
@@ -185,7 +185,8 @@ Result<std::unique_ptr<DrainJob>> DrainJob::start(Comm& comm, const std::string&
   job->mine_ = items[static_cast<std::size_t>(comm.rank())];
   if (comm.rank() == 0)
     local = guarded("drain: rank 0", [&]() -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(job->entry_, internal_catalog::begin_entry(fs, root, name, true, "drain: rank 0", job->fs_));
+      DISTCKPT_ASSIGN_OR_RETURN(job->entry_, internal_catalog::begin_entry(fs, root, name, true, "drain: rank 0", job->fs_,
+                                                                              /*drain_of_record=*/true));
       job->index_.set_commit_seq(job->entry_.commit_seq);
       return Status();
     });
@@ -195,7 +196,7 @@ Result<std::unique_ptr<DrainJob>> DrainJob::start(Comm& comm, const std::string&
   DrainJob* raw = job.get();
   try {
     job->thread_ = std::thread([raw] { raw->copy(); });
-  } catch (const std::system_error&) {
+  } catch (const std::exception&) {  // std::system_error, or std::bad_alloc for its state
     raw->copy();  // no thread to be had: copy now (slower for the loop, but the same drain)
   }
   return job;

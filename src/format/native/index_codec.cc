@@ -175,6 +175,9 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!names.insert(t.name()).second) return corruption(tw + " appears twice");
     const auto dtype = dtype_from_name(t.dtype());
     if (!dtype) return corruption(tw + ": unknown dtype '" + t.dtype() + "'");
+    if (static_cast<std::size_t>(t.global_shape_size()) > internal_layout::kMaxDims)
+      return corruption(tw + ": " + std::to_string(t.global_shape_size()) + " dims (at most " +
+                        std::to_string(internal_layout::kMaxDims) + ")");
     const Shape global(t.global_shape().begin(), t.global_shape().end());
     if (!internal_layout::checked_num_elements(global))
       return corruption(tw + ": global shape has a negative or overflowing dimension");
