@@ -16,6 +16,7 @@
 #include "format/native/index_codec.h"
 #include "storage/fault_fs.h"
 #include "test_util.h"
+#include "transform/float_cast.h"
 
 namespace distckpt {
 namespace {
@@ -331,6 +332,119 @@ TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
 // Ranks agree on a fingerprint of their state dicts before rank 0 plans for all; when
 // one rank differs, every rank gets the same error naming it and the tensor, nothing is
 // written, and the ranks that agreed are not blamed.
+// MindSpore 2.x's load filters and a rename map: filters see stored names, renames come
+// after them, and every refusal is the same on every rank.
+TEST_P(LocalCheckpointTest, FiltersAndRenamesSelectWhatLoads) {
+  expect_all_equal(run(world(), [&](Comm& comm) { return save_model(comm, "ck"); }), "ok");
+  // The stored 'bias' loaded into a renamed module's 'model.bias'; nothing else asked.
+  auto renamed = run(world(), [&](Comm& comm) -> Status {
+    const Model expected(comm.rank(), comm.size());
+    const int tp = comm.size() % 2 == 0 ? 2 : 1;
+    auto layout = TensorLayout::from_device_matrix({5}, {comm.size() / tp, tp}, {-1});
+    std::vector<unsigned char> buf(expected.buffers.back().size(), 0);
+    StateDict sd(comm.rank());
+    EXPECT_TRUE(sd.add_tensor("model.bias", DType::kFloat32, buf.data(), *layout).ok());
+    LoadOptions opts;
+    opts.specify_prefix = {"bias"};
+    opts.rename = {{"bias", "model.bias"}};
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, sd, root() + "/ck", opts));
+    EXPECT_EQ(buf, expected.buffers.back());
+    EXPECT_EQ(r.loaded, std::vector<std::string>{"model.bias"});
+    EXPECT_TRUE(r.unexpected_in_checkpoint.empty());
+    EXPECT_EQ(r.filtered_out.size(), std::size(kAllDTypes));  // every p.<dtype>
+    return Status();
+  });
+  expect_all_equal(renamed, "ok");
+  // Excluded by a filter: missing, and strict says why.
+  auto excluded = run(world(), [&](Comm& comm) -> Status {
+    Model m(comm.rank(), comm.size());
+    LoadOptions opts;
+    opts.filter_prefix = {"bias"};
+    return load(comm, m.state, root() + "/ck", opts).status();
+  });
+  expect_all_equal(excluded, "tensor 'bias' is not in checkpoint");
+  EXPECT_NE(excluded[0].find("filters and renames"), std::string::npos) << excluded[0];
+  // choice_func runs last, on stored names; non-strict reports what was left out.
+  auto chosen = run(world(), [&](Comm& comm) -> Status {
+    Model m(comm.rank(), comm.size());
+    LoadOptions opts;
+    opts.strict = false;
+    opts.filter_prefix = {"bias"};
+    opts.choice_func = [](const std::string& name) { return name.find("int") != std::string::npos; };
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, m.state, root() + "/ck", opts));
+    for (const auto& name : r.loaded) EXPECT_NE(name.find("int"), std::string::npos) << name;
+    EXPECT_FALSE(r.loaded.empty());
+    EXPECT_EQ(r.loaded.size() + r.missing_in_checkpoint.size(), m.state.tensors().size());
+    EXPECT_EQ(r.filtered_out.size(), r.missing_in_checkpoint.size());
+    return Status();
+  });
+  expect_all_equal(chosen, "ok");
+  // Refused: overlapping prefixes, two stored tensors renamed to one name.
+  auto overlap = run(world(), [&](Comm& comm) -> Status {
+    Model m(comm.rank(), comm.size());
+    LoadOptions opts;
+    opts.specify_prefix = {"p."};
+    opts.filter_prefix = {"p.float"};
+    return load(comm, m.state, root() + "/ck", opts).status();
+  });
+  expect_all_equal(overlap, "specify_prefix 'p.' and filter_prefix 'p.float' overlap");
+  auto duplicate = run(world(), [&](Comm& comm) -> Status {
+    Model m(comm.rank(), comm.size());
+    LoadOptions opts;
+    opts.rename_func = [](const std::string& name) { return name.rfind("p.", 0) == 0 ? std::string("p.x") : name; };
+    return load(comm, m.state, root() + "/ck", opts).status();
+  });
+  expect_all_equal(duplicate, "would both be loaded as 'p.x'");
+}
+
+// fp32 weights into a bf16 (and a float64) model, only when asked; integers never.
+TEST_P(LocalCheckpointTest, FloatCastsOnlyWhenAsked) {
+  expect_all_equal(run(world(), [&](Comm& comm) { return save_model(comm, "ck"); }), "ok");
+  auto refused = run(world(), [&](Comm& comm) -> Status {
+    const Model saved(comm.rank(), comm.size());
+    const TensorEntry& f32 = saved.state.tensors()[static_cast<std::size_t>(saved.state.find("p.float32"))];
+    std::vector<uint16_t> bf16(static_cast<std::size_t>(f32.boxes[0].num_elements()));
+    StateDict sd(comm.rank());
+    EXPECT_TRUE(sd.add_tensor("p.float32", DType::kBFloat16, bf16.data(), f32.layout).ok());
+    return load(comm, sd, root() + "/ck", {}).status();
+  });
+  expect_all_equal(refused, "cast_floats");
+  auto cast = run(world(), [&](Comm& comm) -> Status {
+    const Model saved(comm.rank(), comm.size());
+    const TensorEntry& f32 = saved.state.tensors()[static_cast<std::size_t>(saved.state.find("p.float32"))];
+    const TensorEntry& f16 = saved.state.tensors()[static_cast<std::size_t>(saved.state.find("p.float16"))];
+    const auto n32 = static_cast<std::size_t>(f32.boxes[0].num_elements());
+    const auto n16 = static_cast<std::size_t>(f16.boxes[0].num_elements());
+    std::vector<uint16_t> bf16(n32), want_bf16(n32);
+    std::vector<double> f64(n16), want_f64(n16);
+    internal_transform::cast_floats(f32.buffers[0], DType::kFloat32, want_bf16.data(), DType::kBFloat16, n32);
+    internal_transform::cast_floats(f16.buffers[0], DType::kFloat16, want_f64.data(), DType::kFloat64, n16);
+    StateDict sd(comm.rank());
+    EXPECT_TRUE(sd.add_tensor("p.float32", DType::kBFloat16, bf16.data(), f32.layout).ok());
+    EXPECT_TRUE(sd.add_tensor("p.float16", DType::kFloat64, f64.data(), f16.layout).ok());
+    LoadOptions opts;
+    opts.strict = false;
+    opts.cast_floats = true;
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, sd, root() + "/ck", opts));
+    EXPECT_EQ(bf16, want_bf16);
+    EXPECT_EQ(std::memcmp(f64.data(), want_f64.data(), n16 * sizeof(double)), 0);
+    EXPECT_EQ(r.loaded.size(), 2u);
+    return Status();
+  });
+  expect_all_equal(cast, "ok");
+  auto integers = run(world(), [&](Comm& comm) -> Status {
+    const Model saved(comm.rank(), comm.size());
+    const TensorEntry& i32 = saved.state.tensors()[static_cast<std::size_t>(saved.state.find("p.int32"))];
+    std::vector<float> f(static_cast<std::size_t>(i32.boxes[0].num_elements()));
+    StateDict sd(comm.rank());
+    EXPECT_TRUE(sd.add_tensor("p.int32", DType::kFloat32, f.data(), i32.layout).ok());
+    LoadOptions opts;
+    opts.cast_floats = true;
+    return load(comm, sd, root() + "/ck", opts).status();
+  });
+  expect_all_equal(integers, "dtype float32 in the state dict, int32 in the checkpoint");
+}
+
 TEST_P(LocalCheckpointTest, StateDictsThatDifferAcrossRanksAreNamed) {
   const int world = this->world();
   if (world < 2) GTEST_SKIP() << "needs two ranks";

@@ -29,7 +29,7 @@ say "fingerprints: two hosts = one host ($(wc -l <"$log_dir/two.fp") lines)"
 # Where the ranks ran: each host wrote its ranks' share of every checkpoint.
 python3 - "$root/stats.jsonl" <<'PY' || fail "stats.jsonl has no per-host figures"
 import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
+lines = [j for j in map(json.loads, open(sys.argv[1])) if "event" not in j]  # saves, not the resume
 assert len(lines) == 3, f"{len(lines)} saves recorded, expected 3"
 for j in lines:
     hosts = j["hosts"]

@@ -118,6 +118,27 @@ struct LoadOptions {
   bool strict = true;
   // Load only these names (all of `state` when empty). Every name must be in `state`.
   std::vector<std::string> only;
+  // Which stored tensors the load sees, by their names in the checkpoint (MindSpore 2.x's
+  // load_checkpoint): only those starting with a specify_prefix entry (all when empty),
+  // none starting with a filter_prefix entry, then only those choice_func accepts. A
+  // state tensor whose stored tensor is left out is missing (strict: kMismatch saying
+  // so). Overlapping specify/filter prefixes and empty prefixes are kInvalidArgument.
+  // choice_func is called on every rank and must answer alike everywhere.
+  std::vector<std::string> specify_prefix;
+  std::vector<std::string> filter_prefix;
+  std::function<bool(const std::string& stored_name)> choice_func;
+  // Stored name -> state-dict name (loading into a renamed module), or a function doing
+  // the same (not both); applied after the filters. Two stored tensors renamed to one
+  // name, or a rename to "", are kInvalidArgument.
+  std::map<std::string, std::string> rename;
+  std::function<std::string(const std::string& stored_name)> rename_func;
+  // Never implicit: a stored floating tensor (float16, bfloat16, float32, float64) loads
+  // into a state tensor of another floating dtype only when this is set (fp32 master
+  // weights into a bf16 model). Rounded to nearest, ties to even; NaN stays NaN,
+  // infinities and signed zeros are kept, values beyond the target's range become
+  // infinities. Integer and bool dtypes are never cast (kMismatch). Costs a staging
+  // buffer of the stored dtype per box that is cast, on the rank loading it.
+  bool cast_floats = false;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Who reads a box that several ranks (replicas) need. kShared: one member of the
   // replica group reads and checks it, then sends it to the others over the
@@ -150,6 +171,7 @@ struct LoadResult {
   std::vector<std::string> loaded;
   std::vector<std::string> missing_in_checkpoint;    // asked for, not in the checkpoint
   std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not asked for
+  std::vector<std::string> filtered_out;  // stored names left out by the load's filters
   uint64_t rank_bytes_read = 0;  // data bytes this rank read
   uint64_t bytes_read = 0;       // summed over ranks
   // Bytes of the boxes this rank read for (its own, and with shared replica reads those

@@ -90,6 +90,7 @@ struct ResumeResult {
   std::map<std::string, InfoValue> info;
   std::vector<std::string> missing_in_checkpoint;     // in the state, not in the checkpoint
   std::vector<std::string> unexpected_in_checkpoint;  // in the checkpoint, not in the state
+  std::vector<std::string> filtered_out;              // left out by the load's filters (LoadOptions)
   std::vector<std::string> skipped;                   // damaged checkpoints passed over
   // With a local tier: where the bytes came from (tier.h).
   RestoreSources sources;
@@ -116,7 +117,9 @@ class CheckpointManager {
   // appends a line to <directory>/stats.jsonl (with async_save, when the background
   // save completes; see CheckpointConfig::async_save). `metrics` is read on rank 0 only; it
   // must hold best_metric when a save happens (else kInvalidArgument on every rank).
-  // `epoch_end`: this step ends an epoch (by_epoch counts these).
+  // `step` is the number of completed steps (MMEngine's iter + 1); `epoch_end`: this
+  // step ends an epoch, and then `epoch` is the number of completed epochs (by_epoch
+  // counts these, MMEngine's epoch + 1). Nothing periodic is saved at 0.
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
   // Collective. Completes a save in flight, then saves the final state (save_last)

@@ -11,6 +11,7 @@
 #include "base/guard.h"
 #include "base/strings.h"
 #include "base/timer.h"
+#include "collective/load_names.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
@@ -24,6 +25,7 @@
 #include "plan/save_plan.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
+#include "transform/float_cast.h"
 
 namespace distckpt {
 
@@ -184,6 +186,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   LoadResult result;
   proto::Index index;
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
+  std::map<int, DType> casts;              // state-dict tensor -> its stored dtype (cast_floats)
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
@@ -200,8 +203,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index, source, options.allow_unchecked, &result.warning));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
-    std::map<std::string, int> stored;
-    for (int i = 0; i < index.tensors_size(); ++i) stored[index.tensors(i).name()] = i;
+    DISTCKPT_ASSIGN_OR_RETURN(internal_collective::LoadNames names, internal_collective::load_names(index, options));
+    const std::map<std::string, int>& stored = names.by_state_name;
+    result.filtered_out = names.filtered_out;
 
     std::vector<int> wanted;
     if (options.only.empty()) {
@@ -220,14 +224,23 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       asked.insert(e.name);
       auto it = stored.find(e.name);
       if (it == stored.end()) {
-        if (options.strict) return mismatch("tensor '" + e.name + "' is not in checkpoint '" + dir + "'");
+        if (options.strict)
+          return mismatch("tensor '" + e.name + "' is not in checkpoint '" + dir + "'" +
+                          (names.selective ? " (as the load's filters and renames see it)" : ""));
         result.missing_in_checkpoint.push_back(e.name);
         continue;
       }
       proto::Tensor& t = *index.mutable_tensors(it->second);
-      if (t.dtype() != dtype_name(e.dtype))
-        return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) +
-                        " in the state dict, " + t.dtype() + " in the checkpoint");
+      if (t.dtype() != dtype_name(e.dtype)) {
+        const std::optional<DType> stored_dtype = dtype_from_name(t.dtype());  // validated with the index
+        const bool castable = stored_dtype && internal_transform::is_floating(*stored_dtype) &&
+                              internal_transform::is_floating(e.dtype);
+        if (!options.cast_floats || !castable)
+          return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
+                          t.dtype() + " in the checkpoint" +
+                          (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
+        casts[i] = *stored_dtype;
+      }
       const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
       if (stored_shape != e.layout.global_shape()) {
         if (!same_up_to_trailing_ones(stored_shape, e.layout.global_shape()))
@@ -239,12 +252,29 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, lookup->second, e));
       plan.emplace_back(i, it->second);
     }
-    for (const auto& t : index.tensors())
-      if (!asked.count(t.name())) result.unexpected_in_checkpoint.push_back(t.name());
+    for (const auto& [name, i] : stored)
+      if (!asked.count(name)) result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
+
+  // Tensors to cast are read (and shared between replicas) in their stored dtype into
+  // staging buffers, converted into the caller's buffers once every read succeeded.
+  std::map<int, std::vector<std::vector<unsigned char>>> staged;
+  local = guarded(where, [&]() -> Status {
+    for (const auto& [i, from] : casts) {
+      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
+      auto& boxes = staged[i];
+      for (const Box& box : e.boxes) boxes.emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(from));
+    }
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+  const auto dtype_read = [&](int i) { return casts.count(i) ? casts.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype; };
+  const auto buffer_read = [&](int i, std::size_t b) -> void* {
+    return casts.count(i) ? static_cast<void*>(staged.at(i)[b].data()) : state.tensors()[static_cast<std::size_t>(i)].buffers[b];
+  };
 
   // Phase 2: read what each box needs (checking the CRC32C of chunks read whole), copy it
   // into the buffers. With
@@ -267,24 +297,25 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       const std::vector<int>& group = g >= 0 ? groups.members(g) : kAlone;
       const bool shared = group.size() > 1 && group.back() < comm.size();
       for (std::size_t b = 0; b < e.boxes.size(); ++b) {
-        const uint64_t bytes = static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(e.dtype);
+        void* buffer = buffer_read(i, b);
+        const uint64_t bytes = static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i));
         int reader = comm.rank();
         if (shared && bytes > 0) reader = groups.pick_reader(g, bytes);
         if (reader == comm.rank()) {
           int64_t covered = 0;  // checked in phase 1
           DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files, index, index.tensors(t),
                                                               lookups.at(t).plan_reads(e.boxes[b], &covered), e.boxes[b],
-                                             e.buffers[b], scratch, &result.rank_bytes_read,
+                                             buffer, scratch, &result.rank_bytes_read,
                                              options.check_partial_chunks, cipher.get()));
           result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)
               if (member != comm.rank()) {
-                sends.push_back({member, e.buffers[b], bytes});
+                sends.push_back({member, buffer, bytes});
                 if (comm.node_of(member) != comm.node_of(comm.rank())) result.rank_bytes_between_hosts += bytes;
               }
         } else {
-          receives.push_back({reader, e.buffers[b], bytes});
+          receives.push_back({reader, buffer, bytes});
         }
       }
       result.loaded.push_back(e.name);
@@ -300,6 +331,12 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   internal_base::Timer exchange_timer;
   if (share) comm.transfer(sends, receives);
   result.exchange_s = exchange_timer.seconds();
+  for (const auto& [i, from] : casts) {
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
+    for (std::size_t b = 0; b < e.boxes.size(); ++b)
+      internal_transform::cast_floats(staged.at(i)[b].data(), from, e.buffers[b], e.dtype,
+                                      static_cast<std::size_t>(e.boxes[b].num_elements()));
+  }
   std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed),
                               static_cast<int64_t>(result.rank_bytes_between_hosts)};
   comm.allreduce(totals, ReduceOp::kSum);

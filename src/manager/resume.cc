@@ -1,6 +1,8 @@
 // CheckpointManager::resume: candidates newest first (the catalog's one ordering),
 // verified, loaded; the series resumed from is adopted.
 #include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "base/guard.h"
@@ -9,6 +11,7 @@
 #include "catalog/listing.h"
 #include "comm/agree.h"
 #include "manager/manager_impl.h"
+#include "manager/stats.h"
 
 namespace distckpt {
 
@@ -123,6 +126,22 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   result.info = std::move(loaded.info);
   result.missing_in_checkpoint = std::move(loaded.missing_in_checkpoint);
   result.unexpected_in_checkpoint = std::move(loaded.unexpected_in_checkpoint);
+  result.filtered_out = std::move(loaded.filtered_out);
+  if (impl.root()) {
+    // What was loaded and what was not, for whoever reads the run's statistics.
+    nlohmann::ordered_json j;
+    j["event"] = "resume";
+    j["name"] = internal_base::base_name(chosen);
+    j["step"] = result.step;
+    j["restore_s"] = loaded.load_s;
+    j["skipped"] = result.skipped;
+    j["missing_in_checkpoint"] = result.missing_in_checkpoint;
+    j["unexpected_in_checkpoint"] = result.unexpected_in_checkpoint;
+    j["filtered_out"] = result.filtered_out;
+    j["unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+    (void)internal_manager::append_stats_line(*impl.fs, dir, j.dump());
+  }
   impl.last_saved_step = result.step;
   impl.current_step = result.step;
   impl.current_epoch = result.epoch;

@@ -68,6 +68,7 @@ Status CheckpointManager::Impl::after_local_commit(const LocalSaveResult& saved,
   out->tier = "local";
   out->committed.push_back(saved.save.path);
   last_saved_step = record.step;
+  last_saved_epoch = record.epoch;
   last_saved_path = cfg.directory + "/" + record.name;
 
   // Local retention, then the statistics line of the local save.
@@ -281,6 +282,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
   result.info = restored->load.info;
   result.missing_in_checkpoint = restored->load.missing_in_checkpoint;
   result.unexpected_in_checkpoint = restored->load.unexpected_in_checkpoint;
+  result.filtered_out = restored->load.filtered_out;
   result.skipped = restored->skipped;
   result.sources = restored->sources;
   last_saved_step = result.step;
@@ -308,6 +310,9 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
                     {"storage_read", restored->sources.storage_read},
                     {"lost_chunks", restored->sources.lost_chunks}};
     j["skipped"] = restored->skipped;
+    j["missing_in_checkpoint"] = result.missing_in_checkpoint;
+    j["unexpected_in_checkpoint"] = result.unexpected_in_checkpoint;
+    j["filtered_out"] = result.filtered_out;
     j["unix_ms"] = unix_ms();
     (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
   }

@@ -27,6 +27,7 @@
 #include "base/timer.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
+#include "collective/load_names.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "distckpt/inspect.h"
@@ -627,16 +628,21 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
 
   // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
   std::map<std::pair<std::string, Box>, int> by_box;
-  std::map<std::string, int> stored;
-  for (int t = 0; t < described.tensors_size(); ++t) stored[described.tensors(t).name()] = t;
+  internal_collective::LoadNames names;
   local = guarded(where, [&]() -> Status {
+    // The load's filters and renames, as a global load applies them.
+    DISTCKPT_ASSIGN_OR_RETURN(names, internal_collective::load_names(described, options.load));
+    result.load.filtered_out = names.filtered_out;
+    const std::map<std::string, int>& stored = names.by_state_name;
     std::set<std::string> asked;
     for (std::size_t i = 0; i < state.tensors().size(); ++i) {
       const TensorEntry& e = state.tensors()[i];
       asked.insert(e.name);
       auto it = stored.find(e.name);
       if (it == stored.end()) {
-        if (options.load.strict) return mismatch("tensor '" + e.name + "' is not in checkpoint '" + name + "'");
+        if (options.load.strict)
+          return mismatch("tensor '" + e.name + "' is not in checkpoint '" + name + "'" +
+                          (names.selective ? " (as the load's filters and renames see it)" : ""));
         result.load.missing_in_checkpoint.push_back(e.name);
         continue;
       }
@@ -654,7 +660,9 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
       std::vector<int> dedup_id;
       for (const proto::Chunk& ch : t.chunks()) {
         const Box b = internal_format::chunk_box(ch);
-        auto [pos, fresh] = by_box.emplace(std::make_pair(e.name, b), static_cast<int>(a.distinct.size()));
+        // Keyed by the stored name: add_copies looks chunks up in the record and the
+        // global index, which know no renames.
+        auto [pos, fresh] = by_box.emplace(std::make_pair(t.name(), b), static_cast<int>(a.distinct.size()));
         if (fresh) {
           Distinct d;
           d.record_tensor = it->second;
@@ -688,8 +696,8 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
       }
       if (static_cast<int>(i) >= 0) result.load.loaded.push_back(e.name);
     }
-    for (const auto& t : described.tensors())
-      if (!asked.count(t.name())) result.load.unexpected_in_checkpoint.push_back(t.name());
+    for (const auto& [state_name, t] : stored)
+      if (!asked.count(state_name)) result.load.unexpected_in_checkpoint.push_back(described.tensors(t).name());
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
@@ -769,9 +777,10 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
 struct Candidate {
   std::string name;
   uint64_t seq = 0;
+  bool advances_latest = false;  // saved to move `latest`: a default resume point
 };
 
-// Rank 0: checkpoints of any tier, newest first (resume candidates: saved to move latest).
+// Rank 0: checkpoints of any tier, newest first, each saying whether it moved `latest`.
 Result<std::vector<Candidate>> candidates(FileSystem& fs, const std::string& root, std::shared_ptr<FileSystem> handle,
                                           bool use_local) {
   std::vector<Candidate> out;
@@ -779,16 +788,15 @@ Result<std::vector<Candidate>> candidates(FileSystem& fs, const std::string& roo
   if (use_local) {
     DISTCKPT_ASSIGN_OR_RETURN(auto records, list_local_records(root, handle));
     for (const auto& r : records)
-      if (r.advances_latest && seen.insert(r.name).second) out.push_back({r.name, r.commit_seq});
+      if (seen.insert(r.name).second) out.push_back({r.name, r.commit_seq, r.advances_latest});
   }
   InspectOptions io;
   io.fs = handle;
   auto listing = list_checkpoints(root, io);
   if (listing.ok()) {
     for (const auto& e : listing->entries)
-      if (e.state == EntryState::kCommitted && e.format == Format::kNative && e.advances_latest &&
-          seen.insert(e.name).second)
-        out.push_back({e.name, e.commit_seq});
+      if (e.state == EntryState::kCommitted && e.format == Format::kNative && seen.insert(e.name).second)
+        out.push_back({e.name, e.commit_seq, e.advances_latest});
   } else if (listing.status().code() != StatusCode::kNotFound) {
     return listing.status();
   }
@@ -840,11 +848,18 @@ Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& r
       // A name becomes paths under the root and the node directories: no "..", no '/'.
       if (!options.name.empty()) DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
       DISTCKPT_ASSIGN_OR_RETURN(auto all, candidates(*handle, root, handle, use_local));
+      // The default starting point, and what a default restore falls back to, are the
+      // saves that moved `latest` (not exception saves), as the catalog resolves
+      // `latest`; all of them when none did. A named restore falls back to any older one.
+      const bool any_advancing =
+          std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.advances_latest; });
       bool started = options.name.empty();
       for (const auto& c : all) {
         if (!started && c.name == options.name) started = true;
-        if (started) names.push_back(c.name);
-        if (!options.name.empty() && !options.fall_back && started) break;
+        if (!started) continue;
+        if (options.name.empty() && any_advancing && !c.advances_latest) continue;
+        names.push_back(c.name);
+        if (!options.name.empty() && !options.fall_back) break;
       }
       if (!options.name.empty() && (names.empty() || names[0] != options.name))
         names.insert(names.begin(), options.name);

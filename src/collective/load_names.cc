@@ -1,0 +1,58 @@
+#include "collective/load_names.h"
+
+#include <set>
+
+namespace distckpt::internal_collective {
+namespace {
+
+bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (name.compare(0, p.size(), p) == 0) return true;
+  return false;
+}
+
+Status check_prefixes(const LoadOptions& options) {
+  for (const auto* list : {&options.specify_prefix, &options.filter_prefix})
+    for (const auto& p : *list)
+      if (p.empty()) return invalid_argument("load: an empty prefix in specify_prefix or filter_prefix");
+  // As MindSpore: a tensor may not be both asked for and excluded by prefix.
+  for (const auto& s : options.specify_prefix)
+    for (const auto& f : options.filter_prefix)
+      if (s.compare(0, f.size(), f) == 0 || f.compare(0, s.size(), s) == 0)
+        return invalid_argument("load: specify_prefix '" + s + "' and filter_prefix '" + f + "' overlap");
+  if (!options.rename.empty() && options.rename_func)
+    return invalid_argument("load: set rename or rename_func, not both");
+  return Status();
+}
+
+}  // namespace
+
+Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& options) {
+  DISTCKPT_RETURN_IF_ERROR(check_prefixes(options));
+  LoadNames out;
+  out.selective = !options.specify_prefix.empty() || !options.filter_prefix.empty() || options.choice_func ||
+                  !options.rename.empty() || options.rename_func;
+  std::map<std::string, std::string> renamed_from;  // new name -> stored name
+  for (int i = 0; i < index.tensors_size(); ++i) {
+    const std::string& stored = index.tensors(i).name();
+    const bool kept = (options.specify_prefix.empty() || starts_with_any(stored, options.specify_prefix)) &&
+                      !starts_with_any(stored, options.filter_prefix) &&
+                      (!options.choice_func || options.choice_func(stored));
+    if (!kept) {
+      out.filtered_out.push_back(stored);
+      continue;
+    }
+    std::string name = stored;
+    if (auto it = options.rename.find(stored); it != options.rename.end()) name = it->second;
+    else if (options.rename_func) name = options.rename_func(stored);
+    if (name.empty()) return invalid_argument("load: tensor '" + stored + "' is renamed to an empty name");
+    auto [pos, fresh] = renamed_from.emplace(name, stored);
+    if (!fresh)
+      return invalid_argument("load: tensors '" + pos->second + "' and '" + stored + "' would both be loaded as '" +
+                              name + "'");
+    out.by_state_name[name] = i;
+  }
+  return out;
+}
+
+}  // namespace distckpt::internal_collective

@@ -1,0 +1,33 @@
+// Which stored tensors a load sees, and under which names (LoadOptions: specify_prefix,
+// filter_prefix, choice_func, rename, rename_func), as MindSpore 2.x's load_checkpoint
+// and load_param_into_net users expect. Shared by the collective load and the local
+// tier's restore, so that both select and rename alike.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "distckpt/checkpoint.h"
+#include "distckpt_index.pb.h"
+
+namespace distckpt::internal_collective {
+
+struct LoadNames {
+  // State-dict name -> index of the stored tensor it loads from.
+  std::map<std::string, int> by_state_name;
+  // Stored names the filters left out (not loaded, never "unexpected").
+  std::vector<std::string> filtered_out;
+  // Whether any filter or rename is set (messages say so when a tensor is missing).
+  bool selective = false;
+};
+
+// kInvalidArgument for a prefix list that overlaps the other (one prefix of a
+// specify_prefix entry is a filter_prefix entry, or the reverse), an empty prefix, both
+// rename and rename_func, a rename to an empty name, or a rename that gives two stored
+// tensors the same name. Filters match stored names, before any rename; choice_func
+// runs last, on the stored names the prefixes kept. Runs on each rank alone: the
+// functions must answer alike on every rank (the load's agreement covers their errors).
+Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& options);
+
+}  // namespace distckpt::internal_collective
