@@ -199,6 +199,55 @@ TEST(Manager, ByEpochSavesAtEpochEndsFromSaveBegin) {
   EXPECT_EQ(saved_epochs, (std::vector<int64_t>{1, 3, 5}));
 }
 
+// MindSpore's append_info and crc_check (ckpt_crc_footer here) reach the manager's
+// .ckpt files: the values are in every checkpoint; a file without its footer loads only
+// with allow_unchecked; with encryption both apply (MindSpore makes them exclusive), and
+// the authenticated chunks are checked without the footer.
+TEST(Manager, AppendInfoAndCrcCheckReachCkptFiles) {
+  auto key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'k')));
+  for (const bool encrypted : {false, true}) {
+    SCOPED_TRACE(encrypted);
+    TempDir dir;
+    std::string path;
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(dir.path());
+      c.format = Format::kCkpt;
+      c.ckpt_crc_footer = false;
+      c.save_every_steps = 1;
+      c.append_info["lr"] = InfoValue(0.125);
+      c.append_info["run"] = InfoValue(std::string("exp-7"));
+      if (encrypted) c.encryption.key = key;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(1, 0));
+      if (comm.rank() == 0) path = out.path;
+      return out.saved ? Status() : internal_error("not saved");
+    }));
+    InspectOptions io;
+    io.key = encrypted ? key : nullptr;
+    auto info = read_checkpoint_info(path, io);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    ASSERT_TRUE(info->info.count("lr") && info->info.count("run") && info->info.count("step_num"));
+    EXPECT_EQ(info_value_to_string(info->info.at("lr")), info_value_to_string(InfoValue(0.125)));
+    EXPECT_EQ(info_value_to_string(info->info.at("run")), "exp-7");
+    std::vector<Status> plain(2), unchecked(2);
+    run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      LoadOptions lo;
+      lo.key = encrypted ? key : nullptr;
+      plain[static_cast<std::size_t>(comm.rank())] = load(comm, model.state, path, lo).status();
+      lo.allow_unchecked = true;
+      unchecked[static_cast<std::size_t>(comm.rank())] = load(comm, model.state, path, lo).status();
+      return Status();
+    });
+    for (int r = 0; r < 2; ++r) {
+      if (encrypted) EXPECT_TRUE(plain[r].ok()) << plain[r].to_string();
+      else EXPECT_EQ(plain[r].code(), StatusCode::kUnsupported) << plain[r].to_string();
+      EXPECT_TRUE(unchecked[r].ok()) << unchecked[r].to_string();
+    }
+  }
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;
