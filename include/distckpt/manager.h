@@ -115,8 +115,9 @@ class CheckpointManager {
   // Collective. Called after each training step: saves when the policy says so (or
   // when a signal arrived), then applies retention on rank 0 after the commit and
   // appends a line to <directory>/stats.jsonl (with async_save, when the background
-  // save completes; see CheckpointConfig::async_save). `metrics` is read on rank 0 only; it
-  // must hold best_metric when a save happens (else kInvalidArgument on every rank).
+  // save completes; see CheckpointConfig::async_save). `metrics` is read on rank 0 only;
+  // a save made when it lacks best_metric (a periodic save between evaluations, a
+  // breakpoint on a signal) is made all the same and stays out of best-K.
   // `step` is the number of completed steps (MMEngine's iter + 1); `epoch_end`: this
   // step ends an epoch, and then `epoch` is the number of completed epochs (by_epoch
   // counts these, MMEngine's epoch + 1). Nothing periodic is saved at 0.

@@ -32,7 +32,7 @@ Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, cons
   }
   SaveKind kind;
   kind.update_latest = false;  // a best-effort state: resume() takes it only when named
-  kind.metric_required = false;
+  kind.metric_allowed = false;
   kind.info["exception"] = InfoValue(message);
   kind.info["exception_rank"] = InfoValue(static_cast<int64_t>(s.failing_rank));
   const Status saved = save(s.min_step, epoch, {}, "_exception", kind, &out);

@@ -55,7 +55,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
 
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name;
-  double metric = std::nan("");
+  double metric[2] = {std::nan(""), 0};  // the value, and whether it was reported
   Status local;
   if (root()) {
     // What abandoned saves left in the directory goes first (best effort).
@@ -72,21 +72,15 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
       return fs->exists(path_of(n)) || (tiered() && fs->exists(internal_tier::record_path(cfg.directory, n)));
     };
     for (int n = 1; taken(name); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
-    if (!cfg.best_metric.empty()) {
-      auto it = metrics.find(cfg.best_metric);
-      if (it == metrics.end() && !kind.metric_required) {
-        // No metric for this save: it stays out of best-K.
-      } else if (it == metrics.end())
-        local = invalid_argument("checkpoint manager: metric '" + cfg.best_metric +
-                                 "' (best_metric) is missing from the metrics passed to step_end at step " +
-                                 std::to_string(step));
-      else
-        metric = it->second;
-    }
+    // A save without the metric (a periodic save between evaluations, a breakpoint on a
+    // signal, an exception save) is made all the same and stays out of best-K: a loop
+    // that reports its loss only when it evaluates must not lose its save to SIGTERM.
+    if (!cfg.best_metric.empty() && kind.metric_allowed)
+      if (auto it = metrics.find(cfg.best_metric); it != metrics.end()) metric[0] = it->second, metric[1] = 1;
   }
   DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
   comm->broadcast_string(name, 0);
-  comm->broadcast(&metric, sizeof(metric), 0);
+  comm->broadcast(metric, sizeof(metric), 0);
 
   // What is saved: the tensors selected by save_prefixes, with the info values.
   StateDict view(state->rank());
@@ -98,8 +92,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
-    if (!cfg.best_metric.empty() && kind.metric_required)
-      DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric)));
+    if (!cfg.best_metric.empty() && metric[1] != 0)
+      DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric[0])));
     for (const auto& [k, v] : kind.info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     return Status();
   });
@@ -112,7 +106,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.step = step;
   opts.epoch = epoch;
   opts.update_latest = kind.update_latest;
-  Record record{name, step, epoch, metric, 0, false};
+  Record record{name, step, epoch, metric[0], 0, false};
   if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
 
   if (async && kind.may_run_async) {

@@ -134,7 +134,7 @@ struct CheckpointManager::Impl {
 
   struct SaveKind {
     bool update_latest = true;
-    bool metric_required = true;  // best_metric must be in the metrics (not after an exception)
+    bool metric_allowed = true;  // best_metric is read from the metrics when there (not after an exception)
     bool may_run_async = false;   // periodic saves, with async_save
     std::map<std::string, InfoValue> info;
   };
