@@ -369,6 +369,19 @@ TEST_F(TierTest, SavesThatDoNotMoveLatestAreNotResumedByDefault) {
   RestoreOptions by_name;
   by_name.name = "crash";
   EXPECT_EQ(restore_at(4, 2, 1, 4, by_name).name, "crash");
+  // Only saves that do not move latest: nothing to restore by default (a fresh start).
+  fs::remove(root() + "/.distckpt/tier/s1");
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 4);
+        auto r = restore(comm, m.state, root(), {local(), "auto"}, {});
+        EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
+        RestoreOptions cast;
+        cast.load.cast_floats = true;
+        EXPECT_EQ(restore(comm, m.state, root(), {local(), "auto"}, cast).status().code(), StatusCode::kUnsupported);
+      },
+      2);
   RestoreOptions hostile;
   hostile.name = "../s1";
   run_local_ranks(

@@ -127,10 +127,11 @@ Status check_file_crc32(Comm& comm, FileCache& files, const proto::Index& index,
 // and no buffer of its planned boxes used twice: tied weights would make a rank receive
 // into a buffer it also sends from) and every rank must load the same tensors, with the
 // same dtypes and layouts (rank lists and explicit boxes included), in the same order,
-// so that each member of a replica group derives the same reader for each box. One
+// so that each member of a replica group derives the same reader for each box, from the
+// same stored tensors (filters and renames are each rank's own). One
 // allreduce decides, so all ranks take the same path.
-bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::pair<int, int>>& plan,
-                     bool wanted) {
+bool may_share_reads(Comm& comm, const StateDict& state, const proto::Index& index,
+                     const std::vector<std::pair<int, int>>& plan, bool wanted) {
   std::string signature;
   std::set<void*> buffers;
   bool tied = false;
@@ -139,6 +140,9 @@ bool may_share_reads(Comm& comm, const StateDict& state, const std::vector<std::
     proto::Tensor described;  // compact: O(1) for a device-matrix layout over a contiguous group
     internal_plan::describe_tensor(internal_plan::PlannedTensor{e.name, e.dtype, &e.layout}, true, &described);
     signature += described.SerializeAsString();
+    // And the stored tensor it loads from: ranks whose filters or renames differ must
+    // not share (a reader would send another tensor, or another dtype's bytes).
+    signature += index.tensors(t).name() + '\0' + index.tensors(t).dtype() + '\0';
     for (std::size_t b = 0; b < e.buffers.size(); ++b)
       if (e.boxes[b].num_elements() > 0 && !buffers.insert(e.buffers[b]).second) tied = true;
   }
@@ -284,7 +288,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   const bool wants_sharing =
       options.replica_reads == LoadOptions::ReplicaReads::kShared ||
       (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1);
-  const bool share = comm.size() > 1 && may_share_reads(comm, state, plan, wants_sharing);
+  const bool share = comm.size() > 1 && may_share_reads(comm, state, index, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
   internal_base::Timer read_timer;
   local = guarded(where, [&]() -> Status {

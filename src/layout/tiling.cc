@@ -79,6 +79,12 @@ Pair find_overlap(Search& search, std::vector<std::size_t> members, std::vector<
   // The same extent on every dim: the boxes coincide (duplicates were removed, so this
   // is reached only through a caller's mistake, but it is still an overlap).
   if (dims.empty()) return std::make_pair(members[0], members[1]);
+  // The sorts below count against the bound too (a hostile index of many dims).
+  search.comparisons += members.size() * dims.size();
+  if (search.comparisons > kMaxComparisons) {
+    search.gave_up = true;
+    return std::nullopt;
+  }
   std::optional<Split> best;
   std::size_t best_dim = 0;
   for (std::size_t d : dims) {

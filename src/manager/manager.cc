@@ -88,7 +88,10 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     for (const TensorEntry& e : state->tensors())
       if (internal_tools::name_selected(e.name, cfg.save_prefixes))
         DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
-    for (const auto& [k, v] : state->info()) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
+    // The metric is this save's or none: a value of that name in the state's info (an
+    // older one) would rank a save made without the metric in best-K.
+    for (const auto& [k, v] : state->info())
+      if (cfg.best_metric.empty() || k != cfg.best_metric) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));

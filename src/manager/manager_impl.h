@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -161,7 +162,7 @@ struct CheckpointManager::Impl {
   struct Record {
     std::string name;
     int64_t step = 0, epoch = 0;
-    double metric = 0;
+    double metric = std::nan("");  // none unless the save had best_metric
     double blocking_s = 0;  // how long the loop was blocked by the save
     bool in_background = false;
     std::string tier = "global";  // "global", or "drain" (a local checkpoint drained)

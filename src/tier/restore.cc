@@ -847,22 +847,23 @@ Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& r
     local = internal_base::guarded("restore: rank 0", [&]() -> Status {
       // A name becomes paths under the root and the node directories: no "..", no '/'.
       if (!options.name.empty()) DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
+      if (options.load.cast_floats)
+        return unsupported("restore: LoadOptions::cast_floats is not supported with a local tier (load() casts)");
       DISTCKPT_ASSIGN_OR_RETURN(auto all, candidates(*handle, root, handle, use_local));
-      // The default starting point, and what a default restore falls back to, are the
-      // saves that moved `latest` (not exception saves), as the catalog resolves
-      // `latest`; all of them when none did. A named restore falls back to any older one.
-      const bool any_advancing =
-          std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.advances_latest; });
-      bool started = options.name.empty();
+      // A default restore starts from, and falls back through, the saves that moved
+      // `latest`: never an exception save by itself (resume() starts fresh when there
+      // is nothing else). A named restore falls back to any older checkpoint; a name not
+      // listed (a damaged record, say) falls back to the default ones.
+      const bool listed = std::any_of(all.begin(), all.end(), [&](const Candidate& c) { return c.name == options.name; });
+      bool started = options.name.empty() || !listed;
+      if (!options.name.empty() && !listed) names.push_back(options.name);
       for (const auto& c : all) {
         if (!started && c.name == options.name) started = true;
         if (!started) continue;
-        if (options.name.empty() && any_advancing && !c.advances_latest) continue;
+        if ((options.name.empty() || !listed) && !c.advances_latest) continue;
+        if (!options.name.empty() && !names.empty() && !options.fall_back) break;
         names.push_back(c.name);
-        if (!options.name.empty() && !options.fall_back) break;
       }
-      if (!options.name.empty() && (names.empty() || names[0] != options.name))
-        names.insert(names.begin(), options.name);
       return Status();
     });
   }

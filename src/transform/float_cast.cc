@@ -7,9 +7,20 @@
 namespace distckpt::internal_transform {
 namespace {
 
+// `x` (>= 0, below 2^53) rounded to an integer, ties to even. Done by hand: nearbyint
+// follows the caller's rounding mode (fesetround), which must not change a checkpoint.
+uint64_t round_half_even(double x) {
+  const double floor = std::floor(x);
+  auto q = static_cast<uint64_t>(floor);
+  const double rest = x - floor;  // exact: both are multiples of x's last bit
+  if (rest > 0.5 || (rest == 0.5 && (q & 1u))) ++q;
+  return q;
+}
+
 // IEEE binary format with `exp_bits` exponent and `man_bits` stored mantissa bits, in
-// the low bits of a uint32_t (float32, float16, bfloat16). Every step is exact in double except the one rounding
-// (nearbyint, in the default round-to-nearest-even mode).
+// the low bits of a uint32_t (float32, float16, bfloat16). Every step is exact in
+// double (scaling by powers of two) except the one rounding.
+
 uint32_t encode(double x, int exp_bits, int man_bits) {
   const uint32_t sign = std::signbit(x) ? 1u << (exp_bits + man_bits) : 0;
   const uint32_t exp_all = ((1u << exp_bits) - 1) << man_bits;
@@ -24,10 +35,10 @@ uint32_t encode(double x, int exp_bits, int man_bits) {
   if (unbiased < 1 - bias) {
     // Subnormal: a multiple of 2^(1 - bias - man_bits). Rounding up to 2^man_bits gives
     // the smallest normal number, whose bits follow on directly.
-    const auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, bias - 1 + man_bits)));
+    const auto q = static_cast<uint32_t>(round_half_even(std::ldexp(a, bias - 1 + man_bits)));
     return sign | q;
   }
-  auto q = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, man_bits - unbiased)));  // in [2^m, 2^(m+1)]
+  auto q = static_cast<uint32_t>(round_half_even(std::ldexp(a, man_bits - unbiased)));  // in [2^m, 2^(m+1)]
   if (q == (1u << (man_bits + 1))) {
     q >>= 1;
     ++unbiased;
@@ -36,7 +47,9 @@ uint32_t encode(double x, int exp_bits, int man_bits) {
   return sign | (static_cast<uint32_t>(unbiased + bias) << man_bits) | (q & ((1u << man_bits) - 1));
 }
 
-double decode(uint16_t bits, int exp_bits, int man_bits) {
+// Decoded from the bits, not by the FPU: a float32 subnormal must not become 0 where the
+// caller runs with denormals-are-zero (as torch.set_flush_denormal sets).
+double decode(uint32_t bits, int exp_bits, int man_bits) {
   const bool negative = (bits >> (exp_bits + man_bits)) & 1u;
   const uint32_t exp = (bits >> man_bits) & ((1u << exp_bits) - 1);
   const uint32_t man = bits & ((1u << man_bits) - 1);
@@ -56,9 +69,9 @@ double load_one(const unsigned char* p, DType t) {
       return v;
     }
     case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
+      uint32_t bits;
+      std::memcpy(&bits, p, sizeof bits);
+      return decode(bits, 8, 23);
     }
     default: {
       uint16_t b;
