@@ -248,6 +248,30 @@ TEST(Manager, AppendInfoAndCrcCheckReachCkptFiles) {
   }
 }
 
+// MindSpore's names, "{prefix}-{epoch}_{step_in_epoch}", with steps_per_epoch (its
+// batch_num): every 3 steps over epochs of 4 gives 1_3, 2_2 and 3_1.
+TEST(Manager, MindSporeNamesCountStepsWithinTheEpoch) {
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.name_template = "{prefix}-{epoch}_{step_in_epoch}";
+    c.steps_per_epoch = 4;
+    c.save_every_steps = 3;
+    c.keep_max = 0;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 9; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, (step - 1) / 4 + 1).status());
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-1_3", "run-2_2", "run-3_1"}));
+  CheckpointConfig c = base_config(dir.path());
+  c.name_template = "{prefix}-{epoch}_{step_in_epoch}";
+  EXPECT_NE(c.validate().message().find("set steps_per_epoch"), std::string::npos);
+  c.name_template = "{prefix}-{step_in_epoch}";
+  c.steps_per_epoch = 4;
+  EXPECT_NE(c.validate().message().find("neither {step} nor {epoch}"), std::string::npos) << c.validate().to_string();
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;

@@ -72,6 +72,10 @@ struct CheckpointConfig : SaveSettings {
   std::string directory;                            // the checkpoint root (required)
   std::string prefix = "ckpt";                      // no '/', printable
   std::string name_template = "{prefix}-{epoch}_{step}";  // must contain {step} or {epoch}
+  // {step_in_epoch} in name_template is the step within its epoch, (step - 1) %
+  // steps_per_epoch + 1, as MindSpore names "{prefix}-{epoch}_{step_in_epoch}": set
+  // steps_per_epoch (its batch_num) for it; 0 otherwise.
+  int64_t steps_per_epoch = 0;
   // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
   // false is {"model."}); empty: every tensor.
   std::vector<std::string> save_prefixes;

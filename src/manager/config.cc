@@ -79,6 +79,12 @@ Status CheckpointConfig::validate() const {
   if (name_template.find("{step}") == std::string::npos && name_template.find("{epoch}") == std::string::npos)
     return bad("name_template '" + name_template + "' contains neither {step} nor {epoch}: names would repeat");
   if (name_template.find('/') != std::string::npos) return bad("name_template contains '/'");
+  if (steps_per_epoch < 0) return bad("steps_per_epoch is negative");
+  if (name_template.find("{step_in_epoch}") != std::string::npos) {
+    if (steps_per_epoch == 0) return bad("name_template uses {step_in_epoch}: set steps_per_epoch");
+    if (name_template.find("{epoch}") == std::string::npos && name_template.find("{step}") == std::string::npos)
+      return bad("name_template has {step_in_epoch} without {epoch}: names would repeat every epoch");
+  }
   for (const char* reserved : {"epoch_num", "step_num"})
     if (append_info.count(reserved)) return bad(std::string("append_info may not set '") + reserved + "' (stored always)");
   if (!best_metric.empty() && append_info.count(best_metric))

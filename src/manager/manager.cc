@@ -235,7 +235,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   impl.comm = &comm;
   impl.state = &state;
   impl.cfg = std::move(config);
-  impl.names = internal_manager::SeriesNames(impl.cfg.name_template);
+  impl.names = internal_manager::SeriesNames(impl.cfg.name_template, impl.cfg.steps_per_epoch);
   if (impl.cfg.fs) impl.fs = impl.cfg.fs;
   Status local = impl.cfg.validate();
   if (local.ok() && state.rank() != comm.rank())

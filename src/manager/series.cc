@@ -21,6 +21,7 @@ std::regex SeriesNames::regex(const std::string& prefix) const {
   std::string pattern = regex_escape(template_);
   pattern = replace_all(pattern, regex_escape("{prefix}"), regex_escape(prefix));
   pattern = replace_all(pattern, regex_escape("{step}"), "-?[0-9]+");
+  pattern = replace_all(pattern, regex_escape("{step_in_epoch}"), "-?[0-9]+");
   pattern = replace_all(pattern, regex_escape("{epoch}"), "-?[0-9]+");
   std::string extensions;
   for (const auto* d : internal_format::all_drivers())
@@ -33,6 +34,11 @@ std::string SeriesNames::render(const std::string& prefix, int64_t step, int64_t
   using internal_base::replace_all;
   std::string name = replace_all(template_, "{prefix}", prefix);
   name = replace_all(name, "{step}", std::to_string(step));
+  if (steps_per_epoch_ > 0) {
+    // MindSpore: (cur_step_num - 1) % batch_num + 1, the steps counted from 1.
+    const int64_t in_epoch = step > 0 ? (step - 1) % steps_per_epoch_ + 1 : step;
+    name = replace_all(name, "{step_in_epoch}", std::to_string(in_epoch));
+  }
   return replace_all(name, "{epoch}", std::to_string(epoch));
 }
 

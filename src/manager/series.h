@@ -1,5 +1,6 @@
-// The names of a manager's series: name_template with its {prefix}, {step} and
-// {epoch}, an optional "_suffix" (breakpoint, exception, collisions) and the format's
+// The names of a manager's series: name_template with its {prefix}, {step}, {epoch}
+// and {step_in_epoch} (MindSpore's "{prefix}-{epoch}_{step_in_epoch}": the step within
+// its epoch, 1..steps_per_epoch), an optional "_suffix" (breakpoint, exception, collisions) and the format's
 // extension. A run takes a prefix no other run's committed checkpoints use ("ckpt",
 // "ckpt_1", ...), so that retention only ever sees its own.
 #pragma once
@@ -16,7 +17,8 @@ namespace distckpt::internal_manager {
 class SeriesNames {
  public:
   SeriesNames() = default;
-  explicit SeriesNames(std::string name_template) : template_(std::move(name_template)) {}
+  explicit SeriesNames(std::string name_template, int64_t steps_per_epoch = 0)
+      : template_(std::move(name_template)), steps_per_epoch_(steps_per_epoch) {}
 
   std::string render(const std::string& prefix, int64_t step, int64_t epoch) const;
   // Whether `name` (a root entry's name) belongs to the series of `prefix`.
@@ -31,6 +33,7 @@ class SeriesNames {
  private:
   std::regex regex(const std::string& prefix) const;
   std::string template_;
+  int64_t steps_per_epoch_ = 0;  // > 0 when the template has {step_in_epoch} (validated)
 };
 
 }  // namespace distckpt::internal_manager
