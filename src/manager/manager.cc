@@ -189,8 +189,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["gc_removed"] = gc_removed;
     gc_removed.clear();
     j["warnings"] = warnings;
-    j["unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
+    j["unix_ms"] = internal_manager::unix_ms_now();
     if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j.dump()); !st.ok() && root())
       std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
   }

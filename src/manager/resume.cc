@@ -1,7 +1,6 @@
 // CheckpointManager::resume: candidates newest first (the catalog's one ordering),
 // verified, loaded; the series resumed from is adopted.
 #include <algorithm>
-#include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -134,12 +133,8 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     j["name"] = internal_base::base_name(chosen);
     j["step"] = result.step;
     j["restore_s"] = loaded.load_s;
-    j["skipped"] = result.skipped;
-    j["missing_in_checkpoint"] = result.missing_in_checkpoint;
-    j["unexpected_in_checkpoint"] = result.unexpected_in_checkpoint;
-    j["filtered_out"] = result.filtered_out;
-    j["unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
+    internal_manager::add_resume_lists(j, result);
+    j["unix_ms"] = internal_manager::unix_ms_now();
     (void)internal_manager::append_stats_line(*impl.fs, dir, j.dump());
   }
   impl.last_saved_step = result.step;

@@ -1,6 +1,7 @@
 #include "manager/stats.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,18 @@ namespace distckpt::internal_manager {
 namespace {
 std::string stats_path(const std::string& directory) { return directory + "/" + internal_catalog::kStatsFileName; }
 }  // namespace
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed) {
+  line["skipped"] = resumed.skipped;
+  line["missing_in_checkpoint"] = resumed.missing_in_checkpoint;
+  line["unexpected_in_checkpoint"] = resumed.unexpected_in_checkpoint;
+  line["filtered_out"] = resumed.filtered_out;
+}
 
 Status append_stats_line(FileSystem& fs, const std::string& directory, const std::string& line) {
   const std::string path = stats_path(directory);

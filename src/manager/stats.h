@@ -9,6 +9,7 @@
 
 #include "distckpt/comm.h"
 #include "distckpt/filesystem.h"
+#include "distckpt/manager.h"
 
 namespace distckpt::internal_manager {
 
@@ -16,6 +17,13 @@ namespace distckpt::internal_manager {
 // crash left torn (no newline) is ended first, so that the new line stays whole.
 // Failures are returned for the caller to report: statistics never fail a save.
 Status append_stats_line(FileSystem& fs, const std::string& directory, const std::string& line);
+
+// Milliseconds since the Unix epoch: every line's "unix_ms".
+int64_t unix_ms_now();
+
+// What every resume line records besides its source: the checkpoints passed over and the
+// tensors missing from the one resumed, unexpected in it and left out by the filters.
+void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed);
 
 // The lines of a statistics file that parse as JSON objects; a torn or damaged line
 // (a crash mid-append) is skipped, not an error.

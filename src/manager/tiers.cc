@@ -20,15 +20,6 @@ using internal_base::join;
 using internal_base::split;
 using internal_comm::agree;
 
-namespace {
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 Status CheckpointManager::Impl::save_tiered(const StateDict& view, const SaveOptions& opts, Record record,
                                             const SaveKind& kind, internal_base::Timer& blocked, StepOutcome* out) {
   const bool final_save = !kind.may_run_async;  // breakpoint, end, exception: drained before returning
@@ -95,7 +86,7 @@ Status CheckpointManager::Impl::after_local_commit(const LocalSaveResult& saved,
     j["commit_s"] = saved.save.commit_s;
     j["removed"] = removed;
     j["warnings"] = warnings;
-    j["unix_ms"] = unix_ms();
+    j["unix_ms"] = internal_manager::unix_ms_now();
     if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j.dump()); !st.ok())
       std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
   }
@@ -309,11 +300,8 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
                     {"parity_read", restored->sources.parity_read},
                     {"storage_read", restored->sources.storage_read},
                     {"lost_chunks", restored->sources.lost_chunks}};
-    j["skipped"] = restored->skipped;
-    j["missing_in_checkpoint"] = result.missing_in_checkpoint;
-    j["unexpected_in_checkpoint"] = result.unexpected_in_checkpoint;
-    j["filtered_out"] = result.filtered_out;
-    j["unix_ms"] = unix_ms();
+    internal_manager::add_resume_lists(j, result);
+    j["unix_ms"] = internal_manager::unix_ms_now();
     (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
   }
   comm->broadcast_string(resumed_series, 0);
