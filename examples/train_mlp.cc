@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -68,6 +69,14 @@ struct Config {
   std::string local_dir, redundancy = "auto";
   int64_t local_every = 0;
   int global_every = 1, keep_local = 2;
+  // The seeds' options (README "The seeds' options, side by side"):
+  int64_t epochs = 0, steps_per_epoch = 0;  // --epochs E --steps-per-epoch N: E*N steps
+  bool by_epoch = false;                    // --save-every counts epochs (MMEngine's by_epoch)
+  std::string prefix = "step";              // with --steps-per-epoch: MindSpore's {prefix}-{epoch}_{step_in_epoch}
+  std::string filename_tmpl;                // MMEngine's filename_tmpl ("iter_{}")
+  double keep_per_minutes = 0;              // MindSpore's keep_checkpoint_per_n_minutes
+  int64_t eval_every = 0;                   // report the loss as a metric only every N steps
+  int64_t resume_epoch = -1;                // resume from the end of this epoch
 };
 
 constexpr float kMomentum = 0.9f;
@@ -357,8 +366,14 @@ distckpt::StateDict make_state_dict(Model& m, int rank) {
 distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   distckpt::CheckpointConfig c;
   c.directory = cfg.dir;
-  c.prefix = "step";
-  c.name_template = "{prefix}-{step}";
+  c.prefix = cfg.prefix;
+  // MindSpore's names when the run has epochs; MMEngine's template when given one.
+  if (!cfg.filename_tmpl.empty()) c.filename_tmpl = cfg.filename_tmpl;
+  else if (cfg.steps_per_epoch > 0) c.name_template = "{prefix}-{epoch}_{step_in_epoch}";
+  else c.name_template = "{prefix}-{step}";
+  c.steps_per_epoch = cfg.steps_per_epoch;
+  c.by_epoch = cfg.by_epoch;
+  c.keep_per_n_minutes = cfg.keep_per_minutes;
   c.save_every_steps = cfg.save_every;
   c.save_every_seconds = cfg.save_seconds;
   c.keep_max = cfg.keep_max;
@@ -385,6 +400,11 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
     c.save_every_steps = 0;  // the local tier's policy decides (--save-every is refused)
   }
   return c;
+}
+
+// The epoch a step belongs to, 1-based (0 without epochs, and for step 0).
+int64_t epoch_of(const Config& cfg, int64_t step) {
+  return cfg.steps_per_epoch > 0 && step > 0 ? (step - 1) / cfg.steps_per_epoch + 1 : 0;
 }
 
 [[noreturn]] void simulate_crash(int rank, int64_t step) {
@@ -464,6 +484,23 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_option("--keep-local", cfg.keep_local, "with --local-dir: local checkpoints kept per node")
       ->check(CLI::PositiveNumber);
   app.add_option("--redundancy", cfg.redundancy, "with --local-dir: auto, partner, xor:K, rs:K+M or none");
+  app.add_option("--epochs", cfg.epochs, "train this many epochs of --steps-per-epoch steps (instead of --steps)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps-per-epoch", cfg.steps_per_epoch,
+                 "steps per epoch; names become MindSpore's PREFIX-EPOCH_STEPINEPOCH")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--by-epoch", cfg.by_epoch, "with --epochs: --save-every counts epochs (saves at epoch ends)");
+  app.add_option("--prefix", cfg.prefix, "checkpoint name prefix (default step)");
+  app.add_option("--filename-tmpl", cfg.filename_tmpl,
+                 "MMEngine's filename_tmpl: one {} filled with the completed steps (epochs with --by-epoch)");
+  app.add_option("--keep-per-minutes", cfg.keep_per_minutes,
+                 "with --keep-max 0: keep one checkpoint per N minutes (MindSpore's keep_checkpoint_per_n_minutes)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-every", cfg.eval_every,
+                 "report the loss as a metric (for --save-best) only every N steps (0: every step)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume-epoch", cfg.resume_epoch, "resume from the checkpoint saved at the end of this epoch")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
@@ -475,6 +512,15 @@ int run(int argc, char** argv, int rank, int world) {
     const int code = rank == 0 ? app.exit(e) : e.get_exit_code();  // only rank 0 prints
     return code == 0 ? 0 : 2;                                        // --help: 0; bad usage: 2
   }
+  if (cfg.epochs > 0 && app.count("--steps") > 0) {
+    if (rank == 0) std::fprintf(stderr, "error: give --steps or --epochs, not both\n");
+    return 2;
+  }
+  if ((cfg.epochs > 0) != (cfg.steps_per_epoch > 0) || (cfg.by_epoch && cfg.epochs == 0)) {
+    if (rank == 0) std::fprintf(stderr, "error: --epochs and --steps-per-epoch go together (and --by-epoch needs them)\n");
+    return 2;
+  }
+  if (cfg.epochs > 0) cfg.steps = cfg.epochs * cfg.steps_per_epoch;
   if (!cfg.local_dir.empty() && app.count("--save-every") > 0) {
     if (rank == 0)
       std::fprintf(stderr, "error: with --local-dir, saves follow --local-every and --global-every; --save-every is refused\n");
@@ -526,9 +572,10 @@ int run(int argc, char** argv, int rank, int world) {
     if (rank == 0) std::fprintf(stderr, "checkpoint manager: %s\n", manager.status().to_string().c_str());
     exit_code = 2;
   }
-  if (exit_code == 0 && (cfg.resume || !cfg.resume_from.empty())) {
+  if (exit_code == 0 && (cfg.resume || !cfg.resume_from.empty() || cfg.resume_epoch >= 0)) {
     distckpt::ResumeOptions which;
     which.target = cfg.resume_from;
+    which.epoch = cfg.resume_epoch;
     auto resumed = (*manager)->resume(which);
     if (!resumed.ok()) {
       if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", resumed.status().to_string().c_str());
@@ -567,7 +614,13 @@ int run(int argc, char** argv, int rank, int world) {
         std::fflush(stdout);
       }
       fatal_if_error(state.set_info("loss", distckpt::InfoValue{loss}), "set_info", rank);
-      auto out = (*manager)->step_end(step, 0, {{"loss", loss}});
+      // With epochs: the current epoch, 1-based, which at its last step is the number
+      // of completed epochs (what step_end counts with epoch_end).
+      const int64_t epoch = epoch_of(cfg, step);
+      const bool epoch_end = cfg.steps_per_epoch > 0 && step % cfg.steps_per_epoch == 0;
+      std::map<std::string, double> metrics;
+      if (cfg.eval_every == 0 || step % cfg.eval_every == 0) metrics["loss"] = loss;  // an "evaluation" step
+      auto out = (*manager)->step_end(step, epoch, metrics, epoch_end);
       if (!out.ok()) {
         if (rank == 0) std::fprintf(stderr, "save failed: %s\n", out.status().to_string().c_str());
         exit_code = 1;
@@ -615,7 +668,8 @@ int run(int argc, char** argv, int rank, int world) {
     }
   }
   if (exit_code == 0 && !stopped) {
-    auto last = (*manager)->end(step, 0, {{"loss", loss}});
+    auto last = (*manager)->end(step, epoch_of(cfg, step), {{"loss", loss}},
+                                cfg.steps_per_epoch > 0 && step % cfg.steps_per_epoch == 0);
     if (!last.ok()) {
       if (rank == 0) std::fprintf(stderr, "final save failed: %s\n", last.status().to_string().c_str());
       exit_code = 1;

@@ -272,6 +272,123 @@ TEST(Manager, MindSporeNamesCountStepsWithinTheEpoch) {
   EXPECT_NE(c.validate().message().find("neither {step} nor {epoch}"), std::string::npos) << c.validate().to_string();
 }
 
+// MMEngine's filename_tmpl ("iter_{}.pth": one "{}", the completed steps; epochs with
+// by_epoch; the trailing extension gives way to the format's) and out_dir (checkpoints
+// in out_dir/basename(directory)). Without a prefix the directory holds one series: a
+// second run continues it, and keep_max counts both runs' checkpoints.
+TEST(Manager, MMEngineFilenameTemplateAndOutDir) {
+  TempDir out;
+  const std::string work = out.path() + "/work_dirs/exp1/";  // MMEngine's work_dir, trailing '/'
+  for (int run = 0; run < 2; ++run) {
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(work);
+      c.out_dir = out.path() + "/ckpts";
+      c.filename_tmpl = "iter_{}.pth";
+      c.save_every_steps = 2;
+      c.keep_max = 3;
+      c.save_last = false;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      if (m->config().directory != out.path() + "/ckpts/exp1") return internal_error(m->config().directory);
+      for (int64_t step = 1 + 4 * run; step <= 4 + 4 * run; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, 0).status());
+      return Status();
+    }));
+  }
+  EXPECT_EQ(names_in(out.path() + "/ckpts/exp1"), (std::set<std::string>{"iter_4", "iter_6", "iter_8"}));
+  EXPECT_FALSE(fs::exists(work));
+  // by_epoch fills it with the completed epochs.
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.filename_tmpl = "epoch_{}";
+    c.by_epoch = true;
+    c.format = Format::kSafetensors;
+    c.integrated = true;
+    c.keep_max = 0;
+    c.save_last = false;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 6; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, (step + 1) / 2, {}, step % 2 == 0).status());
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"epoch_1.safetensors", "epoch_2.safetensors", "epoch_3.safetensors"}));
+  auto refused = [](const std::function<void(CheckpointConfig&)>& edit, const std::string& expect) {
+    CheckpointConfig c = base_config("/tmp/x");
+    edit(c);
+    EXPECT_NE(c.validate().message().find(expect), std::string::npos) << c.validate().to_string();
+  };
+  refused([](auto& c) { c.filename_tmpl = "iter_{}_{}"; }, "exactly one");
+  refused([](auto& c) { c.filename_tmpl = "iter"; }, "exactly one");
+  refused([](auto& c) { c.filename_tmpl = "iter_{step}_{}"; }, "exactly one");
+  refused([](auto& c) { c.filename_tmpl = "a/iter_{}"; }, "without '/'");
+  refused([](auto& c) { c.filename_tmpl = "iter_{}"; c.name_template = "{prefix}-{step}"; }, "both set");
+  refused([](auto& c) { c.out_dir = "/o"; c.directory = "/"; }, "no name");
+  refused([](auto& c) { c.save_begin = -1; }, "save_begin");
+}
+
+// Caffe2's JobRunner: epoch 0 saved before training (save_at_start), a checkpoint every
+// N epochs (save_every_epochs), resume from the end of an epoch, kNotFound naming the
+// epochs there are; the resume's statistics line.
+TEST(Manager, EpochsAsCaffe2JobRunnerUsesThem) {
+  TempDir dir;
+  auto config = [&] {
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 0;
+    c.save_every_epochs = 2;
+    c.save_at_start = true;
+    c.keep_max = 0;
+    c.save_last = false;
+    return c;
+  };
+  std::vector<int64_t> saved_steps;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.resumed || r.saved_at_start != dir.path() + "/run-0_0") return internal_error("start: " + r.saved_at_start);
+    for (int64_t step = 1; step <= 15; ++step) {  // 5 epochs of 3 steps
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, (step + 2) / 3, {}, step % 3 == 0));
+      if (out.saved && comm.rank() == 0) saved_steps.push_back(step);
+    }
+    return Status();
+  }));
+  EXPECT_EQ(saved_steps, (std::vector<int64_t>{6, 12}));
+  std::vector<int64_t> resumed(3, -1);
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    for (int64_t epoch : {0, 2, 4}) {
+      DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume({.epoch = epoch}));
+      if (!r.saved_at_start.empty()) return internal_error("saved at start although checkpoints exist");
+      if (comm.rank() == 0) resumed[static_cast<std::size_t>(epoch / 2)] = r.step;
+      if (r.epoch != epoch) return internal_error("epoch " + std::to_string(r.epoch));
+    }
+    auto missing = m->resume({.epoch = 3});
+    if (missing.status().code() != StatusCode::kNotFound ||
+        missing.status().message().find("epochs with one: 0, 2, 4") == std::string::npos)
+      return internal_error("epoch 3: " + missing.status().to_string());
+    auto both = m->resume({.step = 6, .epoch = 2});
+    if (both.status().code() != StatusCode::kInvalidArgument) return internal_error("step and epoch: " + both.status().to_string());
+    return Status();
+  }));
+  EXPECT_EQ(resumed, (std::vector<int64_t>{0, 6, 12}));
+  // A mid-epoch save (step 4, no epoch_end) is no epoch's end.
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    DISTCKPT_RETURN_IF_ERROR(m->save_now(13, 5).status());
+    auto r = m->resume({.epoch = 5});
+    return r.status().code() == StatusCode::kNotFound ? Status() : internal_error("mid-epoch: " + r.status().to_string());
+  }));
+  std::ifstream stats(dir.path() + "/stats.jsonl");
+  std::string line, last_resume;
+  while (std::getline(stats, line))
+    if (line.find("\"event\":\"resume\"") != std::string::npos) last_resume = line;
+  for (const char* field : {"\"source\"", "\"restore_s\"", "\"verify_s\"", "\"bytes_read\"", "\"missing_in_checkpoint\""})
+    EXPECT_NE(last_resume.find(field), std::string::npos) << field << " in " << last_resume;
+  EXPECT_EQ(last_resume.find("\"bytes_read\":0,"), std::string::npos) << last_resume;
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;

@@ -51,6 +51,14 @@ struct CheckpointConfig : SaveSettings {
   // by_epoch) s >= save_begin with (s - save_begin) % every == 0, s being the number
   // of completed steps passed to step_end. Negative: refused.
   int64_t save_begin = 0;
+  // Caffe2's checkpoint_every_epochs: also save at the step_end calls with epoch_end =
+  // true whose epoch (completed epochs) is a multiple of N, whatever the step policy
+  // (0: not by epochs). Not with by_epoch, which already counts epochs.
+  int64_t save_every_epochs = 0;
+  // Caffe2's JobRunner saves epoch 0 before training: resume() finding nothing to resume
+  // from saves the initial state as step 0, epoch 0, at the end of "epoch 0" (so that
+  // ResumeOptions::epoch = 0 restarts from it).
+  bool save_at_start = false;
   // end() saves the final state unless it was just saved.
   bool save_last = true;
 
@@ -70,12 +78,21 @@ struct CheckpointConfig : SaveSettings {
 
   // ---- naming (the format, and every other way of writing, are the SaveSettings) ----
   std::string directory;                            // the checkpoint root (required)
+  // MMEngine's out_dir: checkpoints go to out_dir/basename(directory), as MMEngine joins
+  // out_dir with the work directory's name ("" : directory itself).
+  std::string out_dir;
   std::string prefix = "ckpt";                      // no '/', printable
   std::string name_template = "{prefix}-{epoch}_{step}";  // must contain {step} or {epoch}
   // {step_in_epoch} in name_template is the step within its epoch, (step - 1) %
   // steps_per_epoch + 1, as MindSpore names "{prefix}-{epoch}_{step_in_epoch}": set
   // steps_per_epoch (its batch_num) for it; 0 otherwise.
   int64_t steps_per_epoch = 0;
+  // MMEngine's filename_tmpl ("iter_{}.pth", "epoch_{}.pth"): exactly one "{}", filled
+  // with the completed steps (the completed epochs with by_epoch), MMEngine's iter + 1 /
+  // epoch + 1; no other braces. It replaces name_template (setting both is refused) and
+  // has no prefix: the directory then holds one series, which runs continue. A trailing
+  // extension (".pth", ".ckpt", ...) is dropped: the format's own is added.
+  std::string filename_tmpl;
   // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
   // false is {"model."}); empty: every tensor.
   std::vector<std::string> save_prefixes;
@@ -156,6 +173,8 @@ struct CheckpointConfig : SaveSettings {
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;
+  // The name template in effect: name_template, or filename_tmpl translated to it.
+  std::string effective_name_template() const;
   // The rule for best_metric after inference (kGreater or kLess); kInvalidArgument
   // when it cannot be inferred.
   Result<CompareRule> effective_rule() const;

@@ -74,6 +74,10 @@ struct ResumeOptions {
   // under the directory, or a path.
   std::string target;
   int64_t step = -1;                  // >= 0: the newest committed checkpoint saved at this step
+  // >= 0: the newest committed checkpoint saved at the end of this epoch (by a call with
+  // epoch_end, or save_at_start's epoch 0), as Caffe2's resume_from_epoch; kNotFound
+  // naming the epochs that have one otherwise. Not with `step` or `target`.
+  int64_t epoch = -1;
   bool verify = true;                 // read every byte and check it before loading
   // A damaged target: try older committed ones, newest first. Never past an
   // authentication failure of the index (a wrong key, or a plain checkpoint where the
@@ -94,6 +98,8 @@ struct ResumeResult {
   std::vector<std::string> skipped;                   // damaged checkpoints passed over
   // With a local tier: where the bytes came from (tier.h).
   RestoreSources sources;
+  // CheckpointConfig::save_at_start on a fresh start: the initial checkpoint saved.
+  std::string saved_at_start;
 };
 
 class CheckpointManager {
@@ -120,12 +126,15 @@ class CheckpointManager {
   // breakpoint on a signal) is made all the same and stays out of best-K.
   // `step` is the number of completed steps (MMEngine's iter + 1); `epoch_end`: this
   // step ends an epoch, and then `epoch` is the number of completed epochs (by_epoch
-  // counts these, MMEngine's epoch + 1). Nothing periodic is saved at 0.
+  // counts these, MMEngine's epoch + 1). Nothing periodic is saved at 0. Saves made by a
+  // call with epoch_end carry the info value epoch_end = true.
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
   // Collective. Completes a save in flight, then saves the final state (save_last)
-  // unless this step was just saved.
-  Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {});
+  // unless this step was just saved. `epoch_end`: the last step ended epoch `epoch` (the
+  // checkpoint is then the one ResumeOptions::epoch finds for it).
+  Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+                          bool epoch_end = false);
   // Collective. Saves now, whatever the policy, as "<name><suffix>". With async_save
   // the save runs in the background like a periodic one (in_flight): it is committed
   // when a later call reports it in `committed` (end() always completes it).
@@ -182,6 +191,8 @@ class CheckpointManager {
   static void clear_signal();
 
   const std::string& series_prefix() const;
+  // The config in effect: name_template made from filename_tmpl, directory joined to
+  // out_dir.
   const CheckpointConfig& config() const;
 
  private:

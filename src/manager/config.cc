@@ -38,6 +38,19 @@ Result<CompareRule> CheckpointConfig::effective_rule() const {
              "' is better: set rule to kGreater or kLess");
 }
 
+std::string CheckpointConfig::effective_name_template() const {
+  if (filename_tmpl.empty()) return name_template;
+  std::string t = filename_tmpl;
+  // A trailing extension after the "{}" (MMEngine's ".pth") gives way to the format's.
+  const std::size_t dot = t.rfind('.'), hole = t.find("{}");
+  if (dot != std::string::npos && hole != std::string::npos && dot > hole + 1 && dot + 1 < t.size() &&
+      std::all_of(t.begin() + static_cast<std::ptrdiff_t>(dot) + 1, t.end(),
+                  [](unsigned char c) { return std::isalnum(c) != 0; }))
+    t.resize(dot);
+  if (hole != std::string::npos) t.replace(hole, 2, by_epoch ? "{epoch}" : "{step}");
+  return t;
+}
+
 Status CheckpointConfig::validate() const {
   if (directory.empty()) return bad("directory is empty");
   if (save_every_steps < 0) return bad("save_every_steps " + std::to_string(save_every_steps) + " is negative");
@@ -55,8 +68,11 @@ Status CheckpointConfig::validate() const {
     if (local_every_steps == 0 && local_every_seconds == 0 && !save_last)
       return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");
     if (auto r = internal_tier::parse_redundancy(local.redundancy); !r.ok()) return bad(r.status().message());
-  } else if (save_every_steps == 0 && save_every_seconds == 0 && !save_last)
-    return bad("nothing would ever be saved: set save_every_steps, save_every_seconds or save_last");
+  } else if (save_every_steps == 0 && save_every_seconds == 0 && save_every_epochs == 0 && !save_last)
+    return bad("nothing would ever be saved: set save_every_steps, save_every_seconds, save_every_epochs or save_last");
+  if (save_every_epochs < 0) return bad("save_every_epochs is negative");
+  if (save_every_epochs > 0 && by_epoch)
+    return bad("save_every_epochs is for step-counted runs: with by_epoch, save_every_steps counts epochs");
   if (by_epoch && save_every_seconds > 0 && save_every_steps == 0)
     return bad("by_epoch counts epochs: save_every_seconds cannot be used with it");
   if (save_begin < 0) return bad("save_begin is negative");
@@ -76,6 +92,26 @@ Status CheckpointConfig::validate() const {
   }
   if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_base::is_printable_utf8(prefix))
     return bad("prefix '" + internal_base::printable(prefix) + "' must be non-empty printable text without '/'");
+  if (!out_dir.empty()) {
+    std::string d = directory;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const std::size_t slash = d.rfind('/');
+    const std::string base = slash == std::string::npos ? d : d.substr(slash + 1);
+    if (base.empty() || base == "." || base == "..")
+      return bad("out_dir is set but directory '" + directory + "' has no name to join with it");
+  }
+  if (!filename_tmpl.empty()) {
+    if (name_template != CheckpointConfig().name_template)
+      return bad("filename_tmpl and name_template are both set: use one");
+    const std::size_t hole = filename_tmpl.find("{}");
+    if (hole == std::string::npos || filename_tmpl.find("{}", hole + 2) != std::string::npos ||
+        std::count(filename_tmpl.begin(), filename_tmpl.end(), '{') != 1 ||
+        std::count(filename_tmpl.begin(), filename_tmpl.end(), '}') != 1)
+      return bad("filename_tmpl '" + internal_base::printable(filename_tmpl) +
+                 "' must contain exactly one \"{}\" and no other braces");
+    if (filename_tmpl.find('/') != std::string::npos || !internal_base::is_printable_utf8(filename_tmpl))
+      return bad("filename_tmpl must be printable text without '/'");
+  }
   if (name_template.find("{step}") == std::string::npos && name_template.find("{epoch}") == std::string::npos)
     return bad("name_template '" + name_template + "' contains neither {step} nor {epoch}: names would repeat");
   if (name_template.find('/') != std::string::npos) return bad("name_template contains '/'");
@@ -85,8 +121,8 @@ Status CheckpointConfig::validate() const {
     if (name_template.find("{epoch}") == std::string::npos && name_template.find("{step}") == std::string::npos)
       return bad("name_template has {step_in_epoch} without {epoch}: names would repeat every epoch");
   }
-  for (const char* reserved : {"epoch_num", "step_num"})
-    if (append_info.count(reserved)) return bad(std::string("append_info may not set '") + reserved + "' (stored always)");
+  for (const char* reserved : {"epoch_num", "step_num", "epoch_end"})
+    if (append_info.count(reserved)) return bad(std::string("append_info may not set '") + reserved + "' (the manager stores it)");
   if (!best_metric.empty() && append_info.count(best_metric))
     return bad("append_info may not set '" + best_metric + "' (the metric is stored under that key)");
   for (const auto& p : save_prefixes)

@@ -95,6 +95,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
+    // The state at the end of epoch `epoch` (ResumeOptions::epoch looks for it).
+    if (current_epoch_end) DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_end", InfoValue(true)));
     if (!cfg.best_metric.empty() && metric[1] != 0)
       DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric[0])));
     for (const auto& [k, v] : kind.info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
@@ -234,9 +236,21 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   impl.comm = &comm;
   impl.state = &state;
   impl.cfg = std::move(config);
-  impl.names = internal_manager::SeriesNames(impl.cfg.name_template, impl.cfg.steps_per_epoch);
   if (impl.cfg.fs) impl.fs = impl.cfg.fs;
   Status local = impl.cfg.validate();
+  if (local.ok()) {
+    // The config in effect (config() returns it): MMEngine's filename_tmpl as a name
+    // template, and its out_dir joined with the directory's name.
+    impl.cfg.name_template = impl.cfg.effective_name_template();
+    impl.cfg.filename_tmpl.clear();
+    if (!impl.cfg.out_dir.empty()) {
+      std::string d = impl.cfg.directory;
+      while (d.size() > 1 && d.back() == '/') d.pop_back();
+      impl.cfg.directory = impl.cfg.out_dir + "/" + internal_base::base_name(d);
+      impl.cfg.out_dir.clear();
+    }
+  }
+  impl.names = internal_manager::SeriesNames(impl.cfg.name_template, impl.cfg.steps_per_epoch);
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("checkpoint manager: the state dict was built for rank " + std::to_string(state.rank()));
   if (local.ok() && !impl.cfg.best_metric.empty()) impl.rule = *impl.cfg.effective_rule();
@@ -280,6 +294,10 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
       DISTCKPT_ASSIGN_OR_RETURN(impl.series,
                                 internal_catalog::claim_series(fs, dir, impl.cfg.prefix, impl.job_id,
                                                                [&](const std::string& prefix) {
+                                                                 // Without {prefix} in the names (filename_tmpl)
+                                                                 // the directory holds one series, which runs continue.
+                                                                 if (impl.cfg.name_template.find("{prefix}") == std::string::npos)
+                                                                   return false;
                                                                  return !impl.names.entries(prefix, listing).empty();
                                                                }));
       return Status();
@@ -295,7 +313,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics, bool epoch_end) {
   Impl& impl = *impl_;
   const CheckpointConfig& cfg = impl.cfg;
-  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
   // A background save every rank has finished: complete it now (no waiting). Its
@@ -321,6 +339,8 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
     if (every > 0) due = (counter - cfg.save_begin) % every == 0;
     else due = sync.save_due;
   }
+  // Caffe2's checkpoint_every_epochs, beside the step policy.
+  if (epoch_end && cfg.save_every_epochs > 0 && epoch > 0 && epoch % cfg.save_every_epochs == 0) due = true;
   if (!due) return out;
   Impl::SaveKind periodic;
   periodic.may_run_async = true;
@@ -328,9 +348,10 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   return out;
 }
 
-Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
+Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
+                                           bool epoch_end) {
   Impl& impl = *impl_;
-  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
   // A save in flight completes first (this waits for it): it may be this very step. If
@@ -385,7 +406,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
                                                 const std::map<std::string, double>& metrics,
                                                 const std::string& suffix) {
   Impl& impl = *impl_;
-  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch));
+  DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, /*epoch_end=*/false));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
   Impl::SaveKind now;

@@ -42,6 +42,7 @@ struct CheckpointManager::Impl {
   // The step (and epoch) whose state this rank's buffers hold: that of its last
   // step_end/end/save_now call, or of the checkpoint resumed.
   int64_t current_step = -1, current_epoch = -1;
+  bool current_epoch_end = false;  // that call said the step ended an epoch (saved as info "epoch_end")
   // After an exception on some rank: no collective call ever again (the failing rank is
   // rethrowing, or has given up on the others).
   bool finished = false;
@@ -88,10 +89,11 @@ struct CheckpointManager::Impl {
   }
   // The start of step_end/end/save_now: the buffers now hold `step`'s state; meet the
   // other ranks (and a rank that caught an exception).
-  Result<Sync> enter(int64_t step, int64_t epoch) {
+  Result<Sync> enter(int64_t step, int64_t epoch, bool epoch_end) {
     DISTCKPT_RETURN_IF_ERROR(check_usable());
     current_step = step;
     current_epoch = epoch;
+    current_epoch_end = epoch_end;
     return sync(false, -1);
   }
   Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
@@ -230,6 +232,7 @@ struct CheckpointManager::Impl {
   // failed saves left on the nodes).
   std::vector<std::string> retain_local(std::vector<std::string>* warnings);
   Result<ResumeResult> resume_tiered(const ResumeOptions& options);
+  Result<ResumeResult> resume_global(const ResumeOptions& options);  // resume.cc
 };
 
 }  // namespace distckpt

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <variant>
 
 #include "base/guard.h"
 #include "base/strings.h"
+#include "base/timer.h"
 #include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "comm/agree.h"
@@ -29,10 +32,31 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     }
   }
   DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("resume"));
-  if (impl.tiered()) return impl.resume_tiered(options);
+  // The options are the same on every rank (a collective call's arguments): so is this.
+  if (options.epoch >= 0 && (options.step >= 0 || !options.target.empty()))
+    return invalid_argument(impl.where() + ": resume: `epoch` cannot be combined with `step` or `target`");
+  DISTCKPT_ASSIGN_OR_RETURN(ResumeResult result,
+                            impl.tiered() ? impl.resume_tiered(options) : impl.resume_global(options));
+  const bool implicit = options.target.empty() && options.step < 0 && options.epoch < 0;
+  if (result.resumed || !impl.cfg.save_at_start || !implicit) return result;
+  // A fresh start: Caffe2 checkpoints epoch 0 before training.
+  impl.current_step = 0;
+  impl.current_epoch = 0;
+  impl.current_epoch_end = true;
+  StepOutcome out;
+  DISTCKPT_RETURN_IF_ERROR(impl.save(0, 0, {}, "", Impl::SaveKind(), &out));
+  if (!out.save_error.ok() && impl.root())  // OnSaveFailure::kContinue: reported, training goes on
+    std::fprintf(stderr, "distckpt: %s: save_at_start: %s\n", impl.where().c_str(), out.save_error.to_string().c_str());
+  if (out.saved) result.saved_at_start = out.path;
+  return result;
+}
+
+Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions& options) {
+  Impl& impl = *this;
   const std::string& dir = impl.cfg.directory;
   ResumeResult result;
   std::string chosen, skipped;
+  double verify_s = 0;  // rank 0: checking the candidates
   Status local;
   if (impl.root()) {
     local = internal_base::guarded(impl.where(), [&]() -> Status {
@@ -41,18 +65,31 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
       // Implicit candidates (no target): the saves that move `latest` (not conversions or
       // published files) when there are any, as resolve_checkpoint does, and never an
       // exception save (a best-effort state: loaded only when named).
-      const bool implicit = options.target.empty() && options.step < 0;
+      const bool implicit = options.target.empty() && options.step < 0 && options.epoch < 0;
+      // ResumeOptions::epoch: saved by a call that ended that epoch (info epoch_end).
+      InspectOptions inspect{.fs = impl.fs, .key = impl.cfg.encryption.key};
+      auto ends_epoch = [&](const CheckpointEntry& e) {
+        auto info = read_checkpoint_info(dir + "/" + e.name, inspect);
+        if (!info.ok()) return false;
+        auto it = info->info.find("epoch_end");
+        return it != info->info.end() && std::holds_alternative<bool>(it->second) && std::get<bool>(it->second);
+      };
+      auto wanted = [&](const CheckpointEntry& e) {
+        if (options.step >= 0 && e.step != options.step) return false;
+        if (options.epoch >= 0 && (e.epoch != options.epoch || !ends_epoch(e))) return false;
+        return true;
+      };
       static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
       auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
       bool any_advancing = false;
       for (const auto& e : listing.entries)
-        any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && (options.step < 0 || e.step == options.step);
+        any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && implicit;
       // A job with an identity (a requeued Slurm job) resumes its own series when that
       // has checkpoints: another job in the same root may have saved later ones.
       const bool own_series = implicit && !impl.job_id.empty() && !impl.names.entries(impl.series, listing).empty();
       std::vector<CheckpointEntry> committed;
       for (const auto& e : listing.entries)
-        if (e.state == EntryState::kCommitted && (options.step < 0 || e.step == options.step) &&
+        if (e.state == EntryState::kCommitted && wanted(e) &&
             (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
             (!own_series || impl.names.matches(impl.series, e.name)))
           committed.push_back(e);
@@ -66,6 +103,16 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         candidates.push_back(path);
       } else if (options.step >= 0) {
         if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
+      } else if (options.epoch >= 0) {
+        if (committed.empty()) {
+          std::set<int64_t> present;
+          for (const auto& e : listing.entries)
+            if (e.state == EntryState::kCommitted && e.epoch >= 0 && ends_epoch(e)) present.insert(e.epoch);
+          std::string epochs;
+          for (int64_t p : present) epochs += (epochs.empty() ? "" : ", ") + std::to_string(p);
+          return not_found("resume: no committed checkpoint saved at the end of epoch " + std::to_string(options.epoch) +
+                           " under '" + dir + "' (epochs with one: " + (epochs.empty() ? "none" : epochs) + ")");
+        }
       } else if (own_series) {
         if (committed.empty()) return Status();  // only exception saves: a fresh start
       } else {
@@ -79,6 +126,12 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
         const std::string path = dir + "/" + e.name;
         if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
       }
+      internal_base::Timer verifying;
+      struct AddTime {  // every way out of the loop counts its time
+        internal_base::Timer& t;
+        double& into;
+        ~AddTime() { into = t.seconds(); }
+      } add_time{verifying, verify_s};
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         if (i > 0 && !options.fall_back_to_previous) break;
         VerifyOptions verify;
@@ -132,7 +185,12 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
     j["event"] = "resume";
     j["name"] = internal_base::base_name(chosen);
     j["step"] = result.step;
+    j["source"] = chosen;
+    j["tier"] = "global";
+    j["verified"] = options.verify;
+    j["verify_s"] = verify_s;
     j["restore_s"] = loaded.load_s;
+    j["bytes_read"] = loaded.bytes_read;
     internal_manager::add_resume_lists(j, result);
     j["unix_ms"] = internal_manager::unix_ms_now();
     (void)internal_manager::append_stats_line(*impl.fs, dir, j.dump());

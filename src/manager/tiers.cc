@@ -253,7 +253,8 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
   ro.load.key = cfg.encryption.key;
   ro.load.strict = options.strict;
   if (!options.only.empty()) return invalid_argument(where() + ": resume: `only` is not supported with a local tier");
-  if (options.step >= 0) return invalid_argument(where() + ": resume: `step` is not supported with a local tier");
+  if (options.step >= 0 || options.epoch >= 0)
+    return invalid_argument(where() + ": resume: `step` and `epoch` are not supported with a local tier");
   ro.name = options.target;
   if (ro.name.find('/') != std::string::npos) ro.name = internal_base::base_name(ro.name);
   ro.fall_back = options.target.empty() || options.fall_back_to_previous;
@@ -293,6 +294,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
     j["step"] = result.step;
     j["restore_s"] = restored->load.load_s;
     j["rebuild_s"] = restored->rebuild_s;
+    j["bytes_read"] = restored->load.bytes_read;
     j["sources"] = {{"local", restored->sources.local},
                     {"peer", restored->sources.peer},
                     {"parity", restored->sources.parity},
