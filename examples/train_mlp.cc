@@ -377,10 +377,13 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.save_every_steps = cfg.save_every;
   c.save_every_seconds = cfg.save_seconds;
   c.keep_max = cfg.keep_max;
+  // --save-best: MMEngine's best checkpoint (best_loss_<name>) and best-K retention.
   c.best_metric = cfg.save_best;
+  if (!cfg.save_best.empty()) c.save_best = {cfg.save_best};
   c.rule = cfg.rule == "less" ? distckpt::CompareRule::kLess
            : cfg.rule == "greater" ? distckpt::CompareRule::kGreater
                                    : distckpt::CompareRule::kAuto;
+  if (!cfg.save_best.empty()) c.save_best_rules = {c.rule};
   c.keep_best = cfg.keep_best;
   c.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
   c.integrated = cfg.integrated;
@@ -632,6 +635,8 @@ int run(int argc, char** argv, int rank, int world) {
           std::fprintf(stderr, "background save failed: %s\n", out->background_error.to_string().c_str());
         if (rank == 0)
           for (const auto& gone : out->removed) std::printf("removed %s (retention)\n", gone.c_str());
+        if (rank == 0)
+          for (const auto& best : out->best) std::printf("best %s\n", best.c_str());
         if (rank == 0)
           for (const auto& done : out->drained) std::printf("drained %s\n", done.c_str());
         if (rank == 0 && !out->drain_error.ok())

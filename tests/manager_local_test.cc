@@ -5,6 +5,7 @@
 // saves that stop or continue, statistics.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -387,6 +388,129 @@ TEST(Manager, EpochsAsCaffe2JobRunnerUsesThem) {
   for (const char* field : {"\"source\"", "\"restore_s\"", "\"verify_s\"", "\"bytes_read\"", "\"missing_in_checkpoint\""})
     EXPECT_NE(last_resume.find(field), std::string::npos) << field << " in " << last_resume;
   EXPECT_EQ(last_resume.find("\"bytes_read\":0,"), std::string::npos) << last_resume;
+}
+
+// MMEngine's save_best with two metrics (rules inferred: acc greater, loss less): one
+// "best_<metric>_<name>" each, replaced (the old one removed) when a better value
+// arrives; a best at a periodic save's step is a second name for its files (hard
+// links, same inodes), elsewhere it is written; steps without the metrics save as
+// usual. A restart reads the best values back: a worse value changes nothing, a
+// better one replaces it. best_checkpoint() names it; "auto" takes the first metric;
+// best_prefixes {"layer0"} leaves the rest out (written, never linked).
+TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
+  TempDir dir;
+  // step -> (loss, acc); no metrics at the other steps.
+  const std::map<int64_t, std::pair<double, double>> evals{{2, {0.9, 0.5}}, {3, {0.7, 0.4}}, {4, {0.8, 0.6}},
+                                                           {6, {0.75, std::nan("")}}};
+  auto config = [&] {
+    CheckpointConfig c = base_config(dir.path());
+    c.save_every_steps = 2;
+    c.keep_max = 1;
+    c.save_last = false;
+    c.save_best = {"loss", "acc"};
+    return c;
+  };
+  std::vector<std::string> best_paths;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    auto none = m->best_checkpoint("loss");
+    if (none.status().code() != StatusCode::kNotFound) return internal_error("before: " + none.status().to_string());
+    for (int64_t step = 1; step <= 6; ++step) {
+      std::map<std::string, double> metrics;
+      if (auto it = evals.find(step); it != evals.end()) {
+        metrics["loss"] = it->second.first;
+        if (!std::isnan(it->second.second)) metrics["acc"] = it->second.second;
+      }
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0, metrics));
+      if (out.saved != (step % 2 == 0)) return internal_error("periodic save at " + std::to_string(step));
+      if (comm.rank() == 0) best_paths.insert(best_paths.end(), out.best.begin(), out.best.end());
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(std::string loss_best, m->best_checkpoint("loss"));
+    DISTCKPT_ASSIGN_OR_RETURN(std::string first, m->best_checkpoint());
+    if (loss_best != dir.path() + "/best_loss_run-0_3" || first != loss_best) return internal_error(loss_best);
+    auto unknown = m->best_checkpoint("f1");
+    return unknown.status().code() == StatusCode::kInvalidArgument ? Status() : internal_error(unknown.status().to_string());
+  }));
+  const std::string d = dir.path();
+  EXPECT_EQ(best_paths, (std::vector<std::string>{d + "/best_loss_run-0_2", d + "/best_acc_run-0_2", d + "/best_loss_run-0_3",
+                                                  d + "/best_acc_run-0_4"}));
+  EXPECT_EQ(names_in(d), (std::set<std::string>{"run-0_6", "best_loss_run-0_3", "best_acc_run-0_4"}));
+  // Step 3 was written (no periodic save then); step 4's best is step 4's save, linked:
+  // run-0_4 was removed by keep_max 1 afterwards, and its files live on in the copy.
+  struct stat st {};
+  ASSERT_EQ(::stat((d + "/best_acc_run-0_4/index.pb").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 1u);  // its twin is gone
+  {
+    auto info = read_checkpoint_info(d + "/best_acc_run-0_4");
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_EQ(info_value_to_string(info->info.at("acc")), info_value_to_string(InfoValue(0.6)));
+    EXPECT_EQ(info->step, 4);
+  }
+  // A restart: a worse loss (0.72) keeps step 3's, a better acc (0.65) at a periodic step
+  // replaces step 4's, linked to the new periodic save while it exists.
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.step != 6) return internal_error("resumed " + std::to_string(r.step));
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(8, 0, {{"loss", 0.72}, {"acc", 0.65}}));
+    if (out.best != std::vector<std::string>{d + "/best_acc_run-0_8"}) return internal_error("best after restart");
+    return Status();
+  }));
+  EXPECT_EQ(names_in(d), (std::set<std::string>{"run-0_8", "best_loss_run-0_3", "best_acc_run-0_8"}));
+  struct stat a {}, b {};
+  ASSERT_EQ(::stat((d + "/best_acc_run-0_8/index.pb").c_str(), &a), 0);
+  ASSERT_EQ(::stat((d + "/run-0_8/index.pb").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);  // not written twice
+  auto listing = list_checkpoints(d);
+  ASSERT_TRUE(listing.ok());
+  for (const auto& e : listing->entries)
+    if (e.name.rfind("best_", 0) == 0) EXPECT_FALSE(e.advances_latest && e.name == "best_loss_run-0_3") << e.name;
+  auto latest = resolve_checkpoint(d);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, d + "/run-0_8");
+
+  // "auto", a single-file format (the link is of the file) and best_prefixes (written).
+  for (const bool model_only : {false, true}) {
+    SCOPED_TRACE(model_only);
+    TempDir other;
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(other.path());
+      c.format = Format::kCkpt;
+      c.save_every_steps = 1;
+      c.save_best = {"auto"};
+      if (model_only) c.best_prefixes = {"layer0"};
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      DISTCKPT_RETURN_IF_ERROR(m->step_end(1, 0, {{"val_loss", 0.5}, {"acc", 0.9}}).status());
+      DISTCKPT_ASSIGN_OR_RETURN(std::string best, m->best_checkpoint());
+      return best == other.path() + "/best_acc_run-0_1.ckpt" ? Status() : internal_error(best);
+    }));
+    struct stat x {}, y {};
+    ASSERT_EQ(::stat((other.path() + "/best_acc_run-0_1.ckpt").c_str(), &x), 0);
+    ASSERT_EQ(::stat((other.path() + "/run-0_1.ckpt").c_str(), &y), 0);
+    EXPECT_EQ(x.st_ino == y.st_ino, !model_only);
+    auto desc = read_checkpoint_info(other.path() + "/best_acc_run-0_1.ckpt");
+    ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+    for (const auto& t : desc->tensors) EXPECT_TRUE(!model_only || t.name.rfind("layer0", 0) == 0) << t.name;
+  }
+  auto refused = [](const std::function<void(CheckpointConfig&)>& edit, const std::string& expect) {
+    CheckpointConfig c = base_config("/tmp/x");
+    edit(c);
+    EXPECT_NE(c.validate().message().find(expect), std::string::npos) << c.validate().to_string();
+  };
+  refused([](auto& c) { c.save_best = {"auto", "acc"}; }, "must be alone");
+  refused([](auto& c) { c.save_best = {"acc", "acc"}; }, "twice");
+  refused([](auto& c) { c.save_best = {"fid"}; }, "cannot tell");
+  refused([](auto& c) { c.save_best = {"a", "b", "c"}; c.save_best_rules = {CompareRule::kLess, CompareRule::kLess}; }, "one per");
+  CheckpointConfig ok = base_config("/tmp/x");
+  ok.save_best = {"fid", "IS"};
+  ok.less_keys = {"fid"};
+  ok.greater_keys = {"is"};
+  EXPECT_TRUE(ok.validate().ok()) << ok.validate().to_string();
+  EXPECT_EQ(*ok.save_best_rule(0, "fid"), CompareRule::kLess);
+  EXPECT_EQ(*ok.save_best_rule(1, "IS"), CompareRule::kGreater);
 }
 
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {

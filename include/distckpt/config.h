@@ -76,6 +76,32 @@ struct CheckpointConfig : SaveSettings {
   CompareRule rule = CompareRule::kAuto;
   int keep_best = 1;
 
+  // ---- best checkpoints, as MMEngine's save_best keeps them ----
+  // For each metric named here, a checkpoint "best_<metric>_<name>" ('/' in the metric
+  // becomes '_') is committed whenever a step_end/end/save_now call reports a better
+  // value than the best so far (NaN never is); the previous best of that metric is then
+  // removed. The best so far is read back from the directory (each best checkpoint
+  // stores its value), so it survives a restart. {"auto"}: the first metric, in the
+  // map's (alphabetical) order, of the first call that reports any (MMEngine: the first
+  // key of the evaluation's results). A best checkpoint never moves `latest`; periodic
+  // retention (keep_max, best_metric/keep_best) neither counts nor removes it. When the
+  // same call committed a periodic save of the whole state, the best checkpoint is a
+  // second name for its files (hard links: no byte written twice; a file system
+  // without links gets a copy written).
+  std::vector<std::string> save_best;
+  // MMEngine's rule for them: empty (each inferred from its name, as for best_metric),
+  // one for all, or one per metric.
+  std::vector<CompareRule> save_best_rules;
+  // MMEngine's greater_keys / less_keys: the names that infer kGreater / kLess (exact,
+  // then substring, case-insensitive). Empty: MMEngine's defaults (acc, top, AR@, auc,
+  // precision, mAP, mDice, mIoU, mAcc, aAcc / loss). Used for best_metric too.
+  std::vector<std::string> greater_keys, less_keys;
+  // What a best checkpoint holds. Empty: what every save holds (save_prefixes), the
+  // optimizer state included, so that training can resume from it. {"model."} leaves
+  // the optimizer out, as MMEngine's best checkpoints do (save_optimizer=False); such a
+  // best checkpoint is then always written (its files differ from the periodic save's).
+  std::vector<std::string> best_prefixes;
+
   // ---- naming (the format, and every other way of writing, are the SaveSettings) ----
   std::string directory;                            // the checkpoint root (required)
   // MMEngine's out_dir: checkpoints go to out_dir/basename(directory), as MMEngine joins
@@ -178,6 +204,11 @@ struct CheckpointConfig : SaveSettings {
   // The rule for best_metric after inference (kGreater or kLess); kInvalidArgument
   // when it cannot be inferred.
   Result<CompareRule> effective_rule() const;
+  // The rule for `metric` given `rule` (kAuto: inferred from the name with greater_keys
+  // and less_keys, as MMEngine does); kInvalidArgument when it cannot be inferred.
+  Result<CompareRule> rule_for(const std::string& metric, CompareRule rule) const;
+  // The rule of save_best's i-th metric (or of the metric "auto" became, i = 0).
+  Result<CompareRule> save_best_rule(std::size_t i, const std::string& metric) const;
 };
 
 }  // namespace distckpt

@@ -78,6 +78,12 @@ class FileSystem {
     return rename(from, to);
   }
   virtual Status remove_file(const std::string& path) = 0;
+  // A second name for an existing file (link(2)): `to` must not exist. Lets a checkpoint
+  // be committed twice without writing its bytes again (the manager's best copies).
+  // The default cannot: kUnsupported (callers then copy).
+  virtual Status link_file(const std::string& from, const std::string& to) {
+    return unsupported("link '" + from + "' -> '" + to + "': not supported by this file system");
+  }
   virtual Status remove_all(const std::string& path) = 0;
   virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
   // True if `path` exists (a symlink counts, even dangling); false on any error.

@@ -61,6 +61,9 @@ struct StepOutcome {
   int exception_rank = -1;
   std::string exception;
   std::vector<std::string> published;  // end() with publish_at_end: the files written
+  // save_best: best checkpoints committed during this call (the previous best of each
+  // metric is removed).
+  std::vector<std::string> best;
   // With a local tier (CheckpointConfig::local): the save of this call went to the
   // local tier ("local"); drains committed during this call (global paths); and a drain
   // that failed (the local checkpoint stays; identical on every rank).
@@ -168,6 +171,11 @@ class CheckpointManager {
   Result<StepOutcome> save_after_exception(const std::string& what);
   // The outcome of the last exception save on this rank (kNotFound before any).
   Result<StepOutcome> last_exception_save() const;
+
+  // Collective. The best checkpoint of `metric`, one of save_best's ("" : the first;
+  // with "auto", the metric it became): its path on every rank. kNotFound when there is
+  // none yet; kInvalidArgument for a metric save_best does not name.
+  Result<std::string> best_checkpoint(const std::string& metric = "");
 
   // Collective. Publishes a committed checkpoint of the directory (a name or a path;
   // "" : the newest) with publish_checkpoint() on rank 0, using publish_format and

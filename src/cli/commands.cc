@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include "base/strings.h"
+#include "manager/best.h"
 
 #include <unistd.h>
 
@@ -151,10 +152,17 @@ int cmd_ls(const std::string& root, bool as_json) {
       newest = e.name, newest_seq = e.commit_seq;
   for (const auto& r : *records)
     if (r.advances_latest && r.commit_seq >= newest_seq) newest = r.name, newest_seq = r.commit_seq;
+  // Best checkpoints (the manager's save_best): "best_<metric>_<name>" holding <metric>.
+  std::map<std::string, std::string> best_of;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted && e.name.rfind("best_", 0) == 0)
+      if (auto info = read_checkpoint_info(root + "/" + e.name); info.ok())
+        if (std::string m = internal_manager::best_metric_of(e.name, info->info); !m.empty()) best_of[e.name] = m;
   if (as_json) {
     json entries = json::array();
     for (const auto& e : listing->entries) {
       json j{{"name", e.name}, {"state", state_name(e.state)}};
+      if (best_of.count(e.name)) j["best"] = best_of.at(e.name);
       if (e.state == EntryState::kCommitted) {
         j["step"] = e.step;
         j["epoch"] = e.epoch;
@@ -196,7 +204,10 @@ int cmd_ls(const std::string& root, bool as_json) {
     if (e.state == EntryState::kCommitted) {
       std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
                   static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), std::string(format_name(e.format)).c_str(),
-                  tier_column, "committed", e.name == listing->latest ? " (latest)" : "");
+                  tier_column, "committed",
+                  e.name == listing->latest      ? " (latest)"
+                  : best_of.count(e.name) != 0 ? (" (best " + printable(best_of.at(e.name)) + ")").c_str()
+                                               : "");
     } else {
       std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-", tier_column,
                   state_name(e.state), printable(e.detail).c_str());

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "distckpt/config.h"
 
@@ -20,22 +22,34 @@ Status bad(const std::string& what) { return invalid_argument("checkpoint config
 
 }  // namespace
 
-Result<CompareRule> CheckpointConfig::effective_rule() const {
-  if (rule != CompareRule::kAuto) return rule;
+Result<CompareRule> CheckpointConfig::rule_for(const std::string& metric, CompareRule given) const {
+  if (given != CompareRule::kAuto) return given;
   // MMEngine's inference: an exact (case-insensitive) match first, then a substring.
-  static const char* kGreater[] = {"acc", "top", "ar@", "auc", "precision", "map", "mdice", "miou", "macc", "aacc"};
-  static const char* kLess[] = {"loss"};
-  const std::string m = lower(best_metric);
-  for (const char* k : kGreater)
-    if (m == k) return CompareRule::kGreater;
-  for (const char* k : kLess)
-    if (m == k) return CompareRule::kLess;
-  for (const char* k : kGreater)
-    if (m.find(k) != std::string::npos) return CompareRule::kGreater;
-  for (const char* k : kLess)
-    if (m.find(k) != std::string::npos) return CompareRule::kLess;
-  return bad("cannot tell whether a larger or a smaller '" + best_metric +
-             "' is better: set rule to kGreater or kLess");
+  static const std::vector<std::string> kGreater = {"acc", "top", "AR@", "auc", "precision",
+                                                    "mAP", "mDice", "mIoU", "mAcc", "aAcc"};
+  static const std::vector<std::string> kLess = {"loss"};
+  const std::vector<std::string>& greater = greater_keys.empty() ? kGreater : greater_keys;
+  const std::vector<std::string>& less = less_keys.empty() ? kLess : less_keys;
+  const std::string m = lower(metric);
+  for (const auto& k : greater)
+    if (m == lower(k)) return CompareRule::kGreater;
+  for (const auto& k : less)
+    if (m == lower(k)) return CompareRule::kLess;
+  for (const auto& k : greater)
+    if (m.find(lower(k)) != std::string::npos) return CompareRule::kGreater;
+  for (const auto& k : less)
+    if (m.find(lower(k)) != std::string::npos) return CompareRule::kLess;
+  return bad("cannot tell whether a larger or a smaller '" + metric +
+             "' is better: set the rule (kGreater or kLess), or greater_keys/less_keys");
+}
+
+Result<CompareRule> CheckpointConfig::effective_rule() const { return rule_for(best_metric, rule); }
+
+Result<CompareRule> CheckpointConfig::save_best_rule(std::size_t i, const std::string& metric) const {
+  const CompareRule given = save_best_rules.empty() ? CompareRule::kAuto
+                            : save_best_rules.size() == 1 ? save_best_rules[0]
+                            : i < save_best_rules.size() ? save_best_rules[i] : CompareRule::kAuto;
+  return rule_for(metric, given);
 }
 
 std::string CheckpointConfig::effective_name_template() const {
@@ -90,6 +104,27 @@ Status CheckpointConfig::validate() const {
   } else if (rule != CompareRule::kAuto) {
     return bad("rule is set but best_metric is empty");
   }
+  if (!save_best.empty()) {
+    if (!local.dir.empty()) return bad("save_best is not supported with the local tier");
+    if (save_best_rules.size() > 1 && save_best_rules.size() != save_best.size())
+      return bad("save_best_rules must have one rule, or one per save_best metric (" + std::to_string(save_best.size()) +
+                 "), not " + std::to_string(save_best_rules.size()));
+    std::vector<std::string> seen;
+    for (std::size_t i = 0; i < save_best.size(); ++i) {
+      const std::string& m = save_best[i];
+      if (m.empty() || !internal_base::is_printable_utf8(m))
+        return bad("save_best has an empty or unprintable metric name");
+      if (std::find(seen.begin(), seen.end(), m) != seen.end()) return bad("save_best names '" + m + "' twice");
+      seen.push_back(m);
+      if (m == "auto" && save_best.size() > 1) return bad("save_best: \"auto\" must be alone");
+      if (m != "auto") DISTCKPT_RETURN_IF_ERROR(save_best_rule(i, m).status());
+      if (append_info.count(m)) return bad("append_info may not set '" + m + "' (save_best stores the metric under that key)");
+    }
+  } else if (!save_best_rules.empty()) {
+    return bad("save_best_rules is set but save_best is empty");
+  }
+  for (const auto& p : best_prefixes)
+    if (p.empty()) return bad("best_prefixes contains an empty prefix (it would match everything)");
   if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_base::is_printable_utf8(prefix))
     return bad("prefix '" + internal_base::printable(prefix) + "' must be non-empty printable text without '/'");
   if (!out_dir.empty()) {

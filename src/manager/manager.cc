@@ -54,10 +54,10 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   DISTCKPT_RETURN_IF_ERROR(complete_async(out));
 
   // Rank 0 picks a free name and reads the metric; everyone gets both.
-  std::string name;
+  std::string name, extra;
   double metric[2] = {std::nan(""), 0};  // the value, and whether it was reported
-  Status local;
-  if (root()) {
+  Status local = Status();
+  if (root()) local = internal_base::guarded(where(), [&]() -> Status {
     // What abandoned saves left in the directory goes first (best effort).
     (void)internal_base::guarded(where(), [&]() -> Status {
       internal_catalog::GcOptions gc;
@@ -67,31 +67,48 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
       for (const auto& e : collected->removed) gc_removed.push_back(e.name);
       return Status();
     });
-    name = render(step, epoch) + suffix;
+    const std::string base = kind.name.empty() ? render(step, epoch) + suffix : kind.name;
+    name = base;
     auto taken = [&](const std::string& n) {
       return fs->exists(path_of(n)) || (tiered() && fs->exists(internal_tier::record_path(cfg.directory, n)));
     };
-    for (int n = 1; taken(name); ++n) name = render(step, epoch) + suffix + "_" + std::to_string(n);
+    for (int n = 1; taken(name); ++n) name = base + "_" + std::to_string(n);
+    // save_best's metrics go into every save's info, so that a best copy linked to a
+    // periodic save carries its value.
+    // (An "auto" whose rule cannot be inferred is save_bests' error, not this save's.)
+    if (kind.metric_allowed && resolve_best_auto(metrics).ok()) extra = best_values(metrics);
     // A save without the metric (a periodic save between evaluations, a breakpoint on a
     // signal, an exception save) is made all the same and stays out of best-K: a loop
     // that reports its loss only when it evaluates must not lose its save to SIGTERM.
     if (!cfg.best_metric.empty() && kind.metric_allowed)
       if (auto it = metrics.find(cfg.best_metric); it != metrics.end()) metric[0] = it->second, metric[1] = 1;
-  }
+    return Status();
+  });
   DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
   comm->broadcast_string(name, 0);
+  comm->broadcast_string(extra, 0);
   comm->broadcast(metric, sizeof(metric), 0);
 
   // What is saved: the tensors selected by save_prefixes, with the info values.
   StateDict view(state->rank());
   local = internal_base::guarded(where(), [&]() -> Status {
+    const std::vector<std::string>& prefixes = kind.prefixes ? *kind.prefixes : cfg.save_prefixes;
     for (const TensorEntry& e : state->tensors())
-      if (internal_tools::name_selected(e.name, cfg.save_prefixes))
+      if (internal_tools::name_selected(e.name, prefixes))
         DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
     // The metric is this save's or none: a value of that name in the state's info (an
     // older one) would rank a save made without the metric in best-K.
+    auto is_metric = [&](const std::string& k) {
+      return (!cfg.best_metric.empty() && k == cfg.best_metric) ||
+             std::find(cfg.save_best.begin(), cfg.save_best.end(), k) != cfg.save_best.end();
+    };
     for (const auto& [k, v] : state->info())
-      if (cfg.best_metric.empty() || k != cfg.best_metric) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
+      if (!is_metric(k)) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
+    for (const auto& line : split(extra, '\n')) {
+      const std::size_t tab = line.rfind('\t');
+      if (tab != std::string::npos)
+        DISTCKPT_RETURN_IF_ERROR(view.set_info(line.substr(0, tab), InfoValue(std::strtod(line.c_str() + tab + 1, nullptr))));
+    }
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
@@ -112,6 +129,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.epoch = epoch;
   opts.update_latest = kind.update_latest;
   Record record{name, step, epoch, metric[0], 0, false};
+  record.moves_last = kind.moves_last;
+  record.best_of = kind.best_of;
   if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
 
   if (async && kind.may_run_async) {
@@ -132,14 +151,14 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   record.blocking_s = blocked.seconds();
   out->saved = true;
   out->path = saved->path;
-  if (root()) last_save_time = std::chrono::steady_clock::now();
+  if (root() && kind.moves_last) last_save_time = std::chrono::steady_clock::now();
   return after_commit(*saved, record, kind.update_latest, out);
 }
 
 Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Record& record, bool apply_retention,
                                              StepOutcome* out) {
   // A drain commits an older local save's copy: the newest save stays the last one.
-  if (record.tier != "drain") {
+  if (record.tier != "drain" && record.moves_last) {
     last_saved_step = record.step;
     last_saved_epoch = record.epoch;
     last_saved_path = saved.path;
@@ -174,6 +193,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["format"] = std::string(format_name(cfg.format));
     j["tier"] = record.tier;  // "global", or "drain": a local checkpoint written to the global tier
     if (record.tier == "drain") j["drain_s"] = record.drain_s;
+    if (!record.best_of.empty()) j["best_of"] = record.best_of;
     j["bytes"] = saved.bytes_written;
     j["index_bytes"] = saved.index_bytes;
     j["async"] = record.in_background;
@@ -269,6 +289,11 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     DISTCKPT_ASSIGN_OR_RETURN(async, make_async_checkpointer(*internal_comm::as_mpi(comm), impl.cfg.async));
   }
   impl.async = std::move(async);
+  if (impl.root())
+    for (std::size_t i = 0; i < impl.cfg.save_best.size(); ++i) {
+      if (impl.cfg.save_best[i] == "auto") impl.best_auto_pending = true;
+      else impl.bests.push_back({impl.cfg.save_best[i], *impl.cfg.save_best_rule(i, impl.cfg.save_best[i])});
+    }
 
   if (impl.root() && impl.keep_newest() > 0 && impl.cfg.keep_per_n_minutes > 0)
     std::fprintf(stderr, "distckpt: %s: keep_per_n_minutes (%g) is ignored because %s (%d) is set, as in "
@@ -324,6 +349,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
     if (background.ok()) background = waited;
     // Synchronous: the job is about to stop.
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "_breakpoint", Impl::SaveKind(), &out));
+    DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
     DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
     out.stop = true;
     return out;
@@ -341,10 +367,12 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   }
   // Caffe2's checkpoint_every_epochs, beside the step policy.
   if (epoch_end && cfg.save_every_epochs > 0 && epoch > 0 && epoch % cfg.save_every_epochs == 0) due = true;
-  if (!due) return out;
-  Impl::SaveKind periodic;
-  periodic.may_run_async = true;
-  DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", periodic, &out));
+  if (due) {
+    Impl::SaveKind periodic;
+    periodic.may_run_async = true;
+    DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", periodic, &out));
+  }
+  DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
   return out;
 }
 
@@ -377,6 +405,7 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
     if (drained.ok()) drained = impl.poll_drain(/*wait=*/true, &out);
     if (!drained.ok()) out.drain_error = drained.with_context("drain of '" + last.name + "' (the local copy stays)");
   }
+  DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
   DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;
@@ -391,6 +420,11 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
     if (!last.empty()) sources.push_back(last);
     const std::string best = impl.best_checkpoint();
     if (!best.empty() && best != last) sources.push_back(best);
+    for (auto& t : impl.bests) {  // save_best's, as MMEngine publishes its best checkpoints
+      impl.load_best(t);
+      const std::string path = t.name.empty() ? "" : impl.cfg.directory + "/" + t.name;
+      if (!path.empty() && std::find(sources.begin(), sources.end(), path) == sources.end()) sources.push_back(path);
+    }
   }
   auto published = impl.publish_on_root(sources);
   if (!published.ok()) {
@@ -412,6 +446,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
   Impl::SaveKind now;
   now.may_run_async = true;
   DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, suffix, now, &out));
+  DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
   return out;
 }
 

@@ -140,6 +140,10 @@ struct CheckpointManager::Impl {
     bool metric_allowed = true;  // best_metric is read from the metrics when there (not after an exception)
     bool may_run_async = false;   // periodic saves, with async_save
     std::map<std::string, InfoValue> info;
+    std::string name;             // "" : the series' name of the step (+ suffix)
+    const std::vector<std::string>* prefixes = nullptr;  // null: save_prefixes
+    bool moves_last = true;       // the job's last save (end() and save_last look at it); not a best copy
+    std::string best_of;          // a best checkpoint of this metric (stats.jsonl)
   };
   // A save: its outcome goes into *out. Returns an error only for a failed save under
   // OnSaveFailure::kStop (identical on every rank); with kContinue the failure is in
@@ -169,6 +173,8 @@ struct CheckpointManager::Impl {
     bool in_background = false;
     std::string tier = "global";  // "global", or "drain" (a local checkpoint drained)
     double drain_s = 0;
+    bool moves_last = true;
+    std::string best_of;
   };
   std::optional<Record> in_flight;
   // Collective: waits for the save in flight, if any, and completes it as a
@@ -233,6 +239,32 @@ struct CheckpointManager::Impl {
   std::vector<std::string> retain_local(std::vector<std::string>* warnings);
   Result<ResumeResult> resume_tiered(const ResumeOptions& options);
   Result<ResumeResult> resume_global(const ResumeOptions& options);  // resume.cc
+
+  // ---- best checkpoints (CheckpointConfig::save_best; manager/best.cc) ----
+  struct BestTracker {
+    std::string metric;
+    CompareRule rule = CompareRule::kLess;
+    bool loaded = false;          // read back from the directory for the current series
+    double value = std::nan("");  // the best value so far (NaN: none yet)
+    std::string name;             // its checkpoint's entry name, "" when none
+  };
+  std::vector<BestTracker> bests;  // rank 0 only
+  bool best_auto_pending = false;  // rank 0: save_best = {"auto"}, no metric seen yet
+  // Rank 0: turns "auto" into the first metric reported (kInvalidArgument when its rule
+  // cannot be inferred).
+  Status resolve_best_auto(const std::map<std::string, double>& metrics);
+  // Rank 0: the best so far of `t.metric` in this series, from the directory (best
+  // copies left by a crash between a commit and the removal are removed).
+  void load_best(BestTracker& t);
+  // Rank 0: the save_best metrics reported in `metrics`, as "name\tvalue" lines.
+  std::string best_values(const std::map<std::string, double>& metrics) const;
+  // Collective, after a call's own saves: commits the best checkpoints `metrics` call
+  // for (linking the files of `out`'s periodic save when it is this step's and holds
+  // what a best copy holds) and removes the ones they replace.
+  Status save_bests(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, StepOutcome* out);
+  void forget_bests() {  // the series changed (resume adopted another)
+    for (auto& t : bests) t.loaded = false;
+  }
 };
 
 }  // namespace distckpt

@@ -209,6 +209,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
     }
   }
   impl.comm->broadcast_string(series, 0);
+  if (series != impl.series) impl.forget_bests();
   impl.series = series;
   return result;
 }

@@ -44,6 +44,10 @@ class FaultFileSystem final : public FileSystem {
   Status rename(const std::string& from, const std::string& to) override;
   Status rename_no_replace(const std::string& from, const std::string& to) override;
   Status remove_file(const std::string& path) override;
+  Status link_file(const std::string& from, const std::string& to) override {
+    on_op("link", to);
+    return base_->link_file(from, to);
+  }
   Status remove_all(const std::string& path) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override;
   bool exists(const std::string& path) override;

@@ -169,6 +169,16 @@ class PosixFileSystem final : public FileSystem {
     if (errno == EINVAL || errno == ENOSYS) return FileSystem::rename_no_replace(from, to);
     return io_error("rename '" + from + "' -> '" + to + "': " + std::strerror(errno));
   }
+  Status link_file(const std::string& from, const std::string& to) override {
+    if (::link(from.c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      // Another file system, or one without hard links: the caller copies instead.
+      if (err == EXDEV || err == EPERM || err == ENOTSUP || err == EMLINK)
+        return unsupported("link '" + from + "' -> '" + to + "': " + std::strerror(err));
+      return errno_status("link", to, err);
+    }
+    return Status();
+  }
   Status remove_file(const std::string& path) override {
     if (::unlink(path.c_str()) != 0) return errno_status("unlink", path, errno);
     return Status();
