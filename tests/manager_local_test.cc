@@ -513,6 +513,37 @@ TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
   EXPECT_EQ(*ok.save_best_rule(1, "IS"), CompareRule::kGreater);
 }
 
+// MindSpore's saved_network: saves write another state dict than the managed one (here
+// the managed model's bias alone); resume loads it into the managed state, non-strictly.
+TEST(Manager, SavedNetworkIsWhatSavesWrite) {
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2), other(comm.rank(), 2);
+    StateDict network(comm.rank());
+    const TensorEntry& bias = other.state.tensors()[static_cast<std::size_t>(other.state.find("bias"))];
+    DISTCKPT_RETURN_IF_ERROR(network.add_tensor("bias", bias.dtype, bias.buffers, bias.layout));
+    CheckpointConfig c = base_config(dir.path());
+    c.saved_network = &network;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_RETURN_IF_ERROR(m->step_end(1, 0).status());
+    model.zero();
+    DISTCKPT_ASSIGN_OR_RETURN(auto again, CheckpointManager::create(comm, model.state, c));
+    auto strict = again->resume();
+    if (strict.status().code() != StatusCode::kMismatch) return internal_error("strict: " + strict.status().to_string());
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, again->resume({.strict = false}));
+    if (r.missing_in_checkpoint.size() + 1 != model.state.tensors().size()) return internal_error("missing count");
+    const TensorEntry& loaded = model.state.tensors()[static_cast<std::size_t>(model.state.find("bias"))];
+    for (std::size_t b = 0; b < loaded.boxes.size(); ++b)
+      if (std::memcmp(loaded.buffers[b], bias.buffers[b], static_cast<std::size_t>(loaded.boxes[b].num_elements()) * 4) != 0)
+        return internal_error("bias differs");
+    return Status();
+  }));
+  auto info = read_checkpoint_info(dir.path() + "/run-0_1");
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_EQ(info->tensors.size(), 1u);
+  EXPECT_EQ(info->tensors[0].name, "bias");
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;

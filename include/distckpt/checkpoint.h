@@ -14,6 +14,7 @@
 // the thread that owns the Comm.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -211,5 +212,40 @@ struct LoadResult {
 // partly overwritten (a chunk that fails authentication is zeroed, not left as read).
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path,
                         const LoadOptions& options);
+
+// A checkpoint's tensors in memory the library owns (load_all).
+struct LoadedCheckpoint {
+  std::string path;  // the checkpoint read (a root gives its newest)
+  int64_t step = -1, epoch = -1;
+  std::map<std::string, InfoValue> info;
+  // The tensors, under their names after LoadOptions' renames, each with the layout it
+  // was loaded in; their buffers point into `storage`, which moving this struct keeps
+  // valid (the state can be saved or converted as it is).
+  StateDict state{0};
+  std::vector<std::unique_ptr<std::byte[]>> storage;
+  LoadResult result;
+};
+
+// How load_all lays the tensors out over the communicator's ranks.
+enum class LoadAllLayout {
+  kFull,    // every rank holds every tensor whole
+  kStored,  // each rank holds its slices of the layout at save (device matrix and tensor
+            // map as saved; explicit layouts: the boxes each rank wrote, replicas having
+            // been written once). Needs at least as many ranks as the save had.
+};
+
+// Collective. Every tensor of the checkpoint at `path` the options' filters keep
+// (specify_prefix, filter_prefix, choice_func, with their renames; `only` must be empty:
+// the caller does not describe the tensors), in buffers this call allocates, without
+// the caller describing the tensors first: what an evaluation script, a converter or a
+// restart that builds its model from the checkpoint needs. Reads as load() does (same
+// checks, keys, replica sharing). Extra memory per rank: the bytes of the tensors it
+// holds (kFull: the whole checkpoint's tensors; kStored: its slices), plus load()'s.
+// Errors: load()'s, identical on every rank; kInvalidArgument for `only`, or for
+// kStored with fewer ranks than the save had.
+Result<LoadedCheckpoint> load_all(Comm& comm, const std::string& path, LoadAllLayout layout,
+                                  const LoadOptions& options = {});
+// Local, any thread: the same on one process, every tensor whole, without MPI.
+Result<LoadedCheckpoint> load_all(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace distckpt

@@ -119,6 +119,12 @@ struct CheckpointConfig : SaveSettings {
   // has no prefix: the directory then holds one series, which runs continue. A trailing
   // extension (".pth", ".ckpt", ...) is dropped: the format's own is added.
   std::string filename_tmpl;
+  // MindSpore's saved_network: every save writes this state dict (borrowed: it must
+  // outlive the manager, built for the same rank) instead of the one the manager was
+  // created with (e.g. the inference network of a training wrapper); resume() still
+  // loads into the managed one (set ResumeOptions::strict = false when it holds tensors
+  // the saved network lacks). null: the managed state.
+  const StateDict* saved_network = nullptr;
   // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
   // false is {"model."}); empty: every tensor.
   std::vector<std::string> save_prefixes;

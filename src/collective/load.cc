@@ -11,6 +11,7 @@
 #include "base/guard.h"
 #include "base/strings.h"
 #include "base/timer.h"
+#include "collective/fetch_index.h"
 #include "collective/load_names.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
@@ -159,28 +160,11 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
   const std::string where = "load: rank " + std::to_string(comm.rank());
 
-  // Rank 0 resolves the path and reads the index; everyone gets the same bytes.
-  std::string dir, index_bytes;
+  // Rank 0 resolves the path and reads the index; everyone parses the same bytes.
+  DISTCKPT_ASSIGN_OR_RETURN(internal_collective::FetchedIndex fetched,
+                            internal_collective::fetch_index(comm, fs, path, where));
+  std::string dir = fetched.path;
   Status local;
-  if (comm.rank() == 0) {
-    local = guarded(where, [&]() -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path, {.fs = fs}));
-      const internal_format::FormatDriver* format = internal_format::detect(*fs, dir);
-      if (format != nullptr && format->single_file) {
-        // A single file: rank 0 reads its structure and describes it as an index.
-        DISTCKPT_ASSIGN_OR_RETURN(proto::Index described, internal_format::read_stored_index(*fs, dir));
-        described.SerializeToString(&index_bytes);
-        return Status();
-      }
-      // The header is checked against the file's size before the rest is read, so what
-      // is broadcast is bounded by a real file; every rank then validates it alike.
-      DISTCKPT_ASSIGN_OR_RETURN(index_bytes, internal_format::read_index_bytes(*fs, dir));
-      return Status();
-    });
-  }
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  comm.broadcast_string(dir, 0);
-  comm.broadcast_string(index_bytes, 0);
 
   // Phase 1, metadata only: every check that can fail on a well-formed checkpoint
   // (names, dtypes, shapes, coverage, files present with the recorded sizes) runs
@@ -188,7 +172,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // checksum or chunk authentication error found while reading (phase 2) can leave
   // buffers partly written.
   LoadResult result;
-  proto::Index index;
+  proto::Index index = std::move(fetched.index);
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
   std::map<int, DType> casts;              // state-dict tensor -> its stored dtype (cast_floats)
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
@@ -196,12 +180,6 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
   local = guarded(where, [&]() -> Status {
     const std::string source = dir;
-    if (internal_format::is_framed_index(index_bytes)) {
-      DISTCKPT_ASSIGN_OR_RETURN(index, internal_format::parse_index(index_bytes, dir + "/" + internal_format::kIndexFileName));
-    } else {
-      if (!index.ParseFromString(index_bytes)) return internal_error("the description of '" + dir + "' does not parse");
-      DISTCKPT_RETURN_IF_ERROR(internal_format::validate_index(index, dir));
-    }
     dir = internal_format::files_dir(index, dir);
     DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, options.key.get(), source));
     DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index, source, options.allow_unchecked, &result.warning));

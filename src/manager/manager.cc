@@ -93,7 +93,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   StateDict view(state->rank());
   local = internal_base::guarded(where(), [&]() -> Status {
     const std::vector<std::string>& prefixes = kind.prefixes ? *kind.prefixes : cfg.save_prefixes;
-    for (const TensorEntry& e : state->tensors())
+    const StateDict& source = cfg.saved_network ? *cfg.saved_network : *state;
+    for (const TensorEntry& e : source.tensors())
       if (internal_tools::name_selected(e.name, prefixes))
         DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
     // The metric is this save's or none: a value of that name in the state's info (an
@@ -102,7 +103,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
       return (!cfg.best_metric.empty() && k == cfg.best_metric) ||
              std::find(cfg.save_best.begin(), cfg.save_best.end(), k) != cfg.save_best.end();
     };
-    for (const auto& [k, v] : state->info())
+    for (const auto& [k, v] : source.info())
       if (!is_metric(k)) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     for (const auto& line : split(extra, '\n')) {
       const std::size_t tab = line.rfind('\t');
@@ -273,6 +274,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   impl.names = internal_manager::SeriesNames(impl.cfg.name_template, impl.cfg.steps_per_epoch);
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("checkpoint manager: the state dict was built for rank " + std::to_string(state.rank()));
+  if (local.ok() && impl.cfg.saved_network && impl.cfg.saved_network->rank() != comm.rank())
+    local = invalid_argument("checkpoint manager: saved_network was built for rank " +
+                             std::to_string(impl.cfg.saved_network->rank()));
   if (local.ok() && !impl.cfg.best_metric.empty()) impl.rule = *impl.cfg.effective_rule();
   // Every rank must have been given one, or none (else some would create one alone).
   std::vector<int64_t> given{async ? 1 : 0, async ? 0 : 1};  // {some rank has one, some has none}
