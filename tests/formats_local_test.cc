@@ -506,6 +506,57 @@ TEST(Convert, EveryFormatToEveryFormatKeepsTensorsAndInfo) {
   }
 }
 
+// convert --only/--exclude/--rename: the load's selection (filters on stored names,
+// then renames), plain and encrypted (the copy's chunks are sealed under the new names).
+TEST(Convert, OnlyExcludeAndRenameSelectAsALoadDoes) {
+  auto key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'k')));
+  for (const bool encrypted : {false, true}) {
+    SCOPED_TRACE(encrypted);
+    TempDir dir;
+    SaveOptions options;
+    options.name = "src";
+    if (encrypted) options.encryption = {EncryptionMode::kAesGcm, key};
+    ASSERT_TRUE(save_model(2, dir.path(), options).ok());
+    ConvertOptions co;
+    co.key = encrypted ? key : nullptr;
+    if (encrypted) co.encryption = {EncryptionMode::kAesGcm, key};
+    co.exclude = {"layer", "empty"};
+    co.rename = {{"bias", "model.bias"}, {"scale", "model.scale"}};
+    const Format to = encrypted ? Format::kNative : Format::kSafetensors;
+    auto r = convert_checkpoint(dir.path() + "/src", dir.path() + "/out", to, co);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    LoadOptions lo;
+    lo.key = encrypted ? key : nullptr;
+    auto copy = load_all(r->path, lo);
+    ASSERT_TRUE(copy.ok()) << copy.status().to_string();
+    std::vector<std::string> names;
+    for (const TensorEntry& e : copy->state.tensors()) names.push_back(e.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"irregular", "model.bias", "model.scale"}));
+    for (const auto& [stored, renamed] : std::map<std::string, std::string>{{"bias", "model.bias"}, {"irregular", "irregular"}}) {
+      const TensorEntry& e = copy->state.tensors()[static_cast<std::size_t>(copy->state.find(renamed))];
+      const std::vector<unsigned char> expected = testing::full_tensor(stored);
+      EXPECT_EQ(std::memcmp(e.buffers[0], expected.data(), expected.size()), 0) << renamed;
+    }
+    auto refused = [&](const ConvertOptions& bad, const std::string& expect) {
+      ConvertOptions o = bad;
+      o.key = co.key;
+      auto st = convert_checkpoint(dir.path() + "/src", dir.path() + "/bad", Format::kNative, o).status();
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+      EXPECT_NE(st.message().find(expect), std::string::npos) << st.to_string();
+    };
+    ConvertOptions bad;
+    bad.rename = {{"nope", "x"}};
+    refused(bad, "names no tensor");
+    bad.rename = {{"bias", "scale"}};
+    refused(bad, "'scale'");
+    bad.rename.clear();
+    bad.only = {"layer"};
+    bad.exclude = {"layer0"};
+    refused(bad, "overlap");
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/bad"));
+  }
+}
+
 TEST(Formats, RanksDisagreeingOnOptionsFailAlike) {
   TempDir dir;
   auto res = run_ranks(3, [&](Comm& comm) -> Status {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,13 @@ struct ConvertOptions {
   // Each entry must select at least one tensor (kInvalidArgument otherwise: a typo
   // would silently drop what it meant to keep).
   std::vector<std::string> only;
+  // Leave out the tensors whose names equal or start with one of these (LoadOptions'
+  // filter_prefix; overlapping `only` is kInvalidArgument), then rename (stored name ->
+  // name in the copy, LoadOptions' rename): a rename that names no converted tensor, or
+  // gives two tensors one name, is kInvalidArgument, as is an `exclude` entry that names
+  // no tensor. Filters see the stored names.
+  std::vector<std::string> exclude;
+  std::map<std::string, std::string> rename;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   std::shared_ptr<const EncryptionKey> key;  // the source's, when it is encrypted
   // Encrypt the destination (native or ckpt; a new salt, so new keys and nonces).

@@ -361,6 +361,15 @@ int cmd_convert(const ConvertArgs& args) {
   if (!to) return fail(invalid_argument("--to '" + args.to + "': expected native, ckpt, safetensors or hdf5"), 2);
   ConvertOptions options;
   options.ckpt_crc_footer = !args.no_crc_footer;
+  options.only = args.only;
+  options.exclude = args.exclude;
+  for (const auto& pair : args.rename) {
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == pair.size())
+      return fail(invalid_argument("--rename '" + pair + "': expected OLD=NEW"), 2);
+    if (!options.rename.emplace(pair.substr(0, eq), pair.substr(eq + 1)).second)
+      return fail(invalid_argument("--rename '" + pair.substr(0, eq) + "' is given twice"), 2);
+  }
   auto key = load_key(args.key);
   if (!key.ok()) return fail(key.status(), 2);
   auto enc_key = load_key(args.enc_key);

@@ -29,6 +29,8 @@ struct ConvertArgs {
   std::string enc_mode;     // encrypt the copy; default: the source's mode, or AES-GCM
   KeyArgs enc_key;          // the copy's key; default: `key`
   bool decrypt = false;     // an encrypted source may be written in the clear
+  std::vector<std::string> only, exclude;  // name prefixes (LoadOptions' specify_prefix / filter_prefix)
+  std::vector<std::string> rename;         // "OLD=NEW", stored name -> name in the copy
 };
 int cmd_convert(const ConvertArgs& args);
 

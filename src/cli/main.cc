@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
                       "AES-GCM; an encrypted source: its mode)");
   add_key(convert, conv.enc_key, "enc-", "the destination's (default: the source's)");
   convert->add_flag("--decrypt", conv.decrypt, "write an encrypted source in the clear");
+  convert->add_option("--only", conv.only, "convert only tensors whose names start with these prefixes");
+  convert->add_option("--exclude", conv.exclude, "leave out tensors whose names start with these prefixes");
+  convert->add_option("--rename", conv.rename, "OLD=NEW: the stored tensor OLD is NEW in the copy (repeatable)");
 
   PublishArgs pub;
   auto* publish = app.add_subcommand(

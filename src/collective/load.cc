@@ -12,7 +12,7 @@
 #include "base/strings.h"
 #include "base/timer.h"
 #include "collective/fetch_index.h"
-#include "collective/load_names.h"
+#include "plan/load_names.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
@@ -185,7 +185,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index, source, options.allow_unchecked, &result.warning));
     if (state.rank() != comm.rank())
       return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
-    DISTCKPT_ASSIGN_OR_RETURN(internal_collective::LoadNames names, internal_collective::load_names(index, options));
+    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::LoadNames names, internal_plan::load_names(index, options));
     const std::map<std::string, int>& stored = names.by_state_name;
     result.filtered_out = names.filtered_out;
 

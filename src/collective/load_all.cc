@@ -5,7 +5,7 @@
 
 #include "base/guard.h"
 #include "collective/fetch_index.h"
-#include "collective/load_names.h"
+#include "plan/load_names.h"
 #include "comm/agree.h"
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
@@ -59,7 +59,7 @@ Result<LoadedCheckpoint> load_all(Comm& comm, const std::string& path, LoadAllLa
   Status local = internal_base::guarded(where, [&]() -> Status {
     proto::Index& index = fetched.index;
     DISTCKPT_RETURN_IF_ERROR(internal_format::open_index(&index, options.key.get(), fetched.path).status());
-    DISTCKPT_ASSIGN_OR_RETURN(internal_collective::LoadNames names, internal_collective::load_names(index, options));
+    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::LoadNames names, internal_plan::load_names(index, options));
     for (const auto& [name, i] : names.by_state_name) {
       const proto::Tensor& t = index.tensors(i);
       const std::optional<DType> dtype = dtype_from_name(t.dtype());

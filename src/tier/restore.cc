@@ -27,7 +27,7 @@
 #include "base/timer.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
-#include "collective/load_names.h"
+#include "plan/load_names.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "distckpt/inspect.h"
@@ -628,10 +628,10 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
 
   // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
   std::map<std::pair<std::string, Box>, int> by_box;
-  internal_collective::LoadNames names;
+  internal_plan::LoadNames names;
   local = guarded(where, [&]() -> Status {
     // The load's filters and renames, as a global load applies them.
-    DISTCKPT_ASSIGN_OR_RETURN(names, internal_collective::load_names(described, options.load));
+    DISTCKPT_ASSIGN_OR_RETURN(names, internal_plan::load_names(described, options.load));
     result.load.filtered_out = names.filtered_out;
     const std::map<std::string, int>& stored = names.by_state_name;
     std::set<std::string> asked;

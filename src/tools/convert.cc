@@ -16,6 +16,7 @@
 #include "format/format.h"
 #include "format/native/sealing.h"
 #include "format/sequential_writer.h"
+#include "plan/load_names.h"
 #include "layout/region.h"
 #include "tools/reader.h"
 #include "transform/cipher.h"
@@ -67,14 +68,37 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
       if (!any) return invalid_argument("convert: '" + p + "' names no tensor of '" + src + "'");
     }
+    for (const auto& p : options.exclude) {  // a typo would keep what it meant to drop
+      bool any = false;
+      for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
+      if (!any) return invalid_argument("convert: exclude '" + p + "' names no tensor of '" + src + "'");
+    }
+    for (const auto& [from, to_name] : options.rename) {
+      bool any = false;
+      for (const auto& t : index.tensors()) any |= t.name() == from;
+      if (!any) return invalid_argument("convert: --rename '" + from + "' names no tensor of '" + src + "'");
+    }
+    // The same selection and renames as a load (LoadOptions), in the source's order.
+    LoadOptions select;
+    select.specify_prefix = options.only;
+    select.filter_prefix = options.exclude;
+    select.rename = options.rename;
+    auto names = internal_plan::load_names(index, select);
+    if (!names.ok()) return names.status().with_context("convert (--only/--exclude/--rename)");
+    std::map<int, std::string> chosen;  // source tensor -> its name in the copy
+    for (const auto& [new_name, t] : names->by_state_name) chosen[t] = new_name;
     std::vector<int> selected;
-    for (int t = 0; t < index.tensors_size(); ++t)
-      if (name_selected(index.tensors(t).name(), options.only)) selected.push_back(t);
+    for (const auto& [t, new_name] : chosen) selected.push_back(t);
+    if (selected.empty()) return invalid_argument("convert: --only/--exclude leave no tensor of '" + src + "'");
     proto::Index meta = internal_format::metadata_of(index);
-    if (selected.size() != static_cast<std::size_t>(index.tensors_size())) {
+    {
       proto::Index all = meta;
       meta.clear_tensors();
-      for (int t : selected) *meta.add_tensors() = all.tensors(t);
+      for (int t : selected) {
+        proto::Tensor* copy = meta.add_tensors();
+        *copy = all.tensors(t);
+        copy->set_name(chosen.at(t));
+      }
     }
     meta.set_name(control.meta_name.empty() ? name : control.meta_name);
     meta.set_format(std::string(format.name));

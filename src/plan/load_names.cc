@@ -1,8 +1,8 @@
-#include "collective/load_names.h"
+#include "plan/load_names.h"
 
 #include <set>
 
-namespace distckpt::internal_collective {
+namespace distckpt::internal_plan {
 namespace {
 
 bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
@@ -14,14 +14,14 @@ bool starts_with_any(const std::string& name, const std::vector<std::string>& pr
 Status check_prefixes(const LoadOptions& options) {
   for (const auto* list : {&options.specify_prefix, &options.filter_prefix})
     for (const auto& p : *list)
-      if (p.empty()) return invalid_argument("load: an empty prefix in specify_prefix or filter_prefix");
+      if (p.empty()) return invalid_argument("an empty prefix in specify_prefix or filter_prefix");
   // As MindSpore: a tensor may not be both asked for and excluded by prefix.
   for (const auto& s : options.specify_prefix)
     for (const auto& f : options.filter_prefix)
       if (s.compare(0, f.size(), f) == 0 || f.compare(0, s.size(), s) == 0)
-        return invalid_argument("load: specify_prefix '" + s + "' and filter_prefix '" + f + "' overlap");
+        return invalid_argument("specify_prefix '" + s + "' and filter_prefix '" + f + "' overlap");
   if (!options.rename.empty() && options.rename_func)
-    return invalid_argument("load: set rename or rename_func, not both");
+    return invalid_argument("set rename or rename_func, not both");
   return Status();
 }
 
@@ -45,14 +45,14 @@ Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& optio
     std::string name = stored;
     if (auto it = options.rename.find(stored); it != options.rename.end()) name = it->second;
     else if (options.rename_func) name = options.rename_func(stored);
-    if (name.empty()) return invalid_argument("load: tensor '" + stored + "' is renamed to an empty name");
+    if (name.empty()) return invalid_argument("tensor '" + stored + "' is renamed to an empty name");
     auto [pos, fresh] = renamed_from.emplace(name, stored);
     if (!fresh)
-      return invalid_argument("load: tensors '" + pos->second + "' and '" + stored + "' would both be loaded as '" +
+      return invalid_argument("tensors '" + pos->second + "' and '" + stored + "' would both be loaded as '" +
                               name + "'");
     out.by_state_name[name] = i;
   }
   return out;
 }
 
-}  // namespace distckpt::internal_collective
+}  // namespace distckpt::internal_plan

@@ -1,7 +1,8 @@
 // Which stored tensors a load sees, and under which names (LoadOptions: specify_prefix,
 // filter_prefix, choice_func, rename, rename_func), as MindSpore 2.x's load_checkpoint
-// and load_param_into_net users expect. Shared by the collective load and the local
-// tier's restore, so that both select and rename alike.
+// and load_param_into_net users expect. Shared by load, load_all, the local tier's
+// restore and convert (`distckpt convert --only/--exclude/--rename`), so that all select
+// and rename alike.
 #pragma once
 
 #include <map>
@@ -11,7 +12,7 @@
 #include "distckpt/checkpoint.h"
 #include "distckpt_index.pb.h"
 
-namespace distckpt::internal_collective {
+namespace distckpt::internal_plan {
 
 struct LoadNames {
   // State-dict name -> index of the stored tensor it loads from.
@@ -30,4 +31,4 @@ struct LoadNames {
 // functions must answer alike on every rank (the load's agreement covers their errors).
 Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& options);
 
-}  // namespace distckpt::internal_collective
+}  // namespace distckpt::internal_plan
