@@ -544,6 +544,93 @@ TEST(Manager, SavedNetworkIsWhatSavesWrite) {
   EXPECT_EQ(info->tensors[0].name, "bias");
 }
 
+// Caffe2's upload hook: rank 0 uploads each committed checkpoint off the training
+// thread, in commit order; retention keeps a checkpoint while its upload is pending;
+// outcomes (a failure too) reach every rank at the next call and stats.jsonl; end()
+// waits for the queue. A command is spawned with the path as its last argument.
+TEST(Manager, UploadHookRunsInOrderOffTheLoopAndNeverFails) {
+  TempDir dir;
+  std::mutex mu;
+  std::vector<std::string> calls;
+  std::atomic<bool> release{false};
+  std::atomic<int> finished{0};
+  std::vector<StepOutcome> outcomes(2);
+  std::vector<std::set<std::string>> listed(2);
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 1;
+    c.upload = [&](const std::string& path) -> Status {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        calls.push_back(path);
+      }
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ++finished;
+      if (path.find("run-0_2") != std::string::npos) return io_error("the bucket refused it");
+      return Status();
+    };
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_RETURN_IF_ERROR(m->step_end(1, 0).status());
+    DISTCKPT_RETURN_IF_ERROR(m->step_end(2, 0).status());
+    // run-0_1 is still uploading: retention kept it.
+    if (comm.rank() == 0) listed[0] = names_in(dir.path());
+    comm.barrier();
+    if (comm.rank() == 0) {
+      release = true;
+      while (finished < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    comm.barrier();
+    DISTCKPT_ASSIGN_OR_RETURN(outcomes[static_cast<std::size_t>(comm.rank())], m->step_end(3, 0));
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(3, 0));
+    if (last.uploaded != std::vector<std::string>{dir.path() + "/run-0_3"}) return internal_error("end did not wait");
+    if (comm.rank() == 0) listed[1] = names_in(dir.path());
+    return Status();
+  }));
+  EXPECT_EQ(listed[0], (std::set<std::string>{"run-0_1", "run-0_2"}));
+  EXPECT_EQ(listed[1], (std::set<std::string>{"run-0_3"}));
+  EXPECT_EQ(calls, (std::vector<std::string>{dir.path() + "/run-0_1", dir.path() + "/run-0_2", dir.path() + "/run-0_3"}));
+  for (const StepOutcome& out : outcomes) {
+    EXPECT_EQ(out.uploaded, std::vector<std::string>{dir.path() + "/run-0_1"});
+    ASSERT_EQ(out.upload_errors.size(), 1u);
+    EXPECT_NE(out.upload_errors[0].find("the bucket refused it"), std::string::npos) << out.upload_errors[0];
+  }
+  std::ifstream stats(dir.path() + "/stats.jsonl");
+  std::string line;
+  int uploads = 0, failed = 0;
+  while (std::getline(stats, line))
+    if (line.find("\"event\":\"upload\"") != std::string::npos) ++uploads, failed += line.find("\"ok\":false") != std::string::npos;
+  EXPECT_EQ(uploads, 3);
+  EXPECT_EQ(failed, 1);
+
+  // A command: no shell between us and it (the path, spaces and all, is one argument).
+  TempDir cmd_dir;
+  const std::string root = cmd_dir.path() + "/with space";
+  const std::string log = cmd_dir.path() + "/log";
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(root);
+    c.upload_command = {"/bin/sh", "-c", "printf '%s|\\n' \"$1\" >> '" + log + "'; [ \"$1\" != \"${1%_2}\" ] && exit 3; exit 0", "sh"};
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int64_t step = 1; step <= 2; ++step) DISTCKPT_RETURN_IF_ERROR(m->step_end(step, 0).status());
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(2, 0));
+    const std::size_t seen = last.uploaded.size() + last.upload_errors.size();
+    if (seen == 0) return internal_error("no upload reported by end()");
+    return Status();
+  }));
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, root + "/run-0_1|\n" + root + "/run-0_2|\n");
+  std::ifstream cmd_stats(root + "/stats.jsonl");
+  bool exit_reported = false;
+  while (std::getline(cmd_stats, line)) exit_reported |= line.find("exited with status 3") != std::string::npos;
+  EXPECT_TRUE(exit_reported);
+  CheckpointConfig both = base_config("/tmp/x");
+  both.upload = [](const std::string&) { return Status(); };
+  both.upload_command = {"true"};
+  EXPECT_NE(both.validate().message().find("not both"), std::string::npos);
+}
+
 TEST(Manager, TimeBasedSavesAgreeAcrossRanksEvenWithASlowRank) {
   TempDir dir;
   using Clock = std::chrono::steady_clock;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -202,6 +203,23 @@ struct CheckpointConfig : SaveSettings {
   bool publish_at_end = false;
   std::vector<std::string> publish_only;  // tensor names/prefixes, e.g. {"model."}; empty: all
   Format publish_format = Format::kSafetensors;
+
+  // ---- uploads (Caffe2's UploadTaskGroupBuilder) ----
+  // After each commit that moves `latest` (periodic, breakpoint and final saves, drains
+  // of the local tier) and each publish, rank 0 hands the checkpoint's path to `upload`
+  // (a callback) or runs `upload_command` (argv, the path appended as the last argument,
+  // spawned without a shell), on a thread of its own: one upload at a time, in commit
+  // order, at most upload_queue waiting (a commit that finds the queue full waits up to
+  // upload_wait_s, then skips that upload and reports it). Retention never removes a
+  // checkpoint whose upload is pending; end() waits up to upload_wait_s for the queue.
+  // Outcomes go to stats.jsonl ("event":"upload") and to the next manager call
+  // (StepOutcome::uploaded / upload_errors, identical on every rank); a failed upload is
+  // never fatal. The callback runs on the uploader's thread: it must be thread-safe with
+  // respect to the training loop, and an exception from it counts as a failure.
+  std::function<Status(const std::string& path)> upload;
+  std::vector<std::string> upload_command;
+  int upload_queue = 4;
+  double upload_wait_s = 600;
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;

@@ -64,6 +64,10 @@ struct StepOutcome {
   // save_best: best checkpoints committed during this call (the previous best of each
   // metric is removed).
   std::vector<std::string> best;
+  // The upload hook (CheckpointConfig::upload): uploads that finished since the last
+  // call, and the failures among them (or uploads skipped), identical on every rank.
+  std::vector<std::string> uploaded;
+  std::vector<std::string> upload_errors;
   // With a local tier (CheckpointConfig::local): the save of this call went to the
   // local tier ("local"); drains committed during this call (global paths); and a drain
   // that failed (the local checkpoint stays; identical on every rank).

@@ -123,6 +123,10 @@ Status CheckpointConfig::validate() const {
   } else if (!save_best_rules.empty()) {
     return bad("save_best_rules is set but save_best is empty");
   }
+  if (upload && !upload_command.empty()) return bad("set upload or upload_command, not both");
+  if (!upload_command.empty() && upload_command[0].empty()) return bad("upload_command's program is empty");
+  if (upload_queue < 1) return bad("upload_queue must be >= 1");
+  if (!(upload_wait_s >= 0) || std::isinf(upload_wait_s)) return bad("upload_wait_s must be a finite number >= 0");
   for (const auto& p : best_prefixes)
     if (p.empty()) return bad("best_prefixes contains an empty prefix (it would match everything)");
   if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_base::is_printable_utf8(prefix))

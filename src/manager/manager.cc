@@ -25,6 +25,7 @@
 #include "distckpt/mpi_comm.h"
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
+#include "manager/upload.h"
 #include "tier/record.h"
 #include "tools/convert.h"
 
@@ -181,6 +182,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     if (!saved.warning.empty()) warnings.push_back(saved.warning);
     auto retained = internal_base::guarded(where(), [&]() -> Result<std::vector<std::string>> {
       if (!apply_retention) return std::vector<std::string>{};
+      upload_after_commit(saved.path);  // queued first: retention keeps what is pending
       return retain(&warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
@@ -233,6 +235,7 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
                                            cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
   std::vector<std::string> removed;
   for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
+    if (uploader && uploader->pending(cfg.directory + "/" + name)) continue;  // removed once uploaded
     Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);
     if (st.ok()) removed.push_back(name);
     else warnings->push_back("retention: " + st.to_string());
@@ -293,6 +296,9 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     DISTCKPT_ASSIGN_OR_RETURN(async, make_async_checkpointer(*internal_comm::as_mpi(comm), impl.cfg.async));
   }
   impl.async = std::move(async);
+  if (impl.root() && (impl.cfg.upload || !impl.cfg.upload_command.empty()))
+    impl.uploader = std::make_unique<internal_manager::Uploader>(impl.cfg.upload, impl.cfg.upload_command,
+                                                                 static_cast<std::size_t>(impl.cfg.upload_queue));
   if (impl.root())
     for (std::size_t i = 0; i < impl.cfg.save_best.size(); ++i) {
       if (impl.cfg.save_best[i] == "auto") impl.best_auto_pending = true;
@@ -345,6 +351,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
+  impl.report_uploads(&out);
   // A background save every rank has finished: complete it now (no waiting). Its
   // failure is reported after a breakpoint save, which must still be made.
   Status background = sync.async_busy ? Status() : impl.finish_in_flight(&out);
@@ -382,10 +389,24 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
 
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
                                            bool epoch_end) {
-  Impl& impl = *impl_;
+  Result<StepOutcome> out = impl_->end(step, epoch, metrics, epoch_end);
+  if (!out.ok() || impl_->finished || (!impl_->cfg.upload && impl_->cfg.upload_command.empty())) return out;
+  // The uploads of this run, waited for (up to upload_wait_s) and reported.
+  if (impl_->uploader && !impl_->uploader->drain(impl_->cfg.upload_wait_s))
+    std::fprintf(stderr, "distckpt: %s: end: uploads still pending after %g s\n", impl_->where().c_str(),
+                 impl_->cfg.upload_wait_s);
+  impl_->collect_uploads();
+  impl_->report_uploads(&out.value());
+  return out;
+}
+
+Result<StepOutcome> CheckpointManager::Impl::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
+                                                 bool epoch_end) {
+  Impl& impl = *this;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
+  impl.report_uploads(&out);
   // A save in flight completes first (this waits for it): it may be this very step. If
   // it failed, the final state is saved all the same before the failure is reported.
   const Status background = impl.finish_in_flight(&out);
@@ -447,6 +468,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, /*epoch_end=*/false));
   if (sync.exception) return impl.after_exception(sync, "");
   StepOutcome out;
+  impl.report_uploads(&out);
   Impl::SaveKind now;
   now.may_run_async = true;
   DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, suffix, now, &out));
@@ -475,6 +497,7 @@ Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const 
         options.key = cfg.encryption.key;
         DISTCKPT_ASSIGN_OR_RETURN(PublishResult published, publish_checkpoint(src, options));
         paths += (paths.empty() ? "" : "\n") + published.path;
+        upload_after_commit(published.path);
       }
       return Status();
     });
@@ -522,5 +545,30 @@ Status CheckpointManager::install_signal_handlers() {
 
 bool CheckpointManager::signal_received() { return g_signal.load(std::memory_order_relaxed) != 0; }
 void CheckpointManager::clear_signal() { g_signal.store(0, std::memory_order_relaxed); }
+
+void CheckpointManager::Impl::collect_uploads() {
+  std::string text;  // "+path" or "-error" lines
+  if (root() && uploader) {
+    for (const auto& r : uploader->take_reports()) {
+      nlohmann::ordered_json j;
+      j["event"] = "upload";
+      j["path"] = r.path;
+      j["ok"] = r.status.ok();
+      if (!r.status.ok()) j["error"] = r.status.to_string();
+      j["upload_s"] = r.seconds;
+      j["unix_ms"] = internal_manager::unix_ms_now();
+      (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
+      std::string line = r.status.ok() ? "+" + r.path : "-" + r.status.to_string();
+      for (char& c : line)
+        if (c == '\n') c = ' ';
+      text += line + "\n";
+    }
+  }
+  comm->broadcast_string(text, 0);
+  for (const auto& line : split(text, '\n')) {
+    if (line.empty()) continue;
+    (line[0] == '+' ? uploads_ok : uploads_failed).push_back(line.substr(1));
+  }
+}
 
 }  // namespace distckpt

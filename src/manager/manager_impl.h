@@ -19,6 +19,7 @@
 #include "format/format.h"
 #include "manager/retention.h"
 #include "manager/series.h"
+#include "manager/upload.h"
 #include "tier/drain.h"
 
 namespace distckpt {
@@ -54,13 +55,15 @@ struct CheckpointManager::Impl {
   struct Sync {
     bool signal = false, save_due = false, exception = false, timed_out = false;
     bool async_busy = false;  // some rank's background save is still running
+    bool uploads_done = false;  // rank 0 has upload outcomes to report
     int64_t min_step = 0, max_step = 0;
     int failing_rank = -1;  // the lowest rank that threw
   };
   Sync sync(bool failing, double timeout_s) {
     std::vector<int64_t> v{stop_signal_pending() ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
                            failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN,
-                           async && async->in_flight() ? 1 : 0};
+                           async && async->in_flight() ? 1 : 0,
+                           uploader && uploader->has_reports() ? 1 : 0};
     // Is a time-based save due (rank 0's clock decides for everyone)?
     const int64_t every_steps = tiered() ? cfg.local_every_steps : cfg.save_every_steps;
     const double every_seconds = tiered() ? cfg.local_every_seconds : cfg.save_every_seconds;
@@ -80,6 +83,7 @@ struct CheckpointManager::Impl {
     s.max_step = v[4];
     if (s.exception) s.failing_rank = static_cast<int>(-v[5]);
     s.async_busy = v[6] != 0;
+    s.uploads_done = v[7] != 0;
     return s;
   }
   Status check_usable() const {
@@ -94,7 +98,23 @@ struct CheckpointManager::Impl {
     current_step = step;
     current_epoch = epoch;
     current_epoch_end = epoch_end;
-    return sync(false, -1);
+    Sync s = sync(false, -1);
+    if (!s.exception && !s.timed_out && s.uploads_done) collect_uploads();
+    return s;
+  }
+  // ---- the upload hook (manager/upload.h) ----
+  std::unique_ptr<internal_manager::Uploader> uploader;  // rank 0, with upload/upload_command
+  std::vector<std::string> uploads_ok, uploads_failed;  // collected, for the call's StepOutcome
+  // Collective: rank 0's finished uploads go to stats.jsonl and every rank.
+  void collect_uploads();
+  void upload_after_commit(const std::string& path) {  // rank 0
+    if (uploader) (void)uploader->enqueue(path, cfg.upload_wait_s);
+  }
+  void report_uploads(StepOutcome* out) {
+    out->uploaded.insert(out->uploaded.end(), uploads_ok.begin(), uploads_ok.end());
+    out->upload_errors.insert(out->upload_errors.end(), uploads_failed.begin(), uploads_failed.end());
+    uploads_ok.clear();
+    uploads_failed.clear();
   }
   Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
   Result<std::vector<std::string>> publish_on_root(const std::vector<std::string>& sources);
@@ -238,6 +258,7 @@ struct CheckpointManager::Impl {
   // failed saves left on the nodes).
   std::vector<std::string> retain_local(std::vector<std::string>* warnings);
   Result<ResumeResult> resume_tiered(const ResumeOptions& options);
+  Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end);
   Result<ResumeResult> resume_global(const ResumeOptions& options);  // resume.cc
 
   // ---- best checkpoints (CheckpointConfig::save_best; manager/best.cc) ----
