@@ -60,7 +60,11 @@ class AsyncCheckpointer {
   AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
 
   // Collective. Starts saving `state` as save(comm, state, root, options) would and
-  // returns once this rank's share is staged: from then on the caller may modify its
+  // returns once this rank's share is staged (sharded native saves: the bytes it
+  // writes, in the staging pool; single files and integrated saves, which are gathered
+  // to a writing rank: a copy of every slice this rank holds, allocated per save
+  // outside the pool, so extra memory = this rank's state bytes + save()'s own for the
+  // gather, on the background thread): from then on the caller may modify its
   // tensors and the state dict. A save still in flight is waited for first (or refused,
   // see AsyncOptions). Errors, identical on every rank: the previous save's failure if
   // it was not reported yet (reported once; no new save starts), kBusy, and any error

@@ -160,8 +160,11 @@ struct CheckpointConfig : SaveSettings {
   // retention and statistics line come at the first manager call after every rank has
   // finished it, or before the next save starts (which waits for it): StepOutcome's
   // `committed` and `save_error` then report it. Breakpoint (signal), exception and
-  // final (end) saves are synchronous: the job is about to stop. Native sharded saves
-  // only. Needs MPI_THREAD_MULTIPLE (or an AsyncCheckpointer given to create()).
+  // final (end) saves are synchronous: the job is about to stop. Every format: single
+  // files (.ckpt, safetensors, HDF5) and integrated saves are gathered and written in
+  // the background from a copy of each rank's slices (AsyncCheckpointer::save_async
+  // states the memory). Needs MPI_THREAD_MULTIPLE (or an AsyncCheckpointer given to
+  // create()).
   bool async_save = false;
   AsyncOptions async;  // staging memory and slabs per rank
 

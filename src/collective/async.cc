@@ -6,7 +6,9 @@
 // filled. Once every byte is staged the call returns; the background thread then waits
 // for the stream (finish: tail, trim, fsync) and runs the agreement and the commit
 // (finish_save) on the background communicator.
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <system_error>
@@ -31,6 +33,13 @@ using internal_collective::SaveSession;
 using internal_storage::StagingPool;
 using internal_storage::StreamWriter;
 
+// A rank's slices copied for a background single-file save.
+struct StagedCopy {
+  explicit StagedCopy(int rank) : state(rank) {}
+  std::vector<std::vector<unsigned char>> bytes;
+  StateDict state;
+};
+
 class AsyncCheckpointer::Impl {
  public:
   Impl(std::unique_ptr<Comm> fg, std::unique_ptr<Comm> bg, AsyncOptions options, std::unique_ptr<StagingPool> pool)
@@ -40,14 +49,10 @@ class AsyncCheckpointer::Impl {
 
   Status save_async(const StateDict& state, const std::string& root, const SaveOptions& options) {
     DISTCKPT_RETURN_IF_ERROR(prepare("save_async"));
-    // Single files are written from tensors gathered while the caller waits: there is
-    // nothing to stage, so they are not saved in the background (yet).
-    const bool single = internal_format::driver(options.format).single_file || options.integrated;
-    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(
-        *fg_, single ? unsupported("save_async: only native sharded saves run in the background; call save() for "
-                                   "format " + std::string(format_name(options.format)) +
-                                   (options.integrated ? " (integrated)" : ""))
-                     : Status()));
+    // Single files (and integrated native ones) are gathered and written from a copy of
+    // this rank's slices, in the background, by save() on the background communicator.
+    if (internal_format::driver(options.format).single_file || options.integrated)
+      return save_gathered_async(state, root, options);
 
     DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_collective::begin_save(*fg_, state, root, options));
     // Stage this rank's share. A local failure is not returned here: the background
@@ -96,6 +101,49 @@ class AsyncCheckpointer::Impl {
       // background threads meet this one in finish_save's collectives, so every rank
       // still gets the same result (from wait()), only later than usual.
       (*task)();
+    }
+    return Status();
+  }
+
+  // A copy of this rank's slices (and the state's info values), then save() of it in
+  // the background: the gather to the writing rank and the write overlap training.
+  Status save_gathered_async(const StateDict& state, const std::string& root, const SaveOptions& options) {
+    auto copy = std::make_shared<StagedCopy>(state.rank());
+    Status staged = guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
+      for (const TensorEntry& e : state.tensors()) {
+        std::vector<void*> buffers;
+        for (std::size_t b = 0; b < e.boxes.size(); ++b) {
+          const std::size_t bytes = static_cast<std::size_t>(e.boxes[b].num_elements()) * dtype_size(e.dtype);
+          copy->bytes.emplace_back(std::max<std::size_t>(bytes, 1));
+          if (bytes > 0) std::memcpy(copy->bytes.back().data(), e.buffers[b], bytes);
+          buffers.push_back(copy->bytes.back().data());
+        }
+        if (buffers.empty()) buffers.push_back(nullptr);  // not in the tensor's group
+        DISTCKPT_RETURN_IF_ERROR(buffers.size() == 1 && e.boxes.size() <= 1
+                                     ? copy->state.add_tensor(e.name, e.dtype, buffers[0], e.layout)
+                                     : copy->state.add_tensor(e.name, e.dtype, buffers, e.layout));
+      }
+      for (const auto& [k, v] : state.info()) DISTCKPT_RETURN_IF_ERROR(copy->state.set_info(k, v));
+      return Status();
+    });
+    // A rank that could not copy (out of memory) must not leave the others in the gather.
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, staged));
+    running_ = true;
+    auto finish = [this, copy, root, options]() {
+      auto saved = save(*bg_, copy->state, root, options);
+      if (saved.ok()) {
+        LocalSaveResult wrapped;
+        wrapped.save = std::move(saved).value();
+        pending_ = std::move(wrapped);
+      } else {
+        pending_ = Result<LocalSaveResult>(saved.status());
+      }
+      running_ = false;
+    };
+    try {
+      worker_ = std::thread(finish);
+    } catch (const std::system_error&) {
+      finish();  // as in save_async: the other ranks' threads meet this one
     }
     return Status();
   }

@@ -173,9 +173,6 @@ Status CheckpointConfig::validate() const {
     return bad("encryption needs the native or ckpt format (" + std::string(format_name(format)) + " cannot carry it)");
   if (encryption.enabled() && publish_at_end)
     return bad("publish_at_end would export the encrypted checkpoints unencrypted; publish them explicitly");
-  if (async_save && (format != Format::kNative || integrated))
-    return bad("async_save writes native sharded checkpoints only (format native, integrated off); single-file "
-               "formats are written from gathered tensors while the loop waits");
   if (async.slab_bytes == 0 || async.slab_bytes % kDirectIoAlignment != 0)
     return bad("async.slab_bytes must be a positive multiple of " + std::to_string(kDirectIoAlignment));
   if (load.fs || load.key || !load.only.empty() || !load.strict)
