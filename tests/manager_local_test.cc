@@ -439,7 +439,7 @@ TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
   // Step 3 was written (no periodic save then); step 4's best is step 4's save, linked:
   // run-0_4 was removed by keep_max 1 afterwards, and its files live on in the copy.
   struct stat st {};
-  ASSERT_EQ(::stat((d + "/best_acc_run-0_4/index.pb").c_str(), &st), 0);
+  ASSERT_EQ(::stat((d + "/best_acc_run-0_4/data-00000.bin").c_str(), &st), 0);
   EXPECT_EQ(st.st_nlink, 1u);  // its twin is gone
   {
     auto info = read_checkpoint_info(d + "/best_acc_run-0_4");
@@ -460,16 +460,28 @@ TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
   }));
   EXPECT_EQ(names_in(d), (std::set<std::string>{"run-0_8", "best_loss_run-0_3", "best_acc_run-0_8"}));
   struct stat a {}, b {};
-  ASSERT_EQ(::stat((d + "/best_acc_run-0_8/index.pb").c_str(), &a), 0);
-  ASSERT_EQ(::stat((d + "/run-0_8/index.pb").c_str(), &b), 0);
-  EXPECT_EQ(a.st_ino, b.st_ino);  // not written twice
+  ASSERT_EQ(::stat((d + "/best_acc_run-0_8/data-00000.bin").c_str(), &a), 0);
+  ASSERT_EQ(::stat((d + "/run-0_8/data-00000.bin").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);  // not written twice (the index is the copy's own)
+  // The linked copy has an index of its own: a best copy, not a save that moved `latest`.
   auto listing = list_checkpoints(d);
   ASSERT_TRUE(listing.ok());
   for (const auto& e : listing->entries)
-    if (e.name.rfind("best_", 0) == 0) EXPECT_FALSE(e.advances_latest && e.name == "best_loss_run-0_3") << e.name;
+    if (e.name.rfind("best_", 0) == 0) EXPECT_FALSE(e.advances_latest) << e.name;
+  auto linked_info = read_checkpoint_info(d + "/best_acc_run-0_8");
+  ASSERT_TRUE(linked_info.ok());
+  EXPECT_EQ(info_value_to_string(linked_info->info.at("best_of")), "acc");
+  EXPECT_TRUE(verify_checkpoint(d + "/best_acc_run-0_8").ok());
   auto latest = resolve_checkpoint(d);
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, d + "/run-0_8");
+  // Resuming step 8 takes the periodic save, not its best copy.
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume({.step = 8}));
+    return r.path == d + "/run-0_8" ? Status() : internal_error(r.path);
+  }));
 
   // "auto", a single-file format (the link is of the file) and best_prefixes (written).
   for (const bool model_only : {false, true}) {
@@ -483,15 +495,19 @@ TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
       c.save_best = {"auto"};
       if (model_only) c.best_prefixes = {"layer0"};
       DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
-      DISTCKPT_RETURN_IF_ERROR(m->step_end(1, 0, {{"val_loss", 0.5}, {"acc", 0.9}}).status());
+      DISTCKPT_RETURN_IF_ERROR(m->step_end(1, 0, {{"val_loss", 0.5}, {"acc", 0.8}}).status());
+      DISTCKPT_RETURN_IF_ERROR(m->step_end(2, 0, {{"val_loss", 0.5}, {"acc", 0.9}}).status());
       DISTCKPT_ASSIGN_OR_RETURN(std::string best, m->best_checkpoint());
-      return best == other.path() + "/best_acc_run-0_1.ckpt" ? Status() : internal_error(best);
+      return best == other.path() + "/best_acc_run-0_2.ckpt" ? Status() : internal_error(best);
     }));
+    // The previous best file is gone; a single file is written, never linked (its
+    // description is inside it).
+    EXPECT_FALSE(fs::exists(other.path() + "/best_acc_run-0_1.ckpt"));
     struct stat x {}, y {};
-    ASSERT_EQ(::stat((other.path() + "/best_acc_run-0_1.ckpt").c_str(), &x), 0);
-    ASSERT_EQ(::stat((other.path() + "/run-0_1.ckpt").c_str(), &y), 0);
-    EXPECT_EQ(x.st_ino == y.st_ino, !model_only);
-    auto desc = read_checkpoint_info(other.path() + "/best_acc_run-0_1.ckpt");
+    ASSERT_EQ(::stat((other.path() + "/best_acc_run-0_2.ckpt").c_str(), &x), 0);
+    ASSERT_EQ(::stat((other.path() + "/run-0_2.ckpt").c_str(), &y), 0);
+    EXPECT_NE(x.st_ino, y.st_ino);
+    auto desc = read_checkpoint_info(other.path() + "/best_acc_run-0_2.ckpt");
     ASSERT_TRUE(desc.ok()) << desc.status().to_string();
     for (const auto& t : desc->tensors) EXPECT_TRUE(!model_only || t.name.rfind("layer0", 0) == 0) << t.name;
   }
@@ -502,8 +518,36 @@ TEST(Manager, SaveBestKeepsOneBestPerMetricAcrossRestarts) {
   };
   refused([](auto& c) { c.save_best = {"auto", "acc"}; }, "must be alone");
   refused([](auto& c) { c.save_best = {"acc", "acc"}; }, "twice");
+  refused([](auto& c) { c.save_best = {"val/acc", "val_acc"}; }, "twice");
+  refused([](auto& c) { c.name_template = "best_{step}"; }, "reserved");
+  refused([](auto& c) { c.filename_tmpl = "{}_exception"; }, "reserved");
+  refused([](auto& c) { c.filename_tmpl = ".{}"; }, "reserved");
   refused([](auto& c) { c.save_best = {"fid"}; }, "cannot tell");
   refused([](auto& c) { c.save_best = {"a", "b", "c"}; c.save_best_rules = {CompareRule::kLess, CompareRule::kLess}; }, "one per");
+  // Encrypted: the linked copy's own index is sealed again with the key; every chunk
+  // still authenticates (a chunk's identity does not include the index).
+  {
+    TempDir enc;
+    auto key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'e')));
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(enc.path());
+      c.encryption.key = key;
+      c.save_best = {"loss"};
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      return m->step_end(1, 0, {{"loss", 0.5}}).status();
+    }));
+    struct stat e1 {}, e2 {};
+    ASSERT_EQ(::stat((enc.path() + "/best_loss_run-0_1/data-00000.bin").c_str(), &e1), 0);
+    ASSERT_EQ(::stat((enc.path() + "/run-0_1/data-00000.bin").c_str(), &e2), 0);
+    EXPECT_EQ(e1.st_ino, e2.st_ino);
+    VerifyOptions vo;
+    vo.key = key;
+    auto verified = verify_checkpoint(enc.path() + "/best_loss_run-0_1", vo);
+    EXPECT_TRUE(verified.ok()) << verified.status().to_string();
+    auto loaded = load_all(enc.path() + "/best_loss_run-0_1", {.key = key});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+  }
   CheckpointConfig ok = base_config("/tmp/x");
   ok.save_best = {"fid", "IS"};
   ok.less_keys = {"fid"};

@@ -12,6 +12,9 @@
 #include "catalog/commit.h"
 #include "catalog/owner.h"
 #include "catalog/retire.h"
+#include "format/format.h"
+#include "format/native/index_codec.h"
+#include "format/native/sealing.h"
 #include "comm/agree.h"
 #include "manager/best.h"
 #include "manager/manager_impl.h"
@@ -41,6 +44,9 @@ std::optional<double> numeric_info(const std::map<std::string, InfoValue>& info,
 
 std::string best_metric_of(const std::string& entry_name, const std::map<std::string, InfoValue>& info) {
   if (entry_name.rfind("best_", 0) != 0) return "";
+  // Every best copy records its metric; the name's prefix is a fallback.
+  if (auto it = info.find("best_of"); it != info.end())
+    if (auto* m = std::get_if<std::string>(&it->second)) return numeric_info(info, *m) ? *m : "";
   for (const auto& [key, value] : info) {
     const std::string head = "best_" + best_file_metric(key) + "_";
     if (entry_name.size() > head.size() && entry_name.compare(0, head.size(), head) == 0 && numeric_info(info, key))
@@ -51,44 +57,39 @@ std::string best_metric_of(const std::string& entry_name, const std::map<std::st
 
 namespace {
 
-// Rank 0: commits <dir>/<name> as hard links to the files of the committed checkpoint
-// `source` (a directory, recursively, or a single file), with the commit protocol's
-// temporary entry, fsyncs and no-replace rename; `latest` does not move. kUnsupported
-// when the file system cannot link (the caller writes a copy instead).
+// Rank 0: commits the native checkpoint directory <dir>/<name> as hard links to the
+// data files of the committed checkpoint `source`, with an index of its own: the
+// source's, saying it is a best copy of `metric` (info "best_of"), that it does not move
+// `latest`, and with its own commit sequence number (resealed with `key` when the
+// checkpoint is encrypted: the index is authenticated as a whole; the chunks' identity
+// does not include it). The commit protocol's temporary entry, fsyncs and no-replace
+// rename. kUnsupported when the file system cannot link (the caller writes a copy).
 Status link_checkpoint(FileSystem& fs, const std::string& dir, const std::string& source, const std::string& name,
-                       bool fsync, const std::string& who) {
-  const bool is_dir = fs.list_dir(source).ok();
-  DISTCKPT_ASSIGN_OR_RETURN(internal_catalog::Entry entry, internal_catalog::begin_entry(fs, dir, name, is_dir, who));
-  Status st = [&]() -> Status {
-    if (!is_dir) {
-      (void)fs.remove_file(entry.target());  // begin_entry made it for writers
-      return fs.link_file(source, entry.target());
-    }
-    std::function<Status(const std::string&, const std::string&)> link_tree = [&](const std::string& from,
-                                                                                  const std::string& to) -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> children, fs.list_dir(from));
-      for (const auto& c : children) {
-        if (c.is_dir) {
-          DISTCKPT_RETURN_IF_ERROR(fs.create_dir(to + "/" + c.name));
-          DISTCKPT_RETURN_IF_ERROR(link_tree(from + "/" + c.name, to + "/" + c.name));
-        } else {
-          DISTCKPT_RETURN_IF_ERROR(fs.link_file(from + "/" + c.name, to + "/" + c.name));
-        }
-      }
-      return fsync ? fs.sync_dir(to) : Status();
-    };
-    return link_tree(source, entry.tmp);
-  }();
-  if (st.ok()) {
-    auto installed = internal_catalog::install_checkpoint(fs, dir, is_dir ? entry.tmp : entry.target(), name, fsync,
-                                                          {false, entry.commit_seq});
-    st = installed.status();
-    if (st.ok() && is_dir) {
-      (void)fs.remove_file(dir + "/" + name + "/" + internal_catalog::kHeartbeatFile);
-      (void)fs.remove_file(dir + "/" + name + "/" + internal_catalog::kOwnerFile);
-    }
-    if (st.ok() && !is_dir) internal_catalog::discard_entry(fs, entry);  // the empty temporary directory
+                       const std::string& metric, const EncryptionKey* key, bool fsync, const std::string& who) {
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, internal_format::read_index(fs, source));
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+  if (index.has_encryption()) {
+    DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, key, source));
   }
+  DISTCKPT_ASSIGN_OR_RETURN(internal_catalog::Entry entry, internal_catalog::begin_entry(fs, dir, name, true, who));
+  Status st = [&]() -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> children, fs.list_dir(source));
+    for (const auto& c : children) {
+      if (c.name == internal_format::kIndexFileName) continue;  // written afresh
+      if (c.is_dir) return unsupported("best copy of '" + source + "': a subdirectory '" + c.name + "'");
+      DISTCKPT_RETURN_IF_ERROR(fs.link_file(source + "/" + c.name, entry.tmp + "/" + c.name));
+    }
+    index.set_name(name);
+    index.set_advances_latest(false);
+    index.set_commit_seq(entry.commit_seq);
+    (*index.mutable_info())["best_of"].set_string_value(metric);
+    index.mutable_info()->erase("epoch_end");  // as a written best copy: not an epoch's end save
+    if (cipher) {
+      const std::string salt = index.encryption().salt();
+      DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *cipher, salt));
+    }
+    return internal_catalog::finish_entry(fs, entry, &index, fsync, /*update_latest=*/false).status();
+  }();
   if (!st.ok() && fs.exists(entry.tmp)) internal_catalog::discard_entry(fs, entry);
   return st;
 }
@@ -119,6 +120,7 @@ void CheckpointManager::Impl::load_best(BestTracker& t) {
     if (!names.matches(series, e.name.substr(head.size()))) continue;  // another run's
     auto info = read_checkpoint_info(cfg.directory + "/" + e.name, {.fs = fs, .key = cfg.encryption.key});
     if (!info.ok()) continue;
+    if (internal_manager::best_metric_of(e.name, info->info) != t.metric) continue;  // another metric's
     if (auto v = internal_manager::numeric_info(info->info, t.metric)) found.emplace_back(e.name, *v);
   }
   for (const auto& [name, v] : found)
@@ -147,7 +149,10 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
   Status local;
   if (root()) {
     local = internal_base::guarded(where(), [&]() -> Status {
-      DISTCKPT_RETURN_IF_ERROR(resolve_best_auto(metrics).with_context("save_best \"auto\""));
+      if (Status st = resolve_best_auto(metrics); !st.ok()) {
+        best_auto_pending = false;  // reported once: no best checkpoints from now on
+        return st.with_context("save_best \"auto\" (no best checkpoints will be kept)");
+      }
       for (auto& t : bests) {
         auto it = metrics.find(t.metric);
         if (it == metrics.end() || std::isnan(it->second)) continue;  // not reported; NaN is never better
@@ -161,11 +166,14 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
       return Status();
     });
   }
-  DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
+  if (Status agreed = agree(*comm, local); !agreed.ok()) return save_failed(agreed, out);
   comm->broadcast_string(due, 0);
   // The periodic save of this call, when a best copy can be its second name: committed
   // (not in flight) and holding what a best checkpoint holds.
-  const bool can_link = out->saved && !out->in_flight && out->save_error.ok() && cfg.best_prefixes.empty() &&
+  // (Native directories only: a single file's description is inside it, and would say
+  // it moved `latest`.)
+  const bool can_link = cfg.format == Format::kNative && out->saved && !out->in_flight && out->save_error.ok() &&
+                        cfg.best_prefixes.empty() &&
                         std::find(out->committed.begin(), out->committed.end(), out->path) != out->committed.end();
   for (const auto& line : split(due, '\n')) {
     const std::size_t tab = line.rfind('\t');
@@ -180,11 +188,10 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
       Status st;
       if (root()) {
         st = internal_base::guarded(where(), [&]() -> Status {
-          const std::string ext(internal_format::driver(cfg.format).extension);
           std::string entry = name;
           for (int n = 1; fs->exists(path_of(entry)); ++n) entry = name + "_" + std::to_string(n);
-          DISTCKPT_RETURN_IF_ERROR(internal_manager::link_checkpoint(*fs, cfg.directory, out->path, entry + ext,
-                                                                     cfg.fsync, where()));
+          DISTCKPT_RETURN_IF_ERROR(internal_manager::link_checkpoint(*fs, cfg.directory, out->path, entry, metric,
+                                                                     cfg.encryption.key.get(), cfg.fsync, where()));
           name = entry;
           linked_path = path_of(entry);
           return Status();
@@ -206,6 +213,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
       best.best_of = metric;
       if (!cfg.best_prefixes.empty()) best.prefixes = &cfg.best_prefixes;
       best.info[metric] = InfoValue(value);
+      best.info["best_of"] = InfoValue(metric);
       StepOutcome saved;
       DISTCKPT_RETURN_IF_ERROR(save(step, epoch, metrics, "", best, &saved));
       out->committed.insert(out->committed.end(), saved.committed.begin(), saved.committed.end());
@@ -224,7 +232,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
     if (root()) {
       for (auto& t : bests) {
         if (t.metric != metric) continue;
-        const std::string previous = t.name.empty() ? "" : t.name + std::string(internal_format::driver(cfg.format).extension);
+        const std::string previous = t.name;  // an entry name: with its extension
         t.name = name + std::string(internal_format::driver(cfg.format).extension);
         t.value = value;
         std::string removed;
@@ -252,6 +260,15 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
 Result<std::string> CheckpointManager::best_checkpoint(const std::string& metric) {
   Impl& impl = *impl_;
   DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
+  {
+    // Every collective call meets a rank that caught an exception (manager.h).
+    const Impl::Sync sync = impl.sync(false, -1);
+    if (sync.exception) {
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
+      return aborted(impl.where() + ": best_checkpoint: rank " + std::to_string(out.exception_rank) + " threw (" +
+                     out.exception + ")");
+    }
+  }
   std::string path;
   Status local;
   if (impl.root()) {

@@ -79,7 +79,7 @@ Status CheckpointConfig::validate() const {
     if (keep_global < -1) return bad("keep_global must be -1 (keep_max) or >= 0");
     if (format != Format::kNative || integrated) return bad("the local tier keeps native sharded checkpoints only");
     if (by_epoch) return bad("by_epoch is not supported with the local tier (local_every_steps counts steps)");
-    if (local_every_steps == 0 && local_every_seconds == 0 && !save_last)
+    if (local_every_steps == 0 && local_every_seconds == 0 && save_every_epochs == 0 && !save_last)
       return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");
     if (auto r = internal_tier::parse_redundancy(local.redundancy); !r.ok()) return bad(r.status().message());
   } else if (save_every_steps == 0 && save_every_seconds == 0 && save_every_epochs == 0 && !save_last)
@@ -114,8 +114,12 @@ Status CheckpointConfig::validate() const {
       const std::string& m = save_best[i];
       if (m.empty() || !internal_base::is_printable_utf8(m))
         return bad("save_best has an empty or unprintable metric name");
-      if (std::find(seen.begin(), seen.end(), m) != seen.end()) return bad("save_best names '" + m + "' twice");
-      seen.push_back(m);
+      // Two metrics whose files would share a name ('/' is written '_').
+      std::string file_name = m;
+      std::replace(file_name.begin(), file_name.end(), '/', '_');
+      if (std::find(seen.begin(), seen.end(), file_name) != seen.end())
+        return bad("save_best names '" + m + "' twice (best checkpoint names write '/' as '_')");
+      seen.push_back(file_name);
       if (m == "auto" && save_best.size() > 1) return bad("save_best: \"auto\" must be alone");
       if (m != "auto") DISTCKPT_RETURN_IF_ERROR(save_best_rule(i, m).status());
       if (append_info.count(m)) return bad("append_info may not set '" + m + "' (save_best stores the metric under that key)");
@@ -160,7 +164,22 @@ Status CheckpointConfig::validate() const {
     if (name_template.find("{epoch}") == std::string::npos && name_template.find("{step}") == std::string::npos)
       return bad("name_template has {step_in_epoch} without {epoch}: names would repeat every epoch");
   }
-  for (const char* reserved : {"epoch_num", "step_num", "epoch_end"})
+  {
+    // What the names will look like: never one the catalog or resume reads otherwise.
+    std::string sample = effective_name_template();
+    for (const auto& [field, value] : {std::pair<std::string, std::string>{"{prefix}", prefix}, {"{step}", "1"},
+                                       {"{epoch}", "1"}, {"{step_in_epoch}", "1"}})
+      for (std::size_t at; (at = sample.find(field)) != std::string::npos;) sample.replace(at, field.size(), value);
+    const auto ends_with = [&](const std::string& tail) {
+      return sample.size() >= tail.size() && sample.compare(sample.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (sample.empty() || sample[0] == '.' || sample.find(".tmp-") != std::string::npos ||
+        sample.rfind("best_", 0) == 0 || ends_with("_exception") || ends_with("_breakpoint") || sample == "latest" ||
+        sample == "stats.jsonl")
+      return bad("names like '" + internal_base::printable(sample) +
+                 "' are reserved (a leading '.', '.tmp-', 'best_', '_exception', '_breakpoint', latest, stats.jsonl)");
+  }
+  for (const char* reserved : {"epoch_num", "step_num", "epoch_end", "best_of"})
     if (append_info.count(reserved)) return bad(std::string("append_info may not set '") + reserved + "' (the manager stores it)");
   if (!best_metric.empty() && append_info.count(best_metric))
     return bad("append_info may not set '" + best_metric + "' (the metric is stored under that key)");

@@ -115,7 +115,9 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
     DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
     // The state at the end of epoch `epoch` (ResumeOptions::epoch looks for it).
-    if (current_epoch_end) DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_end", InfoValue(true)));
+    // (Saves that move `latest` only: not an exception save's best-effort state, not a
+    // best copy.)
+    if (current_epoch_end && kind.update_latest) DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_end", InfoValue(true)));
     if (!cfg.best_metric.empty() && metric[1] != 0)
       DISTCKPT_RETURN_IF_ERROR(view.set_info(cfg.best_metric, InfoValue(metric[0])));
     for (const auto& [k, v] : kind.info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
@@ -144,7 +146,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     in_flight = record;
     out->saved = true;
     out->in_flight = true;
-    out->path = cfg.directory + "/" + name;
+    out->path = path_of(name);  // what `committed` will name (single files: with the extension)
     if (root()) last_save_time = std::chrono::steady_clock::now();
     return Status();
   }

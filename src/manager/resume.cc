@@ -81,18 +81,32 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
       };
       static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
       auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
+      // The checkpoints the call's rule allows (all, or those of `step` / `epoch`).
+      std::vector<CheckpointEntry> allowed;
+      for (const auto& e : listing.entries)
+        if (e.state == EntryState::kCommitted && wanted(e)) allowed.push_back(e);
+      // Chosen by rule (no target): only saves that move `latest` when there are any
+      // (never a best copy or a conversion), never an exception save.
+      const bool by_rule = options.target.empty();
       bool any_advancing = false;
-      for (const auto& e : listing.entries)
-        any_advancing |= e.state == EntryState::kCommitted && e.advances_latest && implicit;
+      for (const auto& e : allowed) any_advancing |= e.advances_latest;
       // A job with an identity (a requeued Slurm job) resumes its own series when that
-      // has checkpoints: another job in the same root may have saved later ones.
-      const bool own_series = implicit && !impl.job_id.empty() && !impl.names.entries(impl.series, listing).empty();
+      // has checkpoints (of the step or epoch asked for): another job in the same root
+      // may have saved later ones.
+      bool own_series = false;
+      if (by_rule && !impl.job_id.empty()) {
+        if (implicit) own_series = !impl.names.entries(impl.series, listing).empty();
+        else
+          for (const auto& e : allowed) own_series |= impl.names.matches(impl.series, e.name) && !exception_save(e.name);
+      }
       std::vector<CheckpointEntry> committed;
-      for (const auto& e : listing.entries)
-        if (e.state == EntryState::kCommitted && wanted(e) &&
-            (!implicit || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
+      for (const auto& e : allowed)
+        if ((!by_rule || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
             (!own_series || impl.names.matches(impl.series, e.name)))
           committed.push_back(e);
+      // Asked for by step or epoch, and only an exception save or a best copy has it:
+      // that is what was asked for.
+      if (committed.empty() && by_rule && !implicit) committed = allowed;
       std::sort(committed.begin(), committed.end(), [&](const CheckpointEntry& a, const CheckpointEntry& b) {
         return internal_catalog::newer(a, b, listing.latest);
       });

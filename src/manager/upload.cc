@@ -122,16 +122,25 @@ Status Uploader::run_command(const std::string& path) {
     if (err != 0) return io_error("upload command '" + command_[0] + "': " + std::strerror(err));
     child_ = pid;
   }
-  int status = 0;
-  pid_t waited;
-  do waited = ::waitpid(pid, &status, 0);
+  // Wait without reaping first, so that the pid the destructor may signal is never one
+  // the system has handed to another process; reaped once child_ is cleared.
+  siginfo_t info{};
+  int waited;
+  do waited = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);
   while (waited < 0 && errno == EINTR);
+  const int wait_errno = errno;
   {
     std::lock_guard<std::mutex> lock(mu_);
     child_ = -1;
   }
   changed_.notify_all();
-  if (waited < 0) return io_error("upload command '" + command_[0] + "': waitpid: " + std::strerror(errno));
+  int status = 0;
+  pid_t reaped;
+  do reaped = ::waitpid(pid, &status, 0);
+  while (reaped < 0 && errno == EINTR);
+  if (waited < 0 || reaped < 0)  // ECHILD: the process ignores SIGCHLD, nothing to wait for
+    return io_error("upload command '" + command_[0] + "': its exit status is unknown (wait: " +
+                    std::strerror(waited < 0 ? wait_errno : errno) + ")");
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status();
   if (WIFEXITED(status))
     return io_error("upload command '" + command_[0] + "' exited with status " + std::to_string(WEXITSTATUS(status)));

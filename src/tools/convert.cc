@@ -78,9 +78,11 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       for (const auto& t : index.tensors()) any |= t.name() == from;
       if (!any) return invalid_argument("convert: --rename '" + from + "' names no tensor of '" + src + "'");
     }
-    // The same selection and renames as a load (LoadOptions), in the source's order.
+    // The same selection and renames as a load (LoadOptions), in the source's order. An
+    // empty `only` entry selects everything, as it always did.
     LoadOptions select;
-    select.specify_prefix = options.only;
+    if (std::find(options.only.begin(), options.only.end(), std::string()) == options.only.end())
+      select.specify_prefix = options.only;
     select.filter_prefix = options.exclude;
     select.rename = options.rename;
     auto names = internal_plan::load_names(index, select);
@@ -89,7 +91,13 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     for (const auto& [new_name, t] : names->by_state_name) chosen[t] = new_name;
     std::vector<int> selected;
     for (const auto& [t, new_name] : chosen) selected.push_back(t);
-    if (selected.empty()) return invalid_argument("convert: --only/--exclude leave no tensor of '" + src + "'");
+    if (selected.empty() && (!options.only.empty() || !options.exclude.empty()))
+      return invalid_argument("convert: only/exclude leave no tensor of '" + src + "'");
+    for (const auto& [from, to_name] : options.rename) {
+      bool kept = false;
+      for (int t : selected) kept |= index.tensors(t).name() == from;
+      if (!kept) return invalid_argument("convert: rename '" + from + "': that tensor is not converted (only/exclude)");
+    }
     proto::Index meta = internal_format::metadata_of(index);
     {
       proto::Index all = meta;
