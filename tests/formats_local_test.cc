@@ -535,7 +535,7 @@ TEST(Convert, OnlyExcludeAndRenameSelectAsALoadDoes) {
     for (const auto& [stored, renamed] : std::map<std::string, std::string>{{"bias", "model.bias"}, {"irregular", "irregular"}}) {
       const TensorEntry& e = copy->state.tensors()[static_cast<std::size_t>(copy->state.find(renamed))];
       const std::vector<unsigned char> expected = testing::full_tensor(stored);
-      EXPECT_EQ(std::memcmp(e.buffers[0], expected.data(), expected.size()), 0) << renamed;
+      EXPECT_TRUE(expected.empty() || std::memcmp(e.buffers[0], expected.data(), expected.size()) == 0) << renamed;
     }
     auto refused = [&](const ConvertOptions& bad, const std::string& expect) {
       ConvertOptions o = bad;

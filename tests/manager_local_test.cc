@@ -1306,7 +1306,7 @@ TEST(AsyncSave, SingleFilesAreGatheredAndWrittenInTheBackground) {
       ASSERT_TRUE(all.ok()) << all.status().to_string();
       for (const TensorEntry& e : all->state.tensors()) {
         const auto expected = testing::full_tensor(e.name);
-        EXPECT_EQ(std::memcmp(e.buffers[0], expected.data(), expected.size()), 0) << path << " " << e.name;
+        EXPECT_TRUE(expected.empty() || std::memcmp(e.buffers[0], expected.data(), expected.size()) == 0) << path << " " << e.name;
       }
     }
   }

@@ -201,8 +201,9 @@ struct CheckpointConfig : SaveSettings {
   double exception_save_timeout_s = 60;
 
   // ---- publishing (MMEngine's published_keys; see publish_checkpoint) ----
-  // end() also exports the final checkpoint and, with best_metric, the best one, each
-  // as one file named with its SHA-256, beside the checkpoints.
+  // end() also exports the final checkpoint and the best: save_best's best copies when
+  // save_best is set, else best_metric's best one; each as one file named with its
+  // SHA-256, beside the checkpoints.
   bool publish_at_end = false;
   std::vector<std::string> publish_only;  // tensor names/prefixes, e.g. {"model."}; empty: all
   Format publish_format = Format::kSafetensors;

@@ -101,7 +101,7 @@ Status CheckpointManager::Impl::resolve_best_auto(const std::map<std::string, do
   if (!best_auto_pending || metrics.empty()) return Status();
   const std::string& metric = metrics.begin()->first;
   DISTCKPT_ASSIGN_OR_RETURN(CompareRule r, cfg.save_best_rule(0, metric));
-  bests.push_back({metric, r});
+  bests.push_back(BestTracker::of(metric, r));
   best_auto_pending = false;
   return Status();
 }

@@ -132,7 +132,11 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.step = step;
   opts.epoch = epoch;
   opts.update_latest = kind.update_latest;
-  Record record{name, step, epoch, metric[0], 0, false};
+  Record record;
+  record.name = name;
+  record.step = step;
+  record.epoch = epoch;
+  record.metric = metric[0];
   record.moves_last = kind.moves_last;
   record.best_of = kind.best_of;
   if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
@@ -304,7 +308,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   if (impl.root())
     for (std::size_t i = 0; i < impl.cfg.save_best.size(); ++i) {
       if (impl.cfg.save_best[i] == "auto") impl.best_auto_pending = true;
-      else impl.bests.push_back({impl.cfg.save_best[i], *impl.cfg.save_best_rule(i, impl.cfg.save_best[i])});
+      else impl.bests.push_back(Impl::BestTracker::of(impl.cfg.save_best[i], *impl.cfg.save_best_rule(i, impl.cfg.save_best[i])));
     }
 
   if (impl.root() && impl.keep_newest() > 0 && impl.cfg.keep_per_n_minutes > 0)
@@ -445,7 +449,9 @@ Result<StepOutcome> CheckpointManager::Impl::end(int64_t step, int64_t epoch, co
       if (newest.ok()) last = *newest;
     }
     if (!last.empty()) sources.push_back(last);
-    const std::string best = impl.best_checkpoint();
+    // The best: save_best's copies when there are (MMEngine publishes those), else
+    // best-K's first.
+    const std::string best = impl.bests.empty() ? impl.best_checkpoint() : "";
     if (!best.empty() && best != last) sources.push_back(best);
     for (auto& t : impl.bests) {  // save_best's, as MMEngine publishes its best checkpoints
       impl.load_best(t);

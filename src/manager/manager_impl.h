@@ -268,6 +268,12 @@ struct CheckpointManager::Impl {
     bool loaded = false;          // read back from the directory for the current series
     double value = std::nan("");  // the best value so far (NaN: none yet)
     std::string name;             // its checkpoint's entry name, "" when none
+    static BestTracker of(std::string metric, CompareRule rule) {
+      BestTracker t;
+      t.metric = std::move(metric);
+      t.rule = rule;
+      return t;
+    }
   };
   std::vector<BestTracker> bests;  // rank 0 only
   bool best_auto_pending = false;  // rank 0: save_best = {"auto"}, no metric seen yet
