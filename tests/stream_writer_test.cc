@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -91,6 +93,31 @@ TEST_P(StreamWriterTest, AbandonedStreamReleasesItsSlabs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, StreamWriterTest, ::testing::Bool());
+
+// A growing pool (the async checkpointer's) holds 2 slabs until more are in use at once,
+// then keeps what it made, never more than its budget.
+TEST(StagingPool, GrowsOnlyAsFarAsUseDemands) {
+  StagingPool pool(8 * 8192, 8192, /*grow=*/true);
+  EXPECT_EQ(pool.slab_count(), 2u);
+  EXPECT_EQ(pool.max_slab_count(), 8u);
+  std::vector<char*> held;
+  for (int i = 0; i < 3; ++i) held.push_back(pool.acquire());
+  EXPECT_EQ(pool.slab_count(), 3u);
+  for (char* s : held) pool.release(s);
+  held.clear();
+  for (int i = 0; i < 3; ++i) held.push_back(pool.acquire());
+  EXPECT_EQ(pool.slab_count(), 3u);  // reused
+  for (int i = 0; i < 5; ++i) held.push_back(pool.acquire());
+  EXPECT_EQ(pool.slab_count(), 8u);
+  std::thread waiter([&] { char* s = pool.acquire(); pool.release(s); });  // waits: the pool is at its budget
+  pool.release(held.back());
+  waiter.join();
+  EXPECT_EQ(pool.slab_count(), 8u);
+  held.pop_back();
+  for (char* s : held) pool.release(s);
+  StagingPool eager(8 * 8192, 8192);
+  EXPECT_EQ(eager.slab_count(), 8u);
+}
 
 }  // namespace
 }  // namespace distckpt::internal_storage

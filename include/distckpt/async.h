@@ -29,10 +29,12 @@ class StagedSave;
 }
 
 struct AsyncOptions {
-  // Staging memory per rank: aligned, allocated and touched once by create(), reused by
-  // every save. A rank only stages the bytes it writes (replicas are removed first).
-  // When its share is larger, save_async() blocks until the excess has been written:
-  // copying is pipelined with writing, and memory stays bounded.
+  // Staging memory per rank, at most: aligned slabs made (and touched once) as saves
+  // need them, 2 by create(), and kept for the next saves, so a rank holds about the
+  // largest share it staged, capped by this. A rank only stages the bytes it writes
+  // (replicas are removed first). When its share is larger, save_async() blocks until
+  // the excess has been written: copying is pipelined with writing, and memory stays
+  // bounded.
   std::size_t staging_bytes = std::size_t{1} << 30;
   std::size_t slab_bytes = std::size_t{8} << 20;  // unit of staging and of each write
   // A save_async() while another save is in flight: wait for it (false), or refuse with

@@ -254,7 +254,7 @@ Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create(std::unique
                              std::to_string(kDirectIoAlignment));
   if (local.ok())
     local = guarded("async: rank " + std::to_string(fg.rank()), [&]() -> Status {
-      pool = std::make_unique<StagingPool>(options.staging_bytes, options.slab_bytes);
+      pool = std::make_unique<StagingPool>(options.staging_bytes, options.slab_bytes, /*grow=*/true);
       return Status();
     });
   if (local.code() == StatusCode::kIoError)

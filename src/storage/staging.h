@@ -1,6 +1,8 @@
-// Aligned staging memory for the I/O engine: a fixed set of slabs, reused across
-// saves, touched once when created (first touch of fresh memory is expensive on
-// shared VMs: seconds per GiB), handed out and returned by threads.
+// Aligned staging memory for the I/O engine: slabs reused across saves, each touched
+// once when it is made (first touch of fresh memory is expensive on shared VMs: seconds
+// per GiB), handed out and returned by threads. A growing pool starts with 2 slabs and
+// makes more only when every slab is in use, up to its size: a rank that stages little
+// never holds the whole budget.
 #pragma once
 
 #include <condition_variable>
@@ -14,24 +16,32 @@ namespace distckpt::internal_storage {
 class StagingPool {
  public:
   // `total_bytes` rounded down to whole slabs of `slab_bytes` (a multiple of
-  // kDirectIoAlignment), at least 2 slabs so copying and writing can overlap.
-  StagingPool(std::size_t total_bytes, std::size_t slab_bytes);
+  // kDirectIoAlignment), at least 2 slabs so copying and writing can overlap; all made
+  // now, or (`grow`) 2 now and the others as acquire() needs them. std::bad_alloc when
+  // the first ones cannot be allocated.
+  StagingPool(std::size_t total_bytes, std::size_t slab_bytes, bool grow = false);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
 
   std::size_t slab_bytes() const { return slab_bytes_; }
-  std::size_t slab_count() const { return slabs_.size(); }
-  std::size_t total_bytes() const { return slab_bytes_ * slabs_.size(); }
+  std::size_t max_slab_count() const;  // Thread-safe.
+  // Slabs made so far (what the pool holds in memory). Thread-safe.
+  std::size_t slab_count() const;
 
-  // Blocks until a slab is free. Thread-safe.
+  // A free slab; with none free, a new one while the pool may grow (and memory can be
+  // had), else waits until one is released. Thread-safe.
   char* acquire();
   void release(char* slab);
 
  private:
+  char* make_slab() const;  // aligned and touched, or null
+
   std::size_t slab_bytes_;
+  std::size_t max_count_;
+  std::size_t making_ = 0;  // slabs being made outside the lock
   std::vector<char*> slabs_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<char*> free_;
 };
