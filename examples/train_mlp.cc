@@ -442,7 +442,8 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
   app.add_option("--keep-max", cfg.keep_max, "keep the newest N checkpoints (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--save-seconds", cfg.save_seconds, "with --save-every 0: save every T seconds");
-  app.add_option("--save-best", cfg.save_best, "also keep the best checkpoints by this metric (loss)");
+  app.add_option("--save-best", cfg.save_best,
+                 "keep a best_<metric>_* copy of the best checkpoint by this metric (loss), and --keep-best of them");
   app.add_option("--rule", cfg.rule, "is a larger or smaller metric better")
       ->check(CLI::IsMember({"less", "greater", "auto"}));
   app.add_option("--keep-best", cfg.keep_best, "with --save-best: how many to keep")->check(CLI::PositiveNumber);

@@ -82,15 +82,7 @@ class AsyncCheckpointer::Impl {
                                          [&] { return writer->finish(fsync); });
       writer.reset();  // joins the stream's thread; its slabs are back in the pool
       session.frame.result.write_s = stage_s + write_timer.seconds();
-      auto saved = internal_collective::finish_save(*bg_, session, crcs);
-      if (saved.ok()) {
-        LocalSaveResult wrapped;
-        wrapped.save = std::move(saved).value();
-        pending_ = std::move(wrapped);
-      } else {
-        pending_ = Result<LocalSaveResult>(saved.status());
-      }
-      running_ = false;
+      settle(internal_collective::finish_save(*bg_, session, crcs));
     };
     // Shared, so that it is still here to run when the thread cannot be created.
     auto task = std::make_shared<decltype(finish)>(std::move(finish));
@@ -130,15 +122,7 @@ class AsyncCheckpointer::Impl {
     DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*fg_, staged));
     running_ = true;
     auto finish = [this, copy, root, options]() {
-      auto saved = save(*bg_, copy->state, root, options);
-      if (saved.ok()) {
-        LocalSaveResult wrapped;
-        wrapped.save = std::move(saved).value();
-        pending_ = std::move(wrapped);
-      } else {
-        pending_ = Result<LocalSaveResult>(saved.status());
-      }
-      running_ = false;
+      settle(save(*bg_, copy->state, root, options));
     };
     try {
       worker_ = std::thread(finish);
@@ -231,6 +215,17 @@ class AsyncCheckpointer::Impl {
  private:
   void join() {
     if (worker_.joinable()) worker_.join();
+  }
+  // The worker's last act: a global save's outcome for wait(), and not running.
+  void settle(Result<SaveResult> saved) {
+    if (saved.ok()) {
+      LocalSaveResult wrapped;
+      wrapped.save = std::move(saved).value();
+      pending_ = std::move(wrapped);
+    } else {
+      pending_ = Result<LocalSaveResult>(saved.status());
+    }
+    running_ = false;
   }
 
   std::unique_ptr<Comm> fg_;

@@ -259,16 +259,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
 
 Result<std::string> CheckpointManager::best_checkpoint(const std::string& metric) {
   Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  {
-    // Every collective call meets a rank that caught an exception (manager.h).
-    const Impl::Sync sync = impl.sync(false, -1);
-    if (sync.exception) {
-      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
-      return aborted(impl.where() + ": best_checkpoint: rank " + std::to_string(out.exception_rank) + " threw (" +
-                     out.exception + ")");
-    }
-  }
+  DISTCKPT_RETURN_IF_ERROR(impl.enter_plain("best_checkpoint"));
   std::string path;
   Status local;
   if (impl.root()) {

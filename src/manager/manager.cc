@@ -517,13 +517,7 @@ Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const 
 
 Result<std::string> CheckpointManager::publish(const std::string& target) {
   Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  const Impl::Sync sync = impl.sync(false, -1);
-  if (sync.exception) {
-    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
-    return aborted(impl.where() + ": publish: rank " + std::to_string(out.exception_rank) + " threw (" + out.exception +
-                   ")");
-  }
+  DISTCKPT_RETURN_IF_ERROR(impl.enter_plain("publish"));
   DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("publish"));
   std::string source;
   Status local;

@@ -117,6 +117,16 @@ struct CheckpointManager::Impl {
     uploads_failed.clear();
   }
   Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
+  // The start of the calls without a StepOutcome (resume, publish, best_checkpoint):
+  // meet the other ranks; kAborted naming the rank that threw, after its exception save.
+  Status enter_plain(const char* call) {
+    DISTCKPT_RETURN_IF_ERROR(check_usable());
+    const Sync s = sync(false, -1);
+    if (!s.exception) return Status();
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, after_exception(s, ""));
+    return aborted(where() + ": " + call + ": rank " + std::to_string(out.exception_rank) + " threw (" + out.exception +
+                   ")");
+  }
   Result<std::vector<std::string>> publish_on_root(const std::vector<std::string>& sources);
   std::string best_checkpoint() const;
 

@@ -22,15 +22,7 @@ using internal_comm::agree;
 
 Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  {
-    const Impl::Sync sync = impl.sync(false, -1);
-    if (sync.exception) {
-      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, impl.after_exception(sync, ""));
-      return aborted(impl.where() + ": resume: rank " + std::to_string(out.exception_rank) + " threw (" +
-                     out.exception + ")");
-    }
-  }
+  DISTCKPT_RETURN_IF_ERROR(impl.enter_plain("resume"));
   DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("resume"));
   // The options are the same on every rank (a collective call's arguments): so is this.
   if (options.epoch >= 0 && (options.step >= 0 || !options.target.empty()))
