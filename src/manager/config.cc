@@ -6,6 +6,7 @@
 
 #include "distckpt/config.h"
 
+#include "manager/best.h"
 #include "tier/parity.h"
 #include "base/text.h"
 
@@ -115,8 +116,7 @@ Status CheckpointConfig::validate() const {
       if (m.empty() || !internal_base::is_printable_utf8(m))
         return bad("save_best has an empty or unprintable metric name");
       // Two metrics whose files would share a name ('/' is written '_').
-      std::string file_name = m;
-      std::replace(file_name.begin(), file_name.end(), '/', '_');
+      const std::string file_name = internal_manager::best_file_metric(m);
       if (std::find(seen.begin(), seen.end(), file_name) != seen.end())
         return bad("save_best names '" + m + "' twice (best checkpoint names write '/' as '_')");
       seen.push_back(file_name);

@@ -17,6 +17,7 @@
 #include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "format/format.h"
+#include "manager/best.h"
 #include "manager/retention.h"
 #include "manager/series.h"
 #include "manager/upload.h"
@@ -148,13 +149,7 @@ struct CheckpointManager::Impl {
       internal_manager::SeriesEntry s{e.name, e.commit_seq, e.created_unix_ms, std::nullopt};
       if (!cfg.best_metric.empty()) {
         auto info = read_checkpoint_info(cfg.directory + "/" + e.name, {.fs = fs});
-        if (info.ok()) {
-          auto it = info->info.find(cfg.best_metric);
-          if (it != info->info.end()) {
-            if (auto* d = std::get_if<double>(&it->second)) s.metric = *d;
-            else if (auto* i = std::get_if<int64_t>(&it->second)) s.metric = static_cast<double>(*i);
-          }
-        }
+        if (info.ok()) s.metric = internal_manager::numeric_info(info->info, cfg.best_metric);
       }
       entries.push_back(std::move(s));
     }

@@ -63,16 +63,15 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(name));
 
     // The tensors converted: all, or those `only` selects (each entry must select one).
-    for (const auto& p : options.only) {
-      bool any = false;
-      for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
-      if (!any) return invalid_argument("convert: '" + p + "' names no tensor of '" + src + "'");
-    }
-    for (const auto& p : options.exclude) {  // a typo would keep what it meant to drop
-      bool any = false;
-      for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
-      if (!any) return invalid_argument("convert: exclude '" + p + "' names no tensor of '" + src + "'");
-    }
+    // Each only/exclude entry must name a tensor: a typo would keep or drop silently.
+    for (const auto* list : {&options.only, &options.exclude})
+      for (const auto& p : *list) {
+        bool any = false;
+        for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
+        if (!any)
+          return invalid_argument(std::string("convert: ") + (list == &options.exclude ? "exclude " : "") + "'" + p +
+                                  "' names no tensor of '" + src + "'");
+      }
     for (const auto& [from, to_name] : options.rename) {
       bool any = false;
       for (const auto& t : index.tensors()) any |= t.name() == from;
