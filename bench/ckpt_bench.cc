@@ -259,7 +259,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   opts.name = a.name;
   opts.step = 0;
   opts.format = *distckpt::format_from_name(a.format);
-  opts.integrated = a.integrated;
+  if (a.integrated) opts.integrated = true;
   opts.checksum = !a.no_checksum;
   if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.

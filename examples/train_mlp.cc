@@ -44,7 +44,7 @@ struct Config {
   bool resume = false;
   std::string resume_from;  // a checkpoint name under --dir (e.g. an exception save)
   std::string format = "native";
-  bool integrated = false;
+  bool integrated = false, per_rank = false;
   int keep_max = 0;           // 0: keep every checkpoint
   double save_seconds = 0;    // with --save-every 0: save every T seconds
   std::string save_best;      // keep the best checkpoints by this metric ("loss")
@@ -386,7 +386,8 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   if (!cfg.save_best.empty()) c.save_best_rules = {c.rule};
   c.keep_best = cfg.keep_best;
   c.format = *distckpt::format_from_name(cfg.format);  // checked when parsed
-  c.integrated = cfg.integrated;
+  if (cfg.integrated) c.integrated = true;
+  if (cfg.per_rank) c.integrated = false;  // MindSpore's integrated_save=False
   c.exception_save = cfg.exception_save;
   c.exception_save_timeout_s = cfg.exception_timeout;
   c.publish_at_end = cfg.publish;
@@ -439,7 +440,10 @@ int run(int argc, char** argv, int rank, int world) {
                  "resume from this checkpoint of --dir (a name, e.g. step-24_exception), verified first");
   app.add_option("--format", cfg.format, "checkpoint format: native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}));
-  app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
+  auto* integrated = app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
+  app.add_flag("--no-integrated", cfg.per_rank,
+               "ckpt: one .ckpt per rank of its slices, NAME/rank_<r>/NAME.ckpt (MindSpore's integrated_save=False)")
+      ->excludes(integrated);
   app.add_option("--keep-max", cfg.keep_max, "keep the newest N checkpoints (0: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--save-seconds", cfg.save_seconds, "with --save-every 0: save every T seconds");
   app.add_option("--save-best", cfg.save_best,

@@ -103,7 +103,7 @@ TEST_P(EncryptedModes, ShardedIntegratedAndAsyncRoundTripIntoAnotherLayout) {
     SaveOptions so;
     so.name = "v" + std::to_string(variant);
     so.encryption = {GetParam().mode, key};
-    so.integrated = variant == 1;
+    if (variant == 1) so.integrated = true;
     if (variant == 3) {
       so.format = Format::kCkpt;
       so.ckpt_crc_footer = false;

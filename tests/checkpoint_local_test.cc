@@ -458,7 +458,7 @@ TEST_P(LocalCheckpointTest, StateDictsThatDifferAcrossRanksAreNamed) {
       if (comm.rank() == odd) EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat64, d.data(), *l).ok());
       else EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat32, f.data(), *l).ok());
       SaveOptions opts = options(integrated ? "integrated" : "sharded");
-      opts.integrated = integrated;
+      if (integrated) opts.integrated = true;
       return save(comm, m.state, root(), opts).status();
     });
     expect_all_equal(statuses, "rank " + std::to_string(odd) + ": tensor 'extra': dtype float64 but rank 0 has float32");

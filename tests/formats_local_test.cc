@@ -15,6 +15,8 @@
 #include "distckpt/convert.h"
 #include "distckpt/inspect.h"
 #include "distckpt/gather.h"
+#include "distckpt/manager.h"
+#include "format/native/index_codec.h"
 #include "format/ckpt/ms_ckpt.h"
 #include "format/format.h"
 #include "format/stored.h"
@@ -34,9 +36,9 @@ namespace fs = std::filesystem;
 using testing::expect_all_ok;
 using testing::run_ranks;
 
-Status save_model(int world, const std::string& root, SaveOptions options) {
+Status save_model(int world, const std::string& root, SaveOptions options, bool irregular = true) {
   std::vector<std::string> res = run_ranks(world, [&](Comm& comm) -> Status {
-    FormatModel m(comm.rank(), world);
+    FormatModel m(comm.rank(), world, irregular);
     return save(comm, m.state, root, options).status();
   });
   for (const auto& r : res)
@@ -45,9 +47,9 @@ Status save_model(int world, const std::string& root, SaveOptions options) {
 }
 
 // Loads `path` into a FormatModel of `world` ranks and compares with the expected bytes.
-void load_and_compare(int world, const std::string& path) {
+void load_and_compare(int world, const std::string& path, bool irregular = true) {
   expect_all_ok(run_ranks(world, [&](Comm& comm) -> Status {
-    FormatModel got(comm.rank(), world), want(comm.rank(), world);
+    FormatModel got(comm.rank(), world, irregular), want(comm.rank(), world, irregular);
     got.zero();
     auto r = load(comm, got.state, path, {});
     if (!r.ok()) return r.status();
@@ -107,7 +109,7 @@ TEST(GatherFull, BadArgumentsFailOnEveryRank) {
 
 struct Case {
   Format format;
-  bool integrated;
+  std::optional<bool> integrated;  // false with kCkpt: a per-rank set
   int save_world, load_world;
 };
 
@@ -124,27 +126,40 @@ TEST_P(RoundTrip, EveryDTypeAcrossLayouts) {
   options.integrated = c.integrated;
   options.gather_bytes = 40;  // several regions per tensor: exercises the pipeline
   options.writer_rank = c.save_world - 1;
-  Status saved = save_model(c.save_world, dir.path(), options);
+  const bool per_rank = c.format == Format::kCkpt && c.integrated == false;
+  Status saved = save_model(c.save_world, dir.path(), options, !per_rank);
   ASSERT_TRUE(saved.ok()) << saved.to_string();
-  const std::string ext(internal_format::driver(c.format).extension);
+  const std::string ext(per_rank ? "" : internal_format::driver(c.format).extension);
   const std::string path = dir.path() + "/model-3_12" + ext;
   ASSERT_TRUE(fs::exists(path));
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   // Owner-only, whichever library wrote it (HDF5 creates files with the umask's mode).
-  const auto expected_perms = fs::is_directory(path) ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write;
-  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, expected_perms) << path;
+  auto expect_owner_only = [](const fs::path& p) {
+    const auto expected = fs::is_directory(p) ? fs::perms::owner_all : fs::perms::owner_read | fs::perms::owner_write;
+    EXPECT_EQ(fs::status(p).permissions() & fs::perms::all, expected) << p;
+  };
+  expect_owner_only(path);
   if (fs::is_directory(path))
-    for (const auto& e : fs::directory_iterator(path))
-      EXPECT_EQ(e.status().permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write) << e.path();
+    for (const auto& e : fs::recursive_directory_iterator(path)) expect_owner_only(e.path());
+  if (per_rank)  // MindSpore's layout: one file per rank, each a .ckpt of its slices
+    for (int r = 0; r < c.save_world; ++r) {
+      const std::string file = path + "/rank_" + std::to_string(r) + "/model-3_12.ckpt";
+      ASSERT_TRUE(fs::exists(file)) << file;
+      auto alone = read_checkpoint_info(file);
+      ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+      EXPECT_EQ(alone->format, Format::kCkpt);
+      EXPECT_TRUE(verify_checkpoint(file).ok()) << file;
+    }
   auto verified = verify_checkpoint(path);
   ASSERT_TRUE(verified.ok()) << verified.status().to_string();
   auto info = read_checkpoint_info(path);
   ASSERT_TRUE(info.ok()) << info.status().to_string();
-  EXPECT_EQ(info->format, c.format);
+  EXPECT_EQ(info->format, per_rank ? Format::kNative : c.format);
+  EXPECT_EQ(info->per_rank_files, per_rank);
   EXPECT_EQ(info->step, 12);
-  load_and_compare(c.load_world, path);
-  load_and_compare(c.load_world, dir.path());  // the root resolves to the file
+  load_and_compare(c.load_world, path, !per_rank);
+  load_and_compare(c.load_world, dir.path(), !per_rank);  // the root resolves to the file
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -153,10 +168,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Format::kCkpt, true, 3, 4}, Case{Format::kSafetensors, true, 1, 2},
                       Case{Format::kSafetensors, true, 4, 3}, Case{Format::kSafetensors, true, 3, 1},
                       Case{Format::kNative, true, 4, 2}, Case{Format::kNative, true, 2, 3},
-                      Case{Format::kHdf5, false, 1, 1}, Case{Format::kHdf5, false, 1, 4}),
+                      Case{Format::kHdf5, false, 1, 1}, Case{Format::kHdf5, false, 1, 4},
+                      Case{Format::kCkpt, false, 1, 2}, Case{Format::kCkpt, false, 4, 1},
+                      Case{Format::kCkpt, false, 3, 4}),
     [](const auto& info) {
-      return std::string(format_name(info.param.format)) + "_" + std::to_string(info.param.save_world) + "to" +
-             std::to_string(info.param.load_world);
+      const bool per_rank = info.param.format == Format::kCkpt && info.param.integrated == false;
+      return std::string(format_name(info.param.format)) + (per_rank ? "_per_rank_" : "_") +
+             std::to_string(info.param.save_world) + "to" + std::to_string(info.param.load_world);
     });
 
 // HDF5 files are laid out by rank 0 and written by every rank through the FileSystem
@@ -318,6 +336,221 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
   // An empty tensor is a record without content, with its real dims.
   ASSERT_EQ(by_tag.at("empty")->tensor().dims_size(), 2);
   EXPECT_EQ(by_tag.at("empty")->tensor().tensor_content(), "");
+}
+
+// MindSpore's integrated_save=False: NAME/rank_<r>/NAME.ckpt, each a MindSpore file of
+// that rank's slices; with remove_redundancy each distinct slice is in one file only.
+TEST(MindSporePerRankSet, EachRankFileIsMindSporesAndHoldsItsSlices) {
+  for (bool remove_redundancy : {true, false}) {
+    SCOPED_TRACE(remove_redundancy ? "remove_redundancy" : "every rank writes its slices");
+    TempDir dir;
+    SaveOptions options;
+    options.name = "net-1_4.ckpt";  // the set's name loses the extension
+    options.step = 12;
+    options.epoch = 3;
+    options.format = Format::kCkpt;
+    options.integrated = false;
+    options.remove_redundancy = remove_redundancy;
+    const int world = 4;  // TP2 x DP2
+    ASSERT_TRUE(save_model(world, dir.path(), options, /*irregular=*/false).ok());
+    const std::string set = dir.path() + "/net-1_4";
+    ASSERT_TRUE(fs::is_directory(set));
+    std::map<std::string, int> copies;  // tensor -> records over all files
+    for (int r = 0; r < world; ++r) {
+      std::ifstream in(set + "/rank_" + std::to_string(r) + "/net-1_4.ckpt", std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ASSERT_GT(bytes.size(), 17u);
+      ASSERT_EQ(bytes.substr(bytes.size() - 17, 7), "crc_num");
+      Checkpoint ck;
+      ASSERT_TRUE(ck.ParseFromString(bytes.substr(0, bytes.size() - 17))) << "rank " << r;
+      FormatModel mine(r, world, false);
+      std::map<std::string, const Checkpoint::Value*> by_tag;
+      for (const auto& v : ck.value()) by_tag[v.tag()] = &v;
+      for (std::size_t t = 0; t < mine.state.tensors().size(); ++t) {
+        const TensorEntry& e = mine.state.tensors()[t];
+        if (!by_tag.count(e.name)) continue;
+        ++copies[e.name];
+        const auto& tensor = by_tag.at(e.name)->tensor();
+        const Box& box = e.boxes[0];
+        if (box.shape.empty()) continue;  // the scalar: MindSpore's dims [0]
+        ASSERT_EQ(tensor.dims_size(), static_cast<int>(box.shape.size())) << e.name;
+        for (std::size_t d = 0; d < box.shape.size(); ++d) EXPECT_EQ(tensor.dims(static_cast<int>(d)), box.shape[d]) << e.name;
+        const std::size_t n = static_cast<std::size_t>(box.num_elements()) * dtype_size(e.dtype);
+        EXPECT_EQ(tensor.tensor_content(), std::string(static_cast<const char*>(e.buffers[0]), n)) << e.name;
+      }
+      // MindSpore's step and epoch records are in every file.
+      EXPECT_TRUE(by_tag.count("step_num") && by_tag.count("epoch_num")) << "rank " << r;
+    }
+    // layer0 is split in 2 over TP and replicated over DP2; bias is whole on every rank.
+    EXPECT_EQ(copies["layer0/w_float32"], remove_redundancy ? 2 : 4);
+    EXPECT_EQ(copies["bias"], remove_redundancy ? 1 : 4);
+    auto listing = list_checkpoints(dir.path());
+    ASSERT_TRUE(listing.ok());
+    ASSERT_EQ(listing->entries.size(), 1u);  // one checkpoint, not four files
+    EXPECT_EQ(listing->entries[0].name, "net-1_4");
+    EXPECT_TRUE(listing->entries[0].per_rank_files);
+    EXPECT_EQ(listing->latest, "net-1_4");
+    // Merged into one MindSpore file, and loaded onto other layouts (RoundTrip covers more).
+    auto converted = convert_checkpoint(set, dir.path() + "/one.ckpt", Format::kCkpt);
+    ASSERT_TRUE(converted.ok()) << converted.status().to_string();
+    load_and_compare(3, dir.path() + "/one.ckpt", false);
+    load_and_compare(1, set, false);
+  }
+}
+
+TEST(MindSporePerRankSet, CommittedAsOneOrNotAtAllAndFailsClosed) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "s";
+  options.format = Format::kCkpt;
+  options.integrated = false;
+  options.step = 12;
+  options.epoch = 3;
+  auto save_with = [&](const std::string& name, int victim, std::shared_ptr<FileSystem> victim_fs) {
+    return run_ranks(4, [&](Comm& comm) -> Status {
+      FormatModel m(comm.rank(), 4, false);
+      SaveOptions o = options;
+      o.name = name;
+      if (comm.rank() == victim) o.fs = victim_fs;
+      return save(comm, m.state, dir.path(), o).status();
+    });
+  };
+  for (const auto& r : save_with("good", -1, nullptr)) ASSERT_EQ(r, "ok");
+  // One rank's disk fills while it writes its file: every rank fails, nothing appears.
+  internal_storage::FaultSpec full;
+  full.write_budget = 100;
+  full.budget_path_contains = "rank_2/";
+  for (const auto& r : save_with("bad", 2, std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), full)))
+    EXPECT_NE(r.find("No space left on device"), std::string::npos) << r;
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 1u) << "the temporary set must be gone";
+  EXPECT_EQ(listing->latest, "good");
+  // A set whose manifest was never written (a crash before the commit) is in flight.
+  const std::string good = dir.path() + "/good";
+  fs::copy(good, dir.path() + "/late.tmp-0123456789abcdef", fs::copy_options::recursive);
+  fs::remove(dir.path() + "/late.tmp-0123456789abcdef/index.pb");
+  listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->entries.size(), 2u);
+  EXPECT_EQ(listing->entries[0].state, EntryState::kCommitted);
+  EXPECT_EQ(listing->entries[1].state, EntryState::kInFlight);
+  EXPECT_EQ(*resolve_checkpoint(dir.path()), good);
+
+  // Damage is found by the chunks' CRC32C on load and by verify, naming the file.
+  auto load_status = [&](const std::string& path) {
+    std::vector<std::string> res = run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel m(comm.rank(), 2, false);
+      return load(comm, m.state, path, {}).status();
+    });
+    return res[0];
+  };
+  auto copy_of = [&](const std::string& name) {
+    fs::copy(good, dir.path() + "/" + name, fs::copy_options::recursive);
+    return dir.path() + "/" + name;
+  };
+  const std::string flipped = copy_of("flipped");
+  auto info = read_checkpoint_info(flipped);
+  ASSERT_TRUE(info.ok());
+  uint64_t at = 0;
+  for (const auto& t : info->tensors)
+    if (t.name == "layer0/w_float32")
+      for (const auto& c : t.chunks)
+        if (c.file == "rank_1/good.ckpt") at = c.byte_offset + 3;
+  ASSERT_GT(at, 0u);
+  {
+    std::fstream f(flipped + "/rank_1/good.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&b, 1);
+  }
+  std::string st = load_status(flipped);
+  EXPECT_NE(st.find("rank_1/good.ckpt"), std::string::npos) << st;
+  EXPECT_NE(st.find("crc32c"), std::string::npos) << st;
+  EXPECT_EQ(verify_checkpoint(flipped).status().code(), StatusCode::kCorruption);
+  const std::string cut = copy_of("cut");
+  fs::resize_file(cut + "/rank_3/good.ckpt", fs::file_size(cut + "/rank_3/good.ckpt") - 20);
+  st = load_status(cut);
+  EXPECT_NE(st.find("rank_3/good.ckpt"), std::string::npos) << st;
+  EXPECT_NE(st.find("truncated"), std::string::npos) << st;
+  const std::string lost = copy_of("lost");
+  fs::remove_all(lost + "/rank_0");
+  st = load_status(lost);
+  EXPECT_NE(st.find("rank_0/good.ckpt"), std::string::npos) << st;
+  EXPECT_FALSE(verify_checkpoint(lost).ok());
+}
+
+TEST(MindSporePerRankSet, RefusedWhereItCannotHoldTheState) {
+  TempDir dir;
+  auto save_all = [&](int world, bool irregular, const std::function<void(int, SaveOptions&)>& edit) {
+    return run_ranks(world, [&](Comm& comm) -> Status {
+      FormatModel m(comm.rank(), world, irregular);
+      SaveOptions o;
+      o.name = "x";
+      o.format = Format::kCkpt;
+      o.integrated = false;
+      edit(comm.rank(), o);
+      return save(comm, m.state, dir.path(), o).status();
+    });
+  };
+  auto expect_all = [](const std::vector<std::string>& res, const std::string& part) {
+    for (const auto& r : res) EXPECT_NE(r.find(part), std::string::npos) << r;
+  };
+  // Explicit layouts that give a rank two boxes of one tensor.
+  expect_all(save_all(2, true, [](int, SaveOptions&) {}), "holds two boxes of tensor 'irregular'");
+  expect_all(save_all(2, false, [](int, SaveOptions& o) { 
+               o.encryption.key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'k')));
+             }),
+             "encryption of a per-rank .ckpt set");
+  expect_all(save_all(2, false, [](int, SaveOptions& o) { o.format = Format::kSafetensors; }),
+             "a safetensors file holds whole tensors");
+  // Ranks that disagree would otherwise run different protocols.
+  expect_all(save_all(3, false, [](int rank, SaveOptions& o) { if (rank == 1) o.integrated.reset(); }),
+             "format and integrated must be the same on every rank");
+  auto listing = list_checkpoints(dir.path());
+  EXPECT_TRUE(!listing.ok() || listing->entries.empty());
+}
+
+// The manager names, lists and retires a set as one checkpoint.
+TEST(MindSporePerRankSet, ManagerKeepsAndRetiresSetsAsOne) {
+  TempDir dir;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel m(comm.rank(), 2, false);
+    CheckpointConfig c;
+    c.directory = dir.path();
+    c.prefix = "net";
+    c.format = Format::kCkpt;
+    c.integrated = false;
+    c.steps_per_epoch = 2;
+    c.name_template = "{prefix}-{epoch}_{step_in_epoch}";
+    c.save_every_steps = 1;
+    c.keep_max = 2;
+    DISTCKPT_ASSIGN_OR_RETURN(auto manager, CheckpointManager::create(comm, m.state, c));
+    for (int64_t step = 1; step <= 4; ++step)
+      DISTCKPT_RETURN_IF_ERROR(manager->step_end(step, (step - 1) / 2 + 1).status());
+    return manager->end(4, 2).status();
+  }));
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok());
+  std::vector<std::string> names;
+  for (const auto& e : listing->entries) {
+    EXPECT_TRUE(e.per_rank_files) << e.name;
+    names.push_back(e.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"net-2_1", "net-2_2"}));
+  for (const auto& n : names) EXPECT_TRUE(fs::exists(dir.path() + "/" + n + "/rank_1/" + n + ".ckpt")) << n;
+  EXPECT_FALSE(fs::exists(dir.path() + "/net-1_1"));  // retired whole, rank files included
+}
+
+TEST(MindSporePerRankSet, ManifestFileNamesStayInsideTheSet) {
+  EXPECT_TRUE(internal_format::valid_data_file_name("rank_12/net-1_4.ckpt"));
+  EXPECT_TRUE(internal_format::valid_data_file_name("data-00001.bin"));
+  for (const char* bad : {"rank_1/../x", "rank_1/..", "rank_/a", "rank_1x/a", "rank_1/a/b", "/etc/passwd",
+                          "../rank_1/a", "rank_123456789/a", "rank_1/", "x/a"})
+    EXPECT_FALSE(internal_format::valid_data_file_name(bad)) << bad;
 }
 
 TEST(MindSporeCkpt, TensorOver512MiBIsSplitIntoRecordsAndJoinedOnRead) {

@@ -1271,15 +1271,18 @@ std::string show(const std::vector<std::string>& v) {
 // MindSpore's async_save with single files: .ckpt, safetensors and an integrated
 // native checkpoint are gathered and written in the background from a copy of each
 // rank's slices: the loop changes its buffers right after step_end returns, and every
-// checkpoint still holds the state of its step.
+// checkpoint still holds the state of its step. A per-rank .ckpt set (integrated =
+// false) goes the same way.
 TEST(AsyncSave, SingleFilesAreGatheredAndWrittenInTheBackground) {
-  for (const auto& [format, integrated] : std::vector<std::pair<Format, bool>>{
-           {Format::kCkpt, false}, {Format::kSafetensors, false}, {Format::kNative, true}}) {
-    SCOPED_TRACE(std::string(format_name(format)) + (integrated ? " integrated" : ""));
+  for (const auto& [format, integrated] : std::vector<std::pair<Format, std::optional<bool>>>{
+           {Format::kCkpt, std::nullopt}, {Format::kSafetensors, std::nullopt}, {Format::kNative, true},
+           {Format::kCkpt, false}}) {
+    const bool per_rank = integrated == false;
+    SCOPED_TRACE(std::string(format_name(format)) + (integrated == true ? " integrated" : per_rank ? " per rank" : ""));
     TempDir dir;
     std::vector<std::string> committed;
     auto results = run_async_ranks(2, [&](Comm& comm, std::unique_ptr<AsyncCheckpointer> async) -> Status {
-      FormatModel model(comm.rank(), 2);
+      FormatModel model(comm.rank(), 2, !per_rank);
       CheckpointConfig c = async_config(dir.path());
       c.format = format;
       c.integrated = integrated;
@@ -1291,7 +1294,7 @@ TEST(AsyncSave, SingleFilesAreGatheredAndWrittenInTheBackground) {
         if (!out.in_flight) return internal_error("not in the background");
         model.zero();  // the next step's state, while the save of this one runs
         if (comm.rank() == 0) committed.insert(committed.end(), out.committed.begin(), out.committed.end());
-        model = FormatModel(comm.rank(), 2);  // and back: the loaded state must match it
+        model = FormatModel(comm.rank(), 2, !per_rank);  // and back: the loaded state must match it
       }
       DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(2, 0));
       if (comm.rank() == 0) committed.insert(committed.end(), last.committed.begin(), last.committed.end());
@@ -1300,6 +1303,7 @@ TEST(AsyncSave, SingleFilesAreGatheredAndWrittenInTheBackground) {
     for (const auto& r : results) EXPECT_EQ(r, "ok");
     ASSERT_EQ(committed.size(), 2u) << show(committed);
     for (const auto& path : committed) {
+      EXPECT_EQ(fs::exists(path + "/rank_1/" + fs::path(path).filename().string() + ".ckpt"), per_rank) << path;
       auto verified = verify_checkpoint(path);
       EXPECT_TRUE(verified.ok()) << path << ": " << verified.status().to_string();
       auto all = load_all(path);

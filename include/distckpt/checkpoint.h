@@ -60,10 +60,26 @@ struct SaveSettings {
 
   // ---- single-file (integrated) saves ----
   Format format = Format::kNative;
-  // kNative only: write full tensors (reconstructed with gather_region) into one data
-  // file written by `writer_rank`, instead of each rank writing its unique slices.
-  // ckpt and safetensors are always integrated; HDF5 never needs the gather.
-  bool integrated = false;
+  // Whether split tensors are merged into whole ones (MindSpore's integrated_save).
+  // Unset: the format's own way (native: sharded; .ckpt and safetensors: one integrated
+  // file; HDF5: one shared file whose datasets every rank writes into, no gather).
+  //   true,  kNative: full tensors (reconstructed with gather_region) in one data file
+  //                   written by `writer_rank`, instead of each rank writing its slices.
+  //   false, kCkpt:   a per-rank set, MindSpore's integrated_save=False: the directory
+  //                   <root>/<name>/ holds rank_<r>/<name>.ckpt for every rank r (the
+  //                   layout of MindSpore's transform_checkpoints), each a MindSpore .ckpt
+  //                   of that rank's slices under the tensors' names, with the slice's
+  //                   place in the global tensor in distckpt's metadata field, and
+  //                   index.pb, the manifest (files, sizes, CRCs, where every slice is),
+  //                   written by rank 0 after every rank fsynced and all agreed: the set
+  //                   is committed by the native protocol and listed, loaded, converted
+  //                   and retired as one checkpoint. With remove_redundancy each distinct
+  //                   slice is in one rank's file (the others hold only info values).
+  //                   A rank holding two boxes of one tensor (explicit layouts) and
+  //                   encryption are kInvalidArgument. <name> loses a trailing ".ckpt".
+  //   false, kSafetensors: kInvalidArgument (a safetensors file holds whole tensors).
+  //   false/true, kHdf5: as unset.
+  std::optional<bool> integrated;
   // Rank that writes an integrated file (ckpt, safetensors, native + integrated).
   int writer_rank = 0;
   // Bytes of a tensor reconstructed at a time: the writer holds two such regions (one

@@ -58,6 +58,9 @@ struct CheckpointInfo {
   std::string name;
   uint32_t format_version = 0;
   Format format = Format::kNative;
+  // A per-rank .ckpt set (SaveSettings::integrated = false): `format` is kNative (its
+  // manifest is a native index) and `files` are rank_<r>/<name>.ckpt.
+  bool per_rank_files = false;
   int64_t step = -1;
   int64_t epoch = -1;
   int world_size = 0;
@@ -123,6 +126,7 @@ struct CheckpointEntry {
   int64_t step = -1, epoch = -1;
   uint64_t bytes = 0;
   Format format = Format::kNative;
+  bool per_rank_files = false;  // a per-rank .ckpt set, listed as one checkpoint
   int64_t created_unix_ms = 0;
   uint64_t commit_seq = 0;       // see resolve_checkpoint
   bool advances_latest = false;  // saved with update_latest

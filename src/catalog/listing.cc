@@ -104,6 +104,7 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     entry.step = index->step();
     entry.epoch = index->epoch();
     entry.format = internal_format::stored_format(*index);
+    entry.per_rank_files = internal_format::is_per_rank_set(*index);
     entry.created_unix_ms = index->created_unix_ms();
     entry.commit_seq = index->commit_seq();
     entry.advances_latest = index->advances_latest();

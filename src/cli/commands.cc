@@ -168,6 +168,7 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["epoch"] = e.epoch;
         j["bytes"] = e.bytes;
         j["format"] = std::string(format_name(e.format));
+        if (e.per_rank_files) j["per_rank_files"] = true;
         j["created_unix_ms"] = e.created_unix_ms;
         j["commit_seq"] = e.commit_seq;
         j["advances_latest"] = e.advances_latest;
@@ -203,8 +204,8 @@ int cmd_ls(const std::string& root, bool as_json) {
     if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
       std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
-                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(), std::string(format_name(e.format)).c_str(),
-                  tier_column, "committed",
+                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(),
+                  e.per_rank_files ? "ckpt-set" : std::string(format_name(e.format)).c_str(), tier_column, "committed",
                   e.name == listing->latest      ? " (latest)"
                   : best_of.count(e.name) != 0 ? (" (best " + printable(best_of.at(e.name)) + ")").c_str()
                                                : "");
@@ -280,12 +281,12 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
                       {"epoch", ci.epoch},     {"world_size", ci.world_size},
                       {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
                       {"checksum", std::string(checksum_name(ci.checksum))}, {"encryption", ci.encryption},
-                      {"tensors_sealed", ci.tensors_sealed},
+                      {"tensors_sealed", ci.tensors_sealed}, {"per_rank_files", ci.per_rank_files},
                       {"tensors", tensors},    {"files", files},          {"info", info_values}}) << "\n";
     return 0;
   }
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
-              std::string(format_name(ci.format)).c_str(), ci.format_version, static_cast<long long>(ci.step),
+              ci.per_rank_files ? "native manifest of a per-rank .ckpt set" : std::string(format_name(ci.format)).c_str(), ci.format_version, static_cast<long long>(ci.step),
               static_cast<long long>(ci.epoch), ci.world_size, std::string(checksum_name(ci.checksum)).c_str());
   if (ci.encryption != "none") std::printf("  encryption %s\n", printable(ci.encryption).c_str());
   if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");

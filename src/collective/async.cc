@@ -17,6 +17,7 @@
 #include "base/guard.h"
 #include "base/timer.h"
 #include "collective/save_session.h"
+#include "collective/save_strategies.h"
 #include "collective/staged_save.h"
 #include "comm/agree.h"
 #include "distckpt/async.h"
@@ -51,7 +52,7 @@ class AsyncCheckpointer::Impl {
     DISTCKPT_RETURN_IF_ERROR(prepare("save_async"));
     // Single files (and integrated native ones) are gathered and written from a copy of
     // this rank's slices, in the background, by save() on the background communicator.
-    if (internal_format::driver(options.format).single_file || options.integrated)
+    if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
       return save_gathered_async(state, root, options);
 
     DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, internal_collective::begin_save(*fg_, state, root, options));

@@ -239,7 +239,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
+  // A whole-file CRC-32 is read whole only where chunks have no CRC32C of their own (a
+  // single .ckpt); a per-rank set's chunks are checked as they are read, like native.
+  if (!internal_format::has_chunk_checksums(index))
+    DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
 
   // Tensors to cast are read (and shared between replicas) in their stored dtype into
   // staging buffers, converted into the caller's buffers once every read succeeded.

@@ -164,6 +164,10 @@ Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& s
 
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
                                const SaveOptions& options) {
+  return begin_planned_save(comm, state, root, options, sharded_spec(options));
+}
+
+FrameSpec sharded_spec(const SaveOptions& options) {
   FrameSpec spec;
   spec.name = options.name;
   spec.remove_redundancy = options.remove_redundancy;
@@ -173,6 +177,11 @@ Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::st
     if (!frame.options.checksum) frame.plan.index.mutable_transforms()->set_checksum("none");
     return Status();
   };
+  return spec;
+}
+
+Result<SaveSession> begin_planned_save(Comm& comm, const StateDict& state, const std::string& root,
+                                       const SaveOptions& options, const FrameSpec& spec) {
   SaveSession session;
   DISTCKPT_ASSIGN_OR_RETURN(session.frame, open_save(comm, state, root, options, spec));
   std::vector<std::string> parts;
@@ -236,11 +245,23 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
 
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
   using namespace internal_collective;
-  // Every rank takes the same branch: the single-file strategies first agree that the
-  // format options match, and a native save with integrated=false on some ranks must
-  // not wait for the others in another protocol.
-  const bool single = internal_format::driver(options.format).single_file || options.integrated;
-  if (comm.allreduce_one(single ? 1 : 0, ReduceOp::kMax) == 1) return save_single_file(comm, state, root, options);
+  // Every rank takes the same branch: ranks that disagree on the format or on
+  // integrated must not wait for each other in different protocols.
+  const auto shape = static_cast<int64_t>(save_shape(options));
+  const int64_t format = static_cast<int64_t>(options.format);
+  std::vector<int64_t> highest{shape, format, -shape, -format};
+  comm.allreduce(highest, ReduceOp::kMax);
+  if (highest[0] != -highest[2] || highest[1] != -highest[3])
+    return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
+  if (options.format == Format::kSafetensors && options.integrated == false)
+    return invalid_argument("save '" + options.name +
+                            "': integrated=false with safetensors (a safetensors file holds whole tensors; per-rank "
+                            "files are written for .ckpt)");
+  switch (save_shape(options)) {
+    case SaveShape::kOneFile: return save_single_file(comm, state, root, options);
+    case SaveShape::kPerRankSet: return save_ckpt_set(comm, state, root, options);
+    case SaveShape::kSharded: break;
+  }
   DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, begin_save(comm, state, root, options));
   // Protocol steps 1-2: write and fsync, then agree (in finish_save).
   Timer write_timer;

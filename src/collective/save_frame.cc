@@ -99,7 +99,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   frame.fs = options.fs ? options.fs : posix_filesystem();
   frame.root = root;
   frame.options = options;
-  frame.format = &internal_format::driver(options.format);
+  frame.format = &internal_format::driver(spec.entry_format.value_or(options.format));
   frame.name = spec.name;
   frame.result.path = root + "/" + spec.name;
   FileSystem& fs = *frame.fs;

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/timer.h"
@@ -56,6 +57,9 @@ struct FrameSpec {
   // Rank 0, after the plan and the common fields: makes plan.index what this strategy
   // commits. Null: the plan's index as it is.
   std::function<Status(SaveFrame&)> shape_index;
+  // The format of the entry committed, when not the options' (a per-rank .ckpt set is
+  // committed as a native directory).
+  std::optional<Format> entry_format;
 };
 
 // Collective. See the top of this file. Errors: those of save() before writing

@@ -52,7 +52,7 @@ Result<SaveResult> save_single_file(Comm& comm, const StateDict& state, const st
   // Options every rank must share (each rank's own copy decides its path).
   const internal_comm::Compared shared = internal_comm::agree_same(
       comm, Status(),
-      {static_cast<int64_t>(options.format), options.integrated ? 1 : 0, options.writer_rank,
+      {static_cast<int64_t>(options.format), options.integrated.value_or(false) ? 1 : 0, options.writer_rank,
        static_cast<int64_t>(options.gather_bytes)});
   Status checks = shared.same ? Status()
                               : invalid_argument("format, integrated, writer_rank and gather_bytes must be the same "

@@ -26,6 +26,11 @@ struct SaveSession {
 // Collective. Takes everything the index needs from `state` (names, layouts, info).
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,
                                const SaveOptions& options);
+// The sharded save's frame spec, and begin_save with another spec over the same plan
+// (per-rank .ckpt sets write the plan's slices into their own files).
+FrameSpec sharded_spec(const SaveOptions& options);
+Result<SaveSession> begin_planned_save(Comm& comm, const StateDict& state, const std::string& root,
+                                       const SaveOptions& options, const FrameSpec& spec);
 // Local: writes this rank's chunks from `state`'s buffers (encrypted when asked: their
 // tags go to session.tags) and fsyncs; returns their CRCs.
 Result<std::vector<uint32_t>> write_session(SaveSession& session, const StateDict& state, const Comm& comm,

@@ -3,10 +3,30 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "collective/save_frame.h"
 
 namespace distckpt::internal_collective {
+
+// How a save lays out its bytes: SaveSettings::integrated read with the format.
+enum class SaveShape {
+  kSharded,     // native: each rank writes its unique slices (save.cc)
+  kOneFile,     // a single file, or native + integrated: gathered or HDF5
+  kPerRankSet,  // .ckpt with integrated=false: one file per rank (save_ckpt_set.cc)
+};
+SaveShape save_shape(const SaveSettings& settings);
+// What a save appends to the name it is given: a single file's extension; "" for a
+// directory (native, per-rank sets).
+std::string_view entry_extension(const SaveSettings& settings);
+// The name of a per-rank set's entry: `name` without a trailing ".ckpt".
+std::string per_rank_set_name(const std::string& name);
+
+// Collective. MindSpore's non-integrated save (checkpoint.h, SaveSettings::integrated):
+// every rank writes rank_<r>/<name>.ckpt with the slices the plan gives it, fsyncs it,
+// and rank 0 commits the manifest (index.pb) once all agreed.
+Result<SaveResult> save_ckpt_set(Comm& comm, const StateDict& state, const std::string& root,
+                                 const SaveOptions& options);
 
 // Collective. Checks that the ranks share the single-file options, then writes with
 // save_gathered (ckpt, safetensors, native + integrated) or save_hdf5.

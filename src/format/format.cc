@@ -90,6 +90,8 @@ Format stored_format(const proto::Index& index) {
 
 bool is_single_file(const proto::Index& index) { return driver(stored_format(index)).single_file; }
 
+bool is_per_rank_set(const proto::Index& index) { return !is_single_file(index) && !index.per_rank_format().empty(); }
+
 bool has_chunk_checksums(const proto::Index& index) { return index.transforms().checksum() == "crc32c"; }
 
 namespace {

@@ -32,6 +32,11 @@ struct WriterOptions {
   // the writer.
   const internal_transform::CheckpointCipher* cipher = nullptr;
   int writer_rank = 0;  // native: the data file is data-<writer_rank>.bin
+  // ckpt, unencrypted: finish() also describes where the bytes went: each record's boxes
+  // as chunks (boxes in the tensor as the meta shapes it, byte offsets in the file,
+  // CRC32C taken as they are written) and files(0) with the file's size and the CRC-32
+  // of its bytes before the footer (per-rank sets build their manifest from this).
+  bool describe_chunks = false;
 };
 
 struct FormatDriver {
@@ -66,6 +71,9 @@ struct FormatDriver {
 };
 
 inline constexpr std::size_t kSniffBytes = 9;
+
+// A per-rank .ckpt set's manifest (a directory whose files are rank_<r>/<name>.ckpt).
+bool is_per_rank_set(const proto::Index& index);
 
 // The row of `format` (never null: every Format has one).
 const FormatDriver& driver(Format format);

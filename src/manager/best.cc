@@ -223,7 +223,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
       }
       path = saved.path;
       name = internal_base::base_name(path);
-      const std::string ext(internal_format::driver(cfg.format).extension);
+      const std::string ext(internal_collective::entry_extension(cfg));
       if (!ext.empty() && name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
         name.resize(name.size() - ext.size());
     }
@@ -233,7 +233,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
       for (auto& t : bests) {
         if (t.metric != metric) continue;
         const std::string previous = t.name;  // an entry name: with its extension
-        t.name = name + std::string(internal_format::driver(cfg.format).extension);
+        t.name = name + std::string(internal_collective::entry_extension(cfg));
         t.value = value;
         std::string removed;
         if (!previous.empty() && previous != t.name) {

@@ -6,6 +6,7 @@
 
 #include "distckpt/config.h"
 
+#include "collective/save_strategies.h"
 #include "manager/best.h"
 #include "tier/parity.h"
 #include "base/text.h"
@@ -78,7 +79,7 @@ Status CheckpointConfig::validate() const {
     if (global_every < 0) return bad("global_every is negative");
     if (keep_local < 1) return bad("keep_local must be >= 1 (the newest local checkpoint is always kept)");
     if (keep_global < -1) return bad("keep_global must be -1 (keep_max) or >= 0");
-    if (format != Format::kNative || integrated) return bad("the local tier keeps native sharded checkpoints only");
+    if (internal_collective::save_shape(*this) != internal_collective::SaveShape::kSharded) return bad("the local tier keeps native sharded checkpoints only");
     if (by_epoch) return bad("by_epoch is not supported with the local tier (local_every_steps counts steps)");
     if (local_every_steps == 0 && local_every_seconds == 0 && save_every_epochs == 0 && !save_last)
       return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/timer.h"
+#include "collective/save_strategies.h"
 #include "distckpt/inspect.h"
 #include "distckpt/manager.h"
 #include "format/format.h"
@@ -137,7 +138,7 @@ struct CheckpointManager::Impl {
   // Names of this series (series.h): `series` is its prefix.
   std::string render(int64_t step, int64_t epoch) const { return names.render(series, step, epoch); }
   std::string path_of(const std::string& name) const {
-    return cfg.directory + "/" + name + std::string(internal_format::driver(cfg.format).extension);
+    return cfg.directory + "/" + name + std::string(internal_collective::entry_extension(cfg));
   }
 
   // Rank 0: this series' committed checkpoints with their best_metric values.

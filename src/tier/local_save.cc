@@ -24,6 +24,7 @@
 #include "catalog/claims.h"
 #include "catalog/names.h"
 #include "collective/save_session.h"
+#include "collective/save_strategies.h"
 #include "comm/agree.h"
 #include "distckpt/tier.h"
 #include "format/format.h"
@@ -344,7 +345,7 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
     if (root.empty()) return invalid_argument("empty root directory");
     if (tier.dir.empty()) return invalid_argument("empty local tier directory");
-    if (options.format != Format::kNative || options.integrated)
+    if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
       return invalid_argument("the local tier keeps native sharded checkpoints only");
     if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
     DISTCKPT_ASSIGN_OR_RETURN(red, parse_redundancy(tier.redundancy));

@@ -16,6 +16,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.name = index.name();
   info.format_version = index.has_encryption() ? 2 : 1;
   info.format = internal_format::stored_format(index);
+  info.per_rank_files = internal_format::is_per_rank_set(index);
   info.step = index.step();
   info.epoch = index.epoch();
   info.world_size = index.world_size();

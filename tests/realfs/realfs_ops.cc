@@ -110,7 +110,7 @@ int run(int argc, char** argv) {
     SaveOptions o;
     o.name = argv[5];
     o.format = parse_format(argv[2]);
-    o.integrated = std::string(argv[3]) == "integrated";
+    if (std::string(argv[3]) == "integrated") o.integrated = true;
     if (std::string(argv[3]) == "async") {
       auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, {.staging_bytes = 4 << 20, .slab_bytes = 1 << 20});
       if (!ckpt.ok()) return report(ckpt.status());

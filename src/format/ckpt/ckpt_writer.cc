@@ -6,6 +6,7 @@
 #include "format/sequential_writer.h"
 #include "layout/region.h"
 #include "transform/cipher.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
 
@@ -14,8 +15,13 @@ namespace {
 class CkptWriter final : public SequentialWriter {
  public:
   CkptWriter(std::unique_ptr<WritableFile> file, proto::Index meta, bool footer,
-             const internal_transform::CheckpointCipher* cipher)
-      : out_(std::move(file)), meta_(std::move(meta)), progress_(meta_), footer_(footer), cipher_(cipher) {
+             const internal_transform::CheckpointCipher* cipher, bool describe)
+      : out_(std::move(file)),
+        meta_(std::move(meta)),
+        progress_(meta_),
+        footer_(footer),
+        describe_(describe && cipher == nullptr),
+        cipher_(cipher) {
     if (cipher_ != nullptr) {
       encryption_.set_mode(std::string(encryption_mode_name(cipher_->mode())));
       encryption_.set_algorithm(cipher_->algorithm());
@@ -44,6 +50,7 @@ class CkptWriter final : public SequentialWriter {
       ranges_for_ = tensor;
       ranges_ = ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item);
       if (cipher_ != nullptr) plan_units(t, item);
+      if (describe_) plan_described(t, item);
     }
     if (cipher_ != nullptr) return append_sealed(tensor, at, data, n);
     const auto* p = static_cast<const char*>(data);
@@ -63,8 +70,33 @@ class CkptWriter final : public SequentialWriter {
       uint64_t record_end = at + n;
       for (const auto& [b, e] : ranges_)
         if (static_cast<uint64_t>(b) * item > at) record_end = std::min<uint64_t>(record_end, static_cast<uint64_t>(b) * item);
+      if (describe_) {
+        if (described_next_ >= described_.size())
+          return internal_error("writer: more bytes than the boxes of '" + t.name() + "'");
+        const DescribedUnit& u = described_[described_next_];
+        if (at == u.begin) {
+          described_at_ = out_.position();
+          described_crc_ = internal_transform::kCrc32cInit;
+        }
+        record_end = std::min(record_end, u.end);
+      }
       const std::size_t piece = static_cast<std::size_t>(record_end - at);
       DISTCKPT_RETURN_IF_ERROR(out_.write(p, piece));
+      if (describe_) {
+        described_crc_ = internal_transform::crc32c_extend(described_crc_, p, piece);
+        const DescribedUnit& u = described_[described_next_];
+        if (at + piece == u.end) {
+          proto::Chunk* c = meta_.mutable_tensors(tensor)->add_chunks();
+          for (std::size_t d = 0; d < u.box.offset.size(); ++d) {
+            c->add_offset(u.box.offset[d]);
+            c->add_shape(u.box.shape[d]);
+          }
+          c->set_byte_offset(described_at_);
+          c->set_length(u.end - u.begin);
+          c->set_crc32c(internal_transform::crc32c_finish(described_crc_));
+          ++described_next_;
+        }
+      }
       bytes_written_ += piece;
       p += piece;
       at += piece;
@@ -117,9 +149,17 @@ class CkptWriter final : public SequentialWriter {
       }
       DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record(key, {0}, type, content)));
     }
+    const uint64_t data_end = out_.position();
+    const uint32_t data_crc = out_.crc32();
     if (footer_) {
       DISTCKPT_RETURN_IF_ERROR(out_.flush());
       DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_footer(out_.crc32())));
+    }
+    if (describe_) {
+      proto::File* f = meta_.add_files();
+      f->set_size(out_.position());
+      f->set_crc32_covered(data_end);
+      f->set_crc32(data_crc);
     }
     DISTCKPT_RETURN_IF_ERROR(out_.close(fsync));
     return meta_;
@@ -218,8 +258,32 @@ class CkptWriter final : public SequentialWriter {
     return Status();
   }
 
+  // describe_chunks: the current tensor's record boxes, as byte ranges of the tensor.
+  struct DescribedUnit {
+    uint64_t begin = 0, end = 0;
+    Box box;
+  };
+  void plan_described(const proto::Tensor& t, std::size_t item) {
+    described_.clear();
+    described_next_ = 0;
+    const Shape shape(t.global_shape().begin(), t.global_shape().end());
+    if (tensor_bytes(t) == 0) return;
+    uint64_t at = 0;
+    for (const auto& [b, e] : ranges_)
+      for (const Box& box : internal_layout::flat_range_to_boxes(shape, b, e)) {
+        const uint64_t bytes = static_cast<uint64_t>(box.num_elements()) * item;
+        described_.push_back(DescribedUnit{at, at + bytes, box});
+        at += bytes;
+      }
+  }
+
   static constexpr uint64_t kPiece = 4 << 20;
   bool footer_;
+  bool describe_;
+  std::vector<DescribedUnit> described_;
+  std::size_t described_next_ = 0;
+  uint64_t described_at_ = 0;
+  uint32_t described_crc_ = 0;
   int ranges_for_ = -1;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
   const internal_transform::CheckpointCipher* cipher_;
@@ -236,7 +300,8 @@ class CkptWriter final : public SequentialWriter {
 Result<std::unique_ptr<SequentialWriter>> open_ckpt_writer(FileSystem& fs, const std::string& path,
                                                            const proto::Index& meta, const WriterOptions& options) {
   DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs.open_writable(path));
-  auto w = std::make_unique<CkptWriter>(std::move(file), meta, options.ckpt_crc_footer, options.cipher);
+  auto w = std::make_unique<CkptWriter>(std::move(file), meta, options.ckpt_crc_footer, options.cipher,
+                                        options.describe_chunks);
   DISTCKPT_RETURN_IF_ERROR(w->begin());
   return std::unique_ptr<SequentialWriter>(std::move(w));
 }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "base/text.h"
 #include "format/format.h"
@@ -40,6 +41,22 @@ T get(const std::string& in, std::size_t pos) {
 bool valid_file_name(const std::string& name) {
   return !name.empty() && name.size() <= 255 && name != "." && name != ".." && name != kIndexFileName &&
          name.find('/') == std::string::npos && internal_base::is_printable_utf8(name);
+}
+
+bool valid_data_file_name(const std::string& name) {
+  if (valid_file_name(name)) return true;
+  constexpr std::string_view kPrefix = "rank_";
+  const std::size_t slash = name.find('/');
+  if (name.rfind(kPrefix, 0) != 0 || slash == std::string::npos) return false;
+  const std::size_t digits = slash - kPrefix.size();
+  if (digits == 0 || digits > 8) return false;
+  for (std::size_t i = kPrefix.size(); i < slash; ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  return valid_file_name(name.substr(slash + 1));
+}
+
+std::string per_rank_file_name(int rank, const std::string& name) {
+  return "rank_" + std::to_string(rank) + "/" + name + ".ckpt";
 }
 
 std::string data_file_name(int writer_rank) {
@@ -138,7 +155,7 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
-    if (!valid_file_name(f.name()))
+    if (!valid_data_file_name(f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid");
     if (!file_names.insert(f.name()).second) return corruption(where + ": file '" + f.name() + "' listed twice");

@@ -27,6 +27,11 @@ std::string data_file_name(int writer_rank);
 // Whether `name` can be the name of a file inside a checkpoint directory: non-empty, at
 // most 255 bytes, no '/' or NUL, not ".", ".." or the index's own name.
 bool valid_file_name(const std::string& name);
+// A data file named by an index: a valid_file_name, or (per-rank .ckpt sets)
+// "rank_<r>/<valid_file_name>" with r a decimal rank of at most 8 digits.
+bool valid_data_file_name(const std::string& name);
+// "rank_3/<name>.ckpt": rank 3's file of a per-rank set named `name`.
+std::string per_rank_file_name(int rank, const std::string& name);
 
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
 // Version 2 when the index is encrypted, 1 otherwise.
