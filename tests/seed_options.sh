@@ -7,7 +7,10 @@
 #  2. MMEngine's --filename-tmpl iter_{}.pth names iter_2, iter_4, ...;
 #  3. --eval-every 5 --save-best loss: the loss is a metric only every 5 steps, a
 #     best_loss_* checkpoint follows the best value, `distckpt ls --json` marks it;
-#  4. distckpt convert --exclude/--rename selects and renames as a load does.
+#  4. distckpt convert --exclude/--rename selects and renames as a load does;
+#  5. MindSpore's integrated_save=False (--format ckpt --no-integrated) on 4 ranks: one
+#     .ckpt per rank in each set, listed as one checkpoint, a crashed run resumes to the
+#     same state, and the set loads onto 2 ranks (DP1 x TP2) and converts to one file.
 # Usage: seed_options.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1
@@ -56,4 +59,28 @@ step=${best#best_loss_step-}
 tensors=$("$build/distckpt" inspect "$work/model.safetensors" | awk '/^  [a-z]/ && $2 ~ /^(float|bfloat|int|uint|bool)/ {print $1}' | sort | tr '\n' ' ')
 echo "converted: $tensors"
 [ "$tensors" = "encoder.weight mlp.fc1.bias mlp.fc2.bias mlp.fc2.weight " ] || { echo "unexpected selection"; exit 1; }
+
+set_args=(--dp 2 --tp 2 --steps 8 --save-every 4 --format ckpt --no-integrated --keep-max 1)
+"${mpirun[@]}" -np 4 "$build/train_mlp" "${set_args[@]}" --dir "$work/set" > "$work/set.log" 2>&1
+rc=0
+"${mpirun[@]}" -np 4 "$build/train_mlp" "${set_args[@]}" --dir "$work/set2" --crash-at-step 6 > "$work/set2.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || { echo "the crash did not happen"; exit 1; }
+"${mpirun[@]}" -np 4 "$build/train_mlp" "${set_args[@]}" --dir "$work/set2" --resume > "$work/set3.log" 2>&1
+straight=$(awk '/^final step 8/ {print $5}' "$work/set.log")
+resumed=$(awk '/^final step 8/ {print $5}' "$work/set3.log")
+echo "per-rank sets: straight $straight, resumed $resumed"
+[ -n "$straight" ] && [ "$straight" = "$resumed" ] || { cat "$work/set3.log"; echo "MISMATCH"; exit 1; }
+"$build/distckpt" ls "$work/set2"
+[ "$("$build/distckpt" ls --json "$work/set2" | python3 -c '
+import json, sys
+print(" ".join(e["name"] for e in json.load(sys.stdin)["entries"] if e.get("per_rank_files")))')" = "step-8" ] ||
+  { echo "the set is not listed as one checkpoint"; exit 1; }
+for r in 0 1 2 3; do [ -f "$work/set2/step-8/rank_$r/step-8.ckpt" ] || { echo "rank $r's file is missing"; exit 1; }; done
+[ ! -e "$work/set2/step-4" ] || { echo "retention left step-4"; exit 1; }
+"$build/distckpt" verify "$work/set2/step-8"
+"${mpirun[@]}" -np 2 "$build/train_mlp" --dp 1 --tp 2 --steps 8 --save-every 4 --dir "$work/set2" --resume \
+  > "$work/set4.log" 2>&1
+grep -q "restored step 8 fingerprint $straight" "$work/set4.log" || { cat "$work/set4.log"; echo "not loaded onto 2 ranks"; exit 1; }
+"$build/distckpt" convert "$work/set2/step-8" "$work/merged" --to ckpt
+"$build/distckpt" verify "$work/merged.ckpt"
 echo "seed options: ok"

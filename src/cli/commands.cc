@@ -276,13 +276,17 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   json info_values = json::object();
   for (const auto& [k, v] : ci.info) info_values[k] = info_json(v);
   if (as_json) {
-    std::cout << dump(json{{"path", ci.path},       {"name", ci.name},        {"format", std::string(format_name(ci.format))},
-                      {"format_version", ci.format_version},        {"step", ci.step},
-                      {"epoch", ci.epoch},     {"world_size", ci.world_size},
-                      {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
-                      {"checksum", std::string(checksum_name(ci.checksum))}, {"encryption", ci.encryption},
-                      {"tensors_sealed", ci.tensors_sealed}, {"per_rank_files", ci.per_rank_files},
-                      {"tensors", tensors},    {"files", files},          {"info", info_values}}) << "\n";
+    json out{{"path", ci.path},       {"name", ci.name},        {"format", std::string(format_name(ci.format))},
+             {"format_version", ci.format_version},        {"step", ci.step},
+             {"epoch", ci.epoch},     {"world_size", ci.world_size},
+             {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
+             {"checksum", std::string(checksum_name(ci.checksum))}, {"encryption", ci.encryption},
+             {"tensors_sealed", ci.tensors_sealed}};
+    if (ci.per_rank_files) out["per_rank_files"] = true;
+    out["tensors"] = tensors;
+    out["files"] = files;
+    out["info"] = info_values;
+    std::cout << dump(out) << "\n";
     return 0;
   }
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),

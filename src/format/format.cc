@@ -111,7 +111,8 @@ std::string data_checks_text(const proto::Index& index) {
   if (index.has_encryption()) parts.push_back("every chunk authenticated (" + index.encryption().algorithm() + ")");
   if (has_chunk_checksums(index))
     parts.push_back(is_single_file(index) ? "every tensor's CRC32C" : "every chunk's CRC32C");
-  if (has_file_crc32(index)) parts.push_back("the file's CRC-32 footer");
+  if (has_file_crc32(index))
+    parts.push_back(index.files_size() > 1 ? "every file's CRC-32" : "the file's CRC-32 footer");
   if (parts.empty())
     return driver(stored_format(index)).carries_checksums ? "structure only: no checksums recorded"
                                                            : "structure only: " +
