@@ -152,8 +152,8 @@ Result<SaveResult> save_ckpt_set(Comm& comm, const StateDict& state, const std::
   // MindSpore does) and fsyncs it and its directory.
   Timer write_timer;
   std::string described;
-  Status written = guarded(where + ": write", [&]() -> Status {
-    DISTCKPT_RETURN_IF_ERROR(session.local_error);
+  Status written = session.local_error;  // already names this rank
+  if (written.ok()) written = guarded(where + ": write", [&]() -> Status {
     proto::Index common;
     if (!common.ParseFromString(common_bytes)) return internal_error("bad metadata from rank 0");
     const proto::Index meta = rank_file_meta(common, session.mine, state, comm.rank());
@@ -183,6 +183,7 @@ Result<SaveResult> save_ckpt_set(Comm& comm, const StateDict& state, const std::
     return Status();
   });
   frame.result.write_s = write_timer.seconds();
+  if (!written.ok() && session.local_error.ok()) written = written.with_context(where);
   std::vector<std::string> all = comm.gather(written.ok() ? described : std::string(), 0);
   return close_save(comm, frame, written, [&]() { return manifest(frame, all); });
 }
