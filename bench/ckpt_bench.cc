@@ -35,6 +35,8 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -84,6 +86,10 @@ struct Args {
   std::string local_dir, redundancy = "auto";
   bool drain = false;
   int lose_node = -1;  // before restoring: this node's local files are wiped (a replaced host)
+  // The peer harness's record (shared/bench/WORKLOAD.md), written by rank 0, and cold
+  // loads as the peers measure them.
+  std::string peers_json;
+  bool drop_cache = false;
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -248,6 +254,45 @@ double memcpy_reference(const Workload& w) {
     at += s.elements * sizeof(float);
   }
   return max_over_ranks(MPI_Wtime() - t0);
+}
+
+// Collective: the checkpoint's files dropped from the page cache before a timed load, as
+// the peers do: fadvise(DONTNEED) on every file (evict_cached), then
+// /proc/sys/vm/drop_caches where permitted, by one rank per node. Returns how: "fadvise"
+// or "fadvise+drop_caches" (the same on every node that could).
+std::string drop_page_cache(const std::string& path, MPI_Comm node_comm) {
+  int node_rank = 0;
+  MPI_Comm_rank(node_comm, &node_rank);
+  int dropped = 1;
+  if (node_rank == 0) {
+    auto fs = distckpt::posix_filesystem();
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+        if (it->is_regular_file(ec)) (void)fs->evict_cached(it->path().string());
+    } else {
+      (void)fs->evict_cached(path);
+    }
+    ::sync();
+    std::ofstream drop("/proc/sys/vm/drop_caches");
+    drop << "1\n";
+    drop.flush();
+    dropped = drop.good() ? 1 : 0;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &dropped, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return dropped == 1 ? "fadvise+drop_caches" : "fadvise";
+}
+
+// Bytes of every file under `path` (a directory) or of the file `path`.
+uint64_t bytes_on_disk(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return std::filesystem::file_size(path, ec);
+  uint64_t total = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total;
 }
 
 // One timed save (collective). Returns false after printing the error. With --async,
@@ -676,6 +721,12 @@ int run(int rank, int world, int argc, char** argv) {
                "with --local-dir: drain to --dir, then also restore from the global tier (page cache evicted)");
   app.add_option("--lose-node", a.lose_node,
                  "with --local-dir: wipe this node's local files before restoring (a host lost and replaced)");
+  app.add_option("--peers-json", a.peers_json,
+                 "write the peer harness's record to this file (rank 0): method, per-repeat save_s/load_s, "
+                 "bytes_on_disk, verified");
+  app.add_flag("--drop-cache", a.drop_cache,
+               "before each timed load: fadvise(DONTNEED) on the checkpoint's files, then "
+               "/proc/sys/vm/drop_caches where permitted (cold loads, as the peers measure them)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -765,9 +816,15 @@ int run(int rank, int world, int argc, char** argv) {
 
   Runs runs;
   const uint64_t bytes_unique = distckpt::bench::workload_bytes(w.tensors);
+  MPI_Comm node_comm;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm);
+  std::string cache_dropped = "no";
+  uint64_t disk_bytes = 0;
   for (int i = 0; i < a.repeat; ++i) {
     if (a.async) runs.memcpy_s.push_back(memcpy_reference(w));
     if (a.mode != "load" && !timed_save(a, w, *comm, async.get(), root, runs)) return kExitError;
+    if (root && a.mode != "load") disk_bytes = bytes_on_disk(checkpoint_path(a));
+    if (a.mode != "save" && a.drop_cache) cache_dropped = drop_page_cache(checkpoint_path(a), node_comm);
     if (a.mode != "save" && !timed_load(a, w, *comm, root, runs)) return kExitError;
     if (a.compare_dd) {
       const auto t = dd_reference(a.dir, bytes_unique, root);
@@ -779,7 +836,25 @@ int run(int rank, int world, int argc, char** argv) {
   MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   runs.peak_rss = mem[0];
   runs.rank_state_max = mem[1];
+  MPI_Comm_free(&node_comm);
   if (root) report(a, w, runs, *size, world, comm->node_count(), gen_s);
+  if (root && a.drop_cache) std::printf("loads were cold: page cache dropped before each (%s)\n", cache_dropped.c_str());
+  if (root && !a.peers_json.empty()) {
+    if (a.mode == "load") disk_bytes = bytes_on_disk(checkpoint_path(a));
+    nlohmann::ordered_json record;
+    record["method"] = a.format + (a.integrated ? "-integrated" : "") + (a.async ? "-async" : "");
+    record["save_s"] = runs.save;
+    record["load_s"] = runs.load;
+    record["bytes_on_disk"] = disk_bytes;
+    record["verified"] = !runs.load.empty() && runs.mismatches == 0;
+    record["cache_dropped"] = cache_dropped;
+    std::ofstream out(a.peers_json);
+    out << nlohmann::ordered_json::array({record}).dump() << "\n";
+    if (!out.good()) {
+      std::cerr << "ckpt_bench: --peers-json: cannot write " << a.peers_json << "\n";
+      return kExitError;
+    }
+  }
 
   if (a.mode == "both" && !a.keep && !remove_checkpoint(checkpoint_path(a), root)) return kExitError;
   if (a.mode != "save" && runs.mismatches != 0) {
