@@ -90,6 +90,9 @@ struct Args {
   // loads as the peers measure them.
   std::string peers_json;
   bool drop_cache = false;
+  // Small pieces (under 4 KiB) of a reshard: read by data sieving instead of exactly;
+  // or both, one after the other in each repeat, to compare them.
+  bool sieve = false, compare_sieve = false;
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -235,6 +238,8 @@ struct Runs {
   std::vector<double> blocking, memcpy_s;  // --async
   std::optional<distckpt::SaveResult> saved;
   std::optional<distckpt::LoadResult> loaded;
+  std::vector<double> load_sieve;  // --compare-sieve: the same load with sieving
+  std::optional<distckpt::LoadResult> loaded_sieve;
   uint64_t mismatches = 0;
   // Peak resident memory (max over ranks) and the most state bytes a rank holds: the
   // difference is what saving and loading cost in memory beyond the state itself.
@@ -332,7 +337,10 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
 }
 
 // One timed load into zeroed buffers, then verification of every element (collective).
-bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs) {
+// `sieve`: read small pieces by data sieving (--sieve, or the second load of
+// --compare-sieve, whose figures go to load_sieve / loaded_sieve).
+bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs, bool sieve,
+                bool second = false) {
   for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
@@ -342,15 +350,20 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
                                                   : distckpt::LoadOptions::ReplicaReads::kAuto;
   opts.key = a.key;
   opts.allow_unchecked = a.allow_unchecked;
+  opts.sieve_small_runs = sieve;
   auto r = distckpt::load(comm, w.state, checkpoint_path(a), opts);
-  runs.load.push_back(max_over_ranks(MPI_Wtime() - t0));
+  (second ? runs.load_sieve : runs.load).push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
     if (root) std::cerr << "ckpt_bench: load: " << r.status().to_string() << "\n";
     return false;
   }
-  runs.load_read.push_back(max_over_ranks(r->read_s));
-  runs.load_exchange.push_back(max_over_ranks(r->exchange_s));
-  runs.loaded = std::move(r).value();
+  if (second) {
+    runs.loaded_sieve = std::move(r).value();
+  } else {
+    runs.load_read.push_back(max_over_ranks(r->read_s));
+    runs.load_exchange.push_back(max_over_ranks(r->exchange_s));
+    runs.loaded = std::move(r).value();
+  }
   uint64_t mine = 0, all = 0;
   for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
   MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -397,6 +410,14 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                                   ? json(static_cast<double>(runs.loaded->bytes_read) /
                                          static_cast<double>(runs.loaded->bytes_needed))
                                   : json(nullptr);
+    j["small_reads"] = runs.loaded ? json(runs.loaded->small_reads) : json(nullptr);
+    j["small_runs"] = runs.loaded ? json(runs.loaded->small_runs) : json(nullptr);
+    if (runs.loaded_sieve) {
+      j["sieve_load_s"] = median(runs.load_sieve);
+      j["sieve_bytes_read"] = runs.loaded_sieve->bytes_read;
+      j["load_vs_sieve"] = median(runs.load) / std::max(1e-9, median(runs.load_sieve));
+      j["sieve_load_runs_s"] = runs.load_sieve;
+    }
     j["save_gbps"] = opt(do_save, gbps(save_s));
     j["load_gbps"] = opt(do_load, gbps(load_s));
     // Where a save's time goes: each phase's maximum over ranks (median over runs).
@@ -446,6 +467,14 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 static_cast<unsigned long long>(runs.loaded->bytes_needed), median(runs.load_read),
                 median(runs.load_exchange), verified ? "verified" : "VERIFICATION FAILED",
                 static_cast<unsigned long long>(runs.mismatches));
+  if (do_load && !runs.loaded->small_reads.empty())
+    std::printf("small pieces (< 4 KiB): %llu, read by %s\n", static_cast<unsigned long long>(runs.loaded->small_runs),
+                runs.loaded->small_reads.c_str());
+  if (runs.loaded_sieve)
+    std::printf("with data sieving: load %.3f s, bytes_read %llu  ->  load_vs_sieve %.3f (%s / sieving)\n",
+                median(runs.load_sieve), static_cast<unsigned long long>(runs.loaded_sieve->bytes_read),
+                median(runs.load) / std::max(1e-9, median(runs.load_sieve)),
+                runs.loaded->small_reads.empty() ? "exact" : runs.loaded->small_reads.c_str());
   if (do_load)
     std::printf("load across %d node(s): bytes_read_shared %llu  bytes_between_hosts %llu  (replica reads: %s)\n", nodes,
                 static_cast<unsigned long long>(runs.loaded->bytes_read),
@@ -727,6 +756,9 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--drop-cache", a.drop_cache,
                "before each timed load: fadvise(DONTNEED) on the checkpoint's files, then "
                "/proc/sys/vm/drop_caches where permitted (cold loads, as the peers measure them)");
+  app.add_flag("--sieve", a.sieve, "read pieces under 4 KiB by data sieving (slabs of whole rows) instead of exactly");
+  app.add_flag("--compare-sieve", a.compare_sieve,
+               "after each timed load, the same load with data sieving: prints load_vs_sieve (medians)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -763,8 +795,8 @@ int run(int rank, int world, int argc, char** argv) {
     }
     a.key = std::make_shared<const distckpt::EncryptionKey>(std::move(key).value());
   }
-  if (a.mode != "both" && a.repeat > 1) {
-    if (root) std::cerr << "ckpt_bench: --repeat needs --mode both\n";
+  if (a.mode == "save" && a.repeat > 1) {
+    if (root) std::cerr << "ckpt_bench: --repeat needs --mode both or load\n";
     return kExitUsage;
   }
   auto size = distckpt::bench::parse_size(a.size);
@@ -825,7 +857,11 @@ int run(int rank, int world, int argc, char** argv) {
     if (a.mode != "load" && !timed_save(a, w, *comm, async.get(), root, runs)) return kExitError;
     if (root && a.mode != "load") disk_bytes = bytes_on_disk(checkpoint_path(a));
     if (a.mode != "save" && a.drop_cache) cache_dropped = drop_page_cache(checkpoint_path(a), node_comm);
-    if (a.mode != "save" && !timed_load(a, w, *comm, root, runs)) return kExitError;
+    if (a.mode != "save" && !timed_load(a, w, *comm, root, runs, a.sieve)) return kExitError;
+    if (a.mode != "save" && a.compare_sieve) {
+      if (a.drop_cache) drop_page_cache(checkpoint_path(a), node_comm);
+      if (!timed_load(a, w, *comm, root, runs, true, true)) return kExitError;
+    }
     if (a.compare_dd) {
       const auto t = dd_reference(a.dir, bytes_unique, root);
       runs.dd_write.push_back(t[0]);

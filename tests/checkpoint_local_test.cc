@@ -14,6 +14,7 @@
 #include "distckpt/convert.h"
 #include "distckpt/inspect.h"
 #include "format/native/index_codec.h"
+#include "local_ranks.h"
 #include "storage/fault_fs.h"
 #include "test_util.h"
 #include "transform/float_cast.h"
@@ -647,6 +648,125 @@ TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {
 
 INSTANTIATE_TEST_SUITE_P(RanksAndIo, LocalCheckpointTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()));
+
+// ---- pieces under 4 KiB: read exactly, batched ----
+
+// A [64, 960] float32 tensor column-split at TP2 (x DP2), loaded onto layouts whose
+// column pieces are 1,280 bytes (TP3), 768 (TP5), or boxes that divide nothing evenly:
+// every piece is read exactly (bytes_read == bytes_needed); sieving reads more.
+TEST(SmallPieces, ReshardsReadExactlyTheBytesTheyNeed) {
+  testing::TempDir dir;
+  const Shape shape{64, 960};
+  auto value = [](int64_t flat) { return static_cast<float>(flat % 9973) * 0.5f + 1.0f; };
+  // One rank's buffers for `layout`, filled with the expected values (or zeros).
+  auto make = [&](const TensorLayout& layout, int rank, bool fill, std::vector<std::vector<float>>& bufs,
+                  StateDict& state) -> Status {
+    std::vector<void*> ptrs;
+    for (const Box& b : layout.boxes_of(rank)) {
+      std::vector<float> v(static_cast<std::size_t>(std::max<int64_t>(1, b.num_elements())), 0.0f);
+      if (fill)
+        for (int64_t r = 0; r < b.shape[0]; ++r)
+          for (int64_t c = 0; c < b.shape[1]; ++c)
+            v[static_cast<std::size_t>(r * b.shape[1] + c)] = value((b.offset[0] + r) * shape[1] + b.offset[1] + c);
+      bufs.push_back(std::move(v));
+    }
+    for (auto& v : bufs) ptrs.push_back(v.data());
+    return state.add_tensor("w", DType::kFloat32, ptrs, layout);
+  };
+  for (const auto& r : testing::run_ranks(4, [&](Comm& comm) -> Status {
+         DISTCKPT_ASSIGN_OR_RETURN(auto layout, TensorLayout::from_device_matrix(shape, {2, 2}, {-1, 0}));
+         std::vector<std::vector<float>> bufs;
+         StateDict state(comm.rank());
+         DISTCKPT_RETURN_IF_ERROR(make(layout, comm.rank(), true, bufs, state));
+         SaveOptions o;
+         o.name = "tp2";
+         return save(comm, state, dir.path(), o).status();
+       }))
+    ASSERT_EQ(r, "ok");
+  struct Target {
+    std::string what;
+    int world;
+    std::function<Result<TensorLayout>()> layout;
+  };
+  const std::vector<Target> targets = {
+      {"TP3", 3, [&] { return TensorLayout::from_device_matrix(shape, {3}, {-1, 0}); }},
+      {"TP5", 5, [&] { return TensorLayout::from_device_matrix(shape, {5}, {-1, 0}); }},
+      {"explicit boxes", 3, [&] {
+         return TensorLayout::from_boxes(shape, {{Box{{0, 0}, {64, 333}}},
+                                                 {Box{{0, 333}, {40, 367}}, Box{{40, 333}, {24, 367}}},
+                                                 {Box{{0, 700}, {64, 260}}}});
+       }}};
+  for (const Target& t : targets)
+    for (bool sieve : {false, true}) {
+      SCOPED_TRACE(t.what + (sieve ? ", sieving" : ", exact"));
+      std::vector<LoadResult> results(static_cast<std::size_t>(t.world));
+      for (const auto& r : testing::run_ranks(t.world, [&](Comm& comm) -> Status {
+             DISTCKPT_ASSIGN_OR_RETURN(auto layout, t.layout());
+             std::vector<std::vector<float>> got, want;
+             StateDict state(comm.rank()), expected(comm.rank());
+             DISTCKPT_RETURN_IF_ERROR(make(layout, comm.rank(), false, got, state));
+             DISTCKPT_RETURN_IF_ERROR(make(layout, comm.rank(), true, want, expected));
+             LoadOptions lo;
+             lo.sieve_small_runs = sieve;
+             DISTCKPT_ASSIGN_OR_RETURN(results[static_cast<std::size_t>(comm.rank())],
+                                       load(comm, state, dir.path() + "/tp2", lo));
+             return got == want ? Status() : internal_error("rank " + std::to_string(comm.rank()) + ": values differ");
+           }))
+        ASSERT_EQ(r, "ok");
+      const LoadResult& l = results[0];
+      EXPECT_GT(l.small_runs, 0u);
+      EXPECT_EQ(l.bytes_needed, uint64_t{64} * 960 * 4);
+      if (sieve) {
+        EXPECT_EQ(l.small_reads, "sieving");
+        EXPECT_GT(l.bytes_read, l.bytes_needed);
+      } else {
+        EXPECT_TRUE(l.small_reads == "io_uring" || l.small_reads == "pread") << l.small_reads;
+        EXPECT_EQ(l.bytes_read, l.bytes_needed);
+      }
+    }
+}
+
+// ReadableFile::read_batch on a POSIX file: through io_uring where the kernel allows it,
+// through preads when DISTCKPT_IO_URING=0 (read when a thread first batches); both fill
+// every request exactly, and a request past the end is reported as a truncation.
+TEST(SmallPieces, BatchedReadsAreExactEitherWay) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/f";
+  std::string bytes(1 << 20, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131 + 7) % 251);
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto read_all = [&](std::string* method) -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(auto file, posix_filesystem()->open_readable(path));
+    std::vector<std::string> got(300);
+    std::vector<ReadRequest> requests;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      got[i].resize(100 + i);
+      requests.push_back(ReadRequest{got[i].data(), got[i].size(), i * 3001});
+    }
+    DISTCKPT_RETURN_IF_ERROR(file->read_batch(requests));
+    *method = std::string(file->batch_method());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != bytes.substr(i * 3001, 100 + i)) return internal_error("request " + std::to_string(i) + " differs");
+    std::string tail(64, '\0');
+    const ReadRequest past{tail.data(), tail.size(), bytes.size() - 10};
+    Status st = file->read_batch({&past, 1});
+    if (st.code() != StatusCode::kCorruption || st.message().find("truncated") == std::string::npos)
+      return internal_error("a read past the end gave: " + st.to_string());
+    return Status();
+  };
+  std::string method;
+  Status st = read_all(&method);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(method == "io_uring" || method == "pread") << method;
+  if (method == "pread") std::printf("io_uring is not available here: the default batch was preads\n");
+  std::thread([&] {
+    ::setenv("DISTCKPT_IO_URING", "0", 1);
+    st = read_all(&method);
+    ::unsetenv("DISTCKPT_IO_URING");
+  }).join();
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(method, "pread");
+}
 
 }  // namespace
 }  // namespace distckpt

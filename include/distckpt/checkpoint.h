@@ -172,6 +172,12 @@ struct LoadOptions {
   // needed whole are always checked. verify_checkpoint() checks every byte.
   // (Encrypted chunks are always read whole: a part of one cannot be authenticated.)
   bool check_partial_chunks = false;
+  // Pieces of a chunk under 4 KiB (a split on a trailing dimension: TP3 of a column
+  // split saved at TP2): false (default) reads each exactly, batched through io_uring
+  // where the kernel allows it (else one pread each), so bytes_read == bytes_needed;
+  // true reads slabs of whole rows (up to 8 MiB) and copies the pieces out (ROMIO's data
+  // sieving: more bytes, fewer calls), kept to compare the two (ckpt_bench --compare-sieve).
+  bool sieve_small_runs = false;
   // The key of an encrypted checkpoint (kAuthFailed without it, or with a wrong one).
   std::shared_ptr<const EncryptionKey> key;
   // A checkpoint whose data nothing checks (a native one saved with checksum = false, a
@@ -193,9 +199,14 @@ struct LoadResult {
   uint64_t bytes_read = 0;       // summed over ranks
   // Bytes of the boxes this rank read for (its own, and with shared replica reads those
   // it sends), summed over ranks: bytes_read / bytes_needed is the read amplification
-  // (1.0 unless check_partial_chunks, or runs under 4 KiB read by data sieving).
+  // (1.0 unless check_partial_chunks, or sieve_small_runs).
   uint64_t rank_bytes_needed = 0;
   uint64_t bytes_needed = 0;
+  // Pieces under 4 KiB read (sieve_small_runs: slabs), by this rank and by all, and how
+  // (over all ranks): "io_uring", "pread", "sieving" (joined by '+' if ranks differ), or
+  // "" when no rank met one.
+  uint64_t rank_small_runs = 0, small_runs = 0;
+  std::string small_reads;
   // Data bytes this rank sent to ranks on other nodes (Comm::node_of) with shared
   // replica reads, and that summed over ranks: what crossed the network between hosts
   // instead of being read again from storage.

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distckpt/status.h"
@@ -43,12 +45,31 @@ class WritableFile {
   virtual Status close() = 0;
 };
 
+// One read of a batch: exactly `n` bytes at `offset` into `data` (the caller's memory).
+struct ReadRequest {
+  void* data = nullptr;
+  std::size_t n = 0;
+  uint64_t offset = 0;
+};
+
 class ReadableFile {
  public:
   virtual ~ReadableFile() = default;
   // Reads exactly `n` bytes at `offset`; kCorruption if the file ends first.
   virtual Status read_at(void* data, std::size_t n, uint64_t offset) const = 0;
   virtual Result<uint64_t> size() const = 0;
+  // Reads every request (many small scattered pieces: a load's runs under 4 KiB), in any
+  // order; returns the first error (then some requests may not be filled). The default
+  // calls read_at for each; the POSIX file submits them together through io_uring where
+  // the kernel allows it. Same thread rules as read_at.
+  virtual Status read_batch(std::span<const ReadRequest> requests) const {
+    for (const ReadRequest& r : requests)
+      if (Status st = read_at(r.data, r.n, r.offset); !st.ok()) return st;
+    return Status();
+  }
+  // How read_batch reads: "io_uring" or "pread" (the POSIX file decides once per thread,
+  // when it first batches: io_uring unless the kernel refuses it or DISTCKPT_IO_URING=0).
+  virtual std::string_view batch_method() const { return "pread"; }
 };
 
 struct DirEntry {

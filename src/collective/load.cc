@@ -272,6 +272,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   const bool share = comm.size() > 1 && may_share_reads(comm, state, index, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
   internal_base::Timer read_timer;
+  internal_format::SmallRuns small;
+  small.sieve = options.sieve_small_runs;
   local = guarded(where, [&]() -> Status {
     std::vector<char> scratch;
     internal_plan::ReplicaGroups groups(comm.rank());
@@ -291,7 +293,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
           DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files, index, index.tensors(t),
                                                               lookups.at(t).plan_reads(e.boxes[b], &covered), e.boxes[b],
                                              buffer, scratch, &result.rank_bytes_read,
-                                             options.check_partial_chunks, cipher.get()));
+                                             options.check_partial_chunks, cipher.get(), &small));
           result.rank_bytes_needed += bytes;
           if (shared && bytes > 0)
             for (int member : group)
@@ -311,6 +313,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     return Status();
   });
   result.read_s = read_timer.seconds();
+  result.rank_small_runs = small.runs;
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   // Every read succeeded everywhere, so every listed message will be sent.
   internal_base::Timer exchange_timer;
@@ -322,12 +325,21 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       internal_transform::cast_floats(staged.at(i)[b].data(), from, e.buffers[b], e.dtype,
                                       static_cast<std::size_t>(e.boxes[b].num_elements()));
   }
+  // Small pieces by the way they were read, so that every rank reports all of them.
+  static constexpr std::string_view kSmallMethods[] = {"io_uring", "pread", "sieving"};
   std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed),
-                              static_cast<int64_t>(result.rank_bytes_between_hosts)};
+                              static_cast<int64_t>(result.rank_bytes_between_hosts), 0, 0, 0};
+  for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
+    if (small.method == kSmallMethods[m]) totals[3 + m] = static_cast<int64_t>(small.runs);
   comm.allreduce(totals, ReduceOp::kSum);
   result.bytes_read = static_cast<uint64_t>(totals[0]);
   result.bytes_needed = static_cast<uint64_t>(totals[1]);
   result.bytes_between_hosts = static_cast<uint64_t>(totals[2]);
+  for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
+    if (totals[3 + m] > 0) {
+      result.small_runs += static_cast<uint64_t>(totals[3 + m]);
+      result.small_reads += (result.small_reads.empty() ? "" : "+") + std::string(kSmallMethods[m]);
+    }
   result.load_s = timer.seconds();
   return result;
 }

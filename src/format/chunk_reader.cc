@@ -108,10 +108,13 @@ Status read_cached_chunk(FileCache& files, const proto::Tensor& t, int c, void* 
 // Reads `region` of a stored chunk (row-major box `cbox` at `offset` of `file`) into
 // `dst` (row-major box `dbox`), reading only the bytes the region needs: one pread per
 // contiguous run when runs are large; when they are small (a split on a trailing dim),
+// the runs are read exactly, batched (ReadableFile::read_batch: io_uring where allowed),
+// each into its place when it is contiguous there; or, when `small` asks for sieving,
 // whole slabs of the chunk's rows, at most kSlab bytes each, are read and the region is
-// copied out (data sieving, as ROMIO does), trading some extra bytes for far fewer calls.
+// copied out (data sieving, as ROMIO does), trading extra bytes for far fewer calls.
 Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, void* dst, const Box& dbox,
-                   const Box& region, std::size_t item, std::vector<char>& scratch, uint64_t* bytes_read) {
+                   const Box& region, std::size_t item, std::vector<char>& scratch, uint64_t* bytes_read,
+                   SmallRuns* small) {
   constexpr uint64_t kRunDirect = 4 << 10, kSlab = 8 << 20;
   const std::size_t n = region.shape.size();
   auto read_box = [&](const Box& part) -> Status {  // `part` is contiguous in the chunk
@@ -149,13 +152,62 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
       if (d == 0) return Status();
     }
   }
+  if (small == nullptr || !small->sieve) {
+    // Batched exact reads: at most kBatchRuns requests and kBatchScratch bytes of runs
+    // that are not contiguous in `dst` (copied out of `scratch` after their batch).
+    constexpr std::size_t kBatchRuns = 1024, kBatchScratch = 1 << 20;
+    std::vector<ReadRequest> requests;
+    struct Copy {
+      std::size_t at;
+      Box part;
+    };
+    std::vector<Copy> copies;
+    std::size_t used = 0;
+    auto flush = [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(file.read_batch(requests));
+      for (const Copy& c : copies) copy_box(scratch.data() + c.at, c.part, dst, dbox, c.part, item);
+      if (small != nullptr) {
+        small->runs += requests.size();
+        small->method = file.batch_method();
+      }
+      requests.clear();
+      copies.clear();
+      used = 0;
+      return Status();
+    };
+    Box run = region;  // an odometer over dims < k: each step is one run (< 4 KiB)
+    for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
+    while (true) {
+      const uint64_t at = offset + static_cast<uint64_t>(internal_layout::first_element_offset(run, cbox)) * item;
+      *bytes_read += run_bytes;
+      if (auto off = internal_layout::contiguous_offset(run, dbox)) {
+        requests.push_back(ReadRequest{static_cast<char*>(dst) + *off * static_cast<int64_t>(item),
+                                       static_cast<std::size_t>(run_bytes), at});
+      } else {
+        if (used + run_bytes > kBatchScratch) DISTCKPT_RETURN_IF_ERROR(flush());
+        if (scratch.size() < kBatchScratch) scratch.resize(kBatchScratch);  // never during a batch
+        requests.push_back(ReadRequest{scratch.data() + used, static_cast<std::size_t>(run_bytes), at});
+        copies.push_back(Copy{used, run});
+        used += static_cast<std::size_t>(run_bytes);
+      }
+      if (requests.size() == kBatchRuns) DISTCKPT_RETURN_IF_ERROR(flush());
+      std::size_t d = k;
+      for (; d > 0; --d) {
+        if (++run.offset[d - 1] < region.offset[d - 1] + region.shape[d - 1]) break;
+        run.offset[d - 1] = region.offset[d - 1];
+      }
+      if (d == 0) return flush();
+    }
+  }
   // Data sieving over slabs of whole rows (dim 0) of the chunk, at most kSlab bytes.
+  if (small != nullptr) small->method = "sieving";
   const int64_t rows_per = static_cast<int64_t>(std::max<uint64_t>(1, kSlab / std::max<uint64_t>(row_bytes, 1)));
   for (int64_t r = region.offset[0]; r < region.offset[0] + region.shape[0]; r += rows_per) {
     Box slab = cbox;
     slab.offset[0] = r;
     slab.shape[0] = std::min(rows_per, region.offset[0] + region.shape[0] - r);
     DISTCKPT_RETURN_IF_ERROR(read_box(slab));
+    if (small != nullptr) ++small->runs;
   }
   return Status();
 }
@@ -164,7 +216,8 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
 
 Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
                  const std::vector<ChunkRead>& reads, const Box& needed, void* dst, std::vector<char>& scratch,
-                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher) {
+                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher,
+                 SmallRuns* small) {
   const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = !is_single_file(index);
@@ -193,7 +246,7 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
     } else {
       DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(chunk.file_id()));
       DISTCKPT_RETURN_IF_ERROR(read_region(*file, chunk.byte_offset(), chunk_box(chunk), dst,
-                                           needed, r.region, item, scratch, bytes_read)
+                                           needed, r.region, item, scratch, bytes_read, small)
                                    .with_context("tensor '" + t.name() + "' in " + files.path(chunk.file_id())));
     }
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "distckpt/filesystem.h"
@@ -79,15 +80,26 @@ struct ChunkCheck {
 Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void* dst, const ChunkCheck& check,
                   std::vector<char>& scratch);
 
+// How a load reads a chunk's runs under 4 KiB (a split on a trailing dimension), and a
+// tally of them.
+struct SmallRuns {
+  // false: each run read exactly, batched (ReadableFile::read_batch). true: slabs of
+  // whole rows read and the runs copied out (data sieving): more bytes, fewer calls.
+  bool sieve = false;
+  uint64_t runs = 0;        // runs read (batched), or slabs read (sieving)
+  std::string_view method;  // "io_uring", "pread" or "sieving"; empty if none was met
+};
+
 // Fills box `needed` (row-major at `dst`) of stored tensor `t` by `reads` (the chunks
 // that overlap it and cover it: callers check coverage first). A chunk needed whole is read whole and checked (CRC32C when the index has
 // them); of a chunk needed in part only the bytes of the region are read (its CRC32C
 // covers the whole chunk, so it is not checked), unless `check_partial` asks for whole
 // chunks. Encrypted chunks (`cipher`) are always read whole and authenticated. Adds to
-// *bytes_read.
+// *bytes_read. `small`: how runs under 4 KiB are read, and their tally (null: batched).
 Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
                  const std::vector<ChunkRead>& reads, const Box& needed, void* dst, std::vector<char>& scratch,
-                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher);
+                 uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher,
+                 SmallRuns* small = nullptr);
 
 // The zlib CRC-32 of bytes [begin, end) of `file` (MindSpore's .ckpt footer), read in
 // pieces of at most 8 MiB.

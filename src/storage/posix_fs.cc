@@ -1,11 +1,16 @@
 #include <fcntl.h>
+#include <liburing.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <span>
+#include <string_view>
 
 #include "distckpt/filesystem.h"
 
@@ -60,6 +65,56 @@ class PosixWritableFile final : public WritableFile {
   bool direct_;
 };
 
+// io_uring for batches of small reads: one ring per thread (queue depth kRingDepth), made
+// when the thread first batches. A kernel that refuses io_uring (seccomp, the
+// io_uring_disabled sysctl, an old kernel) or DISTCKPT_IO_URING=0 leaves preads.
+class ReadRing {
+ public:
+  static constexpr unsigned kRingDepth = 128;
+  static ReadRing& of_this_thread() {
+    thread_local ReadRing ring;
+    return ring;
+  }
+  bool usable() const { return ready_; }
+  ~ReadRing() {
+    if (ready_) io_uring_queue_exit(&ring_);
+  }
+  // Submits up to kRingDepth reads of `fd` and waits for all of them. For each request,
+  // `done[i]` gets the bytes read or -errno.
+  int run(int fd, std::span<const ReadRequest> requests, std::vector<int64_t>& done) {
+    done.assign(requests.size(), 0);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) return -EAGAIN;
+      io_uring_prep_read(sqe, fd, requests[i].data, static_cast<unsigned>(requests[i].n), requests[i].offset);
+      io_uring_sqe_set_data64(sqe, i);
+    }
+    int submitted = io_uring_submit_and_wait(&ring_, static_cast<unsigned>(requests.size()));
+    if (submitted < 0) return submitted;
+    for (std::size_t reaped = 0; reaped < requests.size();) {
+      io_uring_cqe* cqe = nullptr;
+      const int w = io_uring_wait_cqe(&ring_, &cqe);
+      if (w < 0) {
+        if (w == -EINTR) continue;
+        return w;
+      }
+      done[static_cast<std::size_t>(io_uring_cqe_get_data64(cqe))] = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      ++reaped;
+    }
+    return 0;
+  }
+
+ private:
+  ReadRing() {
+    const char* env = std::getenv("DISTCKPT_IO_URING");
+    if (env != nullptr && std::string_view(env) == "0") return;
+    ready_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0;
+  }
+  io_uring ring_{};
+  bool ready_ = false;
+};
+
 class PosixReadableFile final : public ReadableFile {
  public:
   PosixReadableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -87,6 +142,31 @@ class PosixReadableFile final : public ReadableFile {
     struct stat st;
     if (::fstat(fd_, &st) != 0) return errno_status("stat", path_, errno);
     return static_cast<uint64_t>(st.st_size);
+  }
+  Status read_batch(std::span<const ReadRequest> requests) const override {
+    ReadRing& ring = ReadRing::of_this_thread();
+    if (!ring.usable()) return ReadableFile::read_batch(requests);
+    std::vector<int64_t> done;
+    for (std::size_t at = 0; at < requests.size(); at += ReadRing::kRingDepth) {
+      const auto part = requests.subspan(at, std::min<std::size_t>(ReadRing::kRingDepth, requests.size() - at));
+      const int st = ring.run(fd_, part, done);
+      if (st < 0) return errno_status("read (io_uring)", path_, -st);
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        if (done[i] < 0) {
+          if (done[i] != -EINTR && done[i] != -EAGAIN) return errno_status("read", path_, static_cast<int>(-done[i]));
+          done[i] = 0;  // interrupted: read_at does it all
+        }
+        // A short read (the end of the file, or a signal): read_at finishes it, and says
+        // "truncated" at the end.
+        const auto got = static_cast<std::size_t>(done[i]);
+        if (got < part[i].n)
+          DISTCKPT_RETURN_IF_ERROR(read_at(static_cast<char*>(part[i].data) + got, part[i].n - got, part[i].offset + got));
+      }
+    }
+    return Status();
+  }
+  std::string_view batch_method() const override {
+    return ReadRing::of_this_thread().usable() ? "io_uring" : "pread";
   }
 
  private:
