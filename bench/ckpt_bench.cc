@@ -109,6 +109,22 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
+// A field of /proc/self/status ("VmHWM", "VmRSS"), bytes; 0 where unavailable.
+uint64_t proc_status_bytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) * 1024;
+  return 0;
+}
+
+// Resets this process's peak RSS to its current RSS (Linux >= 4.0) and returns that RSS:
+// the baseline of peak_extra (the state and the generator are already resident).
+uint64_t reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5\n";
+  return proc_status_bytes("VmRSS");
+}
+
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
 struct Slice {
   const WorkloadTensor* tensor = nullptr;
@@ -244,6 +260,9 @@ struct Runs {
   // Peak resident memory (max over ranks) and the most state bytes a rank holds: the
   // difference is what saving and loading cost in memory beyond the state itself.
   uint64_t peak_rss = 0, rank_state_max = 0;
+  // VmHWM minus the resident set once the state was generated (peak reset there): the
+  // operations' own memory, max over ranks (includes MPI's shared segments they touch).
+  uint64_t peak_extra = 0;
 };
 
 // The reference for an async save's blocking time: a memcpy of every byte this rank
@@ -445,6 +464,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     }
     j["peak_rss_bytes"] = runs.peak_rss;
     j["rank_state_bytes_max"] = runs.rank_state_max;
+    j["peak_extra_bytes"] = runs.peak_extra;
     j["timing_note"] = kTimingNote;
     std::cout << j.dump() << std::endl;
     return;
@@ -486,8 +506,10 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   if (dd)
     std::printf("dd reference: write+fsync %.3f s, read %.3f s  ->  save_vs_dd %.2f  load_vs_dd %.2f\n", dd_w, dd_r,
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
-  std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state\n",
-              human_bytes(runs.peak_rss).c_str(), human_bytes(runs.rank_state_max).c_str());
+  std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "
+              "(VmHWM over the resident set after generation) %.1f MiB\n",
+              human_bytes(runs.peak_rss).c_str(), human_bytes(runs.rank_state_max).c_str(),
+              static_cast<double>(runs.peak_extra) / (1 << 20));
   std::printf("medians of %zu run(s); timings exclude generation and first touch; each is the max over ranks\n",
               std::max(runs.save.size(), runs.load.size()));
   std::fflush(stdout);
@@ -850,10 +872,14 @@ int run(int rank, int world, int argc, char** argv) {
   const uint64_t bytes_unique = distckpt::bench::workload_bytes(w.tensors);
   MPI_Comm node_comm;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm);
+  // The async reference copies (a buffer of the rank's bytes each) before the peak is
+  // reset: they are the bench's, not the library's.
+  if (a.async)
+    for (int i = 0; i < a.repeat; ++i) runs.memcpy_s.push_back(memcpy_reference(w));
+  const uint64_t rss_at_start = reset_peak_rss();
   std::string cache_dropped = "no";
   uint64_t disk_bytes = 0;
   for (int i = 0; i < a.repeat; ++i) {
-    if (a.async) runs.memcpy_s.push_back(memcpy_reference(w));
     if (a.mode != "load" && !timed_save(a, w, *comm, async.get(), root, runs)) return kExitError;
     if (root && a.mode != "load") disk_bytes = bytes_on_disk(checkpoint_path(a));
     if (a.mode != "save" && a.drop_cache) cache_dropped = drop_page_cache(checkpoint_path(a), node_comm);
@@ -868,10 +894,12 @@ int run(int rank, int world, int argc, char** argv) {
       runs.dd_read.push_back(t[1]);
     }
   }
-  uint64_t mem[2] = {peak_rss_bytes(), w.rank_bytes};
-  MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  const uint64_t hwm = proc_status_bytes("VmHWM");
+  uint64_t mem[3] = {peak_rss_bytes(), w.rank_bytes, hwm > rss_at_start ? hwm - rss_at_start : 0};
+  MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   runs.peak_rss = mem[0];
   runs.rank_state_max = mem[1];
+  runs.peak_extra = mem[2];
   MPI_Comm_free(&node_comm);
   if (root) report(a, w, runs, *size, world, comm->node_count(), gen_s);
   if (root && a.drop_cache) std::printf("loads were cold: page cache dropped before each (%s)\n", cache_dropped.c_str());

@@ -66,7 +66,10 @@ class AsyncCheckpointer {
   // writes, in the staging pool; single files and integrated saves, which are gathered
   // to a writing rank: a copy of every slice this rank holds, allocated per save
   // outside the pool, so extra memory = this rank's state bytes + save()'s own for the
-  // gather, on the background thread): from then on the caller may modify its
+  // gather, on the background thread). Extra memory per rank for a sharded save (README
+  // "Memory"; mpi_tests/memory_bound checks it): the pool, which holds at most
+  // min(staging_bytes, the bytes this rank writes) rounded up to slabs, never less than
+  // the 2 slabs made by create(); plus O(index) on rank 0. From then on the caller may modify its
   // tensors and the state dict. A save still in flight is waited for first (or refused,
   // see AsyncOptions). Errors, identical on every rank: the previous save's failure if
   // it was not reported yet (reported once; no new save starts), kBusy, and any error

@@ -126,6 +126,12 @@ struct SaveResult {
 // kInternal (a bug). On error nothing new is visible under `root` and existing
 // checkpoints are untouched; a leftover <name>.tmp-* directory can remain only if the
 // cleanup itself failed. Non-fatal problems after the commit are in SaveResult::warning.
+// Extra memory per rank (README "Memory"; mpi_tests/memory_bound checks it): sharded
+// native: 32 MiB of staging with direct I/O (none buffered; 4 MiB more when encrypted),
+// plus O(index) on rank 0 (the plan and the index: a few times index_bytes); integrated
+// files: the writer 3 x gather_bytes, the other ranks at most gather_bytes of pieces
+// that are not contiguous in their buffers; per-rank .ckpt sets: 1 MiB of record
+// buffering; HDF5: O(index). Tensor bytes are written from the caller's buffers.
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
                         const SaveOptions& options);
 
@@ -226,7 +232,12 @@ struct LoadResult {
 // the boxes), checks the CRC32C of every chunk it reads whole (partly needed chunks: see
 // LoadOptions::check_partial_chunks), and copies them into its buffers. A global shape
 // differing only by trailing dims of size 1 is accepted. Thread: the communicator's.
-// Memory: `state`'s buffers are borrowed and written. Errors, identical on all ranks: kNotFound (no
+// Memory: `state`'s buffers are borrowed and written. Extra memory per rank (README
+// "Memory"; mpi_tests/memory_bound checks it): chunks are read straight into the buffers;
+// scratch of at most the largest stored chunk the rank reads in part (a piece that is
+// not contiguous in its buffer, or a chunk read whole to be checked or decrypted), 1 MiB
+// for batched pieces under 4 KiB, the stored dtype's copy of boxes cast (cast_floats),
+// and O(index). Errors, identical on all ranks: kNotFound (no
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
 // strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is

@@ -51,7 +51,9 @@ struct ConvertResult {
 // Local, thread-safe for distinct destinations. Streams the checkpoint `src` (any
 // format; a root gives its newest) into a new checkpoint `dst` of format `to`: tensors
 // with their names, dtypes, shapes and layouts at save, step, epoch and info values.
-// Memory is bounded by ConvertOptions::region_bytes. The result is committed like a
+// Memory: one region of region_bytes plus, from a native source, the largest stored chunk
+// (read whole to be checked), plus O(index) (README "Memory"; mpi_tests/memory_bound
+// checks it on the 256 MiB workload). The result is committed like a
 // save (written as <dst>.tmp-<id>, fsynced, renamed without replacing) but never moves
 // a `latest` pointer. Errors: those of read_checkpoint_info and load for the source
 // (kCorruption on a checksum mismatch), kAlreadyExists when `dst` exists,
@@ -92,7 +94,7 @@ struct PublishResult {
 // epoch and info) twice gives the same bytes and name (the second call, or a
 // concurrent one, finds the file and returns already_published). It is committed like
 // a save (temporary name, fsync, rename without replacing) and never moves `latest`;
-// resume never picks it. Memory: one region of region_bytes. Errors: those of
+// resume never picks it. Memory: as convert_checkpoint. Errors: those of
 // convert_checkpoint (a damaged source is refused before anything is written),
 // kInvalidArgument for a format that is not a single file or an `only` entry that
 // selects nothing, kAlreadyExists when a different file has the same name.
