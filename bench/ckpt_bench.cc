@@ -93,6 +93,7 @@ struct Args {
   // Small pieces (under 4 KiB) of a reshard: read by data sieving instead of exactly;
   // or both, one after the other in each repeat, to compare them.
   bool sieve = false, compare_sieve = false;
+  bool compare_limit = false;  // fio in the same run and directory (fio_limit)
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -217,6 +218,59 @@ double median(std::vector<double> v) {
 // `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
 // as cold as a load after a direct-I/O save; tmpfs keeps it, being memory), then reads
 // it back. Rank 0 does the I/O; the others wait. Returns {write_s, read_s}.
+// The limit of the storage under `dir`, measured by fio in the same run (--compare-limit):
+// one job per rank writing that rank's bytes (`rank_bytes[r]`) in 8 MiB blocks, with
+// O_DIRECT where the file system takes it and an fsync at the end; then every file read
+// once, cold (fio invalidates each file's cache first): the unique bytes, once. Times are
+// the slowest job's runtime (fio's own start-up excluded). Rank 0 runs fio; {-1, -1}
+// everywhere when it cannot (fio missing or failing: the message says why).
+std::array<double, 2> fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root) {
+  std::array<double, 2> t{-1, -1};
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (root) {
+    const std::string work = dir + "/.fio-limit";
+    std::filesystem::create_directories(work);
+    const std::string probe = work + "/probe";
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0600);
+    const bool direct = fd >= 0;
+    if (fd >= 0) ::close(fd);
+    ::unlink(probe.c_str());
+    auto run = [&](bool write) -> double {
+      const std::string jobfile = work + (write ? "/write.fio" : "/read.fio");
+      {
+        std::ofstream jf(jobfile);
+        jf << "[global]\ndirectory=" << work << "\nbs=8M\nioengine=psync\n"
+           << (write ? "rw=write\nend_fsync=1\n" : "rw=read\ninvalidate=1\n") << "direct=" << (direct && write ? 1 : 0)
+           << "\n";
+        for (std::size_t r = 0; r < rank_bytes.size(); ++r)
+          if (rank_bytes[r] > 0) jf << "[rank" << r << "]\nfilename=rank-" << r << "\nsize=" << rank_bytes[r] << "\n";
+      }
+      const std::string cmd = "fio --output-format=json " + jobfile + " 2>&1";
+      FILE* p = ::popen(cmd.c_str(), "r");
+      if (p == nullptr) return -1;
+      std::string out;
+      char buf[4096];
+      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      const int rc = ::pclose(p);
+      const auto brace = out.find('{');
+      auto j = nlohmann::json::parse(brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
+      if (rc != 0 || j.is_discarded() || !j.contains("jobs")) {
+        std::cerr << "ckpt_bench: --compare-limit: fio failed (install it: scripts/setup.sh): " << out.substr(0, 400)
+                  << "\n";
+        return -1;
+      }
+      double slowest = 0;
+      for (const auto& job : j["jobs"]) slowest = std::max(slowest, job.value("job_runtime", 0.0) / 1e3);
+      return slowest;
+    };
+    t[0] = run(true);
+    if (t[0] >= 0) t[1] = run(false);
+    std::filesystem::remove_all(work);
+  }
+  MPI_Bcast(t.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return t;
+}
+
 std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root) {
   std::array<double, 2> t{0, 0};
   MPI_Barrier(MPI_COMM_WORLD);
@@ -250,6 +304,7 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
 
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
+  std::vector<double> limit_write, limit_read;  // --compare-limit (fio)
   std::vector<double> load_read, load_exchange;  // where a load's time goes (max over ranks)
   std::vector<double> blocking, memcpy_s;  // --async
   std::optional<distckpt::SaveResult> saved;
@@ -462,6 +517,13 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["save_vs_dd"] = opt(do_save, save_s > 0 ? dd_w / save_s : 0);
       j["load_vs_dd"] = opt(do_load, load_s > 0 ? dd_r / load_s : 0);
     }
+    if (!runs.limit_write.empty()) {
+      const double lw = median(runs.limit_write), lr = median(runs.limit_read);
+      j["limit_write_s"] = lw;
+      j["limit_read_s"] = lr;
+      j["save_vs_limit"] = opt(do_save, save_s > 0 ? lw / save_s : 0);
+      j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
+    }
     j["peak_rss_bytes"] = runs.peak_rss;
     j["rank_state_bytes_max"] = runs.rank_state_max;
     j["peak_extra_bytes"] = runs.peak_extra;
@@ -506,6 +568,12 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   if (dd)
     std::printf("dd reference: write+fsync %.3f s, read %.3f s  ->  save_vs_dd %.2f  load_vs_dd %.2f\n", dd_w, dd_r,
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
+  if (!runs.limit_write.empty()) {
+    const double lw = median(runs.limit_write), lr = median(runs.limit_read);
+    std::printf("fio limit (one job per rank, 8 MiB blocks, direct where allowed, end fsync; cold read of the "
+                "unique bytes once): write %.3f s, read %.3f s  ->  save_vs_limit %.2f  load_vs_limit %.2f\n",
+                lw, lr, do_save && save_s > 0 ? lw / save_s : 0.0, do_load && load_s > 0 ? lr / load_s : 0.0);
+  }
   std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "
               "(VmHWM over the resident set after generation) %.1f MiB\n",
               human_bytes(runs.peak_rss).c_str(), human_bytes(runs.rank_state_max).c_str(),
@@ -781,6 +849,10 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--sieve", a.sieve, "read pieces under 4 KiB by data sieving (slabs of whole rows) instead of exactly");
   app.add_flag("--compare-sieve", a.compare_sieve,
                "after each timed load, the same load with data sieving: prints load_vs_sieve (medians)");
+  app.add_flag("--compare-limit", a.compare_limit,
+               "in each repeat, the storage's limit by fio in the same directory: one job per rank writing its "
+               "bytes (8 MiB blocks, O_DIRECT where allowed, end fsync), then a cold read of the unique bytes; "
+               "prints save_vs_limit and load_vs_limit (medians)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -887,6 +959,16 @@ int run(int rank, int world, int argc, char** argv) {
     if (a.mode != "save" && a.compare_sieve) {
       if (a.drop_cache) drop_page_cache(checkpoint_path(a), node_comm);
       if (!timed_load(a, w, *comm, root, runs, true, true)) return kExitError;
+    }
+    if (a.compare_limit) {
+      // Each rank's share as this save wrote it (a load-only run: the unique bytes split evenly).
+      uint64_t mine = runs.saved ? runs.saved->rank_bytes_written : bytes_unique / static_cast<uint64_t>(world);
+      std::vector<uint64_t> shares(static_cast<std::size_t>(world));
+      MPI_Gather(&mine, 1, MPI_UINT64_T, shares.data(), 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+      const auto t = fio_limit(a.dir, shares, root);
+      if (t[0] < 0 || t[1] < 0) return kExitError;
+      runs.limit_write.push_back(t[0]);
+      runs.limit_read.push_back(t[1]);
     }
     if (a.compare_dd) {
       const auto t = dd_reference(a.dir, bytes_unique, root);

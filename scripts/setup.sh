@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev           # tests
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
   procps                              # tests: pgrep finds the ranks a crash test kills
+  fio                                 # bench: ckpt_bench --compare-limit measures the storage's limit
   util-linux e2fsprogs quota          # tests (realfs): setpriv, losetup, mkfs.ext4, setquota
   iproute2                            # tests (multinode): ip netns, veth, bridge (cluster/netns.sh)
   slurmctld slurmd slurm-client       # tests (multinode-slurm): Slurm across the namespace hosts
