@@ -476,6 +476,31 @@ TEST(MindSporePerRankSet, CommittedAsOneOrNotAtAllAndFailsClosed) {
   st = load_status(cut);
   EXPECT_NE(st.find("rank_3/good.ckpt"), std::string::npos) << st;
   EXPECT_NE(st.find("truncated"), std::string::npos) << st;
+  // A rank directory that is a symlink (to another checkpoint's files, or anywhere): its
+  // file is never read, as no data file is read from outside the checkpoint.
+  const std::string linked = copy_of("linked");
+  fs::remove_all(linked + "/rank_1");
+  fs::create_directory_symlink(good + "/rank_1", linked + "/rank_1");
+  st = load_status(linked);
+  EXPECT_NE(st.find("is not a directory of the checkpoint"), std::string::npos) << st;
+  EXPECT_EQ(verify_checkpoint(linked).status().code(), StatusCode::kCorruption);
+  // A manifest naming a file that is not rank_<r>/<name>.ckpt of this set (another name,
+  // a rank the set does not have) is refused as corrupt before anything is opened.
+  for (const std::string& bad : {std::string("rank_1/other.ckpt"), std::string("rank_9/good.ckpt")}) {
+    const std::string forged = copy_of("forged");
+    std::ifstream in(forged + "/index.pb", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    auto index = internal_format::parse_index(bytes, forged);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    index->mutable_files(1)->set_name(bad);
+    std::ofstream(forged + "/index.pb", std::ios::binary | std::ios::trunc) << internal_format::frame_index(*index);
+    auto forged_info = read_checkpoint_info(forged);
+    EXPECT_EQ(forged_info.status().code(), StatusCode::kCorruption) << bad;
+    EXPECT_NE(forged_info.status().message().find("is not rank_<r>/<name>.ckpt"), std::string::npos)
+        << forged_info.status().to_string();
+    fs::remove_all(forged);
+  }
   const std::string lost = copy_of("lost");
   fs::remove_all(lost + "/rank_0");
   st = load_status(lost);
@@ -509,6 +534,13 @@ TEST(MindSporePerRankSet, RefusedWhereItCannotHoldTheState) {
              "a safetensors file holds whole tensors");
   // Ranks that disagree would otherwise run different protocols.
   expect_all(save_all(3, false, [](int rank, SaveOptions& o) { if (rank == 1) o.integrated.reset(); }),
+             "format and integrated must be the same on every rank");
+  // ... even where the layout they lead to is the same (a refusal depends on the value).
+  expect_all(save_all(2, false,
+                      [](int rank, SaveOptions& o) {
+                        o.format = Format::kSafetensors;
+                        if (rank == 1) o.integrated.reset();
+                      }),
              "format and integrated must be the same on every rank");
   auto listing = list_checkpoints(dir.path());
   EXPECT_TRUE(!listing.ok() || listing->entries.empty());

@@ -247,12 +247,15 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
   using namespace internal_collective;
   // Every rank takes the same branch: ranks that disagree on the format or on
   // integrated must not wait for each other in different protocols.
-  const auto shape = static_cast<int64_t>(save_shape(options));
-  const int64_t format = static_cast<int64_t>(options.format);
-  std::vector<int64_t> highest{shape, format, -shape, -format};
+  // (integrated as set: unset, false or true, since a refusal below depends on it.)
+  const std::vector<int64_t> mine{static_cast<int64_t>(save_shape(options)), static_cast<int64_t>(options.format),
+                                  options.integrated ? (*options.integrated ? 2 : 1) : 0};
+  std::vector<int64_t> highest = mine;
+  for (int64_t v : mine) highest.push_back(-v);
   comm.allreduce(highest, ReduceOp::kMax);
-  if (highest[0] != -highest[2] || highest[1] != -highest[3])
-    return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    if (highest[i] != -highest[mine.size() + i])
+      return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
   if (options.format == Format::kSafetensors && options.integrated == false)
     return invalid_argument("save '" + options.name +
                             "': integrated=false with safetensors (a safetensors file holds whole tensors; per-rank "

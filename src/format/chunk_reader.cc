@@ -19,6 +19,17 @@ FileCache::FileCache(FileSystem& fs, std::string dir, const proto::Index& index)
 
 std::string FileCache::identity_name(uint32_t file_id) const { return single_file_ ? std::string() : name(file_id); }
 
+Status check_inside(FileSystem& fs, const std::string& dir, const std::string& file_name) {
+  const auto slash = file_name.find('/');
+  if (slash == std::string::npos) return Status();
+  const std::string sub = file_name.substr(0, slash);
+  DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, fs.list_dir(dir));
+  for (const DirEntry& e : entries)
+    if (e.name == sub && e.is_dir) return Status();
+  return corruption("'" + dir + "/" + sub + "' is not a directory of the checkpoint (missing, or a symlink): its data "
+                    "file '" + file_name + "' is not read");
+}
+
 Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
   ++clock_;
   auto it = open_.find(file_id);
@@ -28,6 +39,7 @@ Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
   }
   const auto& meta = index_.files(static_cast<int>(file_id));
   const std::string file_path = path(file_id);
+  if (!single_file_) DISTCKPT_RETURN_IF_ERROR(check_inside(fs_, dir_, meta.name()));
   auto file = fs_.open_readable(file_path);
   if (!file.ok()) {
     if (file.status().code() == StatusCode::kNotFound) return not_found("data file '" + file_path + "' is missing");

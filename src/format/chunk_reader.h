@@ -80,6 +80,11 @@ struct ChunkCheck {
 Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void* dst, const ChunkCheck& check,
                   std::vector<char>& scratch);
 
+// Before a data file named "rank_<r>/<name>" (a per-rank set) is opened: its directory
+// must be a real directory of the checkpoint `dir`, not a symlink (O_NOFOLLOW guards
+// only the last component), so that nothing is read from outside it. kCorruption.
+Status check_inside(FileSystem& fs, const std::string& dir, const std::string& file_name);
+
 // How a load reads a chunk's runs under 4 KiB (a split on a trailing dimension), and a
 // tally of them.
 struct SmallRuns {

@@ -82,29 +82,40 @@ class ReadRing {
   ~ReadRing() {
     if (ready_) io_uring_queue_exit(&ring_);
   }
-  // Submits up to kRingDepth reads of `fd` and waits for all of them. For each request,
-  // `done[i]` gets the bytes read or -errno.
+  // Submits up to kRingDepth reads of `fd` and waits for every one submitted. For each
+  // request, `done[i]` gets the bytes read or -errno (0 if never submitted). Returns 0, or
+  // -errno when the ring failed: it is then retired on this thread and the caller reads
+  // with preads. Every completion of what was submitted is reaped before returning, so no
+  // read is in flight afterwards; only a wait that fails with another error than EINTR or
+  // EAGAIN (not seen in practice) retires the ring at once, whose teardown cancels them.
   int run(int fd, std::span<const ReadRequest> requests, std::vector<int64_t>& done) {
     done.assign(requests.size(), 0);
+    // The submission queue is empty between calls (everything is submitted or the ring is
+    // retired) and a batch is at most kRingDepth, so every request gets an entry.
+    unsigned prepared = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) return -EAGAIN;
+      if (sqe == nullptr) break;
       io_uring_prep_read(sqe, fd, requests[i].data, static_cast<unsigned>(requests[i].n), requests[i].offset);
       io_uring_sqe_set_data64(sqe, i);
+      ++prepared;
     }
-    int submitted = io_uring_submit_and_wait(&ring_, static_cast<unsigned>(requests.size()));
-    if (submitted < 0) return submitted;
-    for (std::size_t reaped = 0; reaped < requests.size();) {
+    int submitted = 0;
+    do {
+      submitted = io_uring_submit(&ring_);
+    } while (submitted == -EINTR);
+    if (submitted < 0) return retire(submitted);  // nothing in flight: the entries are dropped with the ring
+    for (int reaped = 0; reaped < submitted;) {
       io_uring_cqe* cqe = nullptr;
       const int w = io_uring_wait_cqe(&ring_, &cqe);
-      if (w < 0) {
-        if (w == -EINTR) continue;
-        return w;
-      }
-      done[static_cast<std::size_t>(io_uring_cqe_get_data64(cqe))] = cqe->res;
+      if (w == -EINTR || w == -EAGAIN) continue;
+      if (w < 0) return retire(w);
+      const uint64_t i = io_uring_cqe_get_data64(cqe);
+      if (i < done.size()) done[static_cast<std::size_t>(i)] = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       ++reaped;
     }
+    if (static_cast<unsigned>(submitted) < prepared || prepared < requests.size()) return retire(-EAGAIN);
     return 0;
   }
 
@@ -112,7 +123,21 @@ class ReadRing {
   ReadRing() {
     const char* env = std::getenv("DISTCKPT_IO_URING");
     if (env != nullptr && std::string_view(env) == "0") return;
-    ready_ = io_uring_queue_init(kRingDepth, &ring_, 0) == 0;
+    if (io_uring_queue_init(kRingDepth, &ring_, 0) != 0) return;
+    // IORING_OP_READ came with Linux 5.6; older kernels make rings that cannot read.
+    io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+    const bool reads = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ);
+    if (probe != nullptr) io_uring_free_probe(probe);
+    if (!reads) {
+      io_uring_queue_exit(&ring_);
+      return;
+    }
+    ready_ = true;
+  }
+  int retire(int err) {
+    io_uring_queue_exit(&ring_);
+    ready_ = false;
+    return err;
   }
   io_uring ring_{};
   bool ready_ = false;
@@ -161,16 +186,13 @@ class PosixReadableFile final : public ReadableFile {
     std::vector<int64_t> done;
     for (std::size_t at = 0; at < requests.size(); at += ReadRing::kRingDepth) {
       const auto part = requests.subspan(at, std::min<std::size_t>(ReadRing::kRingDepth, requests.size() - at));
-      const int st = ring.run(fd_, part, done);
-      if (st < 0) return errno_status("read (io_uring)", path_, -st);
+      // A ring that failed is retired (nothing in flight): preads do this part and the rest.
+      if (ring.run(fd_, part, done) < 0) return ReadableFile::read_batch(requests.subspan(at));
       for (std::size_t i = 0; i < part.size(); ++i) {
-        if (done[i] < 0) {
-          if (done[i] != -EINTR && done[i] != -EAGAIN) return errno_status("read", path_, static_cast<int>(-done[i]));
-          done[i] = 0;  // interrupted: read_at does it all
-        }
-        // A short read (the end of the file, or a signal): read_at finishes it, and says
-        // "truncated" at the end.
-        const auto got = static_cast<std::size_t>(done[i]);
+        // A failed read (EINTR, EAGAIN, an opcode the kernel refuses, EIO) is done again by
+        // read_at, which reports the error if it persists; a short one (the end of the
+        // file, a signal) is finished by it, which says "truncated" at the end.
+        const auto got = done[i] > 0 ? static_cast<std::size_t>(done[i]) : std::size_t{0};
         if (got < part[i].n)
           DISTCKPT_RETURN_IF_ERROR(read_at(static_cast<char*>(part[i].data) + got, part[i].n - got, part[i].offset + got));
       }

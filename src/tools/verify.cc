@@ -53,6 +53,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   for (int f = 0; f < index.files_size(); ++f) {
     const auto& meta = index.files(f);
     const std::string file_path = dir + "/" + meta.name();
+    if (!single) DISTCKPT_RETURN_IF_ERROR(internal_format::check_inside(*fs, dir, meta.name()).with_context("verify"));
     auto file = fs->open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)

@@ -59,6 +59,20 @@ std::string per_rank_file_name(int rank, const std::string& name) {
   return "rank_" + std::to_string(rank) + "/" + name + ".ckpt";
 }
 
+namespace {
+// Whether `file` is exactly per_rank_file_name(r, the index's name) of a per-rank set,
+// with r one of its ranks.
+bool per_rank_name_of(const proto::Index& index, const std::string& file) {
+  if (index.per_rank_format().empty() || index.world_size() < 1) return false;
+  const auto slash = file.find('/');
+  if (slash == std::string::npos || slash <= 5) return false;
+  const std::string digits = file.substr(5, slash - 5);
+  if (digits.size() > 8 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int r = std::stoi(digits);
+  return r < index.world_size() && file == per_rank_file_name(r, index.name());
+}
+}  // namespace
+
 std::string data_file_name(int writer_rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "data-%05d.bin", writer_rank);
@@ -155,6 +169,9 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
+    if (f.name().find('/') != std::string::npos && !per_rank_name_of(index, f.name()))
+      return corruption(where + ": file name '" + printable(f.name()) +
+                        "' is not rank_<r>/<name>.ckpt of a per-rank set of this checkpoint");
     if (!valid_data_file_name(f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid");
