@@ -497,7 +497,7 @@ TEST(MindSporePerRankSet, CommittedAsOneOrNotAtAllAndFailsClosed) {
     std::ofstream(forged + "/index.pb", std::ios::binary | std::ios::trunc) << internal_format::frame_index(*index);
     auto forged_info = read_checkpoint_info(forged);
     EXPECT_EQ(forged_info.status().code(), StatusCode::kCorruption) << bad;
-    EXPECT_NE(forged_info.status().message().find("is not rank_<r>/<name>.ckpt"), std::string::npos)
+    EXPECT_NE(forged_info.status().message().find("only a per-rank set's rank_<r>/<name>.ckpt"), std::string::npos)
         << forged_info.status().to_string();
     fs::remove_all(forged);
   }

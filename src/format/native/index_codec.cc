@@ -171,7 +171,8 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   for (const auto& f : index.files()) {
     if (f.name().find('/') != std::string::npos && !per_rank_name_of(index, f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
-                        "' is not rank_<r>/<name>.ckpt of a per-rank set of this checkpoint");
+                        "' escapes the checkpoint directory or is invalid (only a per-rank set's "
+                        "rank_<r>/<name>.ckpt of this checkpoint names a directory)");
     if (!valid_data_file_name(f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid");
