@@ -48,6 +48,7 @@
 
 #include "distckpt/distckpt.h"
 #include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
+#include "proc_status.h"
 #include "workload.h"
 
 namespace {
@@ -108,22 +109,6 @@ uint64_t peak_rss_bytes() {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
-}
-
-// A field of /proc/self/status ("VmHWM", "VmRSS"), bytes; 0 where unavailable.
-uint64_t proc_status_bytes(const std::string& key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) * 1024;
-  return 0;
-}
-
-// Resets this process's peak RSS to its current RSS (Linux >= 4.0) and returns that RSS:
-// the baseline of peak_extra (the state and the generator are already resident).
-uint64_t reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5\n";
-  return proc_status_bytes("VmRSS");
 }
 
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
@@ -948,7 +933,9 @@ int run(int rank, int world, int argc, char** argv) {
   // reset: they are the bench's, not the library's.
   if (a.async)
     for (int i = 0; i < a.repeat; ++i) runs.memcpy_s.push_back(memcpy_reference(w));
-  const uint64_t rss_at_start = reset_peak_rss();
+  // The baseline of peak_extra: the state and the generator are resident by now.
+  distckpt::bench::reset_peak_rss();
+  const uint64_t rss_at_start = distckpt::bench::proc_status()["VmRSS"];
   std::string cache_dropped = "no";
   uint64_t disk_bytes = 0;
   for (int i = 0; i < a.repeat; ++i) {
@@ -976,7 +963,7 @@ int run(int rank, int world, int argc, char** argv) {
       runs.dd_read.push_back(t[1]);
     }
   }
-  const uint64_t hwm = proc_status_bytes("VmHWM");
+  const uint64_t hwm = distckpt::bench::proc_status()["VmHWM"];
   uint64_t mem[3] = {peak_rss_bytes(), w.rank_bytes, hwm > rss_at_start ? hwm - rss_at_start : 0};
   MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   runs.peak_rss = mem[0];

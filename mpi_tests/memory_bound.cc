@@ -17,14 +17,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "distckpt/distckpt.h"
+#include "proc_status.h"
 #include "workload.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -43,22 +42,6 @@ using distckpt::bench::WorkloadTensor;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kWorkloadBytes = 256 * kMiB;
-
-// /proc/self/status fields, in bytes.
-std::map<std::string, uint64_t> proc_status() {
-  std::ifstream in("/proc/self/status");
-  std::map<std::string, uint64_t> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::istringstream value(line.substr(colon + 1));
-    uint64_t kib = 0;
-    std::string unit;
-    if (value >> kib >> unit && unit == "kB") out[line.substr(0, colon)] = kib * 1024;
-  }
-  return out;
-}
 
 // This rank's slices of the workload under dp x tp, and the state dict over them.
 struct State {
@@ -158,11 +141,8 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
 
   // Reset the peak, run, read the peak.
-  {
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "5\n";
-  }
-  const auto before = proc_status();
+  distckpt::bench::reset_peak_rss();
+  const auto before = distckpt::bench::proc_status();
   // A kernel (or a sandbox) that did not reset the peak would charge the operation with
   // earlier peaks: say so and skip, on every rank alike.
   int unreset = before.count("VmHWM") == 0 || before.count("VmRSS") == 0 ||
@@ -223,7 +203,7 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "memory_bound: unknown operation '%s'\n", op.c_str());
     return finish(2);
   }
-  const auto after = proc_status();
+  const auto after = distckpt::bench::proc_status();
   auto grown = [&](const char* key) {
     return after.count(key) && before.count(key) && after.at(key) > before.at(key) ? after.at(key) - before.at(key)
                                                                                     : uint64_t{0};

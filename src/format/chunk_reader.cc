@@ -15,18 +15,22 @@ Box chunk_box(const proto::Chunk& c) {
 }
 
 FileCache::FileCache(FileSystem& fs, std::string dir, const proto::Index& index)
-    : fs_(fs), dir_(std::move(dir)), index_(index), single_file_(is_single_file(index)) {}
+    : fs_(fs), dir_(std::move(dir)), index_(index), single_file_(is_single_file(index)), inside_(fs, dir_) {}
 
 std::string FileCache::identity_name(uint32_t file_id) const { return single_file_ ? std::string() : name(file_id); }
 
-Status check_inside(FileSystem& fs, const std::string& dir, const std::string& file_name) {
+Status InsideCheck::check(const std::string& file_name) {
   const auto slash = file_name.find('/');
   if (slash == std::string::npos) return Status();
+  if (!real_dirs_) {
+    DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, fs_.list_dir(dir_));
+    real_dirs_.emplace();
+    for (const DirEntry& e : entries)
+      if (e.is_dir) real_dirs_->insert(e.name);
+  }
   const std::string sub = file_name.substr(0, slash);
-  DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, fs.list_dir(dir));
-  for (const DirEntry& e : entries)
-    if (e.name == sub && e.is_dir) return Status();
-  return corruption("'" + dir + "/" + sub + "' is not a directory of the checkpoint (missing, or a symlink): its data "
+  if (real_dirs_->count(sub)) return Status();
+  return corruption("'" + dir_ + "/" + sub + "' is not a directory of the checkpoint (missing, or a symlink): its data "
                     "file '" + file_name + "' is not read");
 }
 
@@ -39,7 +43,7 @@ Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
   }
   const auto& meta = index_.files(static_cast<int>(file_id));
   const std::string file_path = path(file_id);
-  if (!single_file_) DISTCKPT_RETURN_IF_ERROR(check_inside(fs_, dir_, meta.name()));
+  if (!single_file_) DISTCKPT_RETURN_IF_ERROR(inside_.check(meta.name()));
   auto file = fs_.open_readable(file_path);
   if (!file.ok()) {
     if (file.status().code() == StatusCode::kNotFound) return not_found("data file '" + file_path + "' is missing");
@@ -150,12 +154,12 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
   for (std::size_t d = k; d < n; ++d) run_bytes *= static_cast<uint64_t>(region.shape[d]);
   uint64_t row_bytes = item;  // one index of dim 0 of the chunk: the smallest sieving slab
   for (std::size_t d = 1; d < n; ++d) row_bytes *= static_cast<uint64_t>(cbox.shape[d]);
-  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item ||
-      row_bytes > kSlab) {
-    Box run = region;  // an odometer over dims < k: each step is one run
+  // Calls `visit` on each run of the region in order (an odometer over dims < k).
+  auto each_run = [&](const auto& visit) -> Status {
+    Box run = region;
     for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
     while (true) {
-      DISTCKPT_RETURN_IF_ERROR(read_box(run));
+      DISTCKPT_RETURN_IF_ERROR(visit(run));
       std::size_t d = k;
       for (; d > 0; --d) {
         if (++run.offset[d - 1] < region.offset[d - 1] + region.shape[d - 1]) break;
@@ -163,7 +167,10 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
       }
       if (d == 0) return Status();
     }
-  }
+  };
+  if (run_bytes >= kRunDirect || run_bytes == static_cast<uint64_t>(region.num_elements()) * item ||
+      row_bytes > kSlab)
+    return each_run(read_box);
   if (small == nullptr || !small->sieve) {
     // Batched exact reads: at most kBatchRuns requests and kBatchScratch bytes of runs
     // that are not contiguous in `dst` (copied out of `scratch` after their batch).
@@ -187,9 +194,7 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
       used = 0;
       return Status();
     };
-    Box run = region;  // an odometer over dims < k: each step is one run (< 4 KiB)
-    for (std::size_t d = 0; d < k; ++d) run.shape[d] = 1;
-    while (true) {
+    DISTCKPT_RETURN_IF_ERROR(each_run([&](const Box& run) -> Status {  // each under 4 KiB
       const uint64_t at = offset + static_cast<uint64_t>(internal_layout::first_element_offset(run, cbox)) * item;
       *bytes_read += run_bytes;
       if (auto off = internal_layout::contiguous_offset(run, dbox)) {
@@ -202,14 +207,9 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
         copies.push_back(Copy{used, run});
         used += static_cast<std::size_t>(run_bytes);
       }
-      if (requests.size() == kBatchRuns) DISTCKPT_RETURN_IF_ERROR(flush());
-      std::size_t d = k;
-      for (; d > 0; --d) {
-        if (++run.offset[d - 1] < region.offset[d - 1] + region.shape[d - 1]) break;
-        run.offset[d - 1] = region.offset[d - 1];
-      }
-      if (d == 0) return flush();
-    }
+      return requests.size() == kBatchRuns ? flush() : Status();
+    }));
+    return flush();
   }
   // Data sieving over slabs of whole rows (dim 0) of the chunk, at most kSlab bytes.
   if (small != nullptr) small->method = "sieving";

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,6 +34,22 @@ struct ChunkRead {
 
 // The box of a stored chunk.
 Box chunk_box(const proto::Chunk& chunk);
+
+// Before a data file named "rank_<r>/<name>" (a per-rank set) is opened: its directory
+// must be a real directory of the checkpoint `dir`, not a symlink (O_NOFOLLOW guards
+// only the last component), so that nothing is read from outside it. `dir` is listed
+// once, when the first such name is checked.
+class InsideCheck {
+ public:
+  InsideCheck(FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
+  // kCorruption for a directory that is missing or a symlink; errors of list_dir.
+  Status check(const std::string& file_name);
+
+ private:
+  FileSystem& fs_;
+  std::string dir_;
+  std::optional<std::set<std::string>> real_dirs_;
+};
 
 // Opens the data files of a checkpoint on demand, checking each one's real size against
 // the index, and keeps at most kMaxOpen of them open (least recently used closed
@@ -59,6 +77,7 @@ class FileCache {
   std::string dir_;
   const proto::Index& index_;
   bool single_file_;
+  InsideCheck inside_;
   std::map<uint32_t, Open> open_;
   uint64_t clock_ = 0;
 };
@@ -80,10 +99,6 @@ struct ChunkCheck {
 Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void* dst, const ChunkCheck& check,
                   std::vector<char>& scratch);
 
-// Before a data file named "rank_<r>/<name>" (a per-rank set) is opened: its directory
-// must be a real directory of the checkpoint `dir`, not a symlink (O_NOFOLLOW guards
-// only the last component), so that nothing is read from outside it. kCorruption.
-Status check_inside(FileSystem& fs, const std::string& dir, const std::string& file_name);
 
 // How a load reads a chunk's runs under 4 KiB (a split on a trailing dimension), and a
 // tally of them.

@@ -50,10 +50,11 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
       by_file[index.tensors(t).chunks(c).file_id()].emplace_back(t, c);
   report.tensors = static_cast<uint64_t>(index.tensors_size());
   std::vector<char> buf;
+  internal_format::InsideCheck inside(*fs, dir);
   for (int f = 0; f < index.files_size(); ++f) {
     const auto& meta = index.files(f);
     const std::string file_path = dir + "/" + meta.name();
-    if (!single) DISTCKPT_RETURN_IF_ERROR(internal_format::check_inside(*fs, dir, meta.name()).with_context("verify"));
+    if (!single) DISTCKPT_RETURN_IF_ERROR(inside.check(meta.name()).with_context("verify"));
     auto file = fs->open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)
