@@ -20,6 +20,7 @@
 #include "storage/fault_fs.h"
 #include "test_util.h"
 #include "tier/parity.h"
+#include "transform/float_cast.h"
 
 namespace distckpt {
 namespace {
@@ -301,6 +302,76 @@ TEST_F(TierTest, DrainThenEveryLocalCopyLost) {
       2);
 }
 
+// LoadOptions::cast_floats from every source: this node, a peer (sent in the stored
+// dtype), a parity rebuild and the global root, onto another layout; without it a
+// dtype change is refused, and integers are never cast.
+TEST_F(TierTest, CastFloatsFromEveryTier) {
+  save_at(6, 2, 1, 6, "xor:3", 2);  // TP6 over 3 nodes
+  run_local_ranks(6, [&](Comm& comm) { ASSERT_TRUE(drain(comm, root(), {local(), "xor:3"}, "s2", {}).ok()); }, 2);
+  fs::remove_all(node_dir(1));  // a fresh node in its place
+  // The model as stored (float32 w and bias, float64 v) restored at DP3 x TP2 into
+  // bfloat16 w, float32 v and float16 bias.
+  auto cast_restore = [&](bool cast, bool global_only, RestoreResult* out) {
+    std::mutex mu;
+    run_local_ranks(
+        6,
+        [&](Comm& comm) {
+          Model stored(comm.rank(), 3, 2);
+          const DType want[] = {DType::kBFloat16, DType::kFloat32, DType::kFloat16};
+          std::vector<std::vector<unsigned char>> expected(3), got(3);
+          StateDict state(comm.rank());
+          for (std::size_t i = 0; i < 3; ++i) {
+            const TensorEntry& e = stored.state.tensors()[i];
+            const auto n = static_cast<std::size_t>(e.boxes[0].num_elements());
+            expected[i].resize(n * dtype_size(want[i]));
+            got[i].assign(n * dtype_size(want[i]), 0);
+            internal_transform::cast_floats(e.buffers[0], e.dtype, expected[i].data(), want[i], n);
+            ASSERT_TRUE(state.add_tensor(e.name, want[i], got[i].data(), e.layout).ok());
+          }
+          RestoreOptions o;
+          o.load.cast_floats = cast;
+          o.global_only = global_only;
+          auto r = restore(comm, state, root(), {local(), "xor:3"}, o);
+          if (!cast) {
+            EXPECT_EQ(r.status().code(), StatusCode::kMismatch) << r.status().to_string();
+            EXPECT_NE(r.status().message().find("cast_floats"), std::string::npos) << r.status().to_string();
+            return;
+          }
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(got, expected) << "rank " << comm.rank();
+          std::lock_guard<std::mutex> lock(mu);
+          if (comm.rank() == 0 && out) *out = *r;
+        },
+        2);
+  };
+  cast_restore(false, false, nullptr);
+  RestoreResult r;
+  cast_restore(true, false, &r);
+  EXPECT_GT(r.sources.local, 0u);
+  EXPECT_GT(r.sources.peer, 0u);
+  EXPECT_GT(r.sources.parity, 0u);
+  EXPECT_EQ(r.sources.global, 0u);
+  cast_restore(true, true, &r);
+  EXPECT_GT(r.sources.global, 0u);
+  EXPECT_EQ(r.sources.local + r.sources.peer + r.sources.parity, 0u);
+  // Integers are never cast.
+  run_local_ranks(
+      6,
+      [&](Comm& comm) {
+        Model stored(comm.rank(), 3, 2);
+        StateDict state(comm.rank());
+        std::vector<std::vector<unsigned char>> bytes;
+        for (const TensorEntry& e : stored.state.tensors()) {
+          bytes.emplace_back(static_cast<std::size_t>(e.boxes[0].num_elements()) * 4);
+          ASSERT_TRUE(state.add_tensor(e.name, DType::kInt32, bytes.back().data(), e.layout).ok());
+        }
+        RestoreOptions o;
+        o.load.cast_floats = true;
+        EXPECT_EQ(restore(comm, state, root(), {local(), "xor:3"}, o).status().code(), StatusCode::kMismatch);
+      },
+      2);
+}
+
 TEST_F(TierTest, LossesBeyondRedundancyFallBackToAnOlderCheckpoint) {
   save_at(4, 2, 1, 4, "none", 1);
   run_local_ranks(4, [&](Comm& comm) { ASSERT_TRUE(drain(comm, root(), {local(), "none"}, "s1", {}).ok()); }, 2);
@@ -377,9 +448,6 @@ TEST_F(TierTest, SavesThatDoNotMoveLatestAreNotResumedByDefault) {
         Model m(comm.rank(), 1, 4);
         auto r = restore(comm, m.state, root(), {local(), "auto"}, {});
         EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
-        RestoreOptions cast;
-        cast.load.cast_floats = true;
-        EXPECT_EQ(restore(comm, m.state, root(), {local(), "auto"}, cast).status().code(), StatusCode::kUnsupported);
       },
       2);
   RestoreOptions hostile;
@@ -554,6 +622,58 @@ TEST_F(TierTest, AsyncLocalSavesCommitInTheBackgroundAndResume) {
         EXPECT_EQ(m.buffers, expected);
       },
       2);
+}
+
+// Two jobs in one root, each with an identity (a requeued Slurm job): a requeued job
+// resumes its own series from the tiers even when the other job committed later.
+TEST_F(TierTest, ARequeuedJobResumesItsOwnSeries) {
+  auto run_job = [&](const std::string& job, int64_t steps, int salt_step) {
+    run_local_ranks(
+        4,
+        [&](Comm& comm) {
+          Model m(comm.rank(), 2, 2);
+          CheckpointConfig c = tier_config(root(), local());
+          c.job_id = job;
+          c.keep_local = 3;
+          c.keep_max = 3;
+          auto mgr = CheckpointManager::create(comm, m.state, c);
+          ASSERT_TRUE(mgr.ok()) << mgr.status().to_string();
+          for (int64_t step = 1; step <= steps; ++step) {
+            ASSERT_TRUE(m.state.set_info("salt", int64_t{salt_step}).ok());
+            ASSERT_TRUE((*mgr)->step_end(step, 0).ok());
+          }
+        },
+        2);
+  };
+  run_job("a", 2, 1);
+  run_job("b", 3, 2);  // later commits, in series step_1
+  auto resume_as = [&](const std::string& job) {
+    ResumeResult out;
+    std::mutex mu;
+    run_local_ranks(
+        4,
+        [&](Comm& comm) {
+          Model m(comm.rank(), 2, 2);
+          CheckpointConfig c = tier_config(root(), local());
+          c.job_id = job;
+          auto mgr = CheckpointManager::create(comm, m.state, c);
+          ASSERT_TRUE(mgr.ok()) << mgr.status().to_string();
+          auto resumed = (*mgr)->resume();
+          ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+          std::lock_guard<std::mutex> lock(mu);
+          if (comm.rank() == 0) out = *resumed;
+        },
+        2);
+    return out;
+  };
+  ResumeResult a = resume_as("a");
+  EXPECT_EQ(a.step, 2);
+  EXPECT_EQ(fs::path(a.path).filename(), "step-2");
+  ResumeResult b = resume_as("b");
+  EXPECT_EQ(b.step, 3);
+  EXPECT_EQ(fs::path(b.path).filename(), "step_1-3");
+  // A job without an identity takes the newest of the root.
+  EXPECT_EQ(resume_as("").step, 3);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,11 @@ struct RestoreOptions {
   bool fall_back = true;
   // Ignore the local tier (a job that landed on other nodes): the global root only.
   bool global_only = false;
+  // For a default restore (no name): when set and it accepts at least one checkpoint
+  // that moved `latest`, only the checkpoints it accepts are tried (the manager passes a
+  // requeued job's own series, so that another job's later saves in the same root are
+  // not taken). Called on rank 0 only, from the calling thread.
+  std::function<bool(const std::string& name)> prefer;
 };
 
 // Collective. Restores a checkpoint of `root` into `state`, from the local tier

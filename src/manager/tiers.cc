@@ -258,6 +258,10 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
   ro.name = options.target;
   if (ro.name.find('/') != std::string::npos) ro.name = internal_base::base_name(ro.name);
   ro.fall_back = options.target.empty() || options.fall_back_to_previous;
+  // A job with an identity (a requeued Slurm job) resumes its own series when that has
+  // checkpoints: another job in the same root may have saved later ones.
+  if (options.target.empty() && !job_id.empty())
+    ro.prefer = [this](const std::string& name) { return names.matches(series, name); };
   ResumeResult result;
   auto restored = restore(*comm, *state, cfg.directory, cfg.local, ro);
   if (!restored.ok()) {

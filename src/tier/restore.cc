@@ -43,6 +43,7 @@
 #include "tier/streams.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
+#include "transform/float_cast.h"
 
 namespace distckpt {
 
@@ -629,6 +630,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
   // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
   std::map<std::pair<std::string, Box>, int> by_box;
   internal_plan::LoadNames names;
+  std::map<int, DType> casts;  // state tensor -> its stored dtype (LoadOptions::cast_floats)
   local = guarded(where, [&]() -> Status {
     // The load's filters and renames, as a global load applies them.
     DISTCKPT_ASSIGN_OR_RETURN(names, internal_plan::load_names(described, options.load));
@@ -647,9 +649,18 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
         continue;
       }
       const proto::Tensor& t = described.tensors(it->second);
-      if (t.dtype() != dtype_name(e.dtype))
-        return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
-                        t.dtype() + " in the checkpoint");
+      DType read_dtype = e.dtype;
+      if (t.dtype() != dtype_name(e.dtype)) {
+        const std::optional<DType> stored_dtype = dtype_from_name(t.dtype());  // validated with the index
+        const bool castable = stored_dtype && internal_transform::is_floating(*stored_dtype) &&
+                              internal_transform::is_floating(e.dtype);
+        if (!options.load.cast_floats || !castable)
+          return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
+                          t.dtype() + " in the checkpoint" +
+                          (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
+        read_dtype = *stored_dtype;
+        casts[static_cast<int>(i)] = read_dtype;
+      }
       if (!std::equal(t.global_shape().begin(), t.global_shape().end(), e.layout.global_shape().begin(),
                       e.layout.global_shape().end()))
         return mismatch("tensor '" + e.name + "': global shape " + full_box(e.layout.global_shape()).to_string() +
@@ -667,7 +678,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
           Distinct d;
           d.record_tensor = it->second;
           d.box = b;
-          d.plain_bytes = static_cast<uint64_t>(b.num_elements()) * dtype_size(e.dtype);
+          d.plain_bytes = static_cast<uint64_t>(b.num_elements()) * dtype_size(read_dtype);
           a.distinct.push_back(d);
           *dedup.add_chunks() = ch;
           dedup_id.push_back(pos->second);
@@ -686,7 +697,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
             p.box = static_cast<int>(b);
             p.distinct = dedup_id[static_cast<std::size_t>(read.chunk)];
             p.region = read.region;
-            p.bytes = static_cast<uint64_t>(read.region.num_elements()) * dtype_size(e.dtype);
+            p.bytes = static_cast<uint64_t>(read.region.num_elements()) * dtype_size(read_dtype);
             a.pieces.push_back(p);
           }
           if (covered != boxes[b].num_elements())
@@ -701,6 +712,31 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  // Tensors to cast are restored, from every source alike, in their stored dtype into a
+  // staging buffer per box (the same state dict with those buffers), and converted once
+  // every byte arrived.
+  StateDict staged_state(state.rank());
+  std::map<int, std::vector<std::vector<char>>> staged;
+  local = guarded(where, [&]() -> Status {
+    if (casts.empty()) return Status();
+    for (std::size_t i = 0; i < state.tensors().size(); ++i) {
+      const TensorEntry& e = state.tensors()[i];
+      auto it = casts.find(static_cast<int>(i));
+      if (it == casts.end()) {
+        DISTCKPT_RETURN_IF_ERROR(staged_state.add_tensor(e.name, e.dtype, e.buffers, e.layout));
+        continue;
+      }
+      std::vector<void*> buffers;
+      for (const Box& box : e.boxes) {
+        staged[it->first].emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(it->second));
+        buffers.push_back(staged[it->first].back().data());
+      }
+      DISTCKPT_RETURN_IF_ERROR(staged_state.add_tensor(e.name, it->second, std::move(buffers), e.layout));
+    }
+    return Status();
+  });
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  StateDict& target = casts.empty() ? state : staged_state;
   if (a.has_record) add_copies(a, a.record, false, by_box, present);
 
   // Steps 2-5.
@@ -712,7 +748,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
   internal_base::Timer read_timer;
   while (!pending.empty()) {
     const std::size_t before = pending.size();
-    pending = run_round(comm, state, a, tier, root, fs, pending, nodes, &counters, &fatal);
+    pending = run_round(comm, target, a, tier, root, fs, pending, nodes, &counters, &fatal);
     if (!fatal.ok()) return fatal;
     if (pending.empty()) break;
     if (pending.size() < before) continue;  // progress: plan what is left again
@@ -751,6 +787,12 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
                      (a.has_global ? "the global copy failed" : "it was not drained to the global root"));
   }
   result.load.read_s = read_timer.seconds();
+  for (const auto& [i, from] : casts) {
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
+    for (std::size_t b = 0; b < e.boxes.size(); ++b)
+      internal_transform::cast_floats(staged.at(i)[b].data(), from, e.buffers[b], e.dtype,
+                                      static_cast<std::size_t>(e.boxes[b].num_elements()));
+  }
 
   std::vector<int64_t> totals{static_cast<int64_t>(counters.sources.local), static_cast<int64_t>(counters.sources.peer),
                               static_cast<int64_t>(counters.sources.parity), static_cast<int64_t>(counters.sources.global),
@@ -847,14 +889,16 @@ Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& r
     local = internal_base::guarded("restore: rank 0", [&]() -> Status {
       // A name becomes paths under the root and the node directories: no "..", no '/'.
       if (!options.name.empty()) DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
-      if (options.load.cast_floats)
-        return unsupported("restore: LoadOptions::cast_floats is not supported with a local tier (load() casts)");
       DISTCKPT_ASSIGN_OR_RETURN(auto all, candidates(*handle, root, handle, use_local));
       // A default restore starts from, and falls back through, the saves that moved
       // `latest`: never an exception save by itself (resume() starts fresh when there
       // is nothing else). A named restore falls back to any older checkpoint; a name not
       // listed (a damaged record, say) falls back to the default ones.
       const bool listed = std::any_of(all.begin(), all.end(), [&](const Candidate& c) { return c.name == options.name; });
+      if (options.name.empty() && options.prefer &&
+          std::any_of(all.begin(), all.end(), [&](const Candidate& c) { return c.advances_latest && options.prefer(c.name); }))
+        all.erase(std::remove_if(all.begin(), all.end(), [&](const Candidate& c) { return !options.prefer(c.name); }),
+                  all.end());
       bool started = options.name.empty() || !listed;
       if (!options.name.empty() && !listed) names.push_back(options.name);
       for (const auto& c : all) {
