@@ -86,6 +86,7 @@ struct Args {
   // The node-local tier (tier.h): local saves to this directory, restores from it.
   std::string local_dir, redundancy = "auto";
   bool drain = false;
+  bool no_recycle = false;
   int lose_node = -1;  // before restoring: this node's local files are wiped (a replaced host)
   // The peer harness's record (shared/bench/WORKLOAD.md), written by rank 0, and cold
   // loads as the peers measure them.
@@ -586,17 +587,12 @@ void evict_global(const std::string& path, bool root) {
 
 // Collective: removes what a tier run left: the record, every node's local files, the
 // global copy.
+// As a training loop's retention does: the local checkpoint through remove_local (its
+// files kept as the next save's spares unless --no-recycle), the drained copy by hand.
 void remove_tier_checkpoint(const Args& a, const std::string& name, distckpt::Comm& comm, bool root) {
   auto fs = distckpt::posix_filesystem();
-  if (root) {
-    (void)fs->remove_file(a.dir + "/.distckpt/tier/" + name);
-    (void)fs->remove_all(a.dir + "/" + name);
-  }
-  // One rank per node removes its node's files (the others find them gone).
-  std::string local = a.local_dir;
-  for (auto at = local.find("{host}"); at != std::string::npos; at = local.find("{host}"))
-    local.replace(at, 6, comm.node_name(comm.rank()));
-  (void)fs->remove_all(local + "/" + name);
+  if (root) (void)fs->remove_all(a.dir + "/" + name);
+  (void)distckpt::remove_local(comm, a.dir, {a.local_dir, a.redundancy, !a.no_recycle}, name);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -609,7 +605,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
   distckpt::LocalSaveResult last_save;
   distckpt::RestoreSources local_sources, global_sources;
   uint64_t mismatches = 0;
-  const distckpt::LocalTier tier{a.local_dir, a.redundancy};
+  const distckpt::LocalTier tier{a.local_dir, a.redundancy, !a.no_recycle};
   auto verify = [&] {
     uint64_t mine = 0, all = 0;
     for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
@@ -688,6 +684,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     }
     if (!a.keep) remove_tier_checkpoint(a, name, comm, root);
   }
+  if (!a.keep) distckpt::release_local_spares(comm, tier);
   // The read limits of both tiers, in this run: one file of the state's size each.
   std::string local_root = a.local_dir;
   for (auto at = local_root.find("{host}"); at != std::string::npos; at = local_root.find("{host}"))
@@ -821,6 +818,9 @@ int run(int rank, int world, int argc, char** argv) {
                  "save to this node-local directory (tier.h) and restore from it; {host} is the node's name");
   app.add_option("--redundancy", a.redundancy, "with --local-dir: auto, partner, xor:K, rs:K+M or none")
       ->capture_default_str();
+  app.add_flag("--no-recycle", a.no_recycle,
+               "with --local-dir: remove each local checkpoint's files instead of keeping them as the next save's spares "
+               "(LocalTier::recycle)");
   app.add_flag("--drain", a.drain,
                "with --local-dir: drain to --dir, then also restore from the global tier (page cache evicted)");
   app.add_option("--lose-node", a.lose_node,

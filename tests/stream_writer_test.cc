@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <thread>
 
 #include <filesystem>
@@ -96,6 +100,67 @@ INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, StreamWriterTest, ::testing::Bool())
 
 // A growing pool (the async checkpointer's) holds 2 slabs until more are in use at once,
 // then keeps what it made, never more than its budget.
+// A file in memory that counts its writes.
+class CountingFile final : public WritableFile {
+ public:
+  explicit CountingFile(std::string* bytes, std::atomic<int>* writes) : bytes_(bytes), writes_(writes) {}
+  Status write_at(const void* data, std::size_t n, uint64_t offset) override {
+    if (bytes_->size() < offset + n) bytes_->resize(offset + n);
+    std::memcpy(bytes_->data() + offset, data, n);
+    ++*writes_;
+    return Status();
+  }
+  Status truncate(uint64_t size) override {
+    bytes_->resize(size);
+    return Status();
+  }
+  Status sync() override { return Status(); }
+  Status close() override { return Status(); }
+
+ private:
+  std::string* bytes_;
+  std::atomic<int>* writes_;
+};
+
+// With hold (an asynchronous save through the page cache), full slabs wait until the
+// caller is done staging, or until the pool is full and only writing frees a slab.
+TEST(StreamWriterHold, SlabsWaitUntilReleasedOrThePoolIsFull) {
+  constexpr std::size_t kSlab = 8192;
+  std::string expected(6 * kSlab, '\0');
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<char>(i * 31 + 7);
+  auto wait_for = [](const std::atomic<int>& writes, int n) {
+    for (int i = 0; i < 500 && writes.load() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return writes.load();
+  };
+  {  // released by the caller
+    std::string bytes;
+    std::atomic<int> writes{0};
+    StagingPool pool(8 * kSlab, kSlab);
+    StreamWriter writer(std::make_unique<CountingFile>(&bytes, &writes), pool, {3 * kSlab}, "mem", true, /*hold=*/true);
+    ASSERT_TRUE(writer.append(expected.data(), 3 * kSlab).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(writes.load(), 0) << "nothing is written while the caller stages";
+    writer.release_hold();
+    EXPECT_EQ(wait_for(writes, 3), 3);
+    auto crcs = writer.finish(false);
+    ASSERT_TRUE(crcs.ok());
+    EXPECT_EQ(bytes, expected.substr(0, 3 * kSlab));
+    EXPECT_EQ((*crcs)[0], internal_transform::crc32c(expected.data(), 3 * kSlab));
+  }
+  {  // a pool of 4 slabs for 6 slabs of bytes: writing starts when it is full
+    std::string bytes;
+    std::atomic<int> writes{0};
+    StagingPool pool(4 * kSlab, kSlab);
+    StreamWriter writer(std::make_unique<CountingFile>(&bytes, &writes), pool, {6 * kSlab}, "mem", true, /*hold=*/true);
+    ASSERT_TRUE(writer.append(expected.data(), 6 * kSlab).ok());
+    EXPECT_GE(writes.load(), 1) << "the fifth slab could only come from a written one";
+    auto crcs = writer.finish(false);
+    ASSERT_TRUE(crcs.ok());
+    EXPECT_EQ(writes.load(), 6);
+    EXPECT_EQ(bytes, expected);
+  }
+}
+
 TEST(StagingPool, GrowsOnlyAsFarAsUseDemands) {
   StagingPool pool(8 * 8192, 8192, /*grow=*/true);
   EXPECT_EQ(pool.slab_count(), 2u);
@@ -115,6 +180,13 @@ TEST(StagingPool, GrowsOnlyAsFarAsUseDemands) {
   EXPECT_EQ(pool.slab_count(), 8u);
   held.pop_back();
   for (char* s : held) pool.release(s);
+  held.clear();
+  // try_acquire: null instead of waiting once the pool is at its budget.
+  for (int i = 0; i < 8; ++i) held.push_back(pool.try_acquire());
+  EXPECT_EQ(std::count(held.begin(), held.end(), nullptr), 0);
+  EXPECT_EQ(pool.try_acquire(), nullptr);
+  for (char* s : held) pool.release(s);
+  held.clear();
   StagingPool eager(8 * 8192, 8192);
   EXPECT_EQ(eager.slab_count(), 8u);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -105,6 +106,20 @@ class TierTest : public ::testing::Test {
         },
         rpn);
     return out;
+  }
+
+  StatusCode remove_local_status(const std::string& name) {
+    std::mutex mu;
+    StatusCode code = StatusCode::kOk;
+    run_local_ranks(
+        4,
+        [&](Comm& comm) {
+          Status st = remove_local(comm, root(), {local(), "auto"}, name);
+          std::lock_guard<std::mutex> lock(mu);
+          if (comm.rank() == 0) code = st.code();
+        },
+        2);
+    return code;
   }
 
   // Kills node `node` of the saving job and lets the others take its place: node
@@ -622,6 +637,101 @@ TEST_F(TierTest, AsyncLocalSavesCommitInTheBackgroundAndResume) {
         EXPECT_EQ(m.buffers, expected);
       },
       2);
+}
+
+// LocalTier::recycle: a removed local checkpoint's files become its node's spares, the
+// next local save overwrites them (sized to its own files, every byte its own), a link
+// planted among the spares is never written through, and the manager's end() gives the
+// spares back.
+TEST_F(TierTest, RemovedCheckpointsFilesAreRecycled) {
+  auto spares = [&](int node) {
+    std::vector<std::string> names;
+    const std::string dir = node_dir(node) + "/.spare";
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    return names;
+  };
+  auto file_sizes = [&](const std::string& name) {
+    std::map<std::string, uintmax_t> sizes;
+    for (int n = 0; n < 2; ++n)
+      for (const auto& e : fs::recursive_directory_iterator(node_dir(n) + "/" + name))
+        if (e.is_regular_file() && e.path().filename() != "record")
+          sizes[std::to_string(n) + "/" + e.path().filename().string()] = e.file_size();
+    return sizes;
+  };
+  // A bigger checkpoint first (DP1 x TP4 with partner copies: larger files per node).
+  save_at(4, 2, 1, 4, "auto", 1);
+  run_local_ranks(4, [&](Comm& comm) { ASSERT_TRUE(remove_local(comm, root(), {local(), "auto"}, "s1").ok()); }, 2);
+  EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/s1"));
+  EXPECT_FALSE(fs::exists(node_dir(0) + "/s1"));
+  ASSERT_FALSE(spares(0).empty());
+  ASSERT_FALSE(spares(1).empty());
+  // A link among the spares must never be written through.
+  const std::string outside = tmp_.path() + "/outside";
+  { std::ofstream(outside) << "untouched"; }
+  fs::create_symlink(outside, node_dir(0) + "/.spare/aaaa-link");
+  // The next save, of other bytes, at DP2 x TP2: written into the spares.
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 2, 2);
+        for (auto& b : m.buffers)
+          for (auto& c : b) c = static_cast<unsigned char>(c ^ 0xa5);
+        SaveOptions o;
+        o.name = "s2";
+        o.step = 2;
+        ASSERT_TRUE(save_local(comm, m.state, root(), o, {local(), "auto"}).ok());
+      },
+      2);
+  { std::ifstream in(outside); std::string text; in >> text; EXPECT_EQ(text, "untouched"); }
+  EXPECT_LT(spares(0).size() + spares(1).size(), 8u);
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 2, 2);
+        std::vector<std::vector<unsigned char>> expected = m.buffers;
+        for (auto& b : expected)
+          for (auto& c : b) c = static_cast<unsigned char>(c ^ 0xa5);
+        m.zero();
+        auto r = restore(comm, m.state, root(), {local(), "auto"}, {});
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        EXPECT_EQ(r->name, "s2");
+        EXPECT_EQ(m.buffers, expected);
+      },
+      2);
+  // The same files as a save without spares: sized to their own bytes.
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 2, 2);
+        SaveOptions o;
+        o.name = "s3";
+        o.step = 3;
+        ASSERT_TRUE(save_local(comm, m.state, root(), o, {local(), "auto", false}).ok());
+      },
+      2);
+  EXPECT_EQ(file_sizes("s2"), file_sizes("s3"));
+  // Without recycle, removal leaves no spares; the manager's end() gives them all back.
+  run_local_ranks(4, [&](Comm& comm) { release_local_spares(comm, {local(), "auto"}); }, 2);
+  run_local_ranks(4, [&](Comm& comm) { ASSERT_TRUE(remove_local(comm, root(), {local(), "auto", false}, "s3").ok()); }, 2);
+  EXPECT_TRUE(spares(0).empty());
+  EXPECT_EQ(remove_local_status("s3"), StatusCode::kNotFound);
+  run_local_ranks(
+      4,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 2, 2);
+        CheckpointConfig c = tier_config(root(), local());
+        auto mgr = CheckpointManager::create(comm, m.state, c);
+        ASSERT_TRUE(mgr.ok()) << mgr.status().to_string();
+        for (int64_t step = 10; step <= 13; ++step) ASSERT_TRUE((*mgr)->step_end(step, 0).ok());
+        comm.barrier();
+        if (comm.rank() == 0) EXPECT_TRUE(fs::exists(node_dir(0) + "/.spare")) << "retention kept the files as spares";
+        comm.barrier();
+        ASSERT_TRUE((*mgr)->end(13, 0).ok());
+      },
+      2);
+  EXPECT_FALSE(fs::exists(node_dir(0) + "/.spare"));
+  EXPECT_FALSE(fs::exists(node_dir(1) + "/.spare"));
 }
 
 // Two jobs in one root, each with an identity (a requeued Slurm job): a requeued job

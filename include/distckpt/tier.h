@@ -44,6 +44,13 @@ struct LocalTier {
   //   "none"     nothing.
   // Fewer nodes than a group needs is kInvalidArgument, with the count.
   std::string redundancy = "auto";
+  // Keep the files of the local checkpoint removed last (remove_local, the manager's
+  // retention) in <dir>/.spare, and write the next local save into them: overwriting
+  // pages a file already has is faster than making new ones (a tmpfs allocates each).
+  // The node's peak use is unchanged (a save turns the spares into its own files as it
+  // writes); between saves it holds one checkpoint's files more. The manager's end()
+  // gives them back.
+  bool recycle = true;
 };
 
 struct LocalSaveResult {
@@ -137,5 +144,20 @@ struct TierRecordInfo {
   bool advances_latest = false;  // saved to move `latest` (false: an exception save): a resume candidate
 };
 Result<std::vector<TierRecordInfo>> list_local_records(const std::string& root, std::shared_ptr<FileSystem> fs = nullptr);
+
+// Collective. Removes the local checkpoint `name` of `root` from the local tier: rank 0
+// removes its record first (from then on it is not listed at this tier, and restore
+// does not use it), then every node's leader removes the node's files of it, keeping
+// them as spares with `tier.recycle`. A drained copy in the global root stays (a normal
+// checkpoint). Never call it for a checkpoint a drain is reading. Errors (agreed):
+// kInvalidArgument for a bad name, kNotFound when no record of `name` exists, the file
+// system's errors on the record.
+Status remove_local(Comm& comm, const std::string& root, const LocalTier& tier, const std::string& name,
+                    std::shared_ptr<FileSystem> fs = nullptr);
+
+// Collective. Every node's leader removes the node's spare files (LocalTier::recycle):
+// for a job that is done saving to the local tier (the manager's end() does it).
+// Best effort: never fails.
+void release_local_spares(Comm& comm, const LocalTier& tier, std::shared_ptr<FileSystem> fs = nullptr);
 
 }  // namespace distckpt

@@ -60,16 +60,7 @@ class AsyncCheckpointer::Impl {
     // thread carries it to the agreement, so every rank reports it alike.
     Timer stage_timer;
     std::unique_ptr<StreamWriter> writer;
-    Status staged = guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
-      DISTCKPT_RETURN_IF_ERROR(session.local_error);
-      if (session.mine.empty()) return Status();
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
-      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
-                                              internal_collective::data_file_path(session, *fg_),
-                                              session.frame.options.checksum);
-      return internal_collective::stage_chunks(*writer, session, state, *fg_, &session.frame.result.rank_bytes_written,
-                                            &session.tags);
-    });
+    const Status staged = stage(session, state, &writer);
     const double stage_s = stage_timer.seconds();
 
     running_ = true;
@@ -151,17 +142,7 @@ class AsyncCheckpointer::Impl {
   Status start_staged(std::unique_ptr<internal_collective::StagedSave> job, const StateDict& state) {
     Timer stage_timer;
     std::unique_ptr<StreamWriter> writer;
-    SaveSession& session = job->session();
-    Status staged = guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
-      DISTCKPT_RETURN_IF_ERROR(session.local_error);
-      if (session.mine.empty()) return Status();
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
-      writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
-                                              internal_collective::data_file_path(session, *fg_),
-                                              session.frame.options.checksum);
-      return internal_collective::stage_chunks(*writer, session, state, *fg_, &session.frame.result.rank_bytes_written,
-                                               &session.tags);
-    });
+    const Status staged = stage(job->session(), state, &writer);
     const double stage_s = stage_timer.seconds();
     running_ = true;
     auto finish = [this, job = std::move(job), writer = std::move(writer), staged, stage_s]() mutable {
@@ -214,6 +195,27 @@ class AsyncCheckpointer::Impl {
   }
 
  private:
+  // Copies this rank's chunks into the staging pool, through a stream writer that writes
+  // them to the session's data file. Through the page cache (a memory file system, or
+  // no direct I/O) nothing is written until every byte is staged or the pool is full:
+  // the kernel's copy into the page cache would otherwise slow the caller's copy down
+  // (stream_writer.h).
+  Status stage(SaveSession& session, const StateDict& state, std::unique_ptr<StreamWriter>* writer) {
+    return guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(session.local_error);
+      if (session.mine.empty()) return Status();
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
+      const bool hold = !file->direct();
+      *writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
+                                               internal_collective::data_file_path(session, *fg_),
+                                               session.frame.options.checksum, hold);
+      Status st = internal_collective::stage_chunks(**writer, session, state, *fg_,
+                                                    &session.frame.result.rank_bytes_written, &session.tags);
+      (*writer)->release_hold();
+      return st;
+    });
+  }
+
   void join() {
     if (worker_.joinable()) worker_.join();
   }

@@ -13,6 +13,7 @@
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "format/native/index_codec.h"
+#include "storage/spare_files.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
 #include "transform/crc32c.h"
@@ -145,7 +146,18 @@ std::string data_file_path(const SaveSession& session, const Comm& comm) {
 Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm) {
   WriteOpenOptions open_options;
   open_options.direct_io = session.frame.options.direct_io;
-  auto file = session.frame.fs->open_writable(data_file_path(session, comm), open_options);
+  const std::string path = data_file_path(session, comm);
+  FileSystem& fs = *session.frame.fs;
+  // A spare file of this node, sized to this one: its pages are overwritten, not made.
+  if (!session.frame.spare_dir.empty() && !session.mine.empty() &&
+      internal_storage::take_spare(fs, session.frame.spare_dir, path, comm.rank())) {
+    WriteOpenOptions keep = open_options;
+    keep.truncate = false;
+    auto file = fs.open_writable(path, keep);
+    if (file.ok() && (*file)->truncate(chunk_ends(session.mine).back()).ok()) return file;
+    (void)fs.remove_file(path);  // unusable: a new file instead
+  }
+  auto file = fs.open_writable(path, open_options);
   if (!file.ok()) return file.status().with_context(rank_prefix(comm));
   return file;
 }

@@ -44,6 +44,9 @@ struct SaveFrame {
   internal_plan::SavePlan plan;
   SaveResult result;
   internal_base::Timer timer;  // since open_save began
+  // Where this node keeps files to overwrite (the local tier's spares,
+  // storage/spare_files.h); empty: every data file is new.
+  std::string spare_dir;
 };
 
 // What a write strategy adds to the frame.

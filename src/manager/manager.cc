@@ -437,6 +437,7 @@ Result<StepOutcome> CheckpointManager::Impl::end(int64_t step, int64_t epoch, co
     if (!drained.ok()) out.drain_error = drained.with_context("drain of '" + last.name + "' (the local copy stays)");
   }
   DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
+  if (impl.tiered()) impl.drop_spares();  // no local save follows: their memory goes back
   DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;

@@ -263,6 +263,9 @@ struct CheckpointManager::Impl {
   // Collective: local retention (records first, then every node's files, and what
   // failed saves left on the nodes).
   std::vector<std::string> retain_local(std::vector<std::string>* warnings);
+  // Every node's leader removes the node's spare files (LocalTier::recycle): the job is
+  // done with the local tier.
+  void drop_spares();
   Result<ResumeResult> resume_tiered(const ResumeOptions& options);
   Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end);
   Result<ResumeResult> resume_global(const ResumeOptions& options);  // resume.cc

@@ -240,11 +240,13 @@ std::vector<std::string> CheckpointManager::Impl::retain_local(std::vector<std::
           continue;
         }
         if (name == writing || !names.matches(series, name)) continue;
-        (void)fs->remove_all(dir + "/" + e.name);
+        (void)internal_tier::remove_node_entry(*fs, dir, e.name, cfg.local.recycle);
       }
   }
   return split(removed_joined, '\n');
 }
+
+void CheckpointManager::Impl::drop_spares() { release_local_spares(*comm, cfg.local, fs); }
 
 Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions& options) {
   RestoreOptions ro;

@@ -216,7 +216,9 @@ class PosixFileSystem final : public FileSystem {
   static constexpr mode_t kFileMode = 0600, kDirMode = 0700;
   Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path,
                                                       const WriteOpenOptions& options) override {
-    const int kFlags = O_WRONLY | O_CREAT | (options.truncate ? O_TRUNC : 0) | O_CLOEXEC;
+    // A file opened as it is was made by us (a spare, an HDF5 layout): never through a
+    // link planted in its place.
+    const int kFlags = O_WRONLY | O_CREAT | (options.truncate ? O_TRUNC : O_NOFOLLOW) | O_CLOEXEC;
     if (options.direct_io && !in_memory_file_system(internal_base::dir_name(path))) {
       const int fd = ::open(path.c_str(), kFlags | O_DIRECT, kFileMode);
       if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true));

@@ -44,7 +44,11 @@ std::size_t StagingPool::slab_count() const {
   return slabs_.size();
 }
 
-char* StagingPool::acquire() {
+char* StagingPool::acquire() { return take(true); }
+
+char* StagingPool::try_acquire() { return take(false); }
+
+char* StagingPool::take(bool wait) {
   std::unique_lock<std::mutex> lock(mu_);
   if (free_.empty() && slabs_.size() + making_ < max_count_) {
     ++making_;
@@ -58,6 +62,7 @@ char* StagingPool::acquire() {
     }
     max_count_ = slabs_.size();  // no more memory to be had: make do with what there is
   }
+  if (!wait && free_.empty()) return nullptr;
   cv_.wait(lock, [&] { return !free_.empty(); });
   char* slab = free_.back();
   free_.pop_back();

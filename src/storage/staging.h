@@ -32,10 +32,14 @@ class StagingPool {
   // A free slab; with none free, a new one while the pool may grow (and memory can be
   // had), else waits until one is released. Thread-safe.
   char* acquire();
+  // As acquire(), but null instead of waiting when no slab is free and the pool cannot
+  // grow. Thread-safe.
+  char* try_acquire();
   void release(char* slab);
 
  private:
   char* make_slab() const;  // aligned and touched, or null
+  char* take(bool wait);
 
   std::size_t slab_bytes_;
   std::size_t max_count_;

@@ -8,8 +8,8 @@
 namespace distckpt::internal_storage {
 
 StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
-                           std::string path, bool checksum)
-    : file_(std::move(file)), pool_(pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)),
+                           std::string path, bool checksum, bool hold)
+    : file_(std::move(file)), pool_(pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)), held_(hold),
       crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {
   thread_ = std::thread([this] { run(); });
 }
@@ -23,6 +23,14 @@ StreamWriter::~StreamWriter() {
   if (thread_.joinable()) thread_.join();
   if (current_ != nullptr) pool_.release(current_);
   for (const Job& j : queue_) pool_.release(j.slab);
+}
+
+void StreamWriter::release_hold() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+  }
+  cv_.notify_all();
 }
 
 Status StreamWriter::writer_status() {
@@ -45,7 +53,11 @@ Status StreamWriter::append(const void* data, std::size_t n) {
   while (n > 0) {
     if (current_ == nullptr) {
       DISTCKPT_RETURN_IF_ERROR(writer_status());
-      current_ = pool_.acquire();  // waits while every slab is queued or being written
+      current_ = pool_.try_acquire();
+      if (current_ == nullptr) {
+        release_hold();  // the pool is full: only writing frees a slab
+        current_ = pool_.acquire();  // waits while every slab is queued or being written
+      }
     }
     const std::size_t take = std::min(n, pool_.slab_bytes() - fill_);
     std::memcpy(current_ + fill_, p, take);
@@ -63,7 +75,7 @@ void StreamWriter::run() {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return closing_ || (!queue_.empty() && !held_); });
       if (queue_.empty()) return;  // closing and drained
       job = queue_.front();
       queue_.pop_front();
@@ -107,6 +119,7 @@ void StreamWriter::run() {
 
 Result<std::vector<uint32_t>> StreamWriter::finish(bool fsync) {
   if (fill_ > 0) submit_current();
+  release_hold();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return queue_.empty() && idle_; });

@@ -35,12 +35,20 @@ class StreamWriter {
   // the file's size): the writer computes one CRC32C per chunk. `file` is written from
   // offset 0; `pool` must outlive the writer and serve only it while it runs.
   // With `checksum` false no CRC is computed (finish() returns zeros).
+  // With `hold`, full slabs wait in the queue instead of being written while the caller
+  // fills the next ones, until release_hold(), finish(), or a slab is needed and the pool
+  // has none left (then writing starts, as without hold). An asynchronous save stages
+  // with hold when its file is written through the page cache: there the write is a
+  // second memory copy by the kernel, which would compete with the caller's copy for
+  // the cores and the memory bandwidth while the training loop waits.
   StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
-               std::string path, bool checksum = true);
+               std::string path, bool checksum = true, bool hold = false);
   ~StreamWriter();  // joins the writer thread (after an abandoned stream, too)
 
   // Copies `n` bytes into the stream. Returns the writer's first error, if any.
   Status append(const void* data, std::size_t n);
+  // Lets the writer thread write what is queued (and all that follows). Thread-safe.
+  void release_hold();
   // Writes what is left, trims padding, fsyncs if asked, closes; returns the CRCs.
   Result<std::vector<uint32_t>> finish(bool fsync);
 
@@ -67,6 +75,7 @@ class StreamWriter {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool closing_ = false;
+  bool held_ = false;  // queued slabs wait (see the constructor)
   bool idle_ = true;
   Status error_;  // first write error (guarded by mu_)
   // Writer-thread state: per-chunk CRCs, accumulated in stream order.

@@ -2,19 +2,22 @@
 // encryption. The protocol (DESIGN.md, "The tier protocol"):
 //   1. ranks agree on the state and the encryption; every node's leader makes sure the
 //      node has its id; rank 0 plans one copy per node of each distinct chunk (chunks
-//      no other node holds first in each file) and claims a commit number in the root;
+//      no other node holds first in each file) and starts claiming a commit number in
+//      the root, on a thread of its own that overlaps steps 2 and 3;
 //   2. every rank writes and fsyncs its data file into its node's temporary directory;
 //   3. redundancy: partner copies are sent to the next node, or each parity group's
 //      leaders exchange segments and write parity; fsynced; all ranks agree;
-//   4. rank 0 makes the record (the index with every chunk's CRC32C and the placement,
-//      sealed when encrypted); every leader writes it into its temporary directory and
+//   4. rank 0 makes the record (the index with every chunk's CRC32C, the placement and
+//      the commit number, sealed when encrypted); every leader writes it into its temporary directory and
 //      renames that to <dir>/<name>; all agree;
 //   5. rank 0 commits the record in the global root (written, fsynced, renamed); all
 //      agree. Only now is the checkpoint listed. A failure before removes every node's
 //      directory of it.
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
+#include <future>
+#include <system_error>
 #include <map>
 #include <set>
 
@@ -402,8 +405,6 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
                      .file_id()] = static_cast<int>(r);
       DISTCKPT_RETURN_IF_ERROR(place(index, nodes, node_ids, hosts, solo, writer, red));
       DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(records_dir(root)));
-      DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, internal_catalog::claim_commit_seq(fs, root));
-      index.set_commit_seq(seq);
       index.set_advances_latest(options.update_latest);
       DISTCKPT_ASSIGN_OR_RETURN(std::string random, internal_transform::CheckpointCipher::random_bytes(6));
       tmp_name = options.name + ".tmp-" + hex(random);
@@ -412,6 +413,17 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     });
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  if (me == 0) {
+    std::shared_ptr<FileSystem> fs_handle = frame.fs;
+    auto claim = [fs_handle, root] { return internal_catalog::claim_commit_seq(*fs_handle, root); };
+    try {
+      ls.commit_seq = std::async(std::launch::async, claim);
+    } catch (const std::system_error&) {  // no thread to be had: claim it now
+      std::promise<Result<uint64_t>> now;
+      now.set_value(claim());
+      ls.commit_seq = now.get_future();
+    }
+  }
   comm.broadcast_string(tmp_name, 0);
   comm.broadcast_string(plan_bytes, 0);
   std::vector<std::string> parts;
@@ -434,6 +446,7 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     local = local.with_context(where);
   }
   frame.entry.tmp = tmp_dir;
+  if (tier_in.recycle) frame.spare_dir = spare_dir(tier.dir);
   frame.entry.root = tier.dir;
   frame.entry.name = options.name;
   frame.entry.directory = true;
@@ -517,6 +530,8 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
     local = guarded("local save: rank 0: record", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(internal_collective::fill_checksums(frame, all_crcs, all_tags));
       proto::Index index = frame.plan.index;
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, ls.commit_seq.get());
+      index.set_commit_seq(seq);
       for (proto::TierParityGroup& g : *index.mutable_tier()->mutable_groups())
         for (int i = 0; i < g.nodes_size(); ++i) {
           uint32_t crc;

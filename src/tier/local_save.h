@@ -2,6 +2,7 @@
 // that the asynchronous saver can stage the write and finish in the background.
 #pragma once
 
+#include <future>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct LocalSession {
   bool leader = false;  // this node's leader: makes and commits the node's directory
   proto::Index placed;  // the plan with its placement (no checksums yet)
   std::string tmp_name, tmp_dir, final_dir;
+  // Rank 0: the commit number, claimed on a thread of its own while the data is
+  // written (the claim is a synced write in the global root, which may be a slow
+  // shared file system); the record takes it in step 4.
+  std::future<Result<uint64_t>> commit_seq;
 };
 
 // Collective: step 1 of the protocol (local_save.cc) and every node's temporary

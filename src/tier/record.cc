@@ -6,6 +6,7 @@
 #include <set>
 
 #include "format/native/index_codec.h"
+#include "storage/spare_files.h"
 #include "tier/streams.h"
 #include "transform/cipher.h"
 
@@ -18,6 +19,14 @@ std::string record_path(const std::string& root, const std::string& name) {
 
 std::string copy_path(const std::string& local_dir, const std::string& name, const std::string& file, uint32_t kind) {
   return local_dir + "/" + name + (kind == kPartner ? "/partner/" : "/") + file;
+}
+
+std::string spare_dir(const std::string& node_dir) { return node_dir + "/" + kSpareDir; }
+
+Status remove_node_entry(FileSystem& fs, const std::string& node_dir, const std::string& entry, bool recycle) {
+  const std::string path = node_dir + "/" + entry;
+  if (!recycle) return fs.remove_all(path);
+  return internal_storage::retire_into_spares(fs, path, spare_dir(node_dir));
 }
 
 std::string read_node_id(FileSystem& fs, const std::string& dir) {

@@ -8,6 +8,8 @@
 //                                   copies in partner/, parity in parity.bin, and the
 //                                   record (the same bytes as the global one)
 //   <dir>/<name>.tmp-<id>/          the same while it is written
+//   <dir>/.spare/                   files of the checkpoint removed last, for the next
+//                                   save to overwrite (LocalTier::recycle)
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@ namespace distckpt::internal_tier {
 inline constexpr const char* kNodeIdFile = ".distckpt-node";
 inline constexpr const char* kRecordFile = "record";
 inline constexpr const char* kParityFile = "parity.bin";
+inline constexpr const char* kSpareDir = ".spare";
 inline constexpr std::size_t kNodeIdBytes = 16;
 inline constexpr uint32_t kPrimary = 0, kPartner = 1;
 
@@ -48,6 +51,11 @@ Status write_atomically(FileSystem& fs, const std::string& path, const std::stri
 // encrypted record's tensor table stays sealed (open it with open_index).
 Result<proto::Index> read_record(FileSystem& fs, const std::string& path);
 Status validate_placement(const proto::Index& index, const std::string& path);
+
+// Removes one node's directory of a checkpoint (`node_dir`/`entry`, committed or
+// temporary): its files become the node's spares when `recycle`, else are removed.
+Status remove_node_entry(FileSystem& fs, const std::string& node_dir, const std::string& entry, bool recycle);
+std::string spare_dir(const std::string& node_dir);
 
 // The redundancy a record was saved with.
 Result<Redundancy> record_redundancy(const proto::Index& index);

@@ -1,0 +1,65 @@
+#include "storage/spare_files.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+namespace distckpt::internal_storage {
+
+namespace {
+
+// A name for a retired file that no other retirement picks: this process's id, a
+// per-process counter and the time.
+std::string fresh_spare_name() {
+  static std::atomic<uint64_t> counter{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return "spare-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(now);
+}
+
+void move_files(FileSystem& fs, const std::string& dir, const std::string& spare_dir) {
+  auto entries = fs.list_dir(dir);
+  if (!entries.ok()) return;
+  for (const DirEntry& e : *entries) {
+    const std::string path = dir + "/" + e.name;
+    if (e.is_dir) {
+      move_files(fs, path, spare_dir);
+      continue;
+    }
+    // Only regular files are worth keeping (a symlink would send the next save's
+    // writes elsewhere): checked without following links.
+    auto file = fs.open_readable(path);
+    if (!file.ok() || !fs.rename(path, spare_dir + "/" + fresh_spare_name()).ok()) (void)fs.remove_file(path);
+  }
+}
+
+}  // namespace
+
+Status retire_into_spares(FileSystem& fs, const std::string& dir, const std::string& spare_dir) {
+  drop_spares(fs, spare_dir);
+  if (fs.create_dirs(spare_dir).ok()) move_files(fs, dir, spare_dir);
+  return fs.remove_all(dir);
+}
+
+bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, int hint) {
+  auto entries = fs.list_dir(spare_dir);
+  if (!entries.ok() || entries->empty()) return false;
+  const std::size_t n = entries->size();
+  // Writers of one node start at different spares, so that they rarely race for one.
+  for (std::size_t i = 0; i < n; ++i) {
+    const DirEntry& e = (*entries)[(static_cast<std::size_t>(hint < 0 ? 0 : hint) + i) % n];
+    if (e.is_dir) continue;
+    const std::string spare = spare_dir + "/" + e.name;
+    if (!fs.rename_no_replace(spare, path).ok()) continue;  // taken by another writer, or gone
+    if (fs.open_readable(path).ok()) return true;           // a regular file, not a link
+    (void)fs.remove_file(path);
+  }
+  return false;
+}
+
+void drop_spares(FileSystem& fs, const std::string& spare_dir) {
+  if (fs.exists(spare_dir)) (void)fs.remove_all(spare_dir);
+}
+
+}  // namespace distckpt::internal_storage
