@@ -149,12 +149,12 @@ Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session,
   const std::string path = data_file_path(session, comm);
   FileSystem& fs = *session.frame.fs;
   // A spare file of this node, sized to this one: its pages are overwritten, not made.
-  if (!session.frame.spare_dir.empty() && !session.mine.empty() &&
-      internal_storage::take_spare(fs, session.frame.spare_dir, path, comm.rank())) {
+  const uint64_t size = session.mine.empty() ? 0 : chunk_ends(session.mine).back();
+  if (!session.frame.spare_dir.empty() && size > 0 && internal_storage::take_spare(fs, session.frame.spare_dir, path, size)) {
     WriteOpenOptions keep = open_options;
     keep.truncate = false;
     auto file = fs.open_writable(path, keep);
-    if (file.ok() && (*file)->truncate(chunk_ends(session.mine).back()).ok()) return file;
+    if (file.ok() && (*file)->truncate(size).ok()) return file;
     (void)fs.remove_file(path);  // unusable: a new file instead
   }
   auto file = fs.open_writable(path, open_options);

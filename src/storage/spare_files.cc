@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <vector>
@@ -27,8 +28,8 @@ void move_files(FileSystem& fs, const std::string& dir, const std::string& spare
       move_files(fs, path, spare_dir);
       continue;
     }
-    // Only regular files are worth keeping (a symlink would send the next save's
-    // writes elsewhere): checked without following links.
+    // Only regular files are kept (a symlink would send the next save's writes
+    // elsewhere): checked without following links.
     auto file = fs.open_readable(path);
     if (!file.ok() || !fs.rename(path, spare_dir + "/" + fresh_spare_name()).ok()) (void)fs.remove_file(path);
   }
@@ -42,17 +43,25 @@ Status retire_into_spares(FileSystem& fs, const std::string& dir, const std::str
   return fs.remove_all(dir);
 }
 
-bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, int hint) {
+bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, uint64_t size) {
   auto entries = fs.list_dir(spare_dir);
   if (!entries.ok() || entries->empty()) return false;
-  const std::size_t n = entries->size();
-  // Writers of one node start at different spares, so that they rarely race for one.
-  for (std::size_t i = 0; i < n; ++i) {
-    const DirEntry& e = (*entries)[(static_cast<std::size_t>(hint < 0 ? 0 : hint) + i) % n];
+  // The best fit first: the smallest spare that holds `size` bytes, then the others,
+  // largest first (a spare too small still saves its pages). Writers racing for one
+  // spare each get another: the rename gives it to one of them.
+  std::vector<std::pair<uint64_t, std::string>> fits, short_ones;
+  for (const DirEntry& e : *entries) {
     if (e.is_dir) continue;
-    const std::string spare = spare_dir + "/" + e.name;
-    if (!fs.rename_no_replace(spare, path).ok()) continue;  // taken by another writer, or gone
-    if (fs.open_readable(path).ok()) return true;           // a regular file, not a link
+    auto bytes = fs.file_size(spare_dir + "/" + e.name);
+    if (!bytes.ok()) continue;
+    (*bytes >= size ? fits : short_ones).emplace_back(*bytes, e.name);
+  }
+  std::sort(fits.begin(), fits.end());
+  std::sort(short_ones.rbegin(), short_ones.rend());
+  fits.insert(fits.end(), short_ones.begin(), short_ones.end());
+  for (const auto& [bytes, name] : fits) {
+    if (!fs.rename_no_replace(spare_dir + "/" + name, path).ok()) continue;  // taken by another writer
+    if (fs.open_readable(path).ok()) return true;                             // a regular file, not a link
     (void)fs.remove_file(path);
   }
   return false;

@@ -22,10 +22,11 @@ namespace distckpt::internal_storage {
 // `dir`. Best effort, as a removal is: what cannot be moved is removed.
 Status retire_into_spares(FileSystem& fs, const std::string& dir, const std::string& spare_dir);
 
-// Renames one regular file of `spare_dir` to `path` (which must not exist). False when
-// there is none to take (or it could not be taken): the caller writes a new file.
-// Several writers may take spares from one directory at once; each gets its own.
-bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, int hint);
+// Renames a regular file of `spare_dir` to `path` (which must not exist), the one that
+// best fits a file of `size` bytes. False when there is none to take: the caller writes
+// a new file. Several writers may take spares from one directory at once; each gets its
+// own.
+bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, uint64_t size);
 
 // Removes `spare_dir` and what it holds (a job that ends gives the memory back).
 void drop_spares(FileSystem& fs, const std::string& spare_dir);
