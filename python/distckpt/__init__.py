@@ -1,0 +1,308 @@
+"""distckpt: distributed checkpoints of tensors split across MPI ranks.
+
+The Python face of the C++ library (libdistckpt), the same files and the same rules:
+
+    import numpy as np, distckpt
+    comm = distckpt.Comm.world()                       # or Comm.from_mpi4py(MPI.COMM_WORLD)
+    w = np.ones((4, 8), np.float32)                    # this rank's rows of a [4*size, 8] tensor
+    layout = distckpt.TensorLayout.from_device_matrix([4 * comm.size, 8], [comm.size], [0, -1])
+    state = distckpt.StateDict(comm, {"w": w}, layouts={"w": layout}, info={"step": 3})
+    distckpt.save(comm, state, "/ckpt", "step-3", step=3)
+    distckpt.load(comm, state, "/ckpt")                # the newest checkpoint, into w
+
+    r = distckpt.open("/ckpt/step-3")                  # no MPI needed
+    r.tensor("w")                                      # the whole tensor, as numpy
+
+Tensors are never copied into the state dict: numpy arrays are taken through the buffer
+protocol, torch tensors by data_ptr(), dtype and strides; the StateDict keeps a reference
+to each. Collectives and I/O release the GIL. `import distckpt` does not initialise MPI;
+Comm.world() does (MPI_THREAD_MULTIPLE) when no one did. Every Comm is closed before
+MPI_Finalize, also for a script that exits with one still open.
+"""
+import atexit as _atexit
+import weakref as _weakref
+
+import numpy as _np
+
+from . import _distckpt
+from ._distckpt import (  # noqa: F401  (re-exported)
+    AuthError,
+    CorruptionError,
+    DistckptError,
+    MismatchError,
+    NotFoundError,
+)
+
+__all__ = [
+    "Comm", "TensorLayout", "StateDict", "save", "load", "list_checkpoints", "verify", "convert", "open",
+    "Reader", "DistckptError", "CorruptionError", "AuthError", "MismatchError", "NotFoundError",
+]
+
+_live_comms = _weakref.WeakSet()
+
+
+class Comm:
+    """A communicator for distckpt's collectives (a duplicate of an MPI communicator)."""
+
+    def __init__(self, native):
+        self._native = native
+        _live_comms.add(self)
+
+    @classmethod
+    def world(cls):
+        """MPI_COMM_WORLD; initialises MPI (MPI_THREAD_MULTIPLE) if no one did. Collective."""
+        return cls(_distckpt.Comm._world())
+
+    @classmethod
+    def from_mpi4py(cls, comm):
+        """A duplicate of an mpi4py communicator (MPI must be initialised). Collective."""
+        from mpi4py import MPI
+        return cls(_distckpt.Comm._from_handle(MPI._handleof(comm)))
+
+    @property
+    def rank(self):
+        return self._native.rank
+
+    @property
+    def size(self):
+        return self._native.size
+
+    def barrier(self):
+        self._native.barrier()
+
+    def close(self):
+        """Frees the duplicate communicator. Collective; idempotent."""
+        if not self._native.closed:
+            self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@_atexit.register
+def _close_all():
+    # Python's exit handlers run before mpi4py's MPI_Finalize (a C-level one): every
+    # communicator is freed while MPI is still up, then MPI is finalized if we started it.
+    for comm in list(_live_comms):
+        try:
+            comm.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+    _distckpt._finalize_if_ours()
+
+
+class TensorLayout:
+    """How a global tensor is split over ranks (MindSpore's device matrix, or boxes)."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @classmethod
+    def from_device_matrix(cls, shape, dev_mat, tensor_map, ranks=None):
+        return cls(_distckpt.TensorLayout._from_device_matrix(list(shape), list(dev_mat), list(tensor_map),
+                                                              list(ranks or [])))
+
+    @classmethod
+    def from_boxes(cls, shape, boxes):
+        """boxes[r]: the (offset, shape) pairs rank r holds."""
+        return cls(_distckpt.TensorLayout._from_boxes(list(shape), [[(list(o), list(s)) for o, s in rank]
+                                                                     for rank in boxes]))
+
+    @classmethod
+    def replicated(cls, shape, size):
+        """The whole tensor on each of `size` ranks (data-parallel replicas)."""
+        return cls.from_device_matrix(shape, [size], [-1] * len(shape))
+
+    @property
+    def global_shape(self):
+        return list(self._native.global_shape)
+
+    def boxes_of(self, rank):
+        return self._native.boxes_of(rank)
+
+
+_NUMPY_DTYPES = {
+    "float32": "float32", "float16": "float16", "float64": "float64",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "bool",
+}
+
+
+def _torch_view(name, t):
+    """(address, nbytes, dtype name, readonly, owner) of a torch tensor, or TypeError."""
+    if t.device.type != "cpu":
+        raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
+    if not t.is_contiguous():
+        raise TypeError(f"tensor '{name}' is not contiguous (call .contiguous())")
+    dtype = str(t.dtype).replace("torch.", "")
+    if dtype not in _NUMPY_DTYPES and dtype != "bfloat16":
+        raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
+    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, t
+
+
+def _numpy_view(name, a, dtype):
+    """The same for anything with the buffer protocol (numpy arrays)."""
+    try:
+        view = memoryview(a)
+    except TypeError:
+        raise TypeError(f"tensor '{name}': a numpy array or a torch tensor, not {type(a).__name__}") from None
+    if not view.c_contiguous:
+        raise TypeError(f"tensor '{name}' is not C-contiguous (use numpy.ascontiguousarray)")
+    arr = _np.asarray(a)
+    kind = arr.dtype.name
+    if dtype is None:
+        if kind not in _NUMPY_DTYPES:
+            raise TypeError(f"tensor '{name}': dtype {arr.dtype} is not supported")
+        dtype = kind
+    elif dtype == "bfloat16" and arr.dtype.itemsize != 2:
+        raise TypeError(f"tensor '{name}': bfloat16 needs 2-byte elements (a uint16 view), not {arr.dtype}")
+    address = arr.__array_interface__["data"][0] if arr.size else 0
+    return address, arr.nbytes, dtype, view.readonly, a
+
+
+class StateDict:
+    """Named tensors of this rank, each with its layout, plus info values.
+
+    tensors: name -> numpy array or torch tensor (this rank's slice, C-contiguous, CPU).
+    layouts: name -> TensorLayout; a tensor without one is replicated on every rank.
+    dtypes: name -> dtype name, to store a numpy uint16 array as "bfloat16".
+    info: name -> int, float, bool or str (saved with the checkpoint, rank 0's).
+    Zero-copy: the StateDict refers to the tensors' memory and keeps them alive.
+    """
+
+    def __init__(self, comm, tensors, layouts=None, info=None, dtypes=None):
+        self._native = _distckpt._StateDict(comm.rank)
+        layouts = layouts or {}
+        dtypes = dtypes or {}
+        unknown = set(layouts) - set(tensors)
+        if unknown:
+            raise TypeError(f"layouts name tensors that are not in the state: {sorted(unknown)}")
+        for name, value in tensors.items():
+            if hasattr(value, "data_ptr") and hasattr(value, "is_contiguous"):
+                address, nbytes, dtype, readonly, owner = _torch_view(name, value)
+            else:
+                address, nbytes, dtype, readonly, owner = _numpy_view(name, value, dtypes.get(name))
+            layout = layouts.get(name)
+            if layout is None:
+                layout = TensorLayout.replicated(list(getattr(value, "shape")), comm.size)
+            self._native._add(name, dtype, address, nbytes, layout._native, owner, readonly)
+        for key, value in (info or {}).items():
+            self._native._set_info(key, value)
+
+    def keys(self):
+        return self._native.keys()
+
+
+def _key(key):
+    if key is None:
+        return None
+    return bytes(key)
+
+
+def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None):
+    """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...)."""
+    return _distckpt._save(comm._native, state._native, str(root), name, step, epoch, format, fsync, update_latest,
+                           _key(key))
+
+
+def load(comm, state, path, strict=True, key=None):
+    """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout."""
+    return _distckpt._load(comm._native, state._native, str(path), strict, _key(key))
+
+
+def list_checkpoints(root):
+    """The committed checkpoints under `root` (dicts: name, step, epoch, bytes, format, latest)."""
+    return _distckpt._list_checkpoints(str(root))
+
+
+def verify(path, key=None, deep=False):
+    """Reads every chunk of the checkpoint at `path` and checks it; raises on the first failure."""
+    return _distckpt._verify(str(path), _key(key), deep)
+
+
+def convert(src, dst, format, key=None):
+    """Writes the checkpoint `src` as `dst` in `format` (native, ckpt, safetensors, hdf5); returns the path."""
+    return _distckpt._convert(str(src), str(dst), format, _key(key))
+
+
+def _numpy_dtype(name):
+    # numpy has no bfloat16: such tensors come back as uint16 views of the bits.
+    return _np.dtype("uint16") if name == "bfloat16" else _np.dtype(_NUMPY_DTYPES[name])
+
+
+class Reader:
+    """One checkpoint in any format (native, .ckpt, safetensors, .h5), read in this process."""
+
+    def __init__(self, path, key=None):
+        self._native = _distckpt._Reader(str(path), _key(key))
+        self._tensors = self._native.tensors()
+
+    def keys(self):
+        return list(self._native.keys())
+
+    @property
+    def info(self):
+        return self._native.meta()
+
+    def dtype(self, name):
+        return self._tensors[name][0]
+
+    def shape(self, name):
+        return list(self._tensors[name][1])
+
+    def read(self, name, box):
+        """The region box = (offset, shape) of tensor `name`, as a numpy array (bfloat16: uint16)."""
+        if name not in self._tensors:
+            raise KeyError(f"no tensor '{name}' in this checkpoint")
+        offset, shape = (list(box[0]), list(box[1]))
+        out = _np.empty(shape, dtype=_numpy_dtype(self._tensors[name][0]))
+        self._native.read_into(name, offset, shape, out.reshape(-1).view(_np.uint8))
+        return out
+
+    def tensor(self, name):
+        """The whole tensor `name`, as a numpy array."""
+        if name not in self._tensors:
+            raise KeyError(f"no tensor '{name}' in this checkpoint")
+        shape = self.shape(name)
+        return self.read(name, ([0] * len(shape), shape))
+
+    def to_torch(self, name):
+        """The whole tensor `name` as a torch tensor (bfloat16 as torch.bfloat16)."""
+        import torch
+        a = self.tensor(name)
+        if self.dtype(name) == "bfloat16":  # torch 1.13 takes no uint16 array: the bits as int16
+            return torch.from_numpy(a.view(_np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def load_into(self, state_dict, strict=True):
+        """Copies the checkpoint's tensors into a torch state_dict (a module's, or an
+        optimizer's flattened one) by name, in place; returns the names left unmatched as
+        (missing_in_checkpoint, unexpected_in_checkpoint). With `strict`, a missing name
+        or a shape that differs raises MismatchError."""
+        stored = set(self.keys())
+        missing = [k for k in state_dict if k not in stored]
+        unexpected = sorted(stored - set(state_dict))
+        if strict and missing:
+            raise MismatchError(f"load_into: not in the checkpoint: {missing}")
+        for name, target in state_dict.items():
+            if name not in stored:
+                continue
+            if list(target.shape) != self.shape(name):
+                raise MismatchError(f"load_into: tensor '{name}': shape {list(target.shape)} in the state dict, "
+                                    f"{self.shape(name)} in the checkpoint")
+            target.copy_(self.to_torch(name))
+        return missing, unexpected
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def open(path, key=None):  # noqa: A001 - the package's reader, as h5py.File / safetensors.safe_open
+    """Opens a checkpoint for reading without MPI."""
+    return Reader(path, key)

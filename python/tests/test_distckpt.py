@@ -1,0 +1,231 @@
+"""The Python package under mpirun (1, 2 and 4 ranks): round trips of every dtype from
+numpy and torch (zero-copy, checked by address), resharding onto fewer ranks, errors as
+exceptions, and the reader on every format without MPI."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import distckpt
+
+DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "bool"]
+
+
+def full_tensor(dtype, shape, salt):
+    n = int(np.prod(shape))
+    values = (np.arange(n, dtype=np.int64) * 7 + salt) % 251
+    if dtype == "bool":
+        return (values % 3 == 0).reshape(shape)
+    if dtype == "bfloat16":  # the bits of bfloat16 values (numpy has no bfloat16)
+        return (np.arange(n, dtype=np.float32) * 0.5 + salt).view(np.uint32).__rshift__(16).astype(np.uint16).reshape(shape)
+    return values.astype(dtype).reshape(shape)
+
+
+def rows_of(full, rank, size):
+    rows = full.shape[0] // size
+    return np.ascontiguousarray(full[rank * rows:(rank + 1) * rows])
+
+
+def split_rows(shape, size):
+    return distckpt.TensorLayout.from_device_matrix(shape, [size], [0] + [-1] * (len(shape) - 1))
+
+
+def test_every_numpy_dtype_round_trips_in_place(comm, shared_dir):
+    size, rank = comm.size, comm.rank
+    names = DTYPES + ["bfloat16"]
+    shapes = {name: [4 * size, 3 + i % 4] for i, name in enumerate(names)}
+    fulls = {name: full_tensor(name, shapes[name], i) for i, name in enumerate(names)}
+    tensors = {name: rows_of(fulls[name], rank, size) for name in names}
+    layouts = {name: split_rows(shapes[name], size) for name in names}
+    state = distckpt.StateDict(comm, tensors, layouts, info={"step": 5, "lr": 0.5, "tag": "x", "ok": True},
+                               dtypes={"bfloat16": "bfloat16"})
+    saved = distckpt.save(comm, state, shared_dir, "step-5", step=5)
+    assert saved["bytes_written"] == sum(f.nbytes for f in fulls.values())
+    addresses = {name: t.__array_interface__["data"][0] for name, t in tensors.items()}
+    for t in tensors.values():
+        t[...] = 0
+    loaded = distckpt.load(comm, state, shared_dir)
+    assert loaded["step"] == 5
+    assert loaded["info"] == {"step": 5, "lr": 0.5, "tag": "x", "ok": True}
+    for name in names:
+        assert tensors[name].__array_interface__["data"][0] == addresses[name]  # loaded in place
+        np.testing.assert_array_equal(tensors[name], rows_of(fulls[name], rank, size), err_msg=name)
+    # Everything listed, verified, and readable without MPI on rank 0.
+    listed = distckpt.list_checkpoints(shared_dir)
+    assert [e["name"] for e in listed] == ["step-5"] and listed[0]["latest"]
+    if rank == 0:
+        report = distckpt.verify(os.path.join(shared_dir, "step-5"))
+        assert report["tensors"] == len(names)
+        with distckpt.open(os.path.join(shared_dir, "step-5")) as r:
+            assert sorted(r.keys()) == sorted(names)
+            for name in names:
+                np.testing.assert_array_equal(r.tensor(name), fulls[name], err_msg=name)
+            assert r.dtype("bfloat16") == "bfloat16" and r.tensor("bfloat16").dtype == np.uint16
+            part = r.read("int32", ([1, 1], [2, 2]))
+            np.testing.assert_array_equal(part, fulls["int32"][1:3, 1:3])
+    comm.barrier()
+
+
+def test_torch_tensors_round_trip_by_address(comm, shared_dir):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/setup.sh installs it)")
+    size, rank = comm.size, comm.rank
+    dtypes = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int8, torch.uint8,
+              torch.bool]
+    fulls, tensors, layouts = {}, {}, {}
+    for i, dt in enumerate(dtypes):
+        name = str(dt).replace("torch.", "")
+        shape = [2 * size, 5]
+        full = torch.arange(10 * size, dtype=torch.float64).reshape(shape) * 0.25 + i
+        full = (full > 3) if dt == torch.bool else full.to(dt)
+        fulls[name] = full
+        tensors[name] = full[2 * rank:2 * rank + 2].clone()
+        layouts[name] = split_rows(shape, size)
+    state = distckpt.StateDict(comm, tensors, layouts)
+    distckpt.save(comm, state, shared_dir, "t")
+    pointers = {n: t.data_ptr() for n, t in tensors.items()}
+    for t in tensors.values():
+        t.zero_()
+    distckpt.load(comm, state, os.path.join(shared_dir, "t"))
+    for name, t in tensors.items():
+        assert t.data_ptr() == pointers[name]
+        assert torch.equal(t, fulls[name][2 * rank:2 * rank + 2]), name
+    # Refused with the tensor's name: non-contiguous, and views that are not CPU memory.
+    with pytest.raises(TypeError, match="'w'"):
+        distckpt.StateDict(comm, {"w": torch.zeros(4, 4).t()})
+    # The reader into a torch state_dict, without MPI collectives (rank 0).
+    if rank == 0:
+        r = distckpt.open(os.path.join(shared_dir, "t"))
+        assert r.to_torch("bfloat16").dtype == torch.bfloat16
+        target = {n: torch.zeros_like(f) for n, f in fulls.items()}
+        missing, unexpected = r.load_into(target)
+        assert missing == [] and unexpected == []
+        for n, f in fulls.items():
+            assert torch.equal(target[n], f), n
+        with pytest.raises(distckpt.MismatchError, match="'float32'"):
+            r.load_into({"float32": torch.zeros(3, 3)})
+    comm.barrier()
+
+
+def test_reshard_onto_fewer_ranks(comm, shared_dir):
+    size, rank = comm.size, comm.rank
+    shape = [12, 8]
+    full = np.arange(96, dtype=np.float32).reshape(shape)
+    # Saved split over columns on every rank (TP = size when it divides 8, else replicated).
+    tp = size if 8 % size == 0 else 1
+    layout = distckpt.TensorLayout.from_device_matrix(shape, [size // tp, tp], [-1, 0])
+    (offset, extent), = layout.boxes_of(rank)
+    mine = np.ascontiguousarray(full[offset[0]:offset[0] + extent[0], offset[1]:offset[1] + extent[1]])
+    distckpt.save(comm, distckpt.StateDict(comm, {"w": mine}, {"w": layout}), shared_dir, "r")
+    # Loaded on the first 2 ranks as 2 row blocks, then on rank 0 alone, whole.
+    for ranks in ([0, 1], [0]):
+        if len(ranks) > size:
+            continue
+        sub_mpi = MPI.COMM_WORLD.Split(0 if rank in ranks else MPI.UNDEFINED, rank)
+        if sub_mpi != MPI.COMM_NULL:
+            with distckpt.Comm.from_mpi4py(sub_mpi) as sub:
+                n = sub.size
+                rows = np.zeros((12 // n, 8), np.float32)
+                st = distckpt.StateDict(sub, {"w": rows}, {"w": split_rows(shape, n)})
+                result = distckpt.load(sub, st, os.path.join(shared_dir, "r"))
+                np.testing.assert_array_equal(rows, full[sub.rank * 12 // n:(sub.rank + 1) * 12 // n])
+                assert result["bytes_read"] == result["bytes_needed"]
+            sub_mpi.Free()
+        comm.barrier()
+
+
+def test_errors_are_exceptions(comm, shared_dir):
+    size, rank = comm.size, comm.rank
+    w = np.ones((2, 3), np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    with pytest.raises(distckpt.NotFoundError):
+        distckpt.load(comm, state, os.path.join(shared_dir, "missing"))
+    distckpt.save(comm, state, shared_dir, "e", key=b"k" * 32)
+    with pytest.raises(distckpt.DistckptError, match="already exists"):
+        distckpt.save(comm, state, shared_dir, "e")
+    wrong = distckpt.StateDict(comm, {"w": np.ones((2, 3), np.float64)})
+    with pytest.raises(distckpt.MismatchError, match="'w'"):
+        distckpt.load(comm, wrong, os.path.join(shared_dir, "e"), key=b"k" * 32)
+    with pytest.raises(distckpt.AuthError):
+        distckpt.load(comm, state, os.path.join(shared_dir, "e"), key=b"x" * 32)
+    assert issubclass(distckpt.CorruptionError, distckpt.DistckptError)
+    with pytest.raises(TypeError, match="'v'"):
+        distckpt.StateDict(comm, {"v": np.ones((4, 4), np.float32)[:, ::2]})
+    ro = np.ones((2, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="'w'.*read-only"):
+        distckpt.load(comm, distckpt.StateDict(comm, {"w": ro}), os.path.join(shared_dir, "e"), key=b"k" * 32)
+    with pytest.raises(TypeError, match="'s'"):
+        distckpt.StateDict(comm, {"s": "not a tensor"})
+    # A damaged file is corruption, named.
+    comm.barrier()
+    if rank == 0:
+        distckpt.save(distckpt.Comm.from_mpi4py(MPI.COMM_SELF), distckpt.StateDict(
+            distckpt.Comm.from_mpi4py(MPI.COMM_SELF), {"w": w}), shared_dir, "c")
+        data = os.path.join(shared_dir, "c", "data-00000.bin")
+        with open(data, "r+b") as f:
+            f.seek(2)
+            b = f.read(1)
+            f.seek(2)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with pytest.raises(distckpt.CorruptionError, match="data-00000.bin"):
+            distckpt.verify(os.path.join(shared_dir, "c"))
+    comm.barrier()
+
+
+def plain_safetensors(path, tensors):
+    """A safetensors file written by hand, as any writer of the format would."""
+    header, offset, blobs = {}, 0, []
+    for name, a in tensors.items():
+        header[name] = {"dtype": {"float32": "F32", "int64": "I64"}[a.dtype.name], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_reader_on_every_format_without_mpi(comm, shared_dir):
+    if comm.rank != 0:
+        return
+    full = np.arange(24, dtype=np.float32).reshape(4, 6)
+    self_comm = distckpt.Comm.from_mpi4py(MPI.COMM_SELF)
+    state = distckpt.StateDict(self_comm, {"w": full.copy(), "b": np.arange(3, dtype=np.int64)})
+    distckpt.save(self_comm, state, shared_dir, "n")
+    paths = [os.path.join(shared_dir, "n")]
+    for fmt in ("ckpt", "safetensors", "hdf5"):
+        paths.append(distckpt.convert(os.path.join(shared_dir, "n"), os.path.join(shared_dir, "as_" + fmt), fmt))
+    plain = os.path.join(shared_dir, "plain.safetensors")
+    plain_safetensors(plain, {"w": full, "b": np.arange(3, dtype=np.int64)})
+    paths.append(plain)
+    self_comm.close()
+    # A fresh interpreter, no mpirun, no MPI environment: import and read only.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_"))}
+    script = (
+        "import sys, numpy as np, distckpt\n"
+        "for p in sys.argv[1:]:\n"
+        "    r = distckpt.open(p)\n"
+        "    assert sorted(r.keys()) == ['b', 'w'], (p, r.keys())\n"
+        "    np.testing.assert_array_equal(r.tensor('w'), np.arange(24, dtype=np.float32).reshape(4, 6))\n"
+        "    np.testing.assert_array_equal(r.read('w', ([1, 2], [2, 3])), np.arange(24).reshape(4, 6)[1:3, 2:5])\n"
+        "    np.testing.assert_array_equal(r.tensor('b'), np.arange(3))\n"
+        "print('read', len(sys.argv) - 1)\n")
+    out = subprocess.run([sys.executable, "-c", script] + paths, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"read {len(paths)}"
+
+
+def test_a_script_that_leaves_a_comm_open_exits_zero(comm):
+    if comm.rank != 0:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_"))}
+    script = "import distckpt\nc = distckpt.Comm.world()\nassert c.size == 1\nc2 = distckpt.Comm.world()\n"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
