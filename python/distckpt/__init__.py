@@ -34,7 +34,7 @@ from ._distckpt import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "Comm", "TensorLayout", "StateDict", "save", "load", "list_checkpoints", "verify", "convert", "open",
+    "Comm", "TensorLayout", "StateDict", "CheckpointManager", "save", "load", "list_checkpoints", "verify", "convert", "open",
     "Reader", "DistckptError", "CorruptionError", "AuthError", "MismatchError", "NotFoundError",
 ]
 
@@ -86,7 +86,8 @@ class Comm:
 def _close_all():
     # Python's exit handlers run before mpi4py's MPI_Finalize (a C-level one): every
     # communicator is freed while MPI is still up, then MPI is finalized if we started it.
-    for comm in list(_live_comms):
+    # Managers first (they use the communicators), then communicators.
+    for comm in sorted(_live_comms, key=lambda c: not isinstance(c, CheckpointManager)):
         try:
             comm.close()
         except Exception:  # pragma: no cover - best effort at exit
@@ -226,6 +227,112 @@ def verify(path, key=None, deep=False):
 def convert(src, dst, format, key=None):
     """Writes the checkpoint `src` as `dst` in `format` (native, ckpt, safetensors, hdf5); returns the path."""
     return _distckpt._convert(str(src), str(dst), format, _key(key))
+
+
+# CheckpointManager's options: the canonical name, then the names MindSpore's
+# CheckpointConfig/ModelCheckpoint and MMEngine's CheckpointHook give it (with how
+# their value maps onto ours).
+def _keep_all_is_zero(v):  # MMEngine's max_keep_ckpts=-1 keeps every checkpoint: our 0
+    return 0 if v is not None and v < 0 else v
+
+
+def _as_list(v):
+    return [v] if isinstance(v, str) else list(v)
+
+
+_OPTIONS = {
+    "directory": [], "out_dir": [], "prefix": [], "name_template": [], "filename_tmpl": [],
+    "save_every_steps": ["save_checkpoint_steps", "interval"],
+    "save_every_seconds": ["save_checkpoint_seconds"],
+    "save_every_epochs": ["checkpoint_every_epochs"],
+    "by_epoch": [], "save_begin": [], "save_last": [],
+    "keep_max": ["keep_checkpoint_max", "max_keep_ckpts"],
+    "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
+    "best_metric": [], "keep_best": [], "save_best": [], "rule": [], "greater_keys": [], "less_keys": [],
+    "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
+    "async_save": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
+    "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
+    "keep_local": [], "keep_global": [],
+}
+_CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "save_best": _as_list, "rule": _as_list,
+            "greater_keys": _as_list, "less_keys": _as_list, "enc_key": lambda v: None if v is None else bytes(v)}
+_ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
+
+
+def _canonical_config(kwargs):
+    unknown = sorted(k for k in kwargs if k not in _ALIAS_OF)
+    if unknown:
+        raise TypeError(f"CheckpointManager: unknown option(s): {', '.join(unknown)}")
+    config, given_as = {}, {}
+    for key, value in kwargs.items():
+        name = _ALIAS_OF[key]
+        if name in given_as:
+            raise TypeError(f"CheckpointManager: '{given_as[name]}' and '{key}' both set the same option ({name})")
+        given_as[name] = key
+        value = _CONVERT.get(key, _CONVERT.get(name, lambda v: v))(value)
+        if value is not None:
+            config[name] = value
+    return config
+
+
+class CheckpointManager:
+    """The training loop's policies (when to save, what to keep, resume), as the C++
+    CheckpointManager. Options take our names and, where they exist, MindSpore's
+    (save_checkpoint_steps, keep_checkpoint_max, ...) and MMEngine's (interval,
+    max_keep_ckpts, save_best, rule, ...). Collective calls, on every rank alike."""
+
+    def __init__(self, comm, state, **config):
+        canonical = _canonical_config(config)
+        self._exception_save = bool(canonical.get("exception_save", False))
+        self._native = _distckpt._Manager(comm._native, state._native, canonical)
+        _live_comms.add(self)  # closed before MPI_Finalize too
+
+    def step_end(self, step, epoch=0, metrics=None, epoch_end=False):
+        return self._native.step_end(step, epoch, dict(metrics or {}), epoch_end)
+
+    def end(self, step, epoch=0, metrics=None, epoch_end=False):
+        return self._native.end(step, epoch, dict(metrics or {}), epoch_end)
+
+    def save_now(self, step, epoch=0, metrics=None, suffix=""):
+        return self._native.save_now(step, epoch, dict(metrics or {}), suffix)
+
+    def resume(self, target="", step=-1, epoch=-1, strict=True):
+        return self._native.resume(target, step, epoch, strict)
+
+    def best_checkpoint(self, metric=""):
+        return self._native.best_checkpoint(metric)
+
+    def publish(self, target=""):
+        return self._native.publish(target)
+
+    @property
+    def series_prefix(self):
+        return self._native.series_prefix()
+
+    def run(self, loop):
+        """Runs loop(); with exception_save, an exception escaping it is saved as a
+        checkpoint first (CheckpointManager::run's rules), then raised again, unchanged."""
+        try:
+            loop()
+        except BaseException as error:
+            if self._exception_save:
+                try:
+                    self._native.save_after_exception(f"{type(error).__name__}: {error}")
+                except Exception as failed:  # the exception save's own failure: reported, never raised
+                    import sys
+                    print(f"distckpt: exception save failed: {failed}", file=sys.stderr)
+            raise
+
+    def close(self):
+        """Waits for a save in flight and frees the manager (call end() first)."""
+        if not self._native.closed:
+            self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _numpy_dtype(name):

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -393,6 +394,183 @@ class PyReader {
   std::map<std::string, int> by_name_;
 };
 
+// ---- the manager ----
+
+// A CheckpointConfig from canonical names (the Python layer resolves MindSpore's and
+// MMEngine's aliases and refuses unknown ones); validated by the manager.
+CheckpointConfig make_config(const py::dict& kw) {
+  CheckpointConfig c;
+  for (auto item : kw) {
+    const std::string k = item.first.cast<std::string>();
+    py::handle v = item.second;
+    auto rule_of = [](const std::string& r) {
+      if (r == "greater") return CompareRule::kGreater;
+      if (r == "less") return CompareRule::kLess;
+      if (r == "auto") return CompareRule::kAuto;
+      throw py::value_error("rule: 'greater', 'less' or 'auto', not '" + r + "'");
+    };
+    if (k == "directory") c.directory = v.cast<std::string>();
+    else if (k == "out_dir") c.out_dir = v.cast<std::string>();
+    else if (k == "prefix") c.prefix = v.cast<std::string>();
+    else if (k == "name_template") c.name_template = v.cast<std::string>();
+    else if (k == "filename_tmpl") c.filename_tmpl = v.cast<std::string>();
+    else if (k == "save_every_steps") c.save_every_steps = v.cast<int64_t>();
+    else if (k == "save_every_seconds") c.save_every_seconds = v.cast<double>();
+    else if (k == "save_every_epochs") c.save_every_epochs = v.cast<int64_t>();
+    else if (k == "by_epoch") c.by_epoch = v.cast<bool>();
+    else if (k == "save_begin") c.save_begin = v.cast<int64_t>();
+    else if (k == "save_last") c.save_last = v.cast<bool>();
+    else if (k == "keep_max") c.keep_max = v.cast<int>();
+    else if (k == "keep_per_n_minutes") c.keep_per_n_minutes = v.cast<double>();
+    else if (k == "best_metric") c.best_metric = v.cast<std::string>();
+    else if (k == "keep_best") c.keep_best = v.cast<int>();
+    else if (k == "save_best") c.save_best = v.cast<std::vector<std::string>>();
+    else if (k == "rule") {
+      c.save_best_rules.clear();
+      for (const auto& r : v.cast<std::vector<std::string>>()) c.save_best_rules.push_back(rule_of(r));
+    } else if (k == "greater_keys") c.greater_keys = v.cast<std::vector<std::string>>();
+    else if (k == "less_keys") c.less_keys = v.cast<std::vector<std::string>>();
+    else if (k == "format") c.format = format_from(v.cast<std::string>());
+    else if (k == "integrated") c.integrated = v.cast<bool>();
+    else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
+    else if (k == "fsync") c.fsync = v.cast<bool>();
+    else if (k == "async_save") c.async_save = v.cast<bool>();
+    else if (k == "exception_save") c.exception_save = v.cast<bool>();
+    else if (k == "job_id") c.job_id = v.cast<std::string>();
+    else if (k == "on_failure") {
+      const std::string f = v.cast<std::string>();
+      if (f != "stop" && f != "continue") throw py::value_error("on_failure: 'stop' or 'continue', not '" + f + "'");
+      c.on_failure = f == "stop" ? OnSaveFailure::kStop : OnSaveFailure::kContinue;
+    } else if (k == "enc_key") {
+      c.encryption.key = key_from(py::reinterpret_borrow<py::object>(v));
+    } else if (k == "enc_mode") {
+      auto mode = encryption_mode_from_name(v.cast<std::string>());
+      if (!mode) throw py::value_error("enc_mode: 'AES-GCM', 'AES-CBC' or 'SM4-CBC'");
+      c.encryption.mode = *mode;
+    } else if (k == "append_info") {
+      for (auto kv : v.cast<py::dict>()) {
+        const std::string key = kv.first.cast<std::string>();
+        py::handle x = kv.second;
+        if (py::isinstance<py::bool_>(x)) c.append_info[key] = x.cast<bool>();
+        else if (py::isinstance<py::int_>(x)) c.append_info[key] = x.cast<int64_t>();
+        else if (py::isinstance<py::float_>(x)) c.append_info[key] = x.cast<double>();
+        else c.append_info[key] = x.cast<std::string>();
+      }
+    } else if (k == "local_dir") c.local.dir = v.cast<std::string>();
+    else if (k == "redundancy") c.local.redundancy = v.cast<std::string>();
+    else if (k == "local_every_steps") c.local_every_steps = v.cast<int64_t>();
+    else if (k == "global_every") c.global_every = v.cast<int>();
+    else if (k == "keep_local") c.keep_local = v.cast<int>();
+    else if (k == "keep_global") c.keep_global = v.cast<int>();
+    else throw py::type_error("CheckpointManager: unknown option '" + k + "'");
+  }
+  return c;
+}
+
+py::dict outcome_dict(const StepOutcome& o) {
+  py::dict d;
+  d["saved"] = o.saved;
+  d["path"] = o.path;
+  d["in_flight"] = o.in_flight;
+  d["committed"] = o.committed;
+  d["removed"] = o.removed;
+  d["stop"] = o.stop;
+  d["save_error"] = o.save_error.ok() ? py::object(py::none()) : py::object(py::str(o.save_error.to_string()));
+  d["best"] = o.best;
+  d["tier"] = o.tier;
+  d["drained"] = o.drained;
+  d["exception_rank"] = o.exception_rank;
+  return d;
+}
+
+class PyManager {
+ public:
+  PyManager(py::object comm, py::object state, const py::dict& config) : comm_(comm), state_(state) {
+    CheckpointConfig c = make_config(config);
+    PyComm& pc = comm.cast<PyComm&>();
+    PyStateDict& ps = state.cast<PyStateDict&>();
+    Result<std::unique_ptr<CheckpointManager>> m = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      m = CheckpointManager::create(pc.get(), ps.get(), std::move(c));
+    }
+    manager_ = take(std::move(m));
+  }
+  CheckpointManager& get() {
+    if (!manager_) throw py::value_error("this CheckpointManager was closed");
+    return *manager_;
+  }
+  template <typename F>
+  py::dict step(F&& call) {
+    Result<StepOutcome> r = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      r = call(get());
+    }
+    return outcome_dict(take(std::move(r)));
+  }
+  py::dict step_end(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end) {
+    return step([&](CheckpointManager& m) { return m.step_end(step_, epoch, metrics, epoch_end); });
+  }
+  py::dict end(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end) {
+    return step([&](CheckpointManager& m) { return m.end(step_, epoch, metrics, epoch_end); });
+  }
+  py::dict save_now(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix) {
+    return step([&](CheckpointManager& m) { return m.save_now(step_, epoch, metrics, suffix); });
+  }
+  py::dict save_after_exception(const std::string& what) {
+    return step([&](CheckpointManager& m) { return m.save_after_exception(what); });
+  }
+  py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict) {
+    ResumeOptions o;
+    o.target = target;
+    o.step = step_;
+    o.epoch = epoch;
+    o.strict = strict;
+    Result<ResumeResult> r = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      r = get().resume(o);
+    }
+    ResumeResult rr = take(std::move(r));
+    py::dict d;
+    d["resumed"] = rr.resumed;
+    d["path"] = rr.path;
+    d["step"] = rr.step;
+    d["epoch"] = rr.epoch;
+    d["info"] = info_dict(rr.info);
+    d["missing_in_checkpoint"] = rr.missing_in_checkpoint;
+    d["unexpected_in_checkpoint"] = rr.unexpected_in_checkpoint;
+    return d;
+  }
+  std::string best_checkpoint(const std::string& metric) {
+    Result<std::string> r = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      r = get().best_checkpoint(metric);
+    }
+    return take(std::move(r));
+  }
+  std::string publish(const std::string& target) {
+    Result<std::string> r = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      r = get().publish(target);
+    }
+    return take(std::move(r));
+  }
+  std::string series_prefix() { return get().series_prefix(); }
+  void close() {
+    py::gil_scoped_release unlocked;
+    manager_.reset();  // waits for a save in flight
+  }
+  bool closed() const { return !manager_; }
+
+ private:
+  py::object comm_, state_;  // kept alive while the manager uses them
+  std::unique_ptr<CheckpointManager> manager_;
+};
+
 }  // namespace
 }  // namespace distckpt::python
 
@@ -449,6 +627,19 @@ PYBIND11_MODULE(_distckpt, m) {
   m.def("_list_checkpoints", &list_root);
   m.def("_verify", &verify_path);
   m.def("_convert", &convert_path);
+
+  py::class_<PyManager>(m, "_Manager")
+      .def(py::init<py::object, py::object, const py::dict&>())
+      .def("step_end", &PyManager::step_end)
+      .def("end", &PyManager::end)
+      .def("save_now", &PyManager::save_now)
+      .def("save_after_exception", &PyManager::save_after_exception)
+      .def("resume", &PyManager::resume)
+      .def("best_checkpoint", &PyManager::best_checkpoint)
+      .def("publish", &PyManager::publish)
+      .def("series_prefix", &PyManager::series_prefix)
+      .def("close", &PyManager::close)
+      .def_property_readonly("closed", &PyManager::closed);
 
   py::class_<PyReader>(m, "_Reader")
       .def(py::init<const std::string&, const py::object&>())

@@ -229,3 +229,61 @@ def test_a_script_that_leaves_a_comm_open_exits_zero(comm):
     script = "import distckpt\nc = distckpt.Comm.world()\nassert c.size == 1\nc2 = distckpt.Comm.world()\n"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_manager_policies_with_mindspore_and_mmengine_names(comm, shared_dir):
+    rank, size = comm.rank, comm.size
+    w = np.zeros((2 * size, 3), np.float32)
+    mine = np.ascontiguousarray(w[2 * rank:2 * rank + 2])
+    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 3], size)})
+    with pytest.raises(TypeError, match="keep_checkpoint_maxx"):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, keep_checkpoint_maxx=2)
+    with pytest.raises(TypeError, match="'keep_checkpoint_max' and 'max_keep_ckpts'"):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, keep_checkpoint_max=2, max_keep_ckpts=3)
+    with pytest.raises(distckpt.DistckptError, match="save_every_steps"):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, save_checkpoint_steps=-1)
+    root = os.path.join(shared_dir, "ms")
+    with distckpt.CheckpointManager(comm, state, directory=root, prefix="net", name_template="{prefix}-{step}",
+                                    save_checkpoint_steps=2, keep_checkpoint_max=2, save_best="acc",
+                                    rule="greater") as m:
+        for step in range(1, 9):
+            mine[...] = step
+            m.step_end(step, 0, metrics={"acc": 1.0 - abs(step - 4) / 10})
+        m.end(8, 0)
+        assert os.path.basename(m.best_checkpoint("acc")).startswith("best_acc")
+    names = sorted(e["name"] for e in distckpt.list_checkpoints(root) if not e["name"].startswith("best"))
+    assert names == ["net-6", "net-8"]
+    # MMEngine's max_keep_ckpts=-1 keeps every one.
+    root2 = os.path.join(shared_dir, "mm")
+    with distckpt.CheckpointManager(comm, state, directory=root2, interval=1, max_keep_ckpts=-1) as m:
+        for step in range(1, 5):
+            m.step_end(step, 0)
+        m.end(4, 0)
+    assert len(distckpt.list_checkpoints(root2)) == 4
+    # A new job resumes the newest.
+    mine[...] = 0
+    with distckpt.CheckpointManager(comm, state, directory=root, prefix="net", name_template="{prefix}-{step}") as m:
+        r = m.resume()
+    assert r["resumed"] and r["step"] == 8
+    assert (mine == 8).all()
+
+
+def test_run_raises_the_loops_exception_unchanged_after_saving_it(comm, shared_dir):
+    rank, size = comm.rank, comm.size
+    mine = np.full((2, 3), 5.0, np.float32)
+    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 3], size)})
+    root = os.path.join(shared_dir, "x")
+    m = distckpt.CheckpointManager(comm, state, directory=root, exception_save=True, save_checkpoint_steps=100)
+    boom = ValueError("boom at step 3")
+
+    def loop():
+        for step in range(1, 4):
+            m.step_end(step, 0)
+        raise boom
+
+    with pytest.raises(ValueError) as raised:
+        m.run(loop)
+    assert raised.value is boom
+    m.close()
+    names = [e["name"] for e in distckpt.list_checkpoints(root)]
+    assert any("_exception" in n for n in names), names
