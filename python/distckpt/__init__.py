@@ -34,7 +34,7 @@ from ._distckpt import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "Comm", "TensorLayout", "StateDict", "CheckpointManager", "save", "load", "list_checkpoints", "verify", "convert", "open",
+    "Comm", "TensorLayout", "StateDict", "CheckpointManager", "AsyncCheckpointer", "save", "load", "publish", "list_checkpoints", "verify", "convert", "open",
     "Reader", "DistckptError", "CorruptionError", "AuthError", "MismatchError", "NotFoundError",
 ]
 
@@ -86,8 +86,8 @@ class Comm:
 def _close_all():
     # Python's exit handlers run before mpi4py's MPI_Finalize (a C-level one): every
     # communicator is freed while MPI is still up, then MPI is finalized if we started it.
-    # Managers first (they use the communicators), then communicators.
-    for comm in sorted(_live_comms, key=lambda c: not isinstance(c, CheckpointManager)):
+    # Managers and checkpointers first (they use the communicators), then communicators.
+    for comm in sorted(_live_comms, key=lambda c: isinstance(c, Comm)):
         try:
             comm.close()
         except Exception:  # pragma: no cover - best effort at exit
@@ -252,10 +252,10 @@ _OPTIONS = {
     "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
     "async_save": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
-    "keep_local": [], "keep_global": [],
+    "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
 }
 _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "save_best": _as_list, "rule": _as_list,
-            "greater_keys": _as_list, "less_keys": _as_list, "enc_key": lambda v: None if v is None else bytes(v)}
+            "greater_keys": _as_list, "less_keys": _as_list, "upload_command": _as_list, "enc_key": lambda v: None if v is None else bytes(v)}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
 
 
@@ -335,6 +335,45 @@ class CheckpointManager:
         self.close()
 
 
+class AsyncCheckpointer:
+    """Saves in the background: save_async() returns once this rank's share is staged
+    (the tensors may change from then on); wait() reports the commit. Needs MPI with
+    MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s). Collective."""
+
+    def __init__(self, comm, staging_bytes=1 << 30, refuse_when_busy=False):
+        self._native = _distckpt._Async(comm._native, int(staging_bytes), bool(refuse_when_busy))
+        _live_comms.add(self)
+
+    def save_async(self, state, root, name, step=-1, epoch=-1, format="native", key=None):
+        self._native.save_async(state._native, str(root), name, step, epoch, format, _key(key))
+
+    def wait(self):
+        """The save in flight's result (a dict), once committed; raises its failure."""
+        return self._native.wait()
+
+    @property
+    def in_flight(self):
+        return self._native.in_flight()
+
+    def end(self):
+        self._native.end()
+
+    def close(self):
+        if not self._native.closed:
+            self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def publish(src, format="safetensors", only=None, directory="", key=None):
+    """Writes the checkpoint `src` as one shareable file (MMEngine's publish_model); returns its path."""
+    return _distckpt._publish(str(src), format, list(only or []), str(directory), _key(key))
+
+
 def _numpy_dtype(name):
     # numpy has no bfloat16: such tensors come back as uint16 views of the bits.
     return _np.dtype("uint16") if name == "bfloat16" else _np.dtype(_NUMPY_DTYPES[name])
@@ -346,6 +385,7 @@ class Reader:
     def __init__(self, path, key=None):
         self._native = _distckpt._Reader(str(path), _key(key))
         self._tensors = self._native.tensors()
+        self.bytes_read = 0
 
     def keys(self):
         return list(self._native.keys())
@@ -360,13 +400,16 @@ class Reader:
     def shape(self, name):
         return list(self._tensors[name][1])
 
-    def read(self, name, box):
-        """The region box = (offset, shape) of tensor `name`, as a numpy array (bfloat16: uint16)."""
+    def read(self, name, box, check=False):
+        """The region box = (offset, shape) of tensor `name`, as a numpy array (bfloat16:
+        uint16). Only those bytes are read; with `check`, every chunk the region touches is
+        read whole and its checksum checked. Chunks read whole are always checked.
+        `bytes_read` counts what the reader read from storage."""
         if name not in self._tensors:
             raise KeyError(f"no tensor '{name}' in this checkpoint")
         offset, shape = (list(box[0]), list(box[1]))
         out = _np.empty(shape, dtype=_numpy_dtype(self._tensors[name][0]))
-        self._native.read_into(name, offset, shape, out.reshape(-1).view(_np.uint8))
+        self.bytes_read += self._native.read_into(name, offset, shape, out.reshape(-1).view(_np.uint8), bool(check))
         return out
 
     def tensor(self, name):

@@ -64,7 +64,8 @@ bool mpi_initialised_here = false;
 
 class PyComm {
  public:
-  explicit PyComm(std::unique_ptr<Comm> comm) : comm_(std::move(comm)) {}
+  explicit PyComm(std::unique_ptr<Comm> comm, MPI_Comm source) : comm_(std::move(comm)), source_(source) {}
+  MPI_Comm source() const { return source_; }  // the communicator it duplicates
   Comm& get() {
     if (!comm_) throw py::value_error("this Comm was closed");
     return *comm_;
@@ -79,6 +80,7 @@ class PyComm {
 
  private:
   std::unique_ptr<Comm> comm_;
+  MPI_Comm source_;
 };
 
 std::unique_ptr<PyComm> wrap(MPI_Comm handle) {
@@ -90,7 +92,7 @@ std::unique_ptr<PyComm> wrap(MPI_Comm handle) {
     py::gil_scoped_release unlocked;
     comm = make_mpi_comm(handle);  // collective (MPI_Comm_dup)
   }
-  return std::make_unique<PyComm>(std::move(comm));
+  return std::make_unique<PyComm>(std::move(comm), handle);
 }
 
 std::unique_ptr<PyComm> comm_world() {
@@ -369,7 +371,7 @@ class PyReader {
   // Reads `region` (offset, shape) of tensor `name` into the writable buffer `out`
   // (C-contiguous, exactly the region's bytes). Returns the bytes read from storage.
   uint64_t read_into(const std::string& name, const std::vector<int64_t>& offset, const std::vector<int64_t>& shape,
-                     py::buffer out) {
+                     py::buffer out, bool check_chunks) {
     auto it = by_name_.find(name);
     if (it == by_name_.end()) throw py::key_error("no tensor '" + name + "' in this checkpoint");
     py::buffer_info info = out.request(/*writable=*/true);
@@ -382,7 +384,7 @@ class PyReader {
     Status st;
     {
       py::gil_scoped_release unlocked;
-      st = reader_->read(it->second, region, info.ptr, &bytes_read);
+      st = reader_->read(it->second, region, info.ptr, &bytes_read, check_chunks);
     }
     check(st);
     return bytes_read;
@@ -462,7 +464,30 @@ CheckpointConfig make_config(const py::dict& kw) {
     else if (k == "global_every") c.global_every = v.cast<int>();
     else if (k == "keep_local") c.keep_local = v.cast<int>();
     else if (k == "keep_global") c.keep_global = v.cast<int>();
-    else throw py::type_error("CheckpointManager: unknown option '" + k + "'");
+    else if (k == "upload_command") c.upload_command = v.cast<std::vector<std::string>>();
+    else if (k == "upload_queue") c.upload_queue = v.cast<int>();
+    else if (k == "upload_wait_s") c.upload_wait_s = v.cast<double>();
+    else if (k == "upload") {
+      // The hook runs on the uploader's thread: it takes the GIL; an exception is printed
+      // with its traceback and counts as a failed upload, never raised. The Python
+      // object is released under the GIL, whichever thread drops the last copy.
+      std::shared_ptr<py::object> hook(new py::object(py::reinterpret_borrow<py::object>(v)), [](py::object* o) {
+        py::gil_scoped_acquire locked;
+        delete o;
+      });
+      c.upload = [hook](const std::string& path) -> Status {
+        py::gil_scoped_acquire locked;
+        try {
+          (*hook)(path);
+          return Status();
+        } catch (py::error_already_set& e) {
+          const std::string what = e.what();
+          e.restore();
+          PyErr_Print();  // the traceback, on stderr
+          return io_error("upload hook for '" + path + "' raised: " + what);
+        }
+      };
+    } else throw py::type_error("CheckpointManager: unknown option '" + k + "'");
   }
   return c;
 }
@@ -495,6 +520,11 @@ class PyManager {
       m = CheckpointManager::create(pc.get(), ps.get(), std::move(c));
     }
     manager_ = take(std::move(m));
+  }
+  ~PyManager() {
+    // Its destructor waits for a save in flight and for uploads, which may need the GIL.
+    py::gil_scoped_release unlocked;
+    manager_.reset();
   }
   CheckpointManager& get() {
     if (!manager_) throw py::value_error("this CheckpointManager was closed");
@@ -571,6 +601,91 @@ class PyManager {
   std::unique_ptr<CheckpointManager> manager_;
 };
 
+class PyAsync {
+ public:
+  PyAsync(PyComm& comm, std::size_t staging_bytes, bool refuse_when_busy) {
+    AsyncOptions o;
+    o.staging_bytes = staging_bytes;
+    o.refuse_when_busy = refuse_when_busy;
+    Result<std::unique_ptr<AsyncCheckpointer>> r = internal_error("not run");
+    const MPI_Comm source = comm.source();
+    {
+      py::gil_scoped_release unlocked;
+      r = make_async_checkpointer(source, o);  // collective
+    }
+    async_ = take(std::move(r));
+  }
+  ~PyAsync() {
+    py::gil_scoped_release unlocked;
+    async_.reset();  // waits for a save in flight
+  }
+  AsyncCheckpointer& get() {
+    if (!async_) throw py::value_error("this AsyncCheckpointer was closed");
+    return *async_;
+  }
+  void save_async(PyStateDict& state, const std::string& root, const std::string& name, int64_t step, int64_t epoch,
+                  const std::string& format, const py::object& key) {
+    SaveOptions o;
+    o.name = name;
+    o.step = step;
+    o.epoch = epoch;
+    o.format = format_from(format);
+    if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
+    Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = get().save_async(state.get(), root, o);
+    }
+    check(st);
+  }
+  py::dict wait() {
+    Result<SaveResult> r = internal_error("not run");
+    {
+      py::gil_scoped_release unlocked;
+      r = get().wait();
+    }
+    SaveResult s = take(std::move(r));
+    py::dict d;
+    d["path"] = s.path;
+    d["bytes_written"] = s.bytes_written;
+    d["write_s"] = s.write_s;
+    d["commit_s"] = s.commit_s;
+    return d;
+  }
+  bool in_flight() { return get().in_flight(); }
+  void end() {
+    Status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = get().end();
+    }
+    check(st);
+  }
+  void close() {
+    py::gil_scoped_release unlocked;
+    async_.reset();
+  }
+  bool closed() const { return !async_; }
+
+ private:
+  std::unique_ptr<AsyncCheckpointer> async_;
+};
+
+std::string publish_path(const std::string& src, const std::string& format, const std::vector<std::string>& only,
+                         const std::string& directory, const py::object& key) {
+  PublishOptions o;
+  o.format = format_from(format);
+  o.only = only;
+  o.directory = directory;
+  o.key = key_from(key);
+  Result<PublishResult> r = internal_error("not run");
+  {
+    py::gil_scoped_release unlocked;
+    r = publish_checkpoint(src, o);
+  }
+  return take(std::move(r)).path;
+}
+
 }  // namespace
 }  // namespace distckpt::python
 
@@ -640,6 +755,16 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("series_prefix", &PyManager::series_prefix)
       .def("close", &PyManager::close)
       .def_property_readonly("closed", &PyManager::closed);
+
+  py::class_<PyAsync>(m, "_Async")
+      .def(py::init<PyComm&, std::size_t, bool>())
+      .def("save_async", &PyAsync::save_async)
+      .def("wait", &PyAsync::wait)
+      .def("in_flight", &PyAsync::in_flight)
+      .def("end", &PyAsync::end)
+      .def("close", &PyAsync::close)
+      .def_property_readonly("closed", &PyAsync::closed);
+  m.def("_publish", &publish_path);
 
   py::class_<PyReader>(m, "_Reader")
       .def(py::init<const std::string&, const py::object&>())

@@ -287,3 +287,74 @@ def test_run_raises_the_loops_exception_unchanged_after_saving_it(comm, shared_d
     m.close()
     names = [e["name"] for e in distckpt.list_checkpoints(root)]
     assert any("_exception" in n for n in names), names
+
+
+def test_async_saves_and_publish(comm, shared_dir):
+    rank, size = comm.rank, comm.size
+    mine = np.full((2, 4), float(rank), np.float32)
+    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 4], size)})
+    with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20) as ckpt:
+        ckpt.save_async(state, shared_dir, "a1", step=1)
+        mine[...] = -1  # the tensors may change once save_async returned
+        result = ckpt.wait()
+        assert result["bytes_written"] == 2 * size * 4 * 4
+        ckpt.save_async(state, shared_dir, "a2", step=2)
+        ckpt.end()
+        with pytest.raises(distckpt.DistckptError, match="already exists"):
+            ckpt.save_async(state, shared_dir, "a1", step=3)
+    if rank == 0:
+        r = distckpt.open(os.path.join(shared_dir, "a1"))
+        np.testing.assert_array_equal(r.tensor("w"), np.repeat(np.arange(size, dtype=np.float32), 8).reshape(2 * size, 4))
+        np.testing.assert_array_equal(distckpt.open(os.path.join(shared_dir, "a2")).tensor("w"), -1)
+        published = distckpt.publish(os.path.join(shared_dir, "a1"))
+        assert published.endswith(".safetensors")
+        np.testing.assert_array_equal(distckpt.open(published).tensor("w"), r.tensor("w"))
+    comm.barrier()
+
+
+def test_upload_hook_failures_are_reported_not_raised(comm, shared_dir):
+    rank, size = comm.rank, comm.size
+    mine = np.zeros((1, 2), np.float32)
+    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([size, 2], size)})
+    uploaded = []
+
+    def upload(path):
+        uploaded.append(os.path.basename(path))
+        if path.endswith("-2"):
+            raise RuntimeError("the object store said no")
+
+    root = os.path.join(shared_dir, "u")
+    with distckpt.CheckpointManager(comm, state, directory=root, name_template="{prefix}-{step}", interval=1,
+                                    upload=upload) as m:
+        for step in range(1, 4):
+            m.step_end(step, 0)
+        m.end(3, 0)
+    if rank == 0:
+        assert uploaded == ["ckpt-1", "ckpt-2", "ckpt-3"]
+        with open(os.path.join(root, "stats.jsonl")) as f:
+            events = [json.loads(line) for line in f if '"upload"' in line]
+        failed = [e for e in events if not e.get("ok", True)]
+        assert len(failed) == 1 and "the object store said no" in json.dumps(failed[0])
+    comm.barrier()
+
+
+def test_reader_reads_only_the_region_unless_asked_to_check(comm, shared_dir):
+    if comm.rank != 0:
+        return
+    self_comm = distckpt.Comm.from_mpi4py(MPI.COMM_SELF)
+    full = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    distckpt.save(self_comm, distckpt.StateDict(self_comm, {"w": full}), shared_dir, "p")
+    self_comm.close()
+    # Damage the last row: outside the region read below, inside its chunk.
+    data = os.path.join(shared_dir, "p", "data-00000.bin")
+    with open(data, "r+b") as f:
+        f.seek(63 * 64 * 4)
+        f.write(b"\xff\xff\xff\xff")
+    r = distckpt.open(os.path.join(shared_dir, "p"))
+    part = r.read("w", ([2, 3], [4, 5]))
+    np.testing.assert_array_equal(part, full[2:6, 3:8])
+    assert r.bytes_read == 4 * 5 * 4  # read amplification 1.0
+    with pytest.raises(distckpt.CorruptionError, match="data-00000.bin"):
+        r.read("w", ([2, 3], [4, 5]), check=True)
+    with pytest.raises(distckpt.CorruptionError):
+        r.tensor("w")  # a whole chunk is always checked

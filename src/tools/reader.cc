@@ -41,7 +41,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
 
 const proto::Index& CheckpointReader::index() const { return impl_->index; }
 
-Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read) {
+Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial) {
   const proto::Tensor& t = impl_->index.tensors(tensor);
   auto it = impl_->lookups.find(tensor);
   if (it == impl_->lookups.end()) it = impl_->lookups.emplace(tensor, internal_plan::ChunkLookup(t)).first;
@@ -50,7 +50,7 @@ Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t
   if (covered != region.num_elements())
     return corruption("tensor '" + t.name() + "': the checkpoint does not cover " + region.to_string());
   return internal_format::read_into(*impl_->files, impl_->index, t, reads, region, dst, impl_->scratch, bytes_read,
-                   /*check_partial=*/true, impl_->cipher.get());  // conversions check every chunk they read
+                   check_partial, impl_->cipher.get());
 }
 
 }  // namespace distckpt::internal_tools

@@ -20,8 +20,11 @@ class CheckpointReader {
                                                         const EncryptionKey* key = nullptr);
   ~CheckpointReader();
   const proto::Index& index() const;
-  // Reads `region` of tensor `tensor` (index order) into `dst`, row-major.
-  Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read);
+  // Reads `region` of tensor `tensor` (index order) into `dst`, row-major. With
+  // `check_partial` (conversions), a chunk read in part is read whole so that its
+  // checksum is checked; without it only the region's bytes are read (chunks read whole
+  // are checked either way).
+  Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial = true);
 
  private:
   CheckpointReader();
