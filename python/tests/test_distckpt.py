@@ -153,6 +153,10 @@ def test_errors_are_exceptions(comm, shared_dir):
         distckpt.load(comm, wrong, os.path.join(shared_dir, "e"), key=b"k" * 32)
     with pytest.raises(distckpt.AuthError):
         distckpt.load(comm, state, os.path.join(shared_dir, "e"), key=b"x" * 32)
+    if rank == 0:  # the reader takes the key too
+        np.testing.assert_array_equal(distckpt.open(os.path.join(shared_dir, "e"), key=b"k" * 32).tensor("w"), w)
+        with pytest.raises(distckpt.AuthError):
+            distckpt.open(os.path.join(shared_dir, "e"), key=b"x" * 32)
     assert issubclass(distckpt.CorruptionError, distckpt.DistckptError)
     with pytest.raises(TypeError, match="'v'"):
         distckpt.StateDict(comm, {"v": np.ones((4, 4), np.float32)[:, ::2]})
@@ -205,6 +209,11 @@ def test_reader_on_every_format_without_mpi(comm, shared_dir):
     plain = os.path.join(shared_dir, "plain.safetensors")
     plain_safetensors(plain, {"w": full, "b": np.arange(3, dtype=np.int64)})
     paths.append(plain)
+    import h5py  # an HDF5 file as h5py writes one, not by us
+    with h5py.File(os.path.join(shared_dir, "plain.h5"), "w") as f:
+        f["w"] = full
+        f["b"] = np.arange(3, dtype=np.int64)
+    paths.append(os.path.join(shared_dir, "plain.h5"))
     self_comm.close()
     # A fresh interpreter, no mpirun, no MPI environment: import and read only.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_"))}
@@ -220,6 +229,11 @@ def test_reader_on_every_format_without_mpi(comm, shared_dir):
     out = subprocess.run([sys.executable, "-c", script] + paths, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"read {len(paths)}"
+    # import distckpt leaves MPI alone: mpi4py, told not to, finds it uninitialised.
+    script = ("import mpi4py\nmpi4py.rc.initialize = False\nimport distckpt\nfrom mpi4py import MPI\n"
+              "assert not MPI.Is_initialized()\nprint('untouched')\n")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "untouched", out.stderr
 
 
 def test_a_script_that_leaves_a_comm_open_exits_zero(comm):

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The Python package against the C++ library on the same workload: what the layer costs.
+
+    python3 bench/py_bench.py --build build [--size 256M] [--dp 2 --tp 2] [--dir /dev/shm/py-bench] [--runs 5]
+
+A driver (not under MPI) alternates, --runs times, one job of this script's worker under
+`mpirun -np dp*tp` (the workload of ../shared/bench/WORKLOAD.md generated with vectorised
+numpy, outside the timing; one synchronous save through distckpt.save, one load through
+distckpt.load into the zeroed arrays, each timed as ckpt_bench times it: after a
+barrier, the slowest rank's wall time) and one `ckpt_bench --repeat 1` of the same size,
+layout and directory. It prints both medians and their ratios (Python / C++), which are
+the layer's overhead: the tensors are handed over by address and the GIL is released, so
+the bytes move exactly as in C++.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+HID, FFN, GROUPS = 4096, 1024, 64
+LARGE, MEDIUM, SMALL = HID * HID, FFN * HID, GROUPS * (2 * HID + 2 * FFN)
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def tensor_list(size):
+    """[(name, shape, split_dim)] in WORKLOAD.md's order (split_dim -1: not split)."""
+    n = size // 12
+    if n < SMALL:
+        raise SystemExit(f"py_bench: --size {size} is below the workload's minimum")
+    n_large = 2 if n >= 2 * LARGE + SMALL + 4 * MEDIUM else 1 if n >= LARGE + SMALL + 4 * MEDIUM else 0
+    rem = n - n_large * LARGE - SMALL
+    n_med, rem = rem // MEDIUM, rem % MEDIUM
+    fill_rows, fill_small = rem // HID, rem % HID
+    params = [(name, [HID, HID]) for name in ["embed.weight", "lm_head.weight"][:n_large]]
+    params += [(f"blocks.{j}.weight", [FFN, HID]) for j in range(n_med)]
+    if fill_rows:
+        params.append(("blocks.fill.weight", [fill_rows, HID]))
+    for k in range(GROUPS):
+        params += [(f"norms.{k}.weight", [HID]), (f"norms.{k}.bias", [HID]), (f"biases.{k}.in", [FFN]),
+                   (f"biases.{k}.out", [FFN])]
+    if fill_small:
+        params.append(("small.fill", [fill_small]))
+    split, two_d = [], 0
+    for _, shape in params:
+        if len(shape) == 2:
+            split.append(two_d % 2)
+            two_d += 1
+        else:
+            split.append(-1)
+    out = [(name, shape, s) for (name, shape), s in zip(params, split)]
+    for prefix in ("optim.exp_avg.", "optim.exp_avg_sq."):
+        out += [(prefix + name, shape, s) for (name, shape), s in zip(params, split)]
+    return out
+
+
+def mix64(z):
+    import numpy as np
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def values(seed, tid, shape, box):
+    """The workload's float32 values of `box` (offset, extent) of a tensor, vectorised."""
+    import numpy as np
+    (offset, extent) = box
+    state = int(mix64(np.array([seed ^ (((tid + 1) * GOLDEN) % (1 << 64))], np.uint64))[0])
+    if len(shape) == 1:
+        index = np.arange(offset[0], offset[0] + extent[0], dtype=np.uint64)
+    else:
+        rows = np.arange(offset[0], offset[0] + extent[0], dtype=np.uint64)[:, None]
+        cols = np.arange(offset[1], offset[1] + extent[1], dtype=np.uint64)[None, :]
+        index = rows * np.uint64(shape[1]) + cols
+    with np.errstate(over="ignore"):
+        z = mix64(np.uint64(state) + (index + np.uint64(1)) * np.uint64(GOLDEN))
+    return ((z >> np.uint64(40)).astype(np.float64) * 2.0 ** -23 - 1.0).astype(np.float32)
+
+
+def worker(a):
+    import numpy as np
+    from mpi4py import MPI
+    import distckpt
+    world = MPI.COMM_WORLD
+    comm = distckpt.Comm.from_mpi4py(world)
+    rank, tp, dp = comm.rank, a.tp, a.dp
+    tensors, layouts = {}, {}
+    for tid, (name, shape, split) in enumerate(tensor_list(parse_size(a.size))):
+        if split < 0:
+            layout = distckpt.TensorLayout.from_device_matrix(shape, [dp, tp], [-1])
+        elif shape[split] % tp == 0:
+            layout = distckpt.TensorLayout.from_device_matrix(shape, [dp, tp], [0, -1] if split == 0 else [-1, 0])
+        else:  # an irregular split: part i is [i*d/TP, (i+1)*d/TP)
+            boxes = []
+            for r in range(dp * tp):
+                i, d = r % tp, shape[split]
+                offset, extent = [0, 0], list(shape)
+                offset[split], extent[split] = i * d // tp, (i + 1) * d // tp - i * d // tp
+                boxes.append([(offset, extent)])
+            layout = distckpt.TensorLayout.from_boxes(shape, boxes)
+        box = layout.boxes_of(rank)[0]
+        tensors[name] = np.ascontiguousarray(values(0, tid, shape, box).reshape(box[1]))
+        layouts[name] = layout
+    state = distckpt.StateDict(comm, tensors, layouts)
+
+    def timed(call):
+        world.Barrier()
+        t0 = MPI.Wtime()
+        call()
+        return world.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+
+    path = os.path.join(a.dir, "py-bench")
+    if rank == 0 and os.path.exists(path):
+        shutil.rmtree(path)
+    world.Barrier()
+    save_s = timed(lambda: distckpt.save(comm, state, a.dir, "py-bench", step=0, update_latest=False))
+    expected = {n: t.copy() for n, t in tensors.items()} if a.verify else None
+    for t in tensors.values():
+        t[...] = 0
+    load_s = timed(lambda: distckpt.load(comm, state, path))
+    if expected is not None:
+        bad = sum(int(not np.array_equal(tensors[n], expected[n])) for n in tensors)
+        if world.allreduce(bad) != 0:
+            raise SystemExit("py_bench: the load does not match the save")
+    world.Barrier()
+    if rank == 0:
+        shutil.rmtree(path)
+        print(json.dumps({"save_s": save_s, "load_s": load_s}), flush=True)
+    comm.close()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", default="build")
+    p.add_argument("--size", default="256M")
+    p.add_argument("--dp", type=int, default=2)
+    p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--dir", default="/dev/shm/py-bench")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--verify", action="store_true", help="check every loaded element (outside the timing)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        return worker(a)
+    build = os.path.abspath(a.build)
+    bench = os.path.join(build, "ckpt_bench")
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(a.dp * a.tp)]
+    os.makedirs(a.dir, exist_ok=True)
+    py, cc = {"save_s": [], "load_s": []}, {"save_s": [], "load_s": []}
+    for run in range(a.runs):
+        out = subprocess.run(mpirun + [sys.executable, os.path.abspath(__file__), "--worker", "--size", a.size,
+                                       "--dp", str(a.dp), "--tp", str(a.tp), "--dir", a.dir]
+                             + (["--verify"] if a.verify else []),
+                             env=env, capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        out = subprocess.run(mpirun + [bench, "--size", a.size, "--dp", str(a.dp), "--tp", str(a.tp), "--dir",
+                                       os.path.join(a.dir, "cc"), "--repeat", "1", "--json"],
+                             capture_output=True, text=True, check=True)
+        c = json.loads(out.stdout.strip().splitlines()[-1])
+        for k in py:
+            py[k].append(r[k])
+            cc[k].append(c[k])
+        print(f"run {run + 1}: python save {r['save_s']:.3f} s load {r['load_s']:.3f} s | "
+              f"C++ save {c['save_s']:.3f} s load {c['load_s']:.3f} s", flush=True)
+    shutil.rmtree(os.path.join(a.dir, "cc"), ignore_errors=True)
+    med = {k: (statistics.median(py[k]), statistics.median(cc[k])) for k in py}
+    print(f"py_bench: {a.size} at DP{a.dp} x TP{a.tp} in {a.dir}, medians of {a.runs}:")
+    for k, (p_s, c_s) in med.items():
+        print(f"  {k[:-2]}: python {p_s:.3f} s, C++ {c_s:.3f} s, ratio {p_s / c_s:.3f}")
+
+
+if __name__ == "__main__":
+    main()
