@@ -41,7 +41,21 @@ __all__ = [
 _live_comms = _weakref.WeakSet()
 
 
-class Comm:
+class _Closing:
+    """close() frees the native object (idempotent); `with` closes it at the end."""
+
+    def close(self):
+        if not self._native.closed:
+            self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Comm(_Closing):
     """A communicator for distckpt's collectives (a duplicate of an MPI communicator)."""
 
     def __init__(self, native):
@@ -69,17 +83,6 @@ class Comm:
 
     def barrier(self):
         self._native.barrier()
-
-    def close(self):
-        """Frees the duplicate communicator. Collective; idempotent."""
-        if not self._native.closed:
-            self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 @_atexit.register
@@ -275,7 +278,7 @@ def _canonical_config(kwargs):
     return config
 
 
-class CheckpointManager:
+class CheckpointManager(_Closing):
     """The training loop's policies (when to save, what to keep, resume), as the C++
     CheckpointManager. Options take our names and, where they exist, MindSpore's
     (save_checkpoint_steps, keep_checkpoint_max, ...) and MMEngine's (interval,
@@ -323,19 +326,9 @@ class CheckpointManager:
                     print(f"distckpt: exception save failed: {failed}", file=sys.stderr)
             raise
 
-    def close(self):
-        """Waits for a save in flight and frees the manager (call end() first)."""
-        if not self._native.closed:
-            self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class AsyncCheckpointer:
+class AsyncCheckpointer(_Closing):
     """Saves in the background: save_async() returns once this rank's share is staged
     (the tensors may change from then on); wait() reports the commit. Needs MPI with
     MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s). Collective."""
@@ -357,16 +350,6 @@ class AsyncCheckpointer:
 
     def end(self):
         self._native.end()
-
-    def close(self):
-        if not self._native.closed:
-            self._native.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def publish(src, format="safetensors", only=None, directory="", key=None):

@@ -57,6 +57,14 @@ void check(const Status& st) {
 
 [[noreturn]] void type_error(const std::string& message) { throw py::type_error(message); }
 
+// Runs `call` (I/O, collectives) with the GIL released and returns what it returned; the
+// GIL is held again when the result is handled (a Status holds no Python object).
+template <typename F>
+auto without_gil(F&& call) {
+  py::gil_scoped_release unlocked;
+  return call();
+}
+
 // ---- MPI and communicators ----
 
 // Whether this module called MPI_Init_thread (then it calls MPI_Finalize at exit).
@@ -231,11 +239,8 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   o.fsync = fsync;
   o.update_latest = update_latest;
   if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
-  Result<SaveResult> r = internal_error("not run");
-  {
-    py::gil_scoped_release unlocked;
-    r = save(comm.get(), state.get(), root, o);
-  }
+  Comm& native = comm.get();
+  Result<SaveResult> r = without_gil([&] { return save(native, state.get(), root, o); });
   SaveResult s = take(std::move(r));
   py::dict d;
   d["path"] = s.path;
@@ -255,11 +260,8 @@ py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, b
   LoadOptions o;
   o.strict = strict;
   o.key = key_from(key);
-  Result<LoadResult> r = internal_error("not run");
-  {
-    py::gil_scoped_release unlocked;
-    r = load(comm.get(), state.get(), path, o);
-  }
+  Comm& native = comm.get();
+  Result<LoadResult> r = without_gil([&] { return load(native, state.get(), path, o); });
   LoadResult l = take(std::move(r));
   py::dict d;
   d["step"] = l.step;
@@ -278,16 +280,7 @@ py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, b
 // ---- tools that need no MPI ----
 
 py::list list_root(const std::string& root) {
-  RootListing listing;
-  {
-    py::gil_scoped_release unlocked;
-    auto r = list_checkpoints(root);
-    if (!r.ok()) {
-      py::gil_scoped_acquire locked;
-      raise(r.status());
-    }
-    listing = std::move(r).value();
-  }
+  RootListing listing = take(without_gil([&] { return list_checkpoints(root); }));
   py::list out;
   for (const CheckpointEntry& e : listing.entries) {
     if (e.state != EntryState::kCommitted) continue;
@@ -307,11 +300,7 @@ py::dict verify_path(const std::string& path, const py::object& key, bool deep) 
   VerifyOptions o;
   o.key = key_from(key);
   o.deep = deep;
-  Result<VerifyReport> r = internal_error("not run");
-  {
-    py::gil_scoped_release unlocked;
-    r = verify_checkpoint(path, o);
-  }
+  Result<VerifyReport> r = without_gil([&] { return verify_checkpoint(path, o); });
   VerifyReport v = take(std::move(r));
   py::dict d;
   d["tensors"] = v.tensors;
@@ -327,11 +316,8 @@ std::string convert_path(const std::string& src, const std::string& dst, const s
                          const py::object& key) {
   ConvertOptions o;
   o.key = key_from(key);
-  Result<ConvertResult> r = internal_error("not run");
-  {
-    py::gil_scoped_release unlocked;
-    r = convert_checkpoint(src, dst, format_from(format), o);
-  }
+  const Format to = format_from(format);
+  Result<ConvertResult> r = without_gil([&] { return convert_checkpoint(src, dst, to, o); });
   return take(std::move(r)).path;
 }
 
@@ -339,11 +325,7 @@ std::string convert_path(const std::string& src, const std::string& dst, const s
 class PyReader {
  public:
   PyReader(const std::string& path, const py::object& key) : key_(key_from(key)) {
-    Result<std::unique_ptr<internal_tools::CheckpointReader>> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = internal_tools::CheckpointReader::open(posix_filesystem(), path, key_.get());
-    }
+    auto r = without_gil([&] { return internal_tools::CheckpointReader::open(posix_filesystem(), path, key_.get()); });
     reader_ = take(std::move(r));
     for (int t = 0; t < reader_->index().tensors_size(); ++t) by_name_[reader_->index().tensors(t).name()] = t;
   }
@@ -381,12 +363,7 @@ class PyReader {
     const uint64_t want = static_cast<uint64_t>(region.num_elements()) * (dt ? dtype_size(*dt) : 0);
     if (static_cast<uint64_t>(info.size * info.itemsize) != want) type_error("read: the output buffer has the wrong size");
     uint64_t bytes_read = 0;
-    Status st;
-    {
-      py::gil_scoped_release unlocked;
-      st = reader_->read(it->second, region, info.ptr, &bytes_read, check_chunks);
-    }
-    check(st);
+    check(without_gil([&] { return reader_->read(it->second, region, info.ptr, &bytes_read, check_chunks); }));
     return bytes_read;
   }
 
@@ -514,12 +491,8 @@ class PyManager {
     CheckpointConfig c = make_config(config);
     PyComm& pc = comm.cast<PyComm&>();
     PyStateDict& ps = state.cast<PyStateDict&>();
-    Result<std::unique_ptr<CheckpointManager>> m = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      m = CheckpointManager::create(pc.get(), ps.get(), std::move(c));
-    }
-    manager_ = take(std::move(m));
+    Comm& native_comm = pc.get();
+    manager_ = take(without_gil([&] { return CheckpointManager::create(native_comm, ps.get(), std::move(c)); }));
   }
   ~PyManager() {
     // Its destructor waits for a save in flight and for uploads, which may need the GIL.
@@ -532,11 +505,8 @@ class PyManager {
   }
   template <typename F>
   py::dict step(F&& call) {
-    Result<StepOutcome> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = call(get());
-    }
+    CheckpointManager& self = get();
+    Result<StepOutcome> r = without_gil([&] { return call(self); });
     return outcome_dict(take(std::move(r)));
   }
   py::dict step_end(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end) {
@@ -557,11 +527,7 @@ class PyManager {
     o.step = step_;
     o.epoch = epoch;
     o.strict = strict;
-    Result<ResumeResult> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = get().resume(o);
-    }
+    Result<ResumeResult> r = without_gil([&, &self = get()] { return self.resume(o); });
     ResumeResult rr = take(std::move(r));
     py::dict d;
     d["resumed"] = rr.resumed;
@@ -574,19 +540,11 @@ class PyManager {
     return d;
   }
   std::string best_checkpoint(const std::string& metric) {
-    Result<std::string> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = get().best_checkpoint(metric);
-    }
+    Result<std::string> r = without_gil([&, &self = get()] { return self.best_checkpoint(metric); });
     return take(std::move(r));
   }
   std::string publish(const std::string& target) {
-    Result<std::string> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = get().publish(target);
-    }
+    Result<std::string> r = without_gil([&, &self = get()] { return self.publish(target); });
     return take(std::move(r));
   }
   std::string series_prefix() { return get().series_prefix(); }
@@ -607,13 +565,8 @@ class PyAsync {
     AsyncOptions o;
     o.staging_bytes = staging_bytes;
     o.refuse_when_busy = refuse_when_busy;
-    Result<std::unique_ptr<AsyncCheckpointer>> r = internal_error("not run");
     const MPI_Comm source = comm.source();
-    {
-      py::gil_scoped_release unlocked;
-      r = make_async_checkpointer(source, o);  // collective
-    }
-    async_ = take(std::move(r));
+    async_ = take(without_gil([&] { return make_async_checkpointer(source, o); }));  // collective
   }
   ~PyAsync() {
     py::gil_scoped_release unlocked;
@@ -631,19 +584,11 @@ class PyAsync {
     o.epoch = epoch;
     o.format = format_from(format);
     if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
-    Status st;
-    {
-      py::gil_scoped_release unlocked;
-      st = get().save_async(state.get(), root, o);
-    }
-    check(st);
+    AsyncCheckpointer& async = get();
+    check(without_gil([&] { return async.save_async(state.get(), root, o); }));
   }
   py::dict wait() {
-    Result<SaveResult> r = internal_error("not run");
-    {
-      py::gil_scoped_release unlocked;
-      r = get().wait();
-    }
+    Result<SaveResult> r = without_gil([&, &self = get()] { return self.wait(); });
     SaveResult s = take(std::move(r));
     py::dict d;
     d["path"] = s.path;
@@ -654,12 +599,8 @@ class PyAsync {
   }
   bool in_flight() { return get().in_flight(); }
   void end() {
-    Status st;
-    {
-      py::gil_scoped_release unlocked;
-      st = get().end();
-    }
-    check(st);
+    AsyncCheckpointer& async = get();
+    check(without_gil([&] { return async.end(); }));
   }
   void close() {
     py::gil_scoped_release unlocked;
@@ -678,11 +619,7 @@ std::string publish_path(const std::string& src, const std::string& format, cons
   o.only = only;
   o.directory = directory;
   o.key = key_from(key);
-  Result<PublishResult> r = internal_error("not run");
-  {
-    py::gil_scoped_release unlocked;
-    r = publish_checkpoint(src, o);
-  }
+  Result<PublishResult> r = without_gil([&] { return publish_checkpoint(src, o); });
   return take(std::move(r)).path;
 }
 
