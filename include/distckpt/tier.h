@@ -45,7 +45,7 @@ struct LocalTier {
   // Fewer nodes than a group needs is kInvalidArgument, with the count.
   std::string redundancy = "auto";
   // Keep the files of the local checkpoint removed last (remove_local, the manager's
-  // retention) in <dir>/.spare, and write the next local save into them: overwriting
+  // retention) in <dir>/.distckpt-spare, and write the next local save into them: overwriting
   // pages a file already has is faster than making new ones (a tmpfs allocates each).
   // The node's peak use is unchanged (a save turns the spares into its own files as it
   // writes); between saves it holds one checkpoint's files more. The manager's end()

@@ -149,10 +149,9 @@ def _torch_view(name, t):
 
 def _numpy_view(name, a, dtype):
     """The same for anything with the buffer protocol (numpy arrays)."""
-    try:
-        view = memoryview(a)
-    except TypeError:
-        raise TypeError(f"tensor '{name}': a numpy array or a torch tensor, not {type(a).__name__}") from None
+    if not isinstance(a, _np.ndarray):  # its memory is what the StateDict refers to
+        raise TypeError(f"tensor '{name}': a numpy array or a torch tensor, not {type(a).__name__}")
+    view = memoryview(a)  # the buffer protocol
     if not view.c_contiguous:
         raise TypeError(f"tensor '{name}' is not C-contiguous (use numpy.ascontiguousarray)")
     arr = _np.asarray(a)

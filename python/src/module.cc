@@ -81,14 +81,19 @@ class PyComm {
   int rank() { return get().rank(); }
   int size() { return get().size(); }
   void close() {
+    if (users_ > 0) throw py::value_error("Comm.close: a CheckpointManager still uses this Comm (close it first)");
     py::gil_scoped_release unlocked;
     comm_.reset();  // frees the duplicated communicator: before MPI_Finalize
   }
   bool closed() const { return !comm_; }
+  // A manager keeps a pointer to the Comm: it may not be closed under it.
+  void add_user() { ++users_; }
+  void drop_user() { --users_; }
 
  private:
   std::unique_ptr<Comm> comm_;
   MPI_Comm source_;
+  int users_ = 0;
 };
 
 std::unique_ptr<PyComm> wrap(MPI_Comm handle) {
@@ -357,6 +362,8 @@ class PyReader {
     auto it = by_name_.find(name);
     if (it == by_name_.end()) throw py::key_error("no tensor '" + name + "' in this checkpoint");
     py::buffer_info info = out.request(/*writable=*/true);
+    if (info.ndim > 1 || (info.ndim == 1 && info.strides[0] != info.itemsize))
+      type_error("read: the output buffer must be contiguous");
     const proto::Tensor& t = reader_->index().tensors(it->second);
     const auto dt = dtype_from_name(t.dtype());
     const Box region{to_shape(offset), to_shape(shape)};
@@ -493,12 +500,9 @@ class PyManager {
     PyStateDict& ps = state.cast<PyStateDict&>();
     Comm& native_comm = pc.get();
     manager_ = take(without_gil([&] { return CheckpointManager::create(native_comm, ps.get(), std::move(c)); }));
+    pc.add_user();
   }
-  ~PyManager() {
-    // Its destructor waits for a save in flight and for uploads, which may need the GIL.
-    py::gil_scoped_release unlocked;
-    manager_.reset();
-  }
+  ~PyManager() { close(); }
   CheckpointManager& get() {
     if (!manager_) throw py::value_error("this CheckpointManager was closed");
     return *manager_;
@@ -522,6 +526,9 @@ class PyManager {
     return step([&](CheckpointManager& m) { return m.save_after_exception(what); });
   }
   py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict) {
+    PyStateDict& ps = state_.cast<PyStateDict&>();
+    if (!ps.readonly().empty())
+      type_error("resume: tensor '" + ps.readonly().front() + "' is read-only (a resume writes into every tensor)");
     ResumeOptions o;
     o.target = target;
     o.step = step_;
@@ -549,8 +556,13 @@ class PyManager {
   }
   std::string series_prefix() { return get().series_prefix(); }
   void close() {
-    py::gil_scoped_release unlocked;
-    manager_.reset();  // waits for a save in flight
+    if (!manager_) return;
+    {
+      // Its destructor waits for a save in flight and for uploads, which may need the GIL.
+      py::gil_scoped_release unlocked;
+      manager_.reset();
+    }
+    comm_.cast<PyComm&>().drop_user();
   }
   bool closed() const { return !manager_; }
 

@@ -274,6 +274,19 @@ def test_manager_policies_with_mindspore_and_mmengine_names(comm, shared_dir):
             m.step_end(step, 0)
         m.end(4, 0)
     assert len(distckpt.list_checkpoints(root2)) == 4
+    # A Comm a manager uses cannot be closed under it; a resume never writes into a
+    # read-only array.
+    extra = distckpt.Comm.from_mpi4py(MPI.COMM_WORLD)
+    ro = np.zeros((2, 3), np.float32)
+    ro.flags.writeable = False
+    m = distckpt.CheckpointManager(comm=extra, state=distckpt.StateDict(extra, {"w": ro}, {"w": split_rows([2 * size, 3], size)}),
+                                   directory=root)
+    with pytest.raises(ValueError, match="CheckpointManager"):
+        extra.close()
+    with pytest.raises(TypeError, match="'w'.*read-only"):
+        m.resume()
+    m.close()
+    extra.close()
     # A new job resumes the newest.
     mine[...] = 0
     with distckpt.CheckpointManager(comm, state, directory=root, prefix="net", name_template="{prefix}-{step}") as m:
@@ -372,3 +385,8 @@ def test_reader_reads_only_the_region_unless_asked_to_check(comm, shared_dir):
         r.read("w", ([2, 3], [4, 5]), check=True)
     with pytest.raises(distckpt.CorruptionError):
         r.tensor("w")  # a whole chunk is always checked
+    for bad in (([0], [4, 8]), ([0, 0], [65, 1]), ([-1, 0], [1, 1])):
+        with pytest.raises(distckpt.DistckptError, match="not inside"):
+            r.read("w", bad)
+    with pytest.raises(TypeError, match="'b'"):
+        distckpt.StateDict(distckpt.Comm.from_mpi4py(MPI.COMM_SELF), {"b": bytearray(8)})

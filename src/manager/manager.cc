@@ -26,6 +26,8 @@
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
 #include "manager/upload.h"
+#include "storage/spare_files.h"
+#include "tier/nodes.h"
 #include "tier/record.h"
 #include "tools/convert.h"
 
@@ -253,7 +255,14 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
 }
 
 CheckpointManager::CheckpointManager() = default;
-CheckpointManager::~CheckpointManager() = default;
+CheckpointManager::~CheckpointManager() {
+  // end() gives the local tier's spares back; after a failure, an exception, or without
+  // end(), every rank gives back its node's here (no collective in a destructor: ranks
+  // of one node racing to remove the directory is harmless).
+  if (impl_ && impl_->tiered())
+    internal_storage::drop_spares(
+        *impl_->fs, internal_tier::spare_dir(internal_tier::node_dir(*impl_->comm, impl_->cfg.local.dir, impl_->comm->rank())));
+}
 const std::string& CheckpointManager::series_prefix() const { return impl_->series; }
 const CheckpointConfig& CheckpointManager::config() const { return impl_->cfg; }
 

@@ -1,5 +1,6 @@
 #include "storage/spare_files.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,11 +40,19 @@ void move_files(FileSystem& fs, const std::string& dir, const std::string& spare
 
 Status retire_into_spares(FileSystem& fs, const std::string& dir, const std::string& spare_dir) {
   drop_spares(fs, spare_dir);
-  if (fs.create_dirs(spare_dir).ok()) move_files(fs, dir, spare_dir);
+  // Made here, owner-only (create_dir), never an existing one: nobody else's files can be
+  // in it.
+  if (fs.create_dir(spare_dir).ok()) move_files(fs, dir, spare_dir);
   return fs.remove_all(dir);
 }
 
 bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, uint64_t size) {
+  // Only a real directory of ours, owner-only (a local directory may be shared, as /dev/shm
+  // is: checkpoint bytes must never go into a file someone else can read).
+  struct stat dir_stat;
+  if (::lstat(spare_dir.c_str(), &dir_stat) != 0 || !S_ISDIR(dir_stat.st_mode) || dir_stat.st_uid != ::geteuid() ||
+      (dir_stat.st_mode & 077) != 0)
+    return false;
   auto entries = fs.list_dir(spare_dir);
   if (!entries.ok() || entries->empty()) return false;
   // The best fit first: the smallest spare that holds `size` bytes, then the others,
@@ -61,7 +70,10 @@ bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string&
   fits.insert(fits.end(), short_ones.begin(), short_ones.end());
   for (const auto& [bytes, name] : fits) {
     if (!fs.rename_no_replace(spare_dir + "/" + name, path).ok()) continue;  // taken by another writer
-    if (fs.open_readable(path).ok()) return true;                             // a regular file, not a link
+    // A regular file of ours with one name (not a link, not a hard link to another file).
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && st.st_nlink == 1)
+      return true;
     (void)fs.remove_file(path);
   }
   return false;

@@ -7,7 +7,7 @@
 //
 // A spare is never read as data: a save that takes one sizes it to its own file and
 // overwrites every byte it keeps. Spares live in a directory of their own (the local
-// tier's <dir>/.spare); none of them is referenced by any index or record.
+// tier's <dir>/.distckpt-spare); none of them is referenced by any index or record.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,8 @@ namespace distckpt::internal_storage {
 Status retire_into_spares(FileSystem& fs, const std::string& dir, const std::string& spare_dir);
 
 // Renames a regular file of `spare_dir` to `path` (which must not exist), the one that
-// best fits a file of `size` bytes. False when there is none to take: the caller writes
+// best fits a file of `size` bytes. Only from an owner-only directory of this user, and
+// only a file of this user with one link. False when there is none to take: the caller writes
 // a new file. Several writers may take spares from one directory at once; each gets its
 // own.
 bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string& path, uint64_t size);

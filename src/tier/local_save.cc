@@ -17,9 +17,9 @@
 #include <chrono>
 #include <cstring>
 #include <future>
-#include <system_error>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include "base/guard.h"
 #include "base/kill_point.h"
@@ -33,6 +33,7 @@
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
+#include "storage/spare_files.h"
 #include "tier/nodes.h"
 #include "tier/parity.h"
 #include "tier/record.h"
@@ -420,7 +421,11 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
       ls.commit_seq = std::async(std::launch::async, claim);
     } catch (const std::system_error&) {  // no thread to be had: claim it now
       std::promise<Result<uint64_t>> now;
-      now.set_value(claim());
+      try {
+        now.set_value(claim());
+      } catch (...) {  // rethrown by get(), inside step 4's guarded block
+        now.set_exception(std::current_exception());
+      }
       ls.commit_seq = now.get_future();
     }
   }
@@ -490,7 +495,12 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   // Step 2's agreement: every rank wrote and fsynced its data file.
   Status local = crcs.status();
   internal_base::kill_point("local-write");
-  if (Status st = agree(comm, local); !st.ok()) {
+  Status written = agree(comm, local);
+  // The data files took their spares; what is left (the previous partner copies, parity
+  // and record) goes now, before this save writes its own redundancy: the node never
+  // holds more than it would without spares.
+  if (leader && !frame.spare_dir.empty()) internal_storage::drop_spares(fs, frame.spare_dir);
+  if (Status st = written; !st.ok()) {
     cleanup();
     return st;
   }

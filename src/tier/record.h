@@ -8,7 +8,7 @@
 //                                   copies in partner/, parity in parity.bin, and the
 //                                   record (the same bytes as the global one)
 //   <dir>/<name>.tmp-<id>/          the same while it is written
-//   <dir>/.spare/                   files of the checkpoint removed last, for the next
+//   <dir>/.distckpt-spare/          files of the checkpoint removed last, for the next
 //                                   save to overwrite (LocalTier::recycle)
 #pragma once
 
@@ -24,7 +24,7 @@ namespace distckpt::internal_tier {
 inline constexpr const char* kNodeIdFile = ".distckpt-node";
 inline constexpr const char* kRecordFile = "record";
 inline constexpr const char* kParityFile = "parity.bin";
-inline constexpr const char* kSpareDir = ".spare";
+inline constexpr const char* kSpareDir = ".distckpt-spare";  // never a checkpoint name
 inline constexpr std::size_t kNodeIdBytes = 16;
 inline constexpr uint32_t kPrimary = 0, kPartner = 1;
 

@@ -42,7 +42,18 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
 const proto::Index& CheckpointReader::index() const { return impl_->index; }
 
 Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial) {
+  if (tensor < 0 || tensor >= impl_->index.tensors_size())
+    return invalid_argument("read: no tensor number " + std::to_string(tensor));
   const proto::Tensor& t = impl_->index.tensors(tensor);
+  // The region must be a box of the tensor: the lookups index its dims.
+  const int dims = t.global_shape_size();
+  bool inside = static_cast<int>(region.offset.size()) == dims && static_cast<int>(region.shape.size()) == dims;
+  for (int d = 0; inside && d < dims; ++d)
+    inside = region.offset[static_cast<std::size_t>(d)] >= 0 && region.shape[static_cast<std::size_t>(d)] >= 0 &&
+             region.shape[static_cast<std::size_t>(d)] <= t.global_shape(d) - region.offset[static_cast<std::size_t>(d)];
+  if (!inside)
+    return invalid_argument("read: tensor '" + t.name() + "': region " + region.to_string() + " is not inside its " +
+                            std::to_string(dims) + "-d shape");
   auto it = impl_->lookups.find(tensor);
   if (it == impl_->lookups.end()) it = impl_->lookups.emplace(tensor, internal_plan::ChunkLookup(t)).first;
   int64_t covered = 0;

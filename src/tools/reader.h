@@ -23,7 +23,8 @@ class CheckpointReader {
   // Reads `region` of tensor `tensor` (index order) into `dst`, row-major. With
   // `check_partial` (conversions), a chunk read in part is read whole so that its
   // checksum is checked; without it only the region's bytes are read (chunks read whole
-  // are checked either way).
+  // are checked either way). kInvalidArgument for a region that is not a box inside the
+  // tensor (wrong number of dims, negative, out of bounds).
   Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial = true);
 
  private:
