@@ -15,7 +15,7 @@ packages=(
   zlib1g-dev                          # CRC-32 combine for MindSpore's .ckpt footer
   libgtest-dev libgmock-dev           # tests
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
-  python3-dev pybind11-dev            # the Python package (python/): headers, pybind11
+  python3-dev pybind11-dev python3-pybind11  # the Python package (python/): headers, pybind11
   python3-mpi4py python3-pytest       # the Python package's tests: mpi4py communicators, pytest
   python3-torch                       # the Python package: torch tensors (tests, examples)
   procps                              # tests: pgrep finds the ranks a crash test kills

@@ -139,8 +139,13 @@ def _torch_view(name, t):
     """(address, nbytes, dtype name, readonly, owner) of a torch tensor, or TypeError."""
     if t.device.type != "cpu":
         raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
-    if not t.is_contiguous():
-        raise TypeError(f"tensor '{name}' is not contiguous (call .contiguous())")
+    # Row-major and dense, from its strides: the bytes at data_ptr() are the tensor.
+    expected, step = [], 1
+    for extent in reversed(list(t.shape)):
+        expected.insert(0, step)
+        step *= extent
+    if any(n > 1 and s != e for n, s, e in zip(t.shape, t.stride(), expected)):
+        raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}; call .contiguous())")
     dtype = str(t.dtype).replace("torch.", "")
     if dtype not in _NUMPY_DTYPES and dtype != "bfloat16":
         raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")

@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -240,8 +241,13 @@ def test_a_script_that_leaves_a_comm_open_exits_zero(comm):
     if comm.rank != 0:
         return
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_"))}
-    script = "import distckpt\nc = distckpt.Comm.world()\nassert c.size == 1\nc2 = distckpt.Comm.world()\n"
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    script = ("import sys, numpy as np, distckpt\nc = distckpt.Comm.world()\nassert c.size == 1\n"
+              "c2 = distckpt.Comm.world()\na = distckpt.AsyncCheckpointer(c2)\n"
+              "s = distckpt.StateDict(c, {'w': np.zeros(4, np.float32)})\n"
+              "m = distckpt.CheckpointManager(c, s, directory=sys.argv[1])\n"
+              "a.save_async(s, sys.argv[1], 'left-in-flight')\n")
+    out = subprocess.run([sys.executable, "-c", script, tempfile.mkdtemp(prefix="distckpt-exit-")], env=env,
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
 
 
