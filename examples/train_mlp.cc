@@ -697,6 +697,8 @@ int run(int argc, char** argv, int rank, int world) {
   }
   if (exit_code == 0) print_fingerprint("final", step, fingerprint(model, rank), rank);
 
+  // The manager borrows the communicator: it goes first.
+  if (manager.ok()) manager->reset();
   comm.reset();
   MPI_Comm_free(&topo.tp_comm);
   MPI_Comm_free(&topo.dp_comm);

@@ -259,9 +259,8 @@ CheckpointManager::~CheckpointManager() {
   // end() gives the local tier's spares back; after a failure, an exception, or without
   // end(), every rank gives back its node's here (no collective in a destructor: ranks
   // of one node racing to remove the directory is harmless).
-  if (impl_ && impl_->tiered())
-    internal_storage::drop_spares(
-        *impl_->fs, internal_tier::spare_dir(internal_tier::node_dir(*impl_->comm, impl_->cfg.local.dir, impl_->comm->rank())));
+  // The path was worked out at create(): the Comm may be gone by now.
+  if (impl_ && !impl_->spare_dir.empty()) internal_storage::drop_spares(*impl_->fs, impl_->spare_dir);
 }
 const std::string& CheckpointManager::series_prefix() const { return impl_->series; }
 const CheckpointConfig& CheckpointManager::config() const { return impl_->cfg; }
@@ -311,6 +310,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     DISTCKPT_ASSIGN_OR_RETURN(async, make_async_checkpointer(*internal_comm::as_mpi(comm), impl.cfg.async));
   }
   impl.async = std::move(async);
+  if (impl.tiered())
+    impl.spare_dir = internal_tier::spare_dir(internal_tier::node_dir(comm, impl.cfg.local.dir, comm.rank()));
   if (impl.root() && (impl.cfg.upload || !impl.cfg.upload_command.empty()))
     impl.uploader = std::make_unique<internal_manager::Uploader>(impl.cfg.upload, impl.cfg.upload_command,
                                                                  static_cast<std::size_t>(impl.cfg.upload_queue));

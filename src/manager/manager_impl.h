@@ -36,6 +36,7 @@ struct CheckpointManager::Impl {
   CompareRule rule = CompareRule::kLess;
   std::string series;  // the prefix of this run's names
   std::vector<std::string> gc_removed;  // rank 0: abandoned saves removed since the last stats line
+  std::string spare_dir;  // this node's local-tier spares (given back by the destructor), or ""
   std::string job_id;  // the job's identity across requeues (config, $DISTCKPT_JOB_ID, $SLURM_JOB_ID), or ""
   internal_manager::SeriesNames names;
   std::shared_ptr<FileSystem> fs = posix_filesystem();
