@@ -162,6 +162,15 @@ TensorLayout layout_from_boxes(const std::vector<int64_t>& shape,
 
 // ---- state dicts ----
 
+// An info value from Python: bool, int, float or str (bool first: it is an int too).
+InfoValue to_info_value(const std::string& key, py::handle value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
+  if (py::isinstance<py::int_>(value)) return value.cast<int64_t>();
+  if (py::isinstance<py::float_>(value)) return value.cast<double>();
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  type_error("info '" + key + "': int, float, bool or str, not " + std::string(py::str(value.get_type())));
+}
+
 // A StateDict whose buffers belong to Python objects: it holds a reference to each, so
 // that they outlive it.
 class PyStateDict {
@@ -190,13 +199,7 @@ class PyStateDict {
     owners_.push_back(std::move(owner));
     if (readonly) readonly_.push_back(name);
   }
-  void set_info(const std::string& key, py::handle value) {
-    if (py::isinstance<py::bool_>(value)) check(state_.set_info(key, value.cast<bool>()));
-    else if (py::isinstance<py::int_>(value)) check(state_.set_info(key, value.cast<int64_t>()));
-    else if (py::isinstance<py::float_>(value)) check(state_.set_info(key, value.cast<double>()));
-    else if (py::isinstance<py::str>(value)) check(state_.set_info(key, value.cast<std::string>()));
-    else type_error("info '" + key + "': int, float, bool or str, not " + std::string(py::str(value.get_type())));
-  }
+  void set_info(const std::string& key, py::handle value) { check(state_.set_info(key, to_info_value(key, value))); }
   const std::vector<std::string>& readonly() const { return readonly_; }
   std::vector<std::string> keys() const {
     std::vector<std::string> out;
@@ -436,11 +439,7 @@ CheckpointConfig make_config(const py::dict& kw) {
     } else if (k == "append_info") {
       for (auto kv : v.cast<py::dict>()) {
         const std::string key = kv.first.cast<std::string>();
-        py::handle x = kv.second;
-        if (py::isinstance<py::bool_>(x)) c.append_info[key] = x.cast<bool>();
-        else if (py::isinstance<py::int_>(x)) c.append_info[key] = x.cast<int64_t>();
-        else if (py::isinstance<py::float_>(x)) c.append_info[key] = x.cast<double>();
-        else c.append_info[key] = x.cast<std::string>();
+        c.append_info[key] = to_info_value(key, kv.second);
       }
     } else if (k == "local_dir") c.local.dir = v.cast<std::string>();
     else if (k == "redundancy") c.local.redundancy = v.cast<std::string>();
