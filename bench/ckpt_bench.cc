@@ -96,6 +96,9 @@ struct Args {
   // or both, one after the other in each repeat, to compare them.
   bool sieve = false, compare_sieve = false;
   bool compare_limit = false;  // fio in the same run and directory (fio_limit)
+  // Incremental saves (SaveOptions::incremental): between saves this fraction of the
+  // state's bytes changes (whole tensors, the first ones of the list); < 0: off.
+  double change_fraction = -1;
 };
 
 // Where the checkpoint of `a` lives: a directory, or a single file with its extension.
@@ -779,6 +782,133 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
   return mismatches == 0 ? 0 : kExitMismatch;
 }
 
+// --change-fraction F: incremental saves of a state of which F of the bytes change
+// between saves (whole tensors, from the first), each timed beside a full save of the
+// same state in the same repeat. Reports the bytes each writes (new bytes on storage)
+// against the changed bytes and the checkpoint's logical size, and checks that the
+// last incremental checkpoint loads back the state it was saved from.
+int run_incremental_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::AsyncCheckpointer* async,
+                          bool root, uint64_t size, int world) {
+  const uint64_t total = distckpt::bench::workload_bytes(w.tensors);
+  // The tensors that change: a prefix of the list holding F of the bytes (rounded up to
+  // a whole tensor), the same on every rank.
+  std::vector<bool> changes(w.tensors.size(), false);
+  uint64_t changed = 0;
+  for (std::size_t t = 0; t < w.tensors.size() && static_cast<double>(changed) < a.change_fraction * total; ++t) {
+    changes[t] = true;
+    changed += static_cast<uint64_t>(w.tensors[t].num_elements()) * sizeof(float);
+  }
+  auto save_as = [&](const std::string& name, bool incremental, const std::string& base,
+                     double* seconds) -> distckpt::Result<distckpt::SaveResult> {
+    distckpt::SaveOptions opts;
+    opts.name = name;
+    opts.incremental = incremental;
+    opts.incremental_base = base;
+    opts.update_latest = false;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
+    if (async != nullptr) {
+      Status started = async->save_async(w.state, a.dir, opts);
+      r = started.ok() ? async->wait() : distckpt::Result<distckpt::SaveResult>(started);
+    } else {
+      r = distckpt::save(comm, w.state, a.dir, opts);
+    }
+    *seconds = max_over_ranks(MPI_Wtime() - t0);
+    if (!r.ok() && root) std::cerr << "ckpt_bench: save '" << name << "': " << r.status().to_string() << "\n";
+    return r;
+  };
+  std::vector<std::string> made;
+  auto cleanup = [&] {
+    for (auto it = made.rbegin(); it != made.rend(); ++it) remove_checkpoint(a.dir + "/" + *it, root);
+  };
+  double first_s = 0;
+  auto first = save_as(a.name + "-inc-0", true, "", &first_s);
+  if (!first.ok()) return kExitError;
+  made.push_back(a.name + "-inc-0");
+  std::vector<double> inc_s, full_s, written, referenced, index_bytes;
+  std::string base = a.name + "-inc-0";
+  for (int i = 1; i <= a.repeat; ++i) {
+    for (std::size_t t = 0; t < w.slices.size(); ++t)
+      if (changes[t])
+        for (std::size_t e = 0; e < w.slices[t].elements; ++e) w.slices[t].data[e] += 1.0f;
+    // Alternate which goes first: the page cache and the disk see both orders.
+    double s_inc = 0, s_full = 0;
+    const std::string inc_name = a.name + "-inc-" + std::to_string(i), full_name = a.name + "-full-" + std::to_string(i);
+    distckpt::Result<distckpt::SaveResult> inc = distckpt::internal_error("not run"), full = inc;
+    for (int order = 0; order < 2; ++order) {
+      if ((order == 0) == (i % 2 == 1)) {
+        inc = save_as(inc_name, true, base, &s_inc);
+        if (!inc.ok()) return cleanup(), kExitError;
+        made.push_back(inc_name);
+      } else {
+        full = save_as(full_name, false, "", &s_full);
+        if (!full.ok()) return cleanup(), kExitError;
+        if (!remove_checkpoint(a.dir + "/" + full_name, root)) return cleanup(), kExitError;
+      }
+    }
+    inc_s.push_back(s_inc);
+    full_s.push_back(s_full);
+    written.push_back(static_cast<double>(inc->bytes_written));
+    referenced.push_back(static_cast<double>(inc->bytes_referenced));
+    index_bytes.push_back(static_cast<double>(inc->index_bytes));
+    base = inc_name;
+  }
+  // The last incremental checkpoint holds the state as it is now.
+  std::vector<std::vector<float>> expected;
+  for (Slice& s : w.slices) {
+    expected.emplace_back(s.data.get(), s.data.get() + s.elements);
+    std::memset(s.data.get(), 0, s.elements * sizeof(float));
+  }
+  auto loaded = distckpt::load(comm, w.state, a.dir + "/" + base, {});
+  uint64_t mismatches = 0;
+  for (std::size_t t = 0; t < w.slices.size(); ++t)
+    if (std::memcmp(expected[t].data(), w.slices[t].data.get(), w.slices[t].elements * sizeof(float)) != 0) ++mismatches;
+  MPI_Allreduce(MPI_IN_PLACE, &mismatches, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (!loaded.ok() && root) std::cerr << "ckpt_bench: load '" << base << "': " << loaded.status().to_string() << "\n";
+  if (!a.keep) cleanup();
+  if (!loaded.ok()) return kExitError;
+  if (root) {
+    const double wr = median(written), idx = median(index_bytes), inc = median(inc_s), full = median(full_s);
+    nlohmann::ordered_json j;
+    j["size"] = size;
+    j["ranks"] = world;
+    j["dp"] = a.dp;
+    j["tp"] = a.tp;
+    j["dir"] = a.dir;
+    j["async"] = async != nullptr;
+    j["change_fraction"] = a.change_fraction;
+    j["bytes_unique"] = total;
+    j["bytes_changed"] = changed;
+    j["first_save_s"] = first_s;
+    j["bytes_written"] = wr;
+    j["bytes_referenced"] = median(referenced);
+    j["bytes_logical"] = wr + median(referenced);
+    j["index_bytes"] = idx;
+    j["written_vs_changed"] = changed > 0 ? wr / static_cast<double>(changed) : 0.0;
+    j["written_with_index_vs_changed"] = changed > 0 ? (wr + idx) / static_cast<double>(changed) : 0.0;
+    j["incremental_save_s"] = inc;
+    j["full_save_s"] = full;
+    j["incremental_vs_full"] = full > 0 ? inc / full : 0.0;
+    j["verified"] = mismatches == 0;
+    j["runs"] = a.repeat;
+    if (a.json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("ckpt_bench (incremental): %s of state, %.3f changed between saves (%s), %d ranks, dp %d x tp %d\n",
+                  human_bytes(total).c_str(), a.change_fraction, human_bytes(changed).c_str(), world, a.dp, a.tp);
+      std::printf("incremental save: %.3f s, writes %s + index %s = %.3f x the changed bytes (references %s)\n", inc,
+                  human_bytes(static_cast<uint64_t>(wr)).c_str(), metadata_bytes(static_cast<uint64_t>(idx)).c_str(),
+                  changed > 0 ? (wr + idx) / static_cast<double>(changed) : 0.0,
+                  human_bytes(static_cast<uint64_t>(median(referenced))).c_str());
+      std::printf("full save of the same state: %.3f s; incremental / full = %.2f\n", full, full > 0 ? inc / full : 0.0);
+      std::printf("%s; medians of %d run(s)\n", mismatches == 0 ? "verified (the last incremental checkpoint loads back)"
+                                                               : "MISMATCH after loading", a.repeat);
+    }
+  }
+  return mismatches == 0 ? 0 : kExitMismatch;
+}
+
 int run(int rank, int world, int argc, char** argv) {
   const bool root = rank == 0;
   Args a;
@@ -809,6 +939,10 @@ int run(int rank, int world, int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--integrated", a.integrated,
                "native: write full tensors (gathered) into one file; ckpt and safetensors always are");
+  app.add_option("--change-fraction", a.change_fraction,
+                 "incremental saves: this fraction of the state's bytes changes between saves (whole tensors); "
+                 "reports bytes written against the changed bytes, and the time against a full save")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--no-checksum", a.no_checksum,
                "save without per-chunk CRC32C (to measure its cost; loading it then needs --allow-unchecked)");
   app.add_flag("--allow-unchecked", a.allow_unchecked,
@@ -920,6 +1054,14 @@ int run(int rank, int world, int argc, char** argv) {
       return kExitError;
     }
     async = std::move(created).value();
+  }
+
+  if (a.change_fraction >= 0) {
+    if (a.format != "native" || a.integrated || a.key || !a.local_dir.empty() || a.mode != "both") {
+      if (root) std::cerr << "ckpt_bench: --change-fraction: sharded native saves, not encrypted, mode both, no --local-dir\n";
+      return kExitUsage;
+    }
+    return run_incremental_bench(a, w, *comm, async.get(), root, *size, world);
   }
 
   if (!a.local_dir.empty()) {

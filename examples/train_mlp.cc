@@ -65,6 +65,9 @@ struct Config {
   std::shared_ptr<const distckpt::EncryptionKey> key;
   double lr = 0.05;
   int batch = 16, hidden = 64, in = 32, out = 16;
+  int layers = 2;               // an even number: Megatron pairs (column- then row-parallel)
+  double freeze_fraction = 0;   // freeze whole layers, from the input, holding this much of the bytes
+  bool incremental = false;     // incremental saves: unchanged (frozen) tensors are referenced
   // The node-local tier: local saves every N steps, every Mth drained to --dir.
   std::string local_dir, redundancy = "auto";
   int64_t local_every = 0;
@@ -151,7 +154,12 @@ void fatal_if_error(const distckpt::Status& s, const std::string& what, int rank
 
 // ---- model ----
 
-enum Param { kW1, kB1, kW2, kB2, kNumParams };
+// Layers come in Megatron pairs: a column-parallel layer (rows split over TP, bias
+// split alike) then a row-parallel one (columns split, bias replicated). With --layers
+// 2 (the default) that is fc1 and fc2 above; deeper models repeat the pair with a ReLU
+// between pairs, every width `hidden` but the input's and the output's.
+// Parameter p of pair q is param[4q + p]: column weight, column bias, row weight, row bias.
+enum Param { kW1, kB1, kW2, kB2, kPerPair };
 
 struct Tensor {
   std::string name;
@@ -161,8 +169,14 @@ struct Tensor {
 };
 
 struct Model {
-  int in = 0, hl = 0, out = 0;  // hl = hidden units held by this rank
-  std::array<Tensor, kNumParams> param, momentum;
+  int in = 0, hl = 0, out = 0, hidden = 0;  // hl = hidden units held by this rank
+  int pairs = 1;
+  std::vector<Tensor> param, momentum;
+  // Frozen (--freeze-fraction): never updated, so its parameters and momentum stay as
+  // they were (whole layers, from the input side): an incremental save references them.
+  std::vector<bool> frozen;
+  int d_in(int q) const { return q == 0 ? in : hidden; }
+  int d_out(int q) const { return q == pairs - 1 ? out : hidden; }
 };
 
 // Builds the layout for dev_mat {dp, tp} (tensor_map entry 0 = the tp axis) and checks
@@ -188,27 +202,61 @@ void init_uniform(Tensor& t, int fan_in) {
   });
 }
 
+// Global bytes of a parameter (its momentum holds as many).
+uint64_t global_bytes(const Tensor& t) {
+  uint64_t n = 1;
+  for (int64_t d : t.layout.global_shape()) n *= static_cast<uint64_t>(d);
+  return n * sizeof(float);
+}
+
+// Freezes whole layers from the input side until they hold at least `fraction` of the
+// parameter bytes (and so of parameters + momentum). At least one layer stays trainable.
+void freeze_layers(Model& m, double fraction, int rank) {
+  m.frozen.assign(m.param.size(), false);
+  if (fraction <= 0) return;
+  uint64_t total = 0;
+  for (const Tensor& t : m.param) total += global_bytes(t);
+  uint64_t frozen = 0;
+  for (std::size_t layer = 0; 2 * layer < m.param.size(); ++layer) {
+    if (static_cast<double>(frozen) >= fraction * static_cast<double>(total)) break;
+    if (2 * layer + 2 >= m.param.size()) {
+      if (rank == 0)
+        std::fprintf(stderr, "error: --freeze-fraction %.4f would freeze every layer (use more --layers)\n", fraction);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    for (std::size_t p = 2 * layer; p < 2 * layer + 2; ++p) {
+      m.frozen[p] = true;
+      frozen += global_bytes(m.param[p]);
+    }
+  }
+}
+
 Model make_model(const Config& cfg, const Topology& topo) {
   Model m;
   m.in = cfg.in;
   m.hl = cfg.hidden / cfg.tp;
   m.out = cfg.out;
+  m.hidden = cfg.hidden;
+  m.pairs = cfg.layers / 2;
   const int64_t lo = static_cast<int64_t>(topo.tp_index) * m.hl;  // first hidden unit I hold
-  struct Spec { const char* name; distckpt::Shape shape, map; distckpt::Box box; int fan_in; };
-  const std::array<Spec, kNumParams> specs = {{
-      {"mlp.fc1.weight", {cfg.hidden, cfg.in}, {0, -1}, {{lo, 0}, {m.hl, cfg.in}}, cfg.in},
-      {"mlp.fc1.bias", {cfg.hidden}, {0}, {{lo}, {m.hl}}, cfg.in},
-      {"mlp.fc2.weight", {cfg.out, cfg.hidden}, {-1, 0}, {{0, lo}, {cfg.out, m.hl}}, cfg.hidden},
-      {"mlp.fc2.bias", {cfg.out}, {-1}, {{0}, {cfg.out}}, cfg.hidden},
-  }};
-  for (int p = 0; p < kNumParams; ++p) {
-    const Spec& s = specs[p];
-    m.param[p] = make_tensor(s.name, s.shape, s.map, s.box, cfg, topo.rank);
-    init_uniform(m.param[p], s.fan_in);
-    // Momentum buffers share the parameter's layout and start at zero.
-    m.momentum[p] = make_tensor(std::string("optim.momentum.") + s.name, s.shape, s.map, s.box,
-                                cfg, topo.rank);
+  struct Spec { std::string name; distckpt::Shape shape, map; distckpt::Box box; int fan_in; };
+  for (int q = 0; q < m.pairs; ++q) {
+    const int di = m.d_in(q), dout = m.d_out(q);
+    const std::string col = "mlp.fc" + std::to_string(2 * q + 1), row = "mlp.fc" + std::to_string(2 * q + 2);
+    const std::array<Spec, kPerPair> specs = {{
+        {col + ".weight", {cfg.hidden, di}, {0, -1}, {{lo, 0}, {m.hl, di}}, di},
+        {col + ".bias", {cfg.hidden}, {0}, {{lo}, {m.hl}}, di},
+        {row + ".weight", {dout, cfg.hidden}, {-1, 0}, {{0, lo}, {dout, m.hl}}, cfg.hidden},
+        {row + ".bias", {dout}, {-1}, {{0}, {dout}}, cfg.hidden},
+    }};
+    for (const Spec& s : specs) {
+      m.param.push_back(make_tensor(s.name, s.shape, s.map, s.box, cfg, topo.rank));
+      init_uniform(m.param.back(), s.fan_in);
+      // Momentum buffers share the parameter's layout and start at zero.
+      m.momentum.push_back(make_tensor("optim.momentum." + s.name, s.shape, s.map, s.box, cfg, topo.rank));
+    }
   }
+  freeze_layers(m, cfg.freeze_fraction, topo.rank);
   return m;
 }
 
@@ -248,71 +296,105 @@ Batch make_batch(const Config& cfg, int64_t step, int dp_index) {
 
 double train_step(const Config& cfg, const Topology& topo, Model& m, int64_t step) {
   const Batch b = make_batch(cfg, step, topo.dp_index);
-  const int n = b.n, in = m.in, hl = m.hl, out = m.out;
-  const std::vector<float>& W1 = m.param[kW1].data;
-  const std::vector<float>& b1 = m.param[kB1].data;
-  const std::vector<float>& W2 = m.param[kW2].data;
-  const std::vector<float>& b2 = m.param[kB2].data;
-
-  // fc1 is column-parallel: each TP rank computes its own hidden units completely.
-  std::vector<float> pre(static_cast<size_t>(n) * hl), h(pre.size());
-  for (int j = 0; j < n; ++j)
-    for (int k = 0; k < hl; ++k) {
-      float s = b1[k];
-      for (int f = 0; f < in; ++f) s += W1[k * in + f] * b.x[j * in + f];
-      pre[j * hl + k] = s;
-      h[j * hl + k] = std::max(s, 0.0f);
+  const int n = b.n, hl = m.hl, out = m.out, P = m.pairs;
+  // Per pair q: its input x[q] [n, d_in], the column layer's pre-activation and ReLU
+  // (this rank's hidden units), and the pair's output z[q] (after the TP sum and bias).
+  std::vector<std::vector<float>> x(P), pre(P), h(P), z(P);
+  x[0] = b.x;
+  for (int q = 0; q < P; ++q) {
+    const int in = m.d_in(q), dout = m.d_out(q);
+    const std::vector<float>& W1 = m.param[kPerPair * q + kW1].data;
+    const std::vector<float>& b1 = m.param[kPerPair * q + kB1].data;
+    const std::vector<float>& W2 = m.param[kPerPair * q + kW2].data;
+    const std::vector<float>& xq = x[q];
+    // The column layer: each TP rank computes its own hidden units completely.
+    pre[q].resize(static_cast<size_t>(n) * hl);
+    h[q].resize(pre[q].size());
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < hl; ++k) {
+        float s = b1[k];
+        for (int f = 0; f < in; ++f) s += W1[k * in + f] * xq[j * in + f];
+        pre[q][j * hl + k] = s;
+        h[q][j * hl + k] = std::max(s, 0.0f);
+      }
+    // The row layer: each TP rank contributes a partial sum over its hidden units; the
+    // TP all-reduce completes it. Its bias is added once, after the reduction.
+    std::vector<float>& y = z[q];
+    y.assign(static_cast<size_t>(n) * dout, 0.0f);
+    for (int j = 0; j < n; ++j)
+      for (int o = 0; o < dout; ++o) {
+        float s = 0;
+        for (int k = 0; k < hl; ++k) s += W2[o * hl + k] * h[q][j * hl + k];
+        y[j * dout + o] = s;
+      }
+    MPI_Allreduce(MPI_IN_PLACE, y.data(), n * dout, MPI_FLOAT, MPI_SUM, topo.tp_comm);
+    if (q + 1 < P) {
+      const std::vector<float>& b2 = m.param[kPerPair * q + kB2].data;
+      for (int j = 0; j < n; ++j)
+        for (int o = 0; o < dout; ++o) y[j * dout + o] += b2[o];
+      x[q + 1].resize(y.size());
+      for (size_t i = 0; i < y.size(); ++i) x[q + 1][i] = std::max(y[i], 0.0f);
     }
-
-  // fc2 is row-parallel: each TP rank contributes a partial sum over its hidden units;
-  // the TP all-reduce completes it. b2 is added once, after the reduction.
-  std::vector<float> y(static_cast<size_t>(n) * out, 0.0f);
-  for (int j = 0; j < n; ++j)
-    for (int o = 0; o < out; ++o) {
-      float s = 0;
-      for (int k = 0; k < hl; ++k) s += W2[o * hl + k] * h[j * hl + k];
-      y[j * out + o] = s;
-    }
-  MPI_Allreduce(MPI_IN_PLACE, y.data(), n * out, MPI_FLOAT, MPI_SUM, topo.tp_comm);
+  }
 
   // Loss over the global batch; dy is normalised by it so the DP sum is the mean gradient.
+  const std::vector<float>& b2_last = m.param[kPerPair * (P - 1) + kB2].data;
   const double global_count = static_cast<double>(n) * cfg.dp * out;
   double sq = 0;
-  std::vector<float> dy(y.size());
+  std::vector<float> dy(z[P - 1].size());
   for (int j = 0; j < n; ++j)
     for (int o = 0; o < out; ++o) {
-      const float e = y[j * out + o] + b2[o] - b.t[j * out + o];
+      const float e = z[P - 1][j * out + o] + b2_last[o] - b.t[j * out + o];
       sq += static_cast<double>(e) * e;
       dy[j * out + o] = static_cast<float>(2.0 * e / global_count);
     }
 
-  std::array<std::vector<float>, kNumParams> g;
-  for (int p = 0; p < kNumParams; ++p) g[p].assign(m.param[p].data.size(), 0.0f);
+  std::vector<std::vector<float>> g(m.param.size());
+  for (size_t p = 0; p < m.param.size(); ++p) g[p].assign(m.param[p].data.size(), 0.0f);
   std::vector<float> dh(hl);
-  for (int j = 0; j < n; ++j) {
-    for (int o = 0; o < out; ++o) {
-      const float d = dy[j * out + o];
-      g[kB2][o] += d;
-      for (int k = 0; k < hl; ++k) g[kW2][o * hl + k] += d * h[j * hl + k];
+  for (int q = P - 1; q >= 0; --q) {
+    const int in = m.d_in(q), dout = m.d_out(q);
+    const std::vector<float>& W1 = m.param[kPerPair * q + kW1].data;
+    const std::vector<float>& W2 = m.param[kPerPair * q + kW2].data;
+    std::vector<float>& gW1 = g[kPerPair * q + kW1];
+    std::vector<float>& gB1 = g[kPerPair * q + kB1];
+    std::vector<float>& gW2 = g[kPerPair * q + kW2];
+    std::vector<float>& gB2 = g[kPerPair * q + kB2];
+    // The gradient with respect to this pair's input (partial over TP), for the pair below.
+    std::vector<float> dx(q > 0 ? static_cast<size_t>(n) * in : 0, 0.0f);
+    for (int j = 0; j < n; ++j) {
+      for (int o = 0; o < dout; ++o) {
+        const float d = dy[j * dout + o];
+        gB2[o] += d;
+        for (int k = 0; k < hl; ++k) gW2[o * hl + k] += d * h[q][j * hl + k];
+      }
+      // Backprop into this rank's hidden units only: W2's columns here are exactly those.
+      for (int k = 0; k < hl; ++k) {
+        float s = 0;
+        for (int o = 0; o < dout; ++o) s += W2[o * hl + k] * dy[j * dout + o];
+        dh[k] = pre[q][j * hl + k] > 0 ? s : 0.0f;
+        gB1[k] += dh[k];
+        for (int f = 0; f < in; ++f) gW1[k * in + f] += dh[k] * x[q][j * in + f];
+        if (q > 0)
+          for (int f = 0; f < in; ++f) dx[j * in + f] += W1[k * in + f] * dh[k];
+      }
     }
-    // Backprop into this rank's hidden units only: W2's columns here are exactly those.
-    for (int k = 0; k < hl; ++k) {
-      float s = 0;
-      for (int o = 0; o < out; ++o) s += W2[o * hl + k] * dy[j * out + o];
-      dh[k] = pre[j * hl + k] > 0 ? s : 0.0f;
-      g[kB1][k] += dh[k];
-      for (int f = 0; f < in; ++f) g[kW1][k * in + f] += dh[k] * b.x[j * in + f];
-    }
+    if (q == 0) break;
+    // Through the TP sum and the ReLU between the pairs.
+    MPI_Allreduce(MPI_IN_PLACE, dx.data(), static_cast<int>(dx.size()), MPI_FLOAT, MPI_SUM, topo.tp_comm);
+    for (size_t i = 0; i < dx.size(); ++i) dx[i] = x[q][i] > 0 ? dx[i] : 0.0f;
+    dy = std::move(dx);
   }
 
   // Data parallelism: sum the (already normalised) gradients over the DP replicas.
-  for (auto& gp : g)
-    MPI_Allreduce(MPI_IN_PLACE, gp.data(), static_cast<int>(gp.size()), MPI_FLOAT, MPI_SUM,
-                  topo.dp_comm);
+  for (size_t p = 0; p < g.size(); ++p)
+    if (!m.frozen[p])
+      MPI_Allreduce(MPI_IN_PLACE, g[p].data(), static_cast<int>(g[p].size()), MPI_FLOAT, MPI_SUM, topo.dp_comm);
 
-  // SGD with momentum: v = 0.9 v + g; w -= lr v.
+  // SGD with momentum: v = 0.9 v + g; w -= lr v. Frozen layers keep both.
   const float lr = static_cast<float>(cfg.lr);
-  for (int p = 0; p < kNumParams; ++p) {
+  for (size_t p = 0; p < m.param.size(); ++p) {
+    if (m.frozen[p]) continue;
     std::vector<float>& w = m.param[p].data;
     std::vector<float>& v = m.momentum[p].data;
     for (size_t i = 0; i < w.size(); ++i) {
@@ -393,6 +475,7 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.publish_at_end = cfg.publish;
   c.publish_only = cfg.publish_only;
   c.async_save = cfg.async_save;
+  c.incremental = cfg.incremental;
   c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
   c.load.allow_unchecked = cfg.allow_unchecked;
   if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
@@ -512,6 +595,13 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);
+  app.add_option("--layers", cfg.layers, "layers, an even number (pairs of column- and row-parallel layers; default 2)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--freeze-fraction", cfg.freeze_fraction,
+                 "freeze whole layers from the input side holding at least this fraction of the bytes (a fine-tune)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--incremental", cfg.incremental,
+               "incremental saves: tensors unchanged since the previous save are referenced, not written again");
   app.add_option("--in", cfg.in, "input features")->check(CLI::PositiveNumber);
   app.add_option("--out", cfg.out, "outputs")->check(CLI::PositiveNumber);
   try {
@@ -559,6 +649,10 @@ int run(int argc, char** argv, int rank, int world) {
                    cfg.dp, cfg.tp, static_cast<long long>(ranks), static_cast<long long>(ranks));
     return 2;
   }
+  if (cfg.layers % 2 != 0) {
+    if (rank == 0) std::fprintf(stderr, "error: --layers %d is odd (layers come in column/row-parallel pairs)\n", cfg.layers);
+    return 2;
+  }
   if (cfg.hidden % cfg.tp != 0) {
     if (rank == 0)
       std::fprintf(stderr, "error: --hidden %d is not divisible by --tp %d\n", cfg.hidden, cfg.tp);
@@ -567,6 +661,18 @@ int run(int argc, char** argv, int rank, int world) {
 
   Topology topo = make_topology(cfg, rank, world);
   Model model = make_model(cfg, topo);
+  if (cfg.freeze_fraction > 0 && rank == 0) {
+    uint64_t total = 0, trainable = 0;
+    std::size_t frozen_layers = 0;
+    for (std::size_t p = 0; p < model.param.size(); ++p) {
+      total += 2 * global_bytes(model.param[p]);  // the parameter and its momentum
+      if (!model.frozen[p]) trainable += 2 * global_bytes(model.param[p]);
+      else if (p % 2 == 0) ++frozen_layers;
+    }
+    std::printf("frozen: %zu of %d layers, %.4f of the state's %llu bytes; each step changes %llu bytes\n",
+                frozen_layers, cfg.layers, 1.0 - static_cast<double>(trainable) / static_cast<double>(total),
+                static_cast<unsigned long long>(total), static_cast<unsigned long long>(trainable));
+  }
   distckpt::StateDict state = make_state_dict(model, rank);
   // The peer timeout bounds each wait in distckpt's collectives: a rank whose peer's
   // host died ends the job instead of waiting forever (README "Several nodes").

@@ -44,6 +44,11 @@ int size_of() {
   return s;
 }
 
+// Incremental modes (crash-incr, crash-retain-incr, check-incr): the bias never
+// changes and the weight only from step 3 on, so that later saves reference files of
+// earlier ones.
+bool g_incremental = false;
+
 // A weight split over all ranks plus a replicated bias; values depend on the step.
 struct Model {
   std::vector<float> w, b;
@@ -58,8 +63,9 @@ struct Model {
       MPI_Abort(MPI_COMM_WORLD, 3);
   }
   void set(int step) {  // the values of `step`, in place (the state dict keeps its buffers)
-    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(step * 1000 + rank_of() * 32 + i);
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<float>(step * 100 + i);
+    const int w_step = g_incremental && step < 3 ? 1 : step, b_step = g_incremental ? 1 : step;
+    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(w_step * 1000 + rank_of() * 32 + i);
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<float>(b_step * 100 + i);
   }
 };
 
@@ -86,6 +92,7 @@ int crash(const std::string& dir, const std::string& point) {
   SaveOptions opts;
   opts.name = "step-1";
   opts.step = 1;
+  opts.incremental = g_incremental;
   auto saved = save(*comm, first.state, dir, opts);
   if (!saved.ok()) return fail(saved.status().to_string());
 
@@ -119,7 +126,8 @@ int crash_retention(const std::string& dir, const std::string& point) {
   internal_storage::FaultSpec spec;
   spec.hook = [&](const std::string& o, const std::string& path) {
     // Commits rename "<name>.tmp-<id>" and `latest`; only retention renames "<dir>/step-1".
-    const bool retention_rename = o == "rename" && path == dir + "/step-1";
+    // (Retirement renames step-1's index away first, then the directory.)
+    const bool retention_rename = o == "rename" && (path == dir + "/step-1/index.pb" || path == dir + "/step-1");
     const bool hit = o == op && (op == "rename" ? retention_rename : path.find(match) != std::string::npos);
     if (hit && (op != "sync_dir" || renamed_away)) die_at(o, path);
     if (retention_rename) renamed_away = true;
@@ -131,10 +139,13 @@ int crash_retention(const std::string& dir, const std::string& point) {
   cfg.name_template = "{prefix}-{step}";
   cfg.save_every_steps = 1;
   cfg.keep_max = 2;
+  cfg.incremental = g_incremental;
   if (rank_of() == 0) cfg.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
   auto manager = CheckpointManager::create(*comm, m.state, cfg);
   if (!manager.ok()) return fail(manager.status().to_string());
-  for (int step = 1; step <= 3; ++step) {
+  // Incremental: step-1's files stay referenced until step 4, whose retention frees
+  // those that only step-1 and step-2 used (the weight changed at step 3).
+  for (int step = 1; step <= (g_incremental ? 4 : 3); ++step) {
     m.set(step);
     auto out = (*manager)->step_end(step, 0);
     if (!out.ok()) return fail(out.status().to_string());
@@ -153,7 +164,10 @@ int check(const std::string& dir, int64_t expected_step, const std::vector<std::
     deep.deep = true;
     for (const auto& e : listing->entries) {
       std::printf("%s: %s %s\n", e.name.c_str(),
-                  e.state == EntryState::kCommitted ? "committed" : e.state == EntryState::kInFlight ? "in-flight" : "broken",
+                  e.state == EntryState::kCommitted  ? "committed"
+                  : e.state == EntryState::kInFlight ? "in-flight"
+                  : e.state == EntryState::kRetired  ? "retired"
+                                                      : "broken",
                   e.detail.c_str());
       if (e.state == EntryState::kBroken) bad |= fail("broken directory " + e.name);
       if (e.state != EntryState::kCommitted) continue;
@@ -186,8 +200,12 @@ int main(int argc, char** argv) {
   int rc = 2;
   if (argc == 4 && std::strcmp(argv[1], "crash") == 0) rc = crash(argv[2], argv[3]);
   else if (argc == 4 && std::strcmp(argv[1], "crash-retain") == 0) rc = crash_retention(argv[2], argv[3]);
-  else if (argc >= 4 && std::strcmp(argv[1], "check") == 0)
-    rc = check(argv[2], std::atoll(argv[3]), std::vector<std::string>(argv + 4, argv + argc));
+  else if (argc == 4 && std::strcmp(argv[1], "crash-incr") == 0) rc = (g_incremental = true, crash(argv[2], argv[3]));
+  else if (argc == 4 && std::strcmp(argv[1], "crash-retain-incr") == 0)
+    rc = (g_incremental = true, crash_retention(argv[2], argv[3]));
+  else if (argc >= 4 && (std::strcmp(argv[1], "check") == 0 || std::strcmp(argv[1], "check-incr") == 0))
+    rc = (g_incremental = std::strcmp(argv[1], "check-incr") == 0,
+          check(argv[2], std::atoll(argv[3]), std::vector<std::string>(argv + 4, argv + argc)));
   else if (rank_of() == 0)
     std::fprintf(stderr, "usage: crash_mid_save crash|crash-retain DIR [all:]OP[:MATCH] | check DIR STEP [NAME...]\n");
   int any = 0;

@@ -11,6 +11,7 @@ packages=(
   libssl-dev                          # OpenSSL EVP (encryption)
   libisal-dev                         # ISA-L: hardware CRC32C
   liburing-dev                        # io_uring: a load's small scattered reads in one submission
+  libxxhash-dev                       # XXH3-128: incremental saves tell unchanged chunks by content
   libcli11-dev nlohmann-json3-dev     # command-line parsing, JSON (CLI, safetensors headers)
   zlib1g-dev                          # CRC-32 combine for MindSpore's .ckpt footer
   libgtest-dev libgmock-dev           # tests

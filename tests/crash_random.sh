@@ -57,7 +57,7 @@ for ((round = 1; round <= rounds; round++)); do
     echo "round $round: a broken checkpoint is listed"; echo "$listing"; exit 1
   fi
   # A new in-flight save directory (not a retention leftover): this kill landed mid-save.
-  in_flight=$(python3 -c 'import json,sys; print(" ".join(e["name"] for e in json.loads(sys.argv[1])["entries"] if e["state"] != "committed" and ".tmp-deleting-" not in e["name"]))' "$listing")
+  in_flight=$(python3 -c 'import json,sys; print(" ".join(e["name"] for e in json.loads(sys.argv[1])["entries"] if e["state"] not in ("committed", "retired") and ".tmp-deleting-" not in e["name"]))' "$listing")
   for name in $in_flight; do
     if ! grep -qFx "$name" "$work/seen" 2> /dev/null; then mid_save=$((mid_save + 1)); echo "$name" >> "$work/seen"; break; fi
   done

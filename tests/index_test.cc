@@ -119,6 +119,16 @@ TEST(IndexTest, SemanticValidation) {
        "too large entry"},
       {[](proto::Index& i) { auto* l = i.mutable_tensors(0)->mutable_layout();
                              l->add_dev_mat(0); l->add_tensor_map(0); l->add_tensor_map(-1); }, "non-positive"},
+      // References (incremental saves): one checkpoint name of the same root, never this one.
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint("../other"); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint(".."); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint("latest"); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint("x.tmp-0123"); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint(".distckpt"); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint(std::string("a\0b", 3)); }, "not a checkpoint name"},
+      {[](proto::Index& i) { i.mutable_files(0)->set_checkpoint(i.name()); }, "its own checkpoint"},
+      {[](proto::Index& i) { *i.add_files() = i.files(0); }, "listed twice"},
+      {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(0)->set_content_hash("short"); }, "content hash has 5"},
       // Overlapping chunks whose volumes add up must not hide a gap.
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_chunks(1)->set_offset(0, 1); }, "overlap"},
   };

@@ -102,12 +102,27 @@ struct SaveOptions : SaveSettings {
   // Move <root>/latest to this checkpoint after commit. false makes a side snapshot:
   // listed and loadable by path, but never picked by resolve_checkpoint / resume.
   bool update_latest = true;
+  // Incremental save (sharded native, not encrypted; kInvalidArgument otherwise): every
+  // chunk's XXH3-128 is recorded, and a chunk whose bytes hash and measure the same as
+  // the base's chunk of the same tensor and box is not written again: the index
+  // references the file that holds it (catalog/references.h says what keeps such files
+  // and what retiring a referenced checkpoint leaves). The base is `incremental_base`,
+  // a committed checkpoint of `root` (kNotFound if it is not), or when empty the one
+  // `latest` names (none yet: everything is written). A base that is encrypted, in
+  // another format, or checksummed otherwise contributes nothing. Costs one hashing
+  // pass over the rank's chunks (on the caller's thread, async saves included).
+  bool incremental = false;
+  std::string incremental_base;
 };
 
 struct SaveResult {
   std::string path;             // <root>/<name> (single files: with the format's extension)
   uint64_t bytes_unique = 0;    // size of the state once (sum of global tensor sizes)
   uint64_t bytes_written = 0;   // data bytes written by all ranks (excludes the index)
+  // Incremental saves: data bytes of unchanged chunks, referenced instead of written
+  // (bytes_written + bytes_referenced is the checkpoint's data), and the base.
+  uint64_t bytes_referenced = 0;
+  std::string incremental_base;
   uint64_t rank_bytes_written = 0;  // by this rank
   uint64_t index_bytes = 0;
   double plan_s = 0, write_s = 0, commit_s = 0;  // wall time of each phase on this rank

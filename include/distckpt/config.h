@@ -63,6 +63,15 @@ struct CheckpointConfig : SaveSettings {
   // end() saves the final state unless it was just saved.
   bool save_last = true;
 
+  // Incremental saves (SaveOptions::incremental): each periodic, breakpoint, final and
+  // exception save references the chunks it shares with this manager's previous save
+  // (or, after a restart, with the one `latest` names) instead of writing them again.
+  // Native sharded checkpoints, not encrypted, not with the local tier nor uploads (an
+  // uploaded directory would lack the files it references). Retention then
+  // retires a checkpoint whose files later ones reference by keeping exactly those
+  // files (catalog/references.h); `distckpt ls` lists it as "retired".
+  bool incremental = false;
+
   // ---- what to keep (a checkpoint is kept if any rule keeps it; the newest committed
   // one is never deleted) ----
   // As MindSpore's keep_checkpoint_max / keep_checkpoint_per_n_minutes:

@@ -51,6 +51,9 @@ struct TensorInfo {
 struct FileInfo {
   std::string name;
   uint64_t size = 0;
+  // A reference (incremental saves): the file is <root>/<checkpoint>/<name>, a data file
+  // of that earlier checkpoint. Empty: this checkpoint's own file.
+  std::string checkpoint;
 };
 
 struct CheckpointInfo {
@@ -118,13 +121,20 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
 // kBroken: damaged (empty, truncated, a bad index). kForeign: a file with a checkpoint
 // format's extension whose contents are not that format (a zip, a pickle, text): never
 // resumed from, retained or removed.
-enum class EntryState { kCommitted, kInFlight, kBroken, kForeign };
+// kRetired: a retired checkpoint that still holds data files other checkpoints
+// reference (incremental saves); not loadable, freed once nothing references them.
+enum class EntryState { kCommitted, kInFlight, kBroken, kForeign, kRetired };
 struct CheckpointEntry {
   std::string name;
   EntryState state = EntryState::kBroken;
-  std::string detail;  // why broken, in flight or foreign
+  std::string detail;  // why broken, in flight, foreign or retired
   int64_t step = -1, epoch = -1;
+  // Data bytes in the entry's own files (committed and retired entries). An incremental
+  // checkpoint's unchanged chunks are in files of earlier checkpoints: their sizes are in
+  // referenced_bytes, those checkpoints' names in `references`.
   uint64_t bytes = 0;
+  uint64_t referenced_bytes = 0;
+  std::vector<std::string> references;
   Format format = Format::kNative;
   bool per_rank_files = false;  // a per-rank .ckpt set, listed as one checkpoint
   int64_t created_unix_ms = 0;

@@ -210,10 +210,15 @@ def _key(key):
     return bytes(key)
 
 
-def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None):
-    """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...)."""
+def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None,
+         incremental=False, incremental_base=""):
+    """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...).
+
+    incremental=True references the chunks unchanged since `incremental_base` (default: the
+    checkpoint `latest` names) instead of writing them again (bytes_referenced says how many).
+    """
     return _distckpt._save(comm._native, state._native, str(root), name, step, epoch, format, fsync, update_latest,
-                           _key(key))
+                           _key(key), incremental, incremental_base)
 
 
 def load(comm, state, path, strict=True, key=None):
@@ -222,7 +227,8 @@ def load(comm, state, path, strict=True, key=None):
 
 
 def list_checkpoints(root):
-    """The committed checkpoints under `root` (dicts: name, step, epoch, bytes, format, latest)."""
+    """The committed checkpoints under `root` (dicts: name, step, epoch, bytes, referenced_bytes, references,
+    format, latest)."""
     return _distckpt._list_checkpoints(str(root))
 
 
@@ -257,7 +263,7 @@ _OPTIONS = {
     "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
     "best_metric": [], "keep_best": [], "save_best": [], "rule": [], "greater_keys": [], "less_keys": [],
     "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
-    "async_save": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
+    "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
 }

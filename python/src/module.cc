@@ -238,8 +238,11 @@ Format format_from(const std::string& name) {
 // ---- save and load ----
 
 py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, const std::string& name, int64_t step,
-                    int64_t epoch, const std::string& format, bool fsync, bool update_latest, const py::object& key) {
+                    int64_t epoch, const std::string& format, bool fsync, bool update_latest, const py::object& key,
+                    bool incremental, const std::string& incremental_base) {
   SaveOptions o;
+  o.incremental = incremental;
+  o.incremental_base = incremental_base;
   o.name = name;
   o.step = step;
   o.epoch = epoch;
@@ -254,6 +257,8 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   d["path"] = s.path;
   d["bytes_unique"] = s.bytes_unique;
   d["bytes_written"] = s.bytes_written;
+  d["bytes_referenced"] = s.bytes_referenced;
+  d["incremental_base"] = s.incremental_base;
   d["index_bytes"] = s.index_bytes;
   d["plan_s"] = s.plan_s;
   d["write_s"] = s.write_s;
@@ -297,6 +302,8 @@ py::list list_root(const std::string& root) {
     d["step"] = e.step;
     d["epoch"] = e.epoch;
     d["bytes"] = e.bytes;
+    d["referenced_bytes"] = e.referenced_bytes;
+    d["references"] = e.references;
     d["format"] = std::string(format_name(e.format));
     d["latest"] = e.name == listing.latest;
     out.append(d);
@@ -424,6 +431,7 @@ CheckpointConfig make_config(const py::dict& kw) {
     else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
     else if (k == "fsync") c.fsync = v.cast<bool>();
     else if (k == "async_save") c.async_save = v.cast<bool>();
+    else if (k == "incremental") c.incremental = v.cast<bool>();
     else if (k == "exception_save") c.exception_save = v.cast<bool>();
     else if (k == "job_id") c.job_id = v.cast<std::string>();
     else if (k == "on_failure") {

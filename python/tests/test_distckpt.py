@@ -396,3 +396,46 @@ def test_reader_reads_only_the_region_unless_asked_to_check(comm, shared_dir):
             r.read("w", bad)
     with pytest.raises(TypeError, match="'b'"):
         distckpt.StateDict(distckpt.Comm.from_mpi4py(MPI.COMM_SELF), {"b": bytearray(8)})
+
+
+def test_incremental_saves_reference_unchanged_tensors(comm, shared_dir):
+    size, rank = comm.size, comm.rank
+    shape = [4 * size, 256]
+    frozen = rows_of(full_tensor("float32", shape, 1), rank, size)
+    head = rows_of(full_tensor("float32", shape, 2), rank, size)
+    layouts = {"frozen": split_rows(shape, size), "head": split_rows(shape, size)}
+    state = distckpt.StateDict(comm, {"frozen": frozen, "head": head}, layouts)
+    first = distckpt.save(comm, state, shared_dir, "step-1", step=1, incremental=True)
+    assert first["bytes_written"] == 2 * frozen.nbytes * size and first["bytes_referenced"] == 0
+    head += 1  # only the head trains
+    second = distckpt.save(comm, state, shared_dir, "step-2", step=2, incremental=True)
+    assert second["bytes_written"] == head.nbytes * size
+    assert second["bytes_referenced"] == frozen.nbytes * size
+    assert second["incremental_base"] == "step-1"
+    expected = head.copy()
+    head[...] = 0
+    frozen[...] = 0
+    distckpt.load(comm, state, shared_dir)
+    np.testing.assert_array_equal(head, expected)
+    np.testing.assert_array_equal(frozen, rows_of(full_tensor("float32", shape, 1), rank, size))
+    if rank == 0:
+        listed = {e["name"]: e for e in distckpt.list_checkpoints(shared_dir)}
+        assert listed["step-2"]["references"] == ["step-1"]
+        assert listed["step-2"]["referenced_bytes"] > 0
+        assert distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True)["bytes_checked"] >= 2 * frozen.nbytes * size
+    comm.barrier()
+    # The manager takes it as a config option, and refuses it with encryption.
+    with pytest.raises(distckpt.DistckptError, match="incremental"):
+        distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m"), incremental=True,
+                                   enc_key=b"k" * 32)
+    manager = distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m"), incremental=True,
+                                         save_every_steps=1, keep_max=1)
+    for step in (1, 2, 3):
+        head += 1
+        manager.step_end(step)
+    manager.close()
+    if rank == 0:
+        stats = [json.loads(line) for line in open(os.path.join(shared_dir, "m", "stats.jsonl"))]
+        assert [s["bytes_written"] for s in stats[1:]] == [head.nbytes * size] * 2
+        assert all(s["bytes_logical"] == 2 * head.nbytes * size for s in stats)
+    comm.barrier()

@@ -27,6 +27,7 @@
 #include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
+#include "catalog/references.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
 
@@ -68,6 +69,7 @@ Status move_latest(FileSystem& fs, const std::string& root, const std::string& n
 void drop_owner_files(FileSystem& fs, const std::string& dir) {
   (void)fs.remove_file(dir + "/" + kHeartbeatFile);
   (void)fs.remove_file(dir + "/" + kOwnerFile);
+  (void)fs.remove_file(dir + "/" + kReferencesFile);  // the index lists what it references now
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "base/strings.h"
 #include "catalog/names.h"
+#include "catalog/references.h"
 #include "format/describe.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
@@ -78,6 +79,21 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       other.push_back(std::move(entry));
       continue;
     }
+    if (e.is_dir && internal_catalog::is_retired_entry(*fs, root, e.name)) {
+      entry.state = EntryState::kRetired;
+      uint64_t files = 0;
+      if (auto children = fs->list_dir(root + "/" + e.name); children.ok())
+        for (const auto& c : *children) {
+          if (c.name == internal_catalog::kRetiredIndexFile) continue;
+          ++files;
+          if (auto size = fs->file_size(root + "/" + e.name + "/" + c.name); size.ok()) entry.bytes += *size;
+        }
+      entry.detail = std::to_string(files) +
+                     " data file(s) left, each kept while a later checkpoint references it (retention and gc free "
+                     "the others)";
+      other.push_back(std::move(entry));
+      continue;
+    }
     if (!e.is_dir) {
       // A file with a checkpoint format's extension but another format's contents is
       // someone else's file: never ours to resume from, retain or remove.
@@ -108,7 +124,15 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     entry.created_unix_ms = index->created_unix_ms();
     entry.commit_seq = index->commit_seq();
     entry.advances_latest = index->advances_latest();
-    for (const auto& f : index->files()) entry.bytes += f.size();
+    for (const auto& f : index->files()) {
+      if (f.checkpoint().empty()) {
+        entry.bytes += f.size();
+        continue;
+      }
+      entry.referenced_bytes += f.size();
+      if (std::find(entry.references.begin(), entry.references.end(), f.checkpoint()) == entry.references.end())
+        entry.references.push_back(f.checkpoint());
+    }
     committed.push_back(std::move(entry));
   }
   std::sort(committed.begin(), committed.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) {

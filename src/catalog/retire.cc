@@ -5,13 +5,7 @@
 
 namespace distckpt::internal_catalog {
 
-Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::string& name) {
-  const std::string trash = make_trash_name(root, name);
-  DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(root + "/" + name, trash));
-  DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
-  internal_base::kill_point("retire-remove");
-  return fs.remove_all(trash);
-}
+// retire_checkpoint: references.cc (a retired checkpoint may keep referenced files).
 
 void sweep_trash(FileSystem& fs, const std::string& root, const std::function<bool(const std::string&)>& mine) {
   auto entries = fs.list_dir(root);

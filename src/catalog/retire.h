@@ -9,10 +9,13 @@
 
 namespace distckpt::internal_catalog {
 
-// Retires the checkpoint <root>/<name>: renames it, atomically and durably, to
-// "<name>.tmp-deleting-<id>" (listed as in flight, never resumed from), then removes
-// that. A crash after the rename leaves trash that sweep_trash removes; before it, the
-// checkpoint is untouched.
+// Retires the checkpoint <root>/<name> (references.h has the steps): a directory's
+// index.pb is renamed to index.retired first, atomically and durably (from then on it is
+// not listed, never resumed from, never a base), then every file of it that no
+// checkpoint references is removed, and the directory when none is left. A single file
+// is renamed to "<name>.tmp-deleting-<id>" and removed. A crash leaves a retired
+// directory that sweep_retired finishes, or trash that sweep_trash removes; before the
+// first rename the checkpoint is untouched. Local, one process.
 Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::string& name);
 
 // Removes what crashed retirements left in `root`: trash entries whose original name

@@ -74,12 +74,21 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+// ", references 3.50 MiB in step-5, step-10": an incremental checkpoint's unchanged data.
+std::string references_text(const CheckpointEntry& e) {
+  if (e.references.empty()) return "";
+  std::string names;
+  for (const auto& r : e.references) names += (names.empty() ? "" : ", ") + printable(r);
+  return "; references " + human_bytes(e.referenced_bytes) + " in " + names;
+}
+
 const char* state_name(EntryState s) {
   switch (s) {
     case EntryState::kCommitted: return "committed";
     case EntryState::kInFlight: return "in-flight";
     case EntryState::kBroken: return "broken";
     case EntryState::kForeign: return "foreign";
+    case EntryState::kRetired: return "retired";
   }
   return "?";
 }
@@ -167,6 +176,10 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["step"] = e.step;
         j["epoch"] = e.epoch;
         j["bytes"] = e.bytes;
+        if (!e.references.empty()) {
+          j["referenced_bytes"] = e.referenced_bytes;
+          j["references"] = e.references;
+        }
         j["format"] = std::string(format_name(e.format));
         if (e.per_rank_files) j["per_rank_files"] = true;
         j["created_unix_ms"] = e.created_unix_ms;
@@ -175,6 +188,7 @@ int cmd_ls(const std::string& root, bool as_json) {
         if (tiers) j["tiers"] = tiers_of(e.name, true);
       } else {
         j["detail"] = e.detail;
+        if (e.state == EntryState::kRetired) j["bytes"] = e.bytes;
       }
       entries.push_back(j);
     }
@@ -203,14 +217,17 @@ int cmd_ls(const std::string& root, bool as_json) {
     char tier_column[32] = "";
     if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
+      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
                   static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(),
                   e.per_rank_files ? "ckpt-set" : std::string(format_name(e.format)).c_str(), tier_column, "committed",
-                  e.name == listing->latest      ? " (latest)"
-                  : best_of.count(e.name) != 0 ? (" (best " + printable(best_of.at(e.name)) + ")").c_str()
-                                               : "");
+                  (e.name == listing->latest      ? " (latest)"
+                   : best_of.count(e.name) != 0 ? " (best " + printable(best_of.at(e.name)) + ")"
+                                                : std::string())
+                          .c_str(),
+                  references_text(e).c_str());
     } else {
-      std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-", "-", "-", tier_column,
+      std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-",
+                  e.state == EntryState::kRetired ? human_bytes(e.bytes).c_str() : "-", "-", tier_column,
                   state_name(e.state), printable(e.detail).c_str());
     }
   }
@@ -272,7 +289,11 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
                        {"chunks", chunks}});
   }
   json files = json::array();
-  for (const auto& f : ci.files) files.push_back({{"name", f.name}, {"size", f.size}});
+  for (const auto& f : ci.files) {
+    json j{{"name", f.name}, {"size", f.size}};
+    if (!f.checkpoint.empty()) j["checkpoint"] = f.checkpoint;
+    files.push_back(j);
+  }
   json info_values = json::object();
   for (const auto& [k, v] : ci.info) info_values[k] = info_json(v);
   if (as_json) {
@@ -307,7 +328,9 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
                   internal_transform::crc32c_hex(c.crc32c).c_str());
   }
   std::printf("files (%zu, %s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str());
-  for (const auto& f : ci.files) std::printf("  %-20s %llu\n", printable(f.name).c_str(), static_cast<unsigned long long>(f.size));
+  for (const auto& f : ci.files)
+    std::printf("  %-20s %llu%s\n", printable(f.name).c_str(), static_cast<unsigned long long>(f.size),
+                f.checkpoint.empty() ? "" : ("  (of checkpoint " + printable(f.checkpoint) + ", referenced)").c_str());
   std::printf("info:\n");
   for (const auto& [k, v] : ci.info) std::printf("  %s = %s\n", printable(k).c_str(), printable(info_value_to_string(v)).c_str());
   return 0;

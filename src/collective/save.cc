@@ -8,6 +8,7 @@
 #include "base/guard.h"
 #include "base/kill_point.h"
 #include "base/timer.h"
+#include "collective/incremental.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
 #include "comm/agree.h"
@@ -184,6 +185,7 @@ FrameSpec sharded_spec(const SaveOptions& options) {
   spec.name = options.name;
   spec.remove_redundancy = options.remove_redundancy;
   spec.agree_on_checksum = true;
+  spec.references_allowed = true;
   spec.shape_index = [](SaveFrame& frame) -> Status {
     if (frame.cipher) internal_plan::apply_encryption(*frame.cipher, &frame.plan);
     if (!frame.options.checksum) frame.plan.index.mutable_transforms()->set_checksum("none");
@@ -203,6 +205,7 @@ Result<SaveSession> begin_planned_save(Comm& comm, const StateDict& state, const
   auto mine = internal_plan::decode_writes(comm.scatter(parts, 0));
   if (mine.ok()) session.mine = std::move(mine).value();
   else session.local_error = mine.status().with_context(rank_prefix(comm));
+  if (session.frame.incremental) apply_base(comm, session, state);
   session.frame.result.plan_s = session.frame.timer.seconds();
   return session;
 }
@@ -246,11 +249,32 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   std::vector<std::string> all_crcs = comm.gather(crcs.ok() ? encode_crcs(*crcs) : std::string(), 0);
   std::vector<std::string> all_tags = comm.gather(crcs.ok() ? mine_tags : std::string(), 0);
   // Rank 0: the plan's index with every chunk's CRC32C (and tag) as its writer reported.
+  const bool incremental = session.frame.incremental;
+  std::vector<std::string> all_marks;
+  if (incremental) all_marks = comm.gather(crcs.ok() ? session.marks : std::string(), 0);
+  uint64_t referenced = 0;
   auto final_index = [&]() -> Result<proto::Index> {
-    DISTCKPT_RETURN_IF_ERROR(fill_checksums(session.frame, all_crcs, all_tags));
-    return session.frame.plan.index;
+    if (!incremental) {
+      DISTCKPT_RETURN_IF_ERROR(fill_checksums(session.frame, all_crcs, all_tags));
+      return session.frame.plan.index;
+    }
+    SaveFrame& frame = session.frame;
+    DISTCKPT_RETURN_IF_ERROR(fill_references(frame, all_crcs, all_marks, &referenced));
+    internal_base::kill_point("save-references");
+    DISTCKPT_RETURN_IF_ERROR(check_references(*frame.fs, frame.root, frame.plan.index));
+    return frame.plan.index;
   };
-  return close_save(comm, session.frame, crcs.status(), final_index);
+  auto result = close_save(comm, session.frame, crcs.status(), final_index);
+  if (!incremental) return result;
+  // Every rank took part in close_save: the figures rank 0 alone knows go to all.
+  std::vector<int64_t> known{result.ok() ? static_cast<int64_t>(referenced) : 0};
+  comm.allreduce(known, ReduceOp::kMax);
+  std::string base = session.frame.base_name;
+  comm.broadcast_string(base, 0);
+  if (!result.ok()) return result;
+  result->bytes_referenced = static_cast<uint64_t>(known[0]);
+  result->incremental_base = base;
+  return result;
 }
 
 }  // namespace internal_collective

@@ -6,6 +6,7 @@
 
 #include "base/guard.h"
 #include "catalog/names.h"
+#include "collective/incremental.h"
 #include "comm/agree.h"
 #include "format/native/sealing.h"
 
@@ -107,6 +108,14 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   // Local checks, agreed before anything touches the disk.
   Status local = spec.extra_checks;
   if (local.ok()) local = internal_catalog::validate_checkpoint_name(spec.name);
+  if (local.ok() && options.incremental && !spec.references_allowed)
+    local = invalid_argument("incremental saves are sharded native checkpoints (not integrated, not another format)");
+  if (local.ok() && options.incremental && options.encryption.enabled())
+    local = invalid_argument(
+        "an incremental save cannot be encrypted: each checkpoint has its own keys (HKDF of its own salt), and a "
+        "chunk referenced from another checkpoint is sealed with that one's");
+  if (local.ok() && options.incremental && !options.incremental_base.empty())
+    local = internal_catalog::validate_checkpoint_name(options.incremental_base).with_context("incremental base");
   if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
@@ -120,6 +129,8 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   DISTCKPT_RETURN_IF_ERROR(agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
   if (spec.agree_on_checksum)
     frame.options.checksum = comm.allreduce_one(options.checksum ? 1 : 0, ReduceOp::kMax) == 1;
+  // Incremental as rank 0 asks (its base, its references file): every rank follows.
+  frame.incremental = comm.allreduce_one(comm.rank() == 0 && options.incremental ? 1 : 0, ReduceOp::kMax) == 1;
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
@@ -136,6 +147,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
       frame.plan.index.set_commit_seq(frame.entry.commit_seq);
       frame.plan.index.set_advances_latest(options.update_latest);
       frame.plan.index.set_created_unix_ms(now_unix_ms());
+      if (frame.incremental) DISTCKPT_RETURN_IF_ERROR(prepare_base(frame));
       return Status();
     });
     // An exception after the tmp entry was made: it goes.
@@ -184,7 +196,7 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
                                                       frame.options.fsync, frame.options.update_latest);
       if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");
       index_bytes = static_cast<int64_t>(committed->index_bytes);
-      result.warning = committed->warning;
+      if (!committed->warning.empty()) result.warning += (result.warning.empty() ? "" : "; ") + committed->warning;
       return Status();
     });
     // Our tmp entry still exists unless the rename happened: remove it (garbage).

@@ -44,6 +44,11 @@ struct SaveFrame {
   internal_plan::SavePlan plan;
   SaveResult result;
   internal_base::Timer timer;  // since open_save began
+  // Incremental saves (collective/incremental.h): the base's name and serialized index
+  // on rank 0 (empty: no base); `incremental` on every rank once open_save agreed on it.
+  bool incremental = false;
+  std::string base_name;
+  std::string base_index;
   // Where this node keeps files to overwrite (the local tier's spares,
   // storage/spare_files.h); empty: every data file is new.
   std::string spare_dir;
@@ -60,6 +65,9 @@ struct FrameSpec {
   // Rank 0, after the plan and the common fields: makes plan.index what this strategy
   // commits. Null: the plan's index as it is.
   std::function<Status(SaveFrame&)> shape_index;
+  // Whether this strategy can reference a base's chunks (SaveOptions::incremental):
+  // sharded native saves only; the others refuse incremental (kInvalidArgument).
+  bool references_allowed = false;
   // The format of the entry committed, when not the options' (a per-rank .ckpt set is
   // committed as a native directory).
   std::optional<Format> entry_format;

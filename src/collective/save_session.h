@@ -21,6 +21,9 @@ struct SaveSession {
   // Encrypted saves: the tags of this rank's chunks, in the order of `mine`, filled by
   // the write.
   std::vector<std::string> tags;
+  // Incremental saves (incremental.h): per planned chunk of this rank, its content hash
+  // and whether it is written ('w') or referenced ('r'), for rank 0.
+  std::string marks;
 };
 
 // Collective. Takes everything the index needs from `state` (names, layouts, info).

@@ -15,7 +15,16 @@ Box chunk_box(const proto::Chunk& c) {
 }
 
 FileCache::FileCache(FileSystem& fs, std::string dir, const proto::Index& index)
-    : fs_(fs), dir_(std::move(dir)), index_(index), single_file_(is_single_file(index)), inside_(fs, dir_) {}
+    : fs_(fs),
+      dir_(std::move(dir)),
+      index_(index),
+      single_file_(is_single_file(index)),
+      inside_(fs, dir_),
+      referenced_(fs, references_root(dir_)) {}
+
+std::string FileCache::path(uint32_t file_id) const {
+  return single_file_ ? dir_ + "/" + name(file_id) : data_file_location(index_, dir_, static_cast<int>(file_id));
+}
 
 std::string FileCache::identity_name(uint32_t file_id) const { return single_file_ ? std::string() : name(file_id); }
 
@@ -43,10 +52,14 @@ Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
   }
   const auto& meta = index_.files(static_cast<int>(file_id));
   const std::string file_path = path(file_id);
-  if (!single_file_) DISTCKPT_RETURN_IF_ERROR(inside_.check(meta.name()));
+  if (!single_file_ && meta.checkpoint().empty()) DISTCKPT_RETURN_IF_ERROR(inside_.check(meta.name()));
+  if (!single_file_ && !meta.checkpoint().empty())
+    DISTCKPT_RETURN_IF_ERROR(referenced_.check(meta.checkpoint() + "/" + meta.name()));
   auto file = fs_.open_readable(file_path);
   if (!file.ok()) {
-    if (file.status().code() == StatusCode::kNotFound) return not_found("data file '" + file_path + "' is missing");
+    if (file.status().code() == StatusCode::kNotFound)
+      return not_found("data file '" + file_path + "' is missing" +
+                       (meta.checkpoint().empty() ? "" : " (a file of checkpoint '" + meta.checkpoint() + "', which this one references)"));
     return file.status();
   }
   DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, (*file)->size());

@@ -59,7 +59,8 @@ class FileCache {
  public:
   // `dir`: the directory the index's file names are relative to (files_dir).
   FileCache(FileSystem& fs, std::string dir, const proto::Index& index);
-  std::string path(uint32_t file_id) const { return dir_ + "/" + name(file_id); }
+  // Where the file lies (a reference: in the checkpoint it names, format.h).
+  std::string path(uint32_t file_id) const;
   const std::string& name(uint32_t file_id) const { return index_.files(static_cast<int>(file_id)).name(); }
   // The chunk's file name as its encryption binds it: "" in a single file (whose chunks
   // are bound to their place in it, not to its name).
@@ -78,6 +79,7 @@ class FileCache {
   const proto::Index& index_;
   bool single_file_;
   InsideCheck inside_;
+  InsideCheck referenced_;  // references: <root>/<checkpoint> is a real directory
   std::map<uint32_t, Open> open_;
   uint64_t clock_ = 0;
 };

@@ -142,6 +142,16 @@ std::string files_dir(const proto::Index& index, const std::string& path) {
   return is_single_file(index) ? internal_base::dir_name(path) : path;
 }
 
+std::string references_root(const std::string& dir) {
+  return internal_base::dir_name(internal_base::trim_trailing_slashes(dir));
+}
+
+std::string data_file_location(const proto::Index& index, const std::string& dir, int file) {
+  const proto::File& f = index.files(file);
+  if (f.checkpoint().empty()) return dir + "/" + f.name();
+  return references_root(dir) + "/" + f.checkpoint() + "/" + f.name();
+}
+
 uint64_t tensor_bytes(const proto::Tensor& t) {
   int64_t n = 1;
   for (int64_t d : t.global_shape()) n *= d;

@@ -112,6 +112,12 @@ Status check_unchecked(const proto::Index& index, const std::string& path, bool 
 // The directory an index's file names are relative to: the checkpoint directory itself,
 // or for a single file the directory it is in.
 std::string files_dir(const proto::Index& index, const std::string& path);
+// Where data file `file` of an index lives, `dir` being files_dir: <dir>/<name>, or for
+// a reference (File.checkpoint, an incremental save's unchanged chunks)
+// <dir's parent, the root>/<checkpoint>/<name>.
+std::string data_file_location(const proto::Index& index, const std::string& dir, int file);
+// The root a reference's checkpoint name is relative to: `dir`'s parent.
+std::string references_root(const std::string& dir);
 // Bytes of a tensor's elements (global shape x dtype; both checked by validate_index).
 uint64_t tensor_bytes(const proto::Tensor& t);
 // Stores `values` as the index's info values (replacing those of the same keys).

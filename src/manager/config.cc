@@ -193,6 +193,15 @@ Status CheckpointConfig::validate() const {
     return bad("encryption needs the native or ckpt format (" + std::string(format_name(format)) + " cannot carry it)");
   if (encryption.enabled() && publish_at_end)
     return bad("publish_at_end would export the encrypted checkpoints unencrypted; publish them explicitly");
+  if (incremental && (format != Format::kNative || integrated.value_or(false)))
+    return bad("incremental saves are sharded native checkpoints (format native, not integrated)");
+  if (incremental && encryption.enabled())
+    return bad("incremental saves cannot be encrypted (each checkpoint has its own keys)");
+  if (incremental && (upload || !upload_command.empty()))
+    return bad("incremental saves with uploads: an uploaded checkpoint directory would lack the files of earlier "
+               "checkpoints it references (upload published files, which are self-contained, instead)");
+  if (incremental && !local.dir.empty())
+    return bad("incremental saves are not taken with the local tier (its saves and drains write every chunk)");
   if (async.slab_bytes == 0 || async.slab_bytes % kDirectIoAlignment != 0)
     return bad("async.slab_bytes must be a positive multiple of " + std::to_string(kDirectIoAlignment));
   if (load.fs || load.key || !load.only.empty() || !load.strict)

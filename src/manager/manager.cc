@@ -18,6 +18,7 @@
 #include "base/timer.h"
 #include "catalog/claims.h"
 #include "catalog/gc.h"
+#include "catalog/references.h"
 #include "catalog/retire.h"
 #include "comm/agree.h"
 #include "comm/mpi_interop.h"
@@ -134,6 +135,12 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.step = step;
   opts.epoch = epoch;
   opts.update_latest = kind.update_latest;
+  if (cfg.incremental) {
+    opts.incremental = true;
+    // This manager's previous save (still committed: the newest is never retired), else
+    // what `latest` names.
+    if (!last_saved_path.empty()) opts.incremental_base = internal_base::base_name(last_saved_path);
+  }
   Record record;
   record.name = name;
   record.step = step;
@@ -206,6 +213,10 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     if (record.tier == "drain") j["drain_s"] = record.drain_s;
     if (!record.best_of.empty()) j["best_of"] = record.best_of;
     j["bytes"] = saved.bytes_written;
+    // New bytes on storage, and the checkpoint's data (incremental saves reference the rest).
+    j["bytes_written"] = saved.bytes_written;
+    j["bytes_logical"] = saved.bytes_written + saved.bytes_referenced;
+    if (!saved.incremental_base.empty()) j["incremental_base"] = saved.incremental_base;
     j["index_bytes"] = saved.index_bytes;
     j["async"] = record.in_background;
     j["blocking_s"] = record.blocking_s;
@@ -248,6 +259,12 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
     if (st.ok()) removed.push_back(name);
     else warnings->push_back("retention: " + st.to_string());
   }
+  // Files of retired checkpoints that nothing references any more (incremental saves;
+  // a crash in an earlier retirement leaves some too).
+  if (auto swept = internal_catalog::sweep_retired(*fs, cfg.directory); swept.ok())
+    for (const std::string& w : swept->warnings) warnings->push_back("retention: " + w);
+  else
+    warnings->push_back("retention: " + swept.status().to_string());
   // What a crash in an earlier removal of this series left behind.
   internal_catalog::sweep_trash(*fs, cfg.directory,
                                 [&](const std::string& name) { return names.matches(series, name); });

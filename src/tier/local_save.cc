@@ -352,6 +352,9 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
       return invalid_argument("the local tier keeps native sharded checkpoints only");
     if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+    if (options.incremental)
+      return invalid_argument("the local tier writes every chunk (incremental saves reference files in the global root "
+                              "only; a node's files must not depend on another checkpoint's)");
     DISTCKPT_ASSIGN_OR_RETURN(red, parse_redundancy(tier.redundancy));
     if (red.kind != Redundancy::Kind::kAuto && red.kind != Redundancy::Kind::kNone)
       DISTCKPT_RETURN_IF_ERROR(parity_groups(nodes.count, red).status());

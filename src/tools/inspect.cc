@@ -29,7 +29,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
                              ? encryption_mode_from_name(index.encryption().mode()).value_or(EncryptionMode::kNone)
                              : EncryptionMode::kNone;
   info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 && !internal_format::is_single_file(index);
-  for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size()});
+  for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size(), f.checkpoint()});
   for (const auto& t : index.tensors()) {
     TensorInfo ti;
     ti.name = t.name();
@@ -48,7 +48,8 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
       ChunkInfo ci;
       ci.box.offset.assign(c.offset().begin(), c.offset().end());
       ci.box.shape.assign(c.shape().begin(), c.shape().end());
-      ci.file = index.files(static_cast<int>(c.file_id())).name();
+      const proto::File& file = index.files(static_cast<int>(c.file_id()));
+      ci.file = file.checkpoint().empty() ? file.name() : "../" + file.checkpoint() + "/" + file.name();
       ci.byte_offset = c.byte_offset();
       ci.length = c.length();
       ci.crc32c = c.crc32c();

@@ -51,10 +51,14 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   report.tensors = static_cast<uint64_t>(index.tensors_size());
   std::vector<char> buf;
   internal_format::InsideCheck inside(*fs, dir);
+  internal_format::InsideCheck referenced(*fs, internal_format::references_root(dir));
   for (int f = 0; f < index.files_size(); ++f) {
     const auto& meta = index.files(f);
-    const std::string file_path = dir + "/" + meta.name();
-    if (!single) DISTCKPT_RETURN_IF_ERROR(inside.check(meta.name()).with_context("verify"));
+    // A reference (incremental saves) is checked as this checkpoint's own files are.
+    const std::string file_path = single ? dir + "/" + meta.name() : internal_format::data_file_location(index, dir, f);
+    if (!single && meta.checkpoint().empty()) DISTCKPT_RETURN_IF_ERROR(inside.check(meta.name()).with_context("verify"));
+    if (!single && !meta.checkpoint().empty())
+      DISTCKPT_RETURN_IF_ERROR(referenced.check(meta.checkpoint() + "/" + meta.name()).with_context("verify"));
     auto file = fs->open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)

@@ -11,6 +11,7 @@
 #include "format/format.h"
 #include "layout/tiling.h"
 #include "transform/cipher.h"
+#include "transform/content_hash.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
@@ -176,7 +177,20 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!valid_data_file_name(f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid");
-    if (!file_names.insert(f.name()).second) return corruption(where + ": file '" + f.name() + "' listed twice");
+    if (!f.checkpoint().empty()) {
+      // A reference names another checkpoint of the same root: one path component.
+      const std::string& c = f.checkpoint();
+      if (c.size() > 255 || c == "." || c == ".." || c.find('/') != std::string::npos || c.find('\0') != std::string::npos ||
+          c.find(".tmp-") != std::string::npos || c.rfind(".distckpt", 0) == 0 || c == "latest" || !is_printable_utf8(c))
+        return corruption(where + ": file '" + f.name() + "' references checkpoint '" + printable(c) +
+                          "', which is not a checkpoint name of this root");
+      if (c == index.name()) return corruption(where + ": file '" + f.name() + "' references its own checkpoint");
+      if (index.has_encryption()) return corruption(where + ": an encrypted checkpoint references another's file");
+      if (f.name().find('/') != std::string::npos) return corruption(where + ": a reference to a per-rank set's file");
+    }
+    if (!file_names.insert(f.checkpoint() + "/" + f.name()).second)
+      return corruption(where + ": file '" + f.checkpoint() + (f.checkpoint().empty() ? "" : "/") + f.name() +
+                        "' listed twice");
     if (f.size() > (uint64_t{1} << 62)) return corruption(where + ": file '" + f.name() + "' has an absurd size");
   }
   // Encrypted: the mode and its sizes, checked before any key is derived from them.
@@ -285,6 +299,8 @@ Status validate_index(const proto::Index& index, const std::string& path) {
       } else if (!ch.nonce().empty() || !ch.tag().empty()) {
         return corruption(cw + ": a nonce or tag in a checkpoint that is not encrypted");
       }
+      if (!ch.content_hash().empty() && ch.content_hash().size() != internal_transform::kContentHashBytes)
+        return corruption(cw + ": its content hash has " + std::to_string(ch.content_hash().size()) + " bytes");
       if (ch.length() != want)
         return corruption(cw + ": length " + std::to_string(ch.length()) + " != " + std::to_string(want) +
                           " bytes for box " + box.to_string());

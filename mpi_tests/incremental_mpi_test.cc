@@ -1,0 +1,325 @@
+// Incremental saves (SaveOptions::incremental): unchanged chunks referenced, not
+// rewritten; loads and reshards through references; verify checks referenced files;
+// retirement keeps exactly the referenced files; a referenced file that disappears
+// fails the save cleanly; refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "catalog/references.h"
+#include "catalog/retire.h"
+#include "distckpt/distckpt.h"
+#include "mpi_test_util.h"
+#include "storage/fault_fs.h"
+
+namespace distckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::SharedTempDir;
+using testing::world_rank;
+using testing::world_size;
+
+constexpr int kLayers = 6;
+constexpr int64_t kRows = 8, kCols = 512;
+
+std::unique_ptr<Comm> world_comm() { return make_mpi_comm(MPI_COMM_WORLD); }
+
+// kLayers weights split by rows over TP (replicated over DP) and a replicated bias each.
+struct Model {
+  StateDict state{world_rank()};
+  std::vector<std::vector<float>> bufs;
+  std::vector<Box> boxes;
+
+  explicit Model(int tp) {
+    const int dp = world_size() / tp;
+    bufs.reserve(2 * kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      add("layer" + std::to_string(l) + ".w", *TensorLayout::from_device_matrix({kRows, kCols}, {dp, tp}, {-1, 0}));
+      add("layer" + std::to_string(l) + ".b", *TensorLayout::from_device_matrix({kCols}, {dp, tp}, {-1}));
+    }
+  }
+  void add(const std::string& name, const TensorLayout& layout) {
+    const Box box = layout.boxes_of(world_rank())[0];
+    bufs.emplace_back(static_cast<std::size_t>(box.num_elements()));
+    boxes.push_back(box);
+    ASSERT_TRUE(state.add_tensor(name, DType::kFloat32, bufs.back().data(), layout).ok());
+  }
+  // Every element of tensor t a function of (version of t, global index).
+  void fill(const std::vector<int>& version) {
+    for (std::size_t t = 0; t < bufs.size(); ++t) {
+      const Box& b = boxes[t];
+      const int64_t cols = b.shape.size() == 2 ? kCols : 1;
+      for (int64_t i = 0; i < b.num_elements(); ++i) {
+        const int64_t g = b.shape.size() == 2 ? (b.offset[0] + i / b.shape[1]) * cols + b.offset[1] + i % b.shape[1]
+                                              : b.offset[0] + i;
+        bufs[t][static_cast<std::size_t>(i)] = static_cast<float>(g * 3 + t * 1000 + version[t] * 100000);
+      }
+    }
+  }
+  void clear() {
+    for (auto& b : bufs) std::fill(b.begin(), b.end(), -1.0f);
+  }
+};
+
+std::vector<std::string> data_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("data-", 0) == 0) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int tp_of_world() { return world_size() % 2 == 0 ? 2 : 1; }
+
+SaveOptions incremental(const std::string& name, const std::string& base = "") {
+  SaveOptions o;
+  o.name = name;
+  o.incremental = true;
+  o.incremental_base = base;
+  o.fsync = false;
+  return o;
+}
+
+uint64_t state_bytes() { return uint64_t{kLayers} * (kRows * kCols + kCols) * sizeof(float); }
+uint64_t weight_bytes() { return uint64_t{kRows * kCols} * sizeof(float); }
+uint64_t bias_bytes() { return uint64_t{kCols} * sizeof(float); }
+
+void expect_loads(Comm& comm, const std::string& path, const std::vector<int>& version) {
+  Model want(tp_of_world()), got(tp_of_world());
+  want.fill(version);
+  got.clear();
+  auto loaded = load(comm, got.state, path, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  for (std::size_t t = 0; t < want.bufs.size(); ++t) ASSERT_EQ(got.bufs[t], want.bufs[t]) << "tensor " << t;
+}
+
+TEST(IncrementalMpiTest, UnchangedChunksAreReferencedAndLoadVerifyAndReshard) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  std::vector<int> version(2 * kLayers, 0);
+  m.fill(version);
+  auto first = save(*comm, m.state, tmp.path(), incremental("step-1"));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->bytes_written, state_bytes());  // no base yet
+  EXPECT_EQ(first->bytes_referenced, 0u);
+
+  // Layers 0 and 1 change (weights and biases); the rest is frozen.
+  for (int t : {0, 1, 2, 3}) version[static_cast<std::size_t>(t)] = 1;
+  m.fill(version);
+  auto second = save(*comm, m.state, tmp.path(), incremental("step-2"));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  const uint64_t changed = 2 * (weight_bytes() + bias_bytes());
+  EXPECT_EQ(second->bytes_written, changed);
+  EXPECT_EQ(second->bytes_referenced, state_bytes() - changed);
+  EXPECT_EQ(second->incremental_base, "step-1");
+  expect_loads(*comm, tmp.path() + "/step-2", version);
+  expect_loads(*comm, tmp.path() + "/step-1", std::vector<int>(2 * kLayers, 0));
+
+  // verify reads the referenced files too.
+  if (world_rank() == 0) {
+    auto report = verify_checkpoint(tmp.path() + "/step-2");
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    // step-2 holds only the files of the ranks that wrote changed chunks.
+    EXPECT_LT(data_files(tmp.path() + "/step-2").size(), data_files(tmp.path() + "/step-1").size() + 1);
+    EXPECT_GE(report->bytes_checked, state_bytes()) << "verify reads referenced chunks too";
+  }
+
+  // A third save changes nothing: it writes nothing, and its references are flattened
+  // (step-1's files directly, never step-2's references of them).
+  auto third = save(*comm, m.state, tmp.path(), incremental("step-3"));
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(third->bytes_written, 0u);
+  EXPECT_EQ(third->bytes_referenced, state_bytes());
+  expect_loads(*comm, tmp.path() + "/step-3", version);
+
+  // Loaded onto another layout: every rank holds everything (world 1 x 1 per rank).
+  {
+    StateDict whole(world_rank());
+    std::vector<std::vector<float>> bufs(2 * kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      bufs[2 * l].resize(kRows * kCols);
+      bufs[2 * l + 1].resize(kCols);
+      ASSERT_TRUE(whole.add_tensor("layer" + std::to_string(l) + ".w", DType::kFloat32, bufs[2 * l].data(),
+                                   *TensorLayout::from_device_matrix({kRows, kCols}, {world_size()}, {-1, -1})).ok());
+      ASSERT_TRUE(whole.add_tensor("layer" + std::to_string(l) + ".b", DType::kFloat32, bufs[2 * l + 1].data(),
+                                   *TensorLayout::from_device_matrix({kCols}, {world_size()}, {-1})).ok());
+    }
+    auto loaded = load(*comm, whole, tmp.path() + "/step-3", {});
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(bufs[0][5], static_cast<float>(5 * 3 + 0 * 1000 + 1 * 100000));
+    EXPECT_EQ(bufs[10][7], static_cast<float>(7 * 3 + 10 * 1000 + 0 * 100000));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  std::vector<int> version(2 * kLayers, 0);
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  version[0] = 1;  // one weight changes
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-2")).ok());
+  auto& posix = *posix_filesystem();
+  if (world_rank() == 0) {
+    ASSERT_TRUE(internal_catalog::retire_checkpoint(posix, tmp.path(), "step-1").ok());
+    auto listing = list_checkpoints(tmp.path());
+    ASSERT_TRUE(listing.ok());
+    bool retired = false;
+    for (const auto& e : listing->entries)
+      if (e.name == "step-1") {
+        retired = true;
+        EXPECT_EQ(e.state, EntryState::kRetired) << e.detail;
+        EXPECT_GT(e.bytes, 0u);
+      }
+    EXPECT_TRUE(retired);
+    // Not a checkpoint any more: not resolved, not loadable by name.
+    EXPECT_EQ(*resolve_checkpoint(tmp.path()), tmp.path() + "/step-2");
+    EXPECT_FALSE(fs::exists(tmp.path() + "/step-1/index.pb"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_loads(*comm, tmp.path() + "/step-2", version);
+  if (world_rank() == 0) ASSERT_TRUE(verify_checkpoint(tmp.path() + "/step-2").ok());
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // Everything changes: step-3 references nothing; once step-2 is retired nothing
+  // references step-1's files and both go entirely.
+  for (auto& v : version) v = 2;
+  m.fill(version);
+  auto third = save(*comm, m.state, tmp.path(), incremental("step-3"));
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->bytes_referenced, 0u);
+  if (world_rank() == 0) {
+    ASSERT_TRUE(internal_catalog::retire_checkpoint(posix, tmp.path(), "step-2").ok());
+    EXPECT_FALSE(fs::exists(tmp.path() + "/step-2"));
+    EXPECT_TRUE(fs::exists(tmp.path() + "/step-1"));  // retired earlier: the next sweep frees it
+    auto swept = internal_catalog::sweep_retired(posix, tmp.path());
+    ASSERT_TRUE(swept.ok());
+    EXPECT_EQ(swept->removed, std::vector<std::string>{"step-1"});
+    EXPECT_FALSE(fs::exists(tmp.path() + "/step-1"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_loads(*comm, tmp.path() + "/step-3", version);
+}
+
+TEST(IncrementalMpiTest, AnInFlightSavesReferencesKeepFilesOfARetiredBase) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  m.fill(std::vector<int>(2 * kLayers, 0));
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  if (world_rank() == 0) {
+    auto& posix = *posix_filesystem();
+    // A save in flight (another job, or an async save) listed step-1's files.
+    const std::vector<std::string> names = data_files(tmp.path() + "/step-1");
+    ASSERT_FALSE(names.empty());
+    const std::string in_flight = tmp.path() + "/step-9.tmp-00000000000000aa";
+    fs::create_directories(in_flight);
+    std::set<std::string> files;
+    for (const auto& f : names) files.insert(internal_catalog::reference_key("step-1", f));
+    ASSERT_TRUE(internal_catalog::write_references(posix, in_flight, files, false).ok());
+    ASSERT_TRUE(internal_catalog::retire_checkpoint(posix, tmp.path(), "step-1").ok());
+    for (const auto& f : names) EXPECT_TRUE(fs::exists(tmp.path() + "/step-1/" + f)) << f;
+    // The in-flight save is abandoned: its entry goes, and then the files.
+    fs::remove_all(in_flight);
+    auto swept = internal_catalog::sweep_retired(posix, tmp.path());
+    ASSERT_TRUE(swept.ok());
+    EXPECT_FALSE(fs::exists(tmp.path() + "/step-1"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(IncrementalMpiTest, AReferencedFileThatDisappearsFailsTheSaveCleanly) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  m.fill(std::vector<int>(2 * kLayers, 0));
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  const std::string victim_name = data_files(tmp.path() + "/step-1").at(0);
+  const std::string victim = tmp.path() + "/step-1/" + victim_name;
+  // Something that ignores the protocol (a user's rm) removes a file the save will
+  // reference, after the save listed it: the commit's check fails the save on every rank.
+  internal_storage::FaultSpec spec;
+  spec.hook = [&](const std::string& op, const std::string& path) {
+    if (world_rank() == 0 && op == "rename" && path.find("references") != std::string::npos && fs::exists(victim))
+      fs::remove(victim);
+  };
+  SaveOptions o = incremental("step-2");
+  o.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+  auto saved = save(*comm, m.state, tmp.path(), o);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_NE(saved.status().message().find(victim_name), std::string::npos) << saved.status().to_string();
+  if (world_rank() == 0) {
+    EXPECT_FALSE(fs::exists(tmp.path() + "/step-2"));
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(IncrementalMpiTest, AsyncSavesHashOnTheCallersThreadAndWriteOnlyWhatChanged) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  auto async = make_async_checkpointer(MPI_COMM_WORLD, {});
+  ASSERT_TRUE(async.ok()) << async.status().to_string();
+  Model m(tp_of_world());
+  std::vector<int> version(2 * kLayers, 0);
+  m.fill(version);
+  ASSERT_TRUE((*async)->save_async(m.state, tmp.path(), incremental("step-1")).ok());
+  auto first = (*async)->wait();
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  version[2] = 1;  // layer 1's weight
+  m.fill(version);
+  ASSERT_TRUE((*async)->save_async(m.state, tmp.path(), incremental("step-2")).ok());
+  // The buffers may change once save_async returned: the hashes and the bytes were taken.
+  const std::vector<int> saved = version;
+  version[4] = 7;
+  m.fill(version);
+  auto second = (*async)->wait();
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->bytes_written, weight_bytes());
+  expect_loads(*comm, tmp.path() + "/step-2", saved);
+}
+
+TEST(IncrementalMpiTest, RefusalsAndBases) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  m.fill(std::vector<int>(2 * kLayers, 0));
+  // A base that is not there, when named.
+  auto missing = save(*comm, m.state, tmp.path(), incremental("a", "nothing-here"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().to_string();
+  // Encrypted, and other formats.
+  SaveOptions enc = incremental("b");
+  enc.encryption.mode = EncryptionMode::kAesGcm;
+  enc.encryption.key = std::make_shared<EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, '\x07')));
+  auto encrypted = save(*comm, m.state, tmp.path(), enc);
+  ASSERT_FALSE(encrypted.ok());
+  EXPECT_EQ(encrypted.status().code(), StatusCode::kInvalidArgument);
+  SaveOptions ckpt = incremental("c");
+  ckpt.format = Format::kCkpt;
+  auto other = save(*comm, m.state, tmp.path(), ckpt);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  // A base saved without incremental records no hashes: everything is written, and
+  // the save says why its named base was not used.
+  SaveOptions plain;
+  plain.name = "plain";
+  plain.fsync = false;
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), plain).ok());
+  auto full = save(*comm, m.state, tmp.path(), incremental("d", "plain"));
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  EXPECT_EQ(full->bytes_referenced, 0u);
+  EXPECT_NE(full->warning.find("no content hashes"), std::string::npos) << full->warning;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace distckpt
