@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -216,13 +217,15 @@ TEST(IncrementalMpiTest, AnInFlightSavesReferencesKeepFilesOfARetiredBase) {
   ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
   if (world_rank() == 0) {
     auto& posix = *posix_filesystem();
-    // A save in flight (another job, or an async save) listed step-1's files.
+    // A save in flight (another job, or an async save) took step-1 as its base: it marked
+    // it and listed its files, as prepare_base does.
     const std::vector<std::string> names = data_files(tmp.path() + "/step-1");
     ASSERT_FALSE(names.empty());
     const std::string in_flight = tmp.path() + "/step-9.tmp-00000000000000aa";
     fs::create_directories(in_flight);
     std::set<std::string> files;
     for (const auto& f : names) files.insert(internal_catalog::reference_key("step-1", f));
+    ASSERT_TRUE(internal_catalog::mark_referenced(posix, tmp.path(), "step-1").ok());
     ASSERT_TRUE(internal_catalog::write_references(posix, in_flight, files, false).ok());
     ASSERT_TRUE(internal_catalog::retire_checkpoint(posix, tmp.path(), "step-1").ok());
     for (const auto& f : names) EXPECT_TRUE(fs::exists(tmp.path() + "/step-1/" + f)) << f;
@@ -285,6 +288,90 @@ TEST(IncrementalMpiTest, AsyncSavesHashOnTheCallersThreadAndWriteOnlyWhatChanged
   ASSERT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_EQ(second->bytes_written, weight_bytes());
   expect_loads(*comm, tmp.path() + "/step-2", saved);
+}
+
+TEST(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  std::vector<int> version(2 * kLayers, 0);
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  version[0] = 1;
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-2")).ok());
+  if (world_rank() == 0) {
+    // Framed as version 3: builds that do not know references refuse it ("upgrade").
+    std::ifstream in(tmp.path() + "/step-2/index.pb", std::ios::binary);
+    char header[12];
+    in.read(header, sizeof(header));
+    uint32_t v;
+    std::memcpy(&v, header + 8, sizeof(v));
+    EXPECT_EQ(v, 3u);
+    // Another checkpoint under the base's name (moved away and saved again by hand): the
+    // reference's identity no longer matches.
+    fs::rename(tmp.path() + "/step-1", tmp.path() + "/moved");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  SaveOptions plain;
+  plain.name = "step-1";
+  plain.fsync = false;
+  plain.update_latest = false;
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), plain).ok());
+  Model got(tp_of_world());
+  auto loaded = load(*comm, got.state, tmp.path() + "/step-2", {});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("is not the checkpoint this one references"), std::string::npos)
+      << loaded.status().to_string();
+  if (world_rank() == 0) {
+    auto verified = verify_checkpoint(tmp.path() + "/step-2");
+    ASSERT_FALSE(verified.ok());
+    EXPECT_EQ(verified.status().code(), StatusCode::kCorruption);
+    // Removed by hand instead (rm -rf): ls says step-2 is damaged, resume refuses it.
+    fs::remove_all(tmp.path() + "/step-1");
+    auto listing = list_checkpoints(tmp.path());
+    ASSERT_TRUE(listing.ok());
+    for (const auto& e : listing->entries)
+      if (e.name == "step-2") {
+        EXPECT_EQ(e.state, EntryState::kBroken);
+        EXPECT_NE(e.detail.find("missing"), std::string::npos) << e.detail;
+      }
+    EXPECT_EQ(resolve_checkpoint(tmp.path()).status().code(), StatusCode::kCorruption);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(IncrementalMpiTest, RemoveCheckpointKeepsWhatOthersReference) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m(tp_of_world());
+  std::vector<int> version(2 * kLayers, 0);
+  m.fill(version);
+  SaveOptions full;
+  full.name = "full";
+  full.fsync = false;
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), full).ok());
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  version[0] = 1;
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-2")).ok());
+  if (world_rank() == 0) {
+    // Never a base: removed whole, at once.
+    ASSERT_TRUE(remove_checkpoint(tmp.path(), "full").ok());
+    EXPECT_FALSE(fs::exists(tmp.path() + "/full"));
+    // A base: retired, keeping what step-2 references.
+    ASSERT_TRUE(remove_checkpoint(tmp.path(), "step-1").ok());
+    EXPECT_TRUE(fs::exists(tmp.path() + "/step-1/index.retired"));
+    EXPECT_EQ(remove_checkpoint(tmp.path(), "step-1").code(), StatusCode::kNotFound);
+    EXPECT_EQ(remove_checkpoint(tmp.path(), "../x").code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(verify_checkpoint(tmp.path() + "/step-2").ok());
+    // The name of a retired checkpoint that keeps files is taken, and the error says why.
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto again = save(*comm, m.state, tmp.path(), incremental("step-1"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("retired"), std::string::npos) << again.status().to_string();
+  expect_loads(*comm, tmp.path() + "/step-2", version);
 }
 
 TEST(IncrementalMpiTest, RefusalsAndBases) {

@@ -108,11 +108,16 @@ struct SaveOptions : SaveSettings {
   // references the file that holds it (catalog/references.h says what keeps such files
   // and what retiring a referenced checkpoint leaves). The base is `incremental_base`,
   // a committed checkpoint of `root` (kNotFound if it is not), or when empty the one
-  // `latest` names (none yet: everything is written). A base that is encrypted, in
-  // another format, or checksummed otherwise contributes nothing. Costs one hashing
-  // pass over the rank's chunks (on the caller's thread, async saves included).
+  // `latest` names (unless incremental_from_latest is false; none: everything is
+  // written, and hashed for the next save). A base that is encrypted, in another
+  // format, or saved without incremental contributes nothing; a chunk whose base file
+  // holds less than half live data is written again rather than referenced, so that
+  // old files can go. Needs checksums (kInvalidArgument without). Costs one hashing
+  // pass over the rank's chunks (on the caller's thread, async saves included). Every
+  // rank passes the same `incremental` (kInvalidArgument otherwise); the base is rank 0's.
   bool incremental = false;
   std::string incremental_base;
+  bool incremental_from_latest = true;
 };
 
 struct SaveResult {
@@ -146,7 +151,8 @@ struct SaveResult {
 // plus O(index) on rank 0 (the plan and the index: a few times index_bytes); integrated
 // files: the writer 3 x gather_bytes, the other ranks at most gather_bytes of pieces
 // that are not contiguous in their buffers; per-rank .ckpt sets: 1 MiB of record
-// buffering; HDF5: O(index). Tensor bytes are written from the caller's buffers.
+// buffering; HDF5: O(index). Incremental: the base's index on every rank, O(index), more.
+// Tensor bytes are written from the caller's buffers.
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
                         const SaveOptions& options);
 

@@ -163,4 +163,13 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
 // the listing.
 Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options = {});
 
+// Removes the committed checkpoint `name` of `root` the way the manager's retention does
+// (src/catalog/references.h): it stops being listed at once; its files go, except those
+// later checkpoints reference (incremental saves), which stay, listed as "retired", until
+// nothing references them. Never `rm -rf` a checkpoint directory of a root with
+// incremental saves: later checkpoints may read its files. Local, one process, any
+// thread. kNotFound if there is no such committed checkpoint; kInvalidArgument for a
+// name that cannot be a checkpoint's; errors of the file system.
+Status remove_checkpoint(const std::string& root, const std::string& name, const InspectOptions& options = {});
+
 }  // namespace distckpt

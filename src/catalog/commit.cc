@@ -134,6 +134,9 @@ Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::st
                           const std::string& who, std::shared_ptr<FileSystem> fs_owner, bool drain_of_record) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
   const std::string path = root + "/" + name;
+  if (fs.exists(path) && is_retired_entry(fs, root, name))
+    return already_exists(who + ": '" + path + "' is a retired checkpoint that keeps data files later checkpoints "
+                          "reference (distckpt ls shows it): its name is taken until they are retired");
   if (fs.exists(path)) return already_exists(who + ": checkpoint '" + path + "' already exists");
   if (!drain_of_record && fs.exists(local_record_path(root, name)))
     return already_exists(who + ": checkpoint '" + path + "' already exists at the local tier");

@@ -7,6 +7,7 @@
 #include "base/strings.h"
 #include "catalog/names.h"
 #include "catalog/references.h"
+#include "catalog/retire.h"
 #include "format/describe.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
@@ -84,7 +85,7 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       uint64_t files = 0;
       if (auto children = fs->list_dir(root + "/" + e.name); children.ok())
         for (const auto& c : *children) {
-          if (c.name == internal_catalog::kRetiredIndexFile) continue;
+          if (c.name == internal_catalog::kRetiredIndexFile || c.name == internal_catalog::kReferencedMarker) continue;
           ++files;
           if (auto size = fs->file_size(root + "/" + e.name + "/" + c.name); size.ok()) entry.bytes += *size;
         }
@@ -113,6 +114,24 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     if (!index.ok()) {
       entry.state = EntryState::kBroken;
       entry.detail = index.status().to_string();
+      other.push_back(std::move(entry));
+      continue;
+    }
+    // An incremental checkpoint whose referenced files are gone (removed by hand,
+    // bypassing retirement) cannot load: listed as damaged, never resumed from.
+    std::string dangling;
+    for (const auto& f : index->files()) {
+      if (f.checkpoint().empty()) continue;
+      const std::string path = root + "/" + f.checkpoint() + "/" + f.name();
+      auto size = fs->file_size(path);
+      if (!size.ok() || *size != f.size()) {
+        dangling = "it references '" + path + "', which is " + (size.ok() ? "of another size" : "missing");
+        break;
+      }
+    }
+    if (!dangling.empty()) {
+      entry.state = EntryState::kBroken;
+      entry.detail = dangling;
       other.push_back(std::move(entry));
       continue;
     }
@@ -146,6 +165,18 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
   listing.entries = std::move(committed);
   listing.entries.insert(listing.entries.end(), other.begin(), other.end());
   return listing;
+}
+
+Status remove_checkpoint(const std::string& root, const std::string& name, const InspectOptions& options) {
+  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
+  DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(name).with_context("remove"));
+  // Only a committed checkpoint: an entry in flight is gc's, a retired one the sweep's.
+  auto index = internal_format::read_stored_index(*fs, root + "/" + name);
+  if (!index.ok())
+    return index.status().code() == StatusCode::kNotFound
+               ? not_found("remove: no committed checkpoint '" + name + "' in '" + root + "'")
+               : index.status().with_context("remove '" + root + "/" + name + "'");
+  return internal_catalog::retire_checkpoint(*fs, root, name).with_context("remove '" + root + "/" + name + "'");
 }
 
 Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options) {

@@ -12,6 +12,7 @@ namespace distckpt::internal_catalog {
 namespace {
 
 constexpr uint64_t kMaxReferencesBytes = uint64_t{64} << 20;
+constexpr double kReferencesLockTimeout = 30;
 
 bool is_directory_of(FileSystem& fs, const std::string& root, const std::string& name) {
   auto entries = fs.list_dir(root + "/" + name);
@@ -21,6 +22,18 @@ bool is_directory_of(FileSystem& fs, const std::string& root, const std::string&
 }  // namespace
 
 std::string reference_key(const std::string& checkpoint, const std::string& file) { return checkpoint + "/" + file; }
+
+Result<std::unique_ptr<RootLock>> lock_references(FileSystem& fs, const std::string& root) {
+  return RootLock::acquire(fs, root, "references", kReferencesLockTimeout);
+}
+
+Status mark_referenced(FileSystem& fs, const std::string& root, const std::string& name) {
+  const std::string dir = root + "/" + name;
+  if (fs.exists(dir + "/" + kReferencedMarker)) return Status();
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(dir + "/" + kReferencedMarker));
+  DISTCKPT_RETURN_IF_ERROR(file->close());
+  return fs.sync_dir(dir);
+}
 
 Status write_references(FileSystem& fs, const std::string& tmp_dir, const std::set<std::string>& files, bool fsync) {
   std::string text;
@@ -85,7 +98,7 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
   std::vector<std::string> dead;
   bool keeps = false;
   for (const auto& c : children) {
-    if (c.name == kRetiredIndexFile) continue;
+    if (c.name == kRetiredIndexFile || c.name == kReferencedMarker) continue;
     if (!c.is_dir && live.files.count(reference_key(name, c.name))) {
       keeps = true;
       ++*kept_files;
@@ -116,22 +129,26 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
 Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::string& name) {
   const std::string path = root + "/" + name;
   const std::string index = path + "/" + internal_format::kIndexFileName;
-  if (!is_directory_of(fs, root, name) || (!fs.exists(index) && !fs.exists(path + "/" + kRetiredIndexFile))) {
-    // A single file (references only point into directories), or no checkpoint at all:
-    // renamed away atomically, then removed.
+  auto remove_whole = [&]() -> Status {
     const std::string trash = make_trash_name(root, name);
     DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(path, trash));
     DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
     internal_base::kill_point("retire-remove");
     return fs.remove_all(trash);
-  }
+  };
+  // A single file (references only point into directories), or no checkpoint at all.
+  if (!is_directory_of(fs, root, name) || (!fs.exists(index) && !fs.exists(path + "/" + kRetiredIndexFile)))
+    return remove_whole();
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, lock_references(fs, root));
   // Step 1: unlisted, and no longer a base any save can start from.
   if (fs.exists(index)) {
     DISTCKPT_RETURN_IF_ERROR(fs.rename(index, path + "/" + kRetiredIndexFile));
     DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(path));
   }
-  internal_base::kill_point("retire-remove");
-  // Steps 2 and 3.
+  internal_base::kill_point("retire-unlisted");
+  // Step 2: never a base, so nothing references its files.
+  if (!fs.exists(path + "/" + kReferencedMarker)) return remove_whole();
+  // Step 3.
   DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
   uint64_t files = 0, bytes = 0;
   return free_unreferenced(fs, root, name, live, &files, &bytes).status();
@@ -145,6 +162,7 @@ Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
     if (e.is_dir && !is_in_flight_name(e.name) && e.name.rfind(kMetaDir, 0) != 0 && is_retired_entry(fs, root, e.name))
       retired.push_back(e.name);
   if (retired.empty()) return report;
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, lock_references(fs, root));
   DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
   for (const std::string& u : live.unknown)
     report.warnings.push_back("the references of '" + root + "/" + u +

@@ -21,6 +21,7 @@
 #include "distckpt/layout.h"
 #include "base/text.h"
 #include "catalog/gc.h"
+#include "catalog/references.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
@@ -492,6 +493,21 @@ int cmd_publish(const PublishArgs& args) {
       std::printf("left out %zu tensors not selected by --only\n", result->dropped.size());
   }
   return 0;
+}
+
+int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
+  int rc = 0;
+  for (const std::string& name : names) {
+    Status st = remove_checkpoint(root, name);
+    if (!st.ok()) {
+      rc = fail(st);
+      continue;
+    }
+    const bool kept = internal_catalog::is_retired_entry(*posix_filesystem(), root, name);
+    std::printf("removed %s%s\n", printable(name).c_str(),
+                kept ? " (retired: keeps the data files later checkpoints reference)" : "");
+  }
+  return rc;
 }
 
 int cmd_gc(const GcArgs& args) {

@@ -47,5 +47,7 @@ struct GcArgs {
   bool dry_run = false, json = false;
 };
 int cmd_gc(const GcArgs& args);
+// distckpt rm ROOT NAME...: remove_checkpoint for each NAME.
+int cmd_rm(const std::string& root, const std::vector<std::string>& names);
 
 }  // namespace distckpt::internal_cli

@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
   publish->add_flag("--json", pub.json, "machine-readable output");
   add_key(publish, pub.key, "", "the encrypted source's (the published file is not encrypted)");
 
+  std::string rm_root;
+  std::vector<std::string> rm_names;
+  auto* rmc = app.add_subcommand("rm", "Remove committed checkpoints the way retention does (files later incremental "
+                                       "checkpoints reference stay until nothing does)");
+  rmc->add_option("ROOT", rm_root, "checkpoint root directory")->required();
+  rmc->add_option("NAME", rm_names, "checkpoint names")->required();
   GcArgs gc;
   auto* gcc = app.add_subcommand("gc", "Remove what abandoned saves left under ROOT (never an entry whose owner runs)");
   gcc->add_option("ROOT", gc.root, "checkpoint root directory")->required();
@@ -93,6 +99,7 @@ int main(int argc, char** argv) {
     if (*convert) return cmd_convert(conv);
     if (*publish) return cmd_publish(pub);
     if (*gcc) return cmd_gc(gc);
+    if (*rmc) return cmd_rm(rm_root, rm_names);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "distckpt: out of memory\n");
     return 1;

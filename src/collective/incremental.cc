@@ -7,6 +7,7 @@
 #include "base/guard.h"
 #include "catalog/listing.h"
 #include "catalog/references.h"
+#include "format/chunk_reader.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
@@ -65,9 +66,10 @@ std::string unusable_base(const proto::Index& base, const SaveFrame& frame) {
 Status prepare_base(SaveFrame& frame) {
   FileSystem& fs = *frame.fs;
   const bool named = !frame.options.incremental_base.empty();
-  const std::string base =
-      named ? frame.options.incremental_base : internal_catalog::read_latest_pointer(fs, frame.root);
-  if (base.empty()) return Status();  // the first save of the root: everything is written
+  const std::string base = named                                  ? frame.options.incremental_base
+                           : frame.options.incremental_from_latest ? internal_catalog::read_latest_pointer(fs, frame.root)
+                                                                   : std::string();
+  if (base.empty()) return Status();  // no base: everything is written (and hashed)
   const std::string where = "save: rank 0: incremental base '" + frame.root + "/" + base + "'";
   auto index = internal_format::read_stored_index(fs, frame.root + "/" + base);
   if (!index.ok()) {
@@ -79,17 +81,34 @@ Status prepare_base(SaveFrame& frame) {
     if (named) frame.result.warning = "incremental base '" + base + "' was not used: " + why;
     return Status();
   }
+  // Under the root's references lock (catalog/references.h): the base is marked as
+  // referenced, the files it may give are listed in this save's temporary entry, and only
+  // then is it checked to be still the committed checkpoint read above.
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, internal_catalog::lock_references(fs, frame.root));
+  if (!fs.exists(frame.root + "/" + base + "/" + internal_format::kIndexFileName)) {
+    if (named) return not_found(where + " was retired as the save began");
+    return Status();
+  }
+  DISTCKPT_RETURN_IF_ERROR(internal_catalog::mark_referenced(fs, frame.root, base).with_context(where));
   std::set<std::string> files;
   for (const auto& f : index->files())
     files.insert(internal_catalog::reference_key(f.checkpoint().empty() ? base : f.checkpoint(), f.name()));
   DISTCKPT_RETURN_IF_ERROR(
       internal_catalog::write_references(fs, frame.entry.tmp, files, frame.options.fsync).with_context(where));
-  // After the references file, not before: a retirement that renamed the base's index
-  // before this check fails it here; one after it sees the file (references.h).
-  if (!fs.exists(frame.root + "/" + base + "/" + internal_format::kIndexFileName)) {
-    if (named) return not_found(where + " was retired as the save began");
+  auto again = internal_format::read_stored_index(fs, frame.root + "/" + base);
+  if (!again.ok() || again->commit_seq() != index->commit_seq()) {
+    if (named) return not_found(where + " was retired or replaced as the save began");
     return Status();
   }
+  // A file whose chunks in the base are less than half of it is not referenced again:
+  // its chunks are rewritten, so that the file can go once older checkpoints retire (a
+  // file is kept whole while any of its chunks is referenced).
+  std::map<uint32_t, uint64_t> live;
+  for (const auto& t : index->tensors())
+    for (const auto& c : t.chunks()) live[c.file_id()] += c.length();
+  for (auto& t : *index->mutable_tensors())
+    for (auto& c : *t.mutable_chunks())
+      if (2 * live[c.file_id()] < index->files(static_cast<int>(c.file_id())).size()) c.clear_content_hash();
   frame.base_name = base;
   if (!index->SerializeToString(&frame.base_index)) return internal_error(where + ": the index does not serialize");
   return Status();
@@ -97,31 +116,57 @@ Status prepare_base(SaveFrame& frame) {
 
 void apply_base(Comm& comm, SaveSession& session, const StateDict& state) {
   SaveFrame& frame = session.frame;
-  std::string base_bytes = frame.base_index;
-  comm.broadcast_string(base_bytes, 0);
+  // Rank 0 looks up every planned chunk in the base and sends each rank, per chunk of
+  // its write list, the base's hash of the same tensor, dtype, box and length (or none):
+  // no rank but rank 0 holds the base's index.
+  std::vector<std::string> parts;
+  Status planned;
+  if (comm.rank() == 0) {
+    planned = internal_base::guarded("save: rank 0: incremental", [&]() -> Status {
+      proto::Index base;
+      if (!frame.base_index.empty() && !base.ParseFromString(frame.base_index))
+        return internal_error("the base index does not parse");
+      const auto table = chunk_table(base);
+      const proto::Index& index = frame.plan.index;
+      for (const auto& items : frame.plan.writes) {
+        std::string part;
+        for (const WriteItem& w : items) {
+          const proto::Tensor& t = index.tensors(static_cast<int>(w.tensor));
+          auto it = table.find(chunk_key(t, t.chunks(static_cast<int>(w.chunk))));
+          const proto::Chunk* from =
+              it == table.end() ? nullptr : &base.tensors(it->second.first).chunks(it->second.second);
+          if (from != nullptr && from->length() == w.stored_length) {
+            part.push_back('b');
+            part += from->content_hash();
+          } else {
+            part.push_back('-');
+            part.append(kContentHashBytes, '\0');
+          }
+        }
+        parts.push_back(std::move(part));
+      }
+      return Status();
+    });
+    if (!planned.ok()) parts.assign(static_cast<std::size_t>(comm.size()), std::string());
+  }
+  const std::string candidates = comm.scatter(parts, 0);
   Status local = internal_base::guarded(rank_prefix(comm) + ": incremental", [&]() -> Status {
+    DISTCKPT_RETURN_IF_ERROR(planned);
     DISTCKPT_RETURN_IF_ERROR(session.local_error);
-    proto::Index base;
-    if (!base_bytes.empty() && !base.ParseFromString(base_bytes)) return internal_error("the base index does not parse");
-    const auto table = chunk_table(base);
+    if (candidates.size() != session.mine.size() * kMarkBytes)
+      return internal_error("rank 0 sent " + std::to_string(candidates.size()) + " bytes of base hashes for " +
+                            std::to_string(session.mine.size()) + " chunks");
     std::vector<WriteItem> written;
     session.marks.clear();
     session.marks.reserve(session.mine.size() * kMarkBytes);
     uint64_t cursor = 0;
-    for (WriteItem item : session.mine) {
+    for (std::size_t i = 0; i < session.mine.size(); ++i) {
+      WriteItem item = session.mine[i];
       const TensorEntry& e = state.tensors()[item.tensor];
       const std::string hash =
           internal_transform::content_hash(e.buffers[item.local_box], static_cast<std::size_t>(item.length));
-      const Box& box = e.boxes[item.local_box];
-      bool same = false;
-      if (!table.empty()) {
-        auto it = table.find(chunk_key(e.name, std::string(dtype_name(e.dtype)), box.offset.data(), box.shape.data(),
-                                       static_cast<int>(box.offset.size())));
-        if (it != table.end()) {
-          const proto::Chunk& c = base.tensors(it->second.first).chunks(it->second.second);
-          same = c.content_hash() == hash && c.length() == item.stored_length;
-        }
-      }
+      const bool same = candidates[i * kMarkBytes] == 'b' &&
+                        candidates.compare(i * kMarkBytes + 1, kContentHashBytes, hash) == 0;
       session.marks += hash;
       session.marks.push_back(same ? 'r' : 'w');
       if (same) continue;
@@ -177,8 +222,12 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
         return internal_error("save: rank " + std::to_string(r) + " referenced a chunk of tensor '" + t.name() +
                               "' that the base does not hold");
       const proto::Chunk& from = base.tensors(it->second.first).chunks(it->second.second);
+      if (from.content_hash() != chunk->content_hash() || from.length() != chunk->length())
+        return internal_error("save: rank " + std::to_string(r) + " referenced a chunk of tensor '" + t.name() +
+                              "' whose hash or length differs from the base's");
       const proto::File& file = base.files(static_cast<int>(from.file_id()));
       const std::string checkpoint = file.checkpoint().empty() ? frame.base_name : file.checkpoint();
+      const uint64_t checkpoint_seq = file.checkpoint().empty() ? base.commit_seq() : file.checkpoint_seq();
       const std::string key = internal_catalog::reference_key(checkpoint, file.name());
       auto [ref, added] = reference_ids.emplace(key, static_cast<uint32_t>(index.files_size()));
       if (added) {
@@ -186,6 +235,7 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
         f->set_name(file.name());
         f->set_size(file.size());
         f->set_checkpoint(checkpoint);
+        f->set_checkpoint_seq(checkpoint_seq);
       }
       chunk->set_file_id(ref->second);
       chunk->set_byte_offset(from.byte_offset());
@@ -214,9 +264,13 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
 }
 
 Status check_references(FileSystem& fs, const std::string& root, const proto::Index& index) {
+  internal_format::InsideCheck real_dirs(fs, root);  // a referenced checkpoint is a real directory
   for (const auto& f : index.files()) {
     if (f.checkpoint().empty()) continue;
     const std::string path = root + "/" + f.checkpoint() + "/" + f.name();
+    if (Status inside = real_dirs.check(f.checkpoint() + "/" + f.name()); !inside.ok())
+      return not_found("incremental save: the checkpoint '" + f.checkpoint() + "' it references is gone (" +
+                       inside.to_string() + "); nothing was committed");
     auto size = fs.file_size(path);
     if (!size.ok())
       return not_found("incremental save: the file '" + path + "' it references is gone (" + size.status().to_string() +

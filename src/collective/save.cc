@@ -8,6 +8,8 @@
 #include "base/guard.h"
 #include "base/kill_point.h"
 #include "base/timer.h"
+#include "catalog/claims.h"
+#include "catalog/references.h"
 #include "collective/incremental.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
@@ -253,6 +255,7 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   std::vector<std::string> all_marks;
   if (incremental) all_marks = comm.gather(crcs.ok() ? session.marks : std::string(), 0);
   uint64_t referenced = 0;
+  std::unique_ptr<internal_catalog::RootLock> references_lock;  // rank 0: held through the commit
   auto final_index = [&]() -> Result<proto::Index> {
     if (!incremental) {
       DISTCKPT_RETURN_IF_ERROR(fill_checksums(session.frame, all_crcs, all_tags));
@@ -261,10 +264,16 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
     SaveFrame& frame = session.frame;
     DISTCKPT_RETURN_IF_ERROR(fill_references(frame, all_crcs, all_marks, &referenced));
     internal_base::kill_point("save-references");
-    DISTCKPT_RETURN_IF_ERROR(check_references(*frame.fs, frame.root, frame.plan.index));
+    // Under the references lock until the rename (catalog/references.h): no retirement
+    // reads what is live between this check and the commit.
+    if (!frame.base_name.empty()) {
+      DISTCKPT_ASSIGN_OR_RETURN(references_lock, internal_catalog::lock_references(*frame.fs, frame.root));
+      DISTCKPT_RETURN_IF_ERROR(check_references(*frame.fs, frame.root, frame.plan.index));
+    }
     return frame.plan.index;
   };
   auto result = close_save(comm, session.frame, crcs.status(), final_index);
+  references_lock.reset();
   if (!incremental) return result;
   // Every rank took part in close_save: the figures rank 0 alone knows go to all.
   std::vector<int64_t> known{result.ok() ? static_cast<int64_t>(referenced) : 0};

@@ -114,6 +114,8 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
     local = invalid_argument(
         "an incremental save cannot be encrypted: each checkpoint has its own keys (HKDF of its own salt), and a "
         "chunk referenced from another checkpoint is sealed with that one's");
+  if (local.ok() && options.incremental && !options.checksum)
+    local = invalid_argument("an incremental save needs checksums: a referenced chunk is checked by its CRC32C");
   if (local.ok() && options.incremental && !options.incremental_base.empty())
     local = internal_catalog::validate_checkpoint_name(options.incremental_base).with_context("incremental base");
   if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
@@ -129,8 +131,12 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   DISTCKPT_RETURN_IF_ERROR(agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
   if (spec.agree_on_checksum)
     frame.options.checksum = comm.allreduce_one(options.checksum ? 1 : 0, ReduceOp::kMax) == 1;
-  // Incremental as rank 0 asks (its base, its references file): every rank follows.
-  frame.incremental = comm.allreduce_one(comm.rank() == 0 && options.incremental ? 1 : 0, ReduceOp::kMax) == 1;
+  // Incremental or not, on every rank alike (the base is rank 0's to choose).
+  std::vector<int64_t> incremental{options.incremental ? 1 : 0, options.incremental ? -1 : 0};
+  comm.allreduce(incremental, ReduceOp::kMax);
+  if (incremental[0] != -incremental[1])
+    return invalid_argument("save '" + spec.name + "': incremental must be the same on every rank");
+  frame.incremental = incremental[0] == 1;
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),

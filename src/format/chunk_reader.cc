@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "format/format.h"
+#include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "layout/region.h"
 #include "transform/cipher.h"
@@ -53,8 +54,14 @@ Result<const ReadableFile*> FileCache::get(uint32_t file_id) {
   const auto& meta = index_.files(static_cast<int>(file_id));
   const std::string file_path = path(file_id);
   if (!single_file_ && meta.checkpoint().empty()) DISTCKPT_RETURN_IF_ERROR(inside_.check(meta.name()));
-  if (!single_file_ && !meta.checkpoint().empty())
+  if (!single_file_ && !meta.checkpoint().empty()) {
     DISTCKPT_RETURN_IF_ERROR(referenced_.check(meta.checkpoint() + "/" + meta.name()));
+    // Once per referenced checkpoint: it is the one the reference was made to.
+    auto known = identities_.find(meta.checkpoint());
+    if (known == identities_.end())
+      known = identities_.emplace(meta.checkpoint(), check_reference_identity(fs_, references_root(dir_), meta)).first;
+    DISTCKPT_RETURN_IF_ERROR(known->second);
+  }
   auto file = fs_.open_readable(file_path);
   if (!file.ok()) {
     if (file.status().code() == StatusCode::kNotFound)

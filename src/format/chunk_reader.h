@@ -80,6 +80,7 @@ class FileCache {
   bool single_file_;
   InsideCheck inside_;
   InsideCheck referenced_;  // references: <root>/<checkpoint> is a real directory
+  std::map<std::string, Status> identities_;  // references: check_reference_identity per checkpoint
   std::map<uint32_t, Open> open_;
   uint64_t clock_ = 0;
 };

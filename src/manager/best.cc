@@ -10,6 +10,7 @@
 #include "base/guard.h"
 #include "base/strings.h"
 #include "catalog/commit.h"
+#include "catalog/references.h"
 #include "catalog/owner.h"
 #include "catalog/retire.h"
 #include "format/format.h"
@@ -71,11 +72,24 @@ Status link_checkpoint(FileSystem& fs, const std::string& dir, const std::string
   if (index.has_encryption()) {
     DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, key, source));
   }
+  // An incremental checkpoint's copy references the same files: it is made under the
+  // root's references lock (catalog/references.h), so that no retirement frees them
+  // before it is committed, and only if its source is still the checkpoint read above.
+  std::unique_ptr<internal_catalog::RootLock> references_lock;
+  bool references = false;
+  for (const auto& f : index.files()) references |= !f.checkpoint().empty();
+  if (references) {
+    DISTCKPT_ASSIGN_OR_RETURN(references_lock, internal_catalog::lock_references(fs, dir));
+    auto again = internal_format::read_index(fs, source);
+    if (!again.ok() || again->commit_seq() != index.commit_seq())
+      return not_found("best copy of '" + source + "': it was retired or replaced meanwhile");
+  }
   DISTCKPT_ASSIGN_OR_RETURN(internal_catalog::Entry entry, internal_catalog::begin_entry(fs, dir, name, true, who));
   Status st = [&]() -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> children, fs.list_dir(source));
     for (const auto& c : children) {
       if (c.name == internal_format::kIndexFileName) continue;  // written afresh
+      if (c.name == internal_format::kReferencedMarkerName) continue;  // the copy was no save's base
       if (c.is_dir) return unsupported("best copy of '" + source + "': a subdirectory '" + c.name + "'");
       DISTCKPT_RETURN_IF_ERROR(fs.link_file(source + "/" + c.name, entry.tmp + "/" + c.name));
     }

@@ -18,8 +18,10 @@
 #include "base/timer.h"
 #include "catalog/claims.h"
 #include "catalog/gc.h"
+#include "catalog/listing.h"
 #include "catalog/references.h"
 #include "catalog/retire.h"
+#include "format/native/index_codec.h"
 #include "comm/agree.h"
 #include "comm/mpi_interop.h"
 #include "distckpt/convert.h"
@@ -137,9 +139,12 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   opts.update_latest = kind.update_latest;
   if (cfg.incremental) {
     opts.incremental = true;
-    // This manager's previous save (still committed: the newest is never retired), else
-    // what `latest` names.
-    if (!last_saved_path.empty()) opts.incremental_base = internal_base::base_name(last_saved_path);
+    // The base (rank 0's choice counts): this manager's previous save, else the newest
+    // committed checkpoint of its series (after a restart), else none (a full save that
+    // the next one can build on). Never another series' `latest`; a base that vanished
+    // before the save reads it only costs a full save.
+    opts.incremental_from_latest = false;
+    if (root()) opts.incremental_base = incremental_base();
   }
   Record record;
   record.name = name;
@@ -217,6 +222,8 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["bytes_written"] = saved.bytes_written;
     j["bytes_logical"] = saved.bytes_written + saved.bytes_referenced;
     if (!saved.incremental_base.empty()) j["incremental_base"] = saved.incremental_base;
+    // What retired checkpoints still hold for the ones that reference them.
+    if (cfg.incremental) j["retired_kept_bytes"] = retired_kept_bytes;
     j["index_bytes"] = saved.index_bytes;
     j["async"] = record.in_background;
     j["blocking_s"] = record.blocking_s;
@@ -242,6 +249,20 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
   return Status();
 }
 
+std::string CheckpointManager::Impl::incremental_base() const {
+  const std::string internal = internal_format::kIndexFileName;
+  if (!last_saved_path.empty() && fs->exists(last_saved_path + "/" + internal))
+    return internal_base::base_name(last_saved_path);
+  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
+  if (!listing.ok()) return "";
+  const CheckpointEntry* newest = nullptr;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted && e.format == Format::kNative && e.advances_latest &&
+        names.matches(series, e.name) && (newest == nullptr || internal_catalog::newer(e, *newest, listing->latest)))
+      newest = &e;
+  return newest == nullptr ? "" : newest->name;
+}
+
 std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string>* warnings) {
   auto listing = list_checkpoints(cfg.directory, {.fs = fs});
   if (!listing.ok()) {
@@ -261,9 +282,10 @@ std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string
   }
   // Files of retired checkpoints that nothing references any more (incremental saves;
   // a crash in an earlier retirement leaves some too).
-  if (auto swept = internal_catalog::sweep_retired(*fs, cfg.directory); swept.ok())
+  if (auto swept = internal_catalog::sweep_retired(*fs, cfg.directory); swept.ok()) {
     for (const std::string& w : swept->warnings) warnings->push_back("retention: " + w);
-  else
+    retired_kept_bytes = swept->kept_bytes;
+  } else
     warnings->push_back("retention: " + swept.status().to_string());
   // What a crash in an earlier removal of this series left behind.
   internal_catalog::sweep_trash(*fs, cfg.directory,

@@ -134,6 +134,10 @@ struct CheckpointManager::Impl {
   std::string best_checkpoint() const;
 
   bool root() const { return comm->rank() == 0; }
+  // Rank 0: the base of the next incremental save ("" for none; see save()).
+  std::string incremental_base() const;
+  // Rank 0: bytes retired checkpoints keep for incremental ones (the last sweep's).
+  uint64_t retired_kept_bytes = 0;
   std::string where() const { return "checkpoint manager: rank " + std::to_string(comm->rank()); }
 
   // Names of this series (series.h): `series` is its prefix.

@@ -33,6 +33,7 @@
 #include "distckpt/inspect.h"
 #include "distckpt/tier.h"
 #include "format/chunk_reader.h"
+#include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "layout/region.h"
@@ -97,7 +98,8 @@ struct Attempt {
 };
 
 std::string copy_file_path(const Attempt& a, const LocalTier& tier, const std::string& root, const Copy& c) {
-  if (c.global) return root + "/" + a.name + "/" + a.global.files(c.file).name();
+  // (A drained copy never references other checkpoints' files; resolved the one way anyway.)
+  if (c.global) return internal_format::data_file_location(a.global, root + "/" + a.name, c.file);
   const std::string file = a.record.files(c.file).name();
   if (c.kind == kRebuilt) return tier.dir + "/" + a.name + "/rebuilt/" + file;
   return copy_path(tier.dir, a.name, file, c.kind);

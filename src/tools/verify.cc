@@ -57,8 +57,11 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
     // A reference (incremental saves) is checked as this checkpoint's own files are.
     const std::string file_path = single ? dir + "/" + meta.name() : internal_format::data_file_location(index, dir, f);
     if (!single && meta.checkpoint().empty()) DISTCKPT_RETURN_IF_ERROR(inside.check(meta.name()).with_context("verify"));
-    if (!single && !meta.checkpoint().empty())
+    if (!single && !meta.checkpoint().empty()) {
       DISTCKPT_RETURN_IF_ERROR(referenced.check(meta.checkpoint() + "/" + meta.name()).with_context("verify"));
+      DISTCKPT_RETURN_IF_ERROR(internal_format::check_reference_identity(*fs, internal_format::references_root(dir), meta)
+                                   .with_context("verify"));
+    }
     auto file = fs->open_readable(file_path);
     if (!file.ok()) {
       if (file.status().code() == StatusCode::kNotFound)

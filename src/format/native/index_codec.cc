@@ -80,8 +80,16 @@ std::string data_file_name(int writer_rank) {
   return buf;
 }
 
+namespace {
+bool has_references(const proto::Index& index) {
+  for (const auto& f : index.files())
+    if (!f.checkpoint().empty()) return true;
+  return false;
+}
+}  // namespace
+
 std::string frame_index(const proto::Index& index) {
-  return frame_payload(serialize_deterministic(index), index.has_encryption() ? 2 : 1);
+  return frame_payload(serialize_deterministic(index), has_references(index) ? 3 : index.has_encryption() ? 2 : 1);
 }
 
 std::string frame_payload(const std::string& payload, uint32_t version) {
@@ -115,6 +123,8 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
     return corruption("index '" + path + "': protobuf payload does not parse");
   if (index.has_encryption() && version < 2)
     return corruption("index '" + path + "': an encrypted index framed as version " + std::to_string(version));
+  if (has_references(index) && version < 3)
+    return corruption("index '" + path + "': an index with references framed as version " + std::to_string(version));
   // An index.pb describes a checkpoint directory: never a single file, whose encryption
   // is checked another way (open_index follows `format`).
   if (!index.format().empty() && format_from_name(index.format()) != Format::kNative)
@@ -126,8 +136,27 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
   return index;
 }
 
-Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir) {
-  const std::string path = dir + "/" + kIndexFileName;
+Status check_reference_identity(FileSystem& fs, const std::string& root, const proto::File& file) {
+  const std::string dir = root + "/" + file.checkpoint();
+  const char* name = kIndexFileName;
+  auto bytes = read_index_bytes(fs, dir, name);
+  if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {
+    name = kRetiredIndexFileName;
+    bytes = read_index_bytes(fs, dir, name);
+  }
+  if (!bytes.ok())
+    return corruption("the checkpoint '" + dir + "' that this one references has no readable index (" +
+                      bytes.status().to_string() + ")");
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, parse_index(*bytes, dir + "/" + name));
+  if (index.commit_seq() != file.checkpoint_seq())
+    return corruption("'" + dir + "' is not the checkpoint this one references (its commit number is " +
+                      std::to_string(index.commit_seq()) + ", the reference records " +
+                      std::to_string(file.checkpoint_seq()) + "): it was replaced, or copied there");
+  return Status();
+}
+
+Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir, const char* file_name) {
+  const std::string path = dir + "/" + file_name;
   DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
   DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, file->size());
   // The header first: nothing is allocated for a file that is not an index of the

@@ -9,14 +9,16 @@
 
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
+#include "format/native/file_names.h"
 
 namespace distckpt::internal_format {
 
-inline constexpr const char* kIndexFileName = "index.pb";
 // The newest version of the on-disk index this build writes (2: an encrypted checkpoint,
-// which builds that know only version 1 must refuse rather than read as empty; plain
-// checkpoints are still written as 1). Newer versions are refused on read.
-inline constexpr uint32_t kIndexFormatVersion = 2;
+// which builds that know only version 1 must refuse rather than read as empty; 3: an
+// index that references other checkpoints' files, which older builds would look for in
+// the wrong directory; other checkpoints are still written as 1). Newer versions are
+// refused on read.
+inline constexpr uint32_t kIndexFormatVersion = 3;
 // Bounds on numbers read from an index, checked before anything is sized by them: the
 // world size, and the rank entries the layouts name in all (what a summary lists).
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
@@ -34,7 +36,8 @@ bool valid_data_file_name(const std::string& name);
 std::string per_rank_file_name(int rank, const std::string& name);
 
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
-// Version 2 when the index is encrypted, 1 otherwise.
+// Version 2 when the index is encrypted, 3 when it references another checkpoint's
+// files, 1 otherwise.
 std::string frame_index(const proto::Index& index);
 // The same frame around payload bytes as they are (fuzzing, tests of hostile payloads).
 std::string frame_payload(const std::string& payload, uint32_t version = kIndexFormatVersion);
@@ -43,7 +46,12 @@ std::string frame_payload(const std::string& payload, uint32_t version = kIndexF
 Result<proto::Index> parse_index(const std::string& bytes, const std::string& path);
 // Reads the bytes of <dir>/index.pb, checking the header against the file's size
 // before reading (and allocating for) the rest.
-Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir);
+Result<std::string> read_index_bytes(FileSystem& fs, const std::string& dir, const char* file = kIndexFileName);
+// A reference's identity (File.checkpoint, incremental saves): <root>/<checkpoint> must
+// hold an index (index.pb, or index.retired once retired) whose commit_seq is the one
+// the reference records; kCorruption otherwise (the checkpoint was replaced or copied
+// there), naming both.
+Status check_reference_identity(FileSystem& fs, const std::string& root, const proto::File& file);
 // Whether `bytes` start with the index's magic (a framed index, not a description).
 bool is_framed_index(const std::string& bytes);
 // Reads <dir>/index.pb and parses it.
