@@ -6,7 +6,9 @@
 #   - the newest committed step never goes backwards (nothing committed is lost);
 #   - each round resumes from the newest committed checkpoint of the round before.
 # Prints how many kills left a save in flight.
-#   bash tests/crash_random.sh BUILD_DIR WORK_DIR [ROUNDS] [SEED]
+#   bash tests/crash_random.sh BUILD_DIR WORK_DIR [ROUNDS] [SEED] [TRAIN_MLP_ARGS]
+# TRAIN_MLP_ARGS are added to train_mlp's (e.g. "--layers 4 --freeze-fraction 0.5
+# --incremental": incremental saves, whose retention keeps referenced files).
 set -euo pipefail
 build=${1:?usage: crash_random.sh BUILD_DIR WORK_DIR [ROUNDS] [SEED]}
 work=${2:?usage: crash_random.sh BUILD_DIR WORK_DIR [ROUNDS] [SEED]}
@@ -19,6 +21,8 @@ command -v pgrep > /dev/null || { echo "crash_random: pgrep (Debian package proc
 rm -rf "$work" && mkdir -p "$work"
 mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4)
 args=(--dp 2 --tp 2 --save-every 1 --keep-max 2 --resume --dir "$dir")
+read -r -a extra <<< "${5:-}"
+args+=("${extra[@]}")
 
 newest=0
 mid_save=0
