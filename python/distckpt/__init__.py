@@ -34,7 +34,7 @@ from ._distckpt import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "Comm", "TensorLayout", "StateDict", "CheckpointManager", "AsyncCheckpointer", "save", "load", "publish", "list_checkpoints", "verify", "convert", "open",
+    "Comm", "TensorLayout", "StateDict", "CheckpointManager", "AsyncCheckpointer", "save", "load", "publish", "list_checkpoints", "remove_checkpoint", "verify", "convert", "open",
     "Reader", "DistckptError", "CorruptionError", "AuthError", "MismatchError", "NotFoundError",
 ]
 
@@ -224,6 +224,13 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
 def load(comm, state, path, strict=True, key=None):
     """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout."""
     return _distckpt._load(comm._native, state._native, str(path), strict, _key(key))
+
+
+def remove_checkpoint(root, name):
+    """Removes the committed checkpoint `name` of `root` as retention does: files that later
+    (incremental) checkpoints reference stay, listed as retired, until nothing does. Never
+    `shutil.rmtree` a checkpoint of a root with incremental saves."""
+    _distckpt._remove_checkpoint(str(root), name)
 
 
 def list_checkpoints(root):

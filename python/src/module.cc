@@ -311,6 +311,10 @@ py::list list_root(const std::string& root) {
   return out;
 }
 
+void remove_from_root(const std::string& root, const std::string& name) {
+  check(without_gil([&] { return remove_checkpoint(root, name); }));
+}
+
 py::dict verify_path(const std::string& path, const py::object& key, bool deep) {
   VerifyOptions o;
   o.key = key_from(key);
@@ -696,6 +700,7 @@ PYBIND11_MODULE(_distckpt, m) {
   m.def("_save", &save_state);
   m.def("_load", &load_state);
   m.def("_list_checkpoints", &list_root);
+  m.def("_remove_checkpoint", &remove_from_root);
   m.def("_verify", &verify_path);
   m.def("_convert", &convert_path);
 

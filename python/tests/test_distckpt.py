@@ -423,6 +423,12 @@ def test_incremental_saves_reference_unchanged_tensors(comm, shared_dir):
         assert listed["step-2"]["references"] == ["step-1"]
         assert listed["step-2"]["referenced_bytes"] > 0
         assert distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True)["bytes_checked"] >= 2 * frozen.nbytes * size
+        # Removed as retention would: step-2 still reads the frozen tensor from step-1's files.
+        distckpt.remove_checkpoint(shared_dir, "step-1")
+        assert "step-1" not in {e["name"] for e in distckpt.list_checkpoints(shared_dir)}
+        distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True)
+        with pytest.raises(distckpt.NotFoundError):
+            distckpt.remove_checkpoint(shared_dir, "step-1")
     comm.barrier()
     # The manager takes it as a config option, and refuses it with encryption.
     with pytest.raises(distckpt.DistckptError, match="incremental"):
