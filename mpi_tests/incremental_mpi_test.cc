@@ -97,12 +97,18 @@ void expect_loads(Comm& comm, const std::string& path, const std::vector<int>& v
   for (std::size_t t = 0; t < want.bufs.size(); ++t) ASSERT_EQ(got.bufs[t], want.bufs[t]) << "tensor " << t;
 }
 
-TEST(IncrementalMpiTest, UnchangedChunksAreReferencedAndLoadVerifyAndReshard) {
+// Each test: a shared directory, the world's communicator, and the model filled with
+// version 0 of every tensor.
+class IncrementalMpiTest : public ::testing::Test {
+ protected:
+  IncrementalMpiTest() { m.fill(version); }
   SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  std::vector<int> version(2 * kLayers, 0);
-  m.fill(version);
+  std::unique_ptr<Comm> comm = world_comm();
+  Model m{tp_of_world()};
+  std::vector<int> version = std::vector<int>(2 * kLayers, 0);
+};
+
+TEST_F(IncrementalMpiTest, UnchangedChunksAreReferencedAndLoadVerifyAndReshard) {
   auto first = save(*comm, m.state, tmp.path(), incremental("step-1"));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->bytes_written, state_bytes());  // no base yet
@@ -157,12 +163,7 @@ TEST(IncrementalMpiTest, UnchangedChunksAreReferencedAndLoadVerifyAndReshard) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  std::vector<int> version(2 * kLayers, 0);
-  m.fill(version);
+TEST_F(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
   ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
   version[0] = 1;  // one weight changes
   m.fill(version);
@@ -209,11 +210,7 @@ TEST(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
   expect_loads(*comm, tmp.path() + "/step-3", version);
 }
 
-TEST(IncrementalMpiTest, AnInFlightSavesReferencesKeepFilesOfARetiredBase) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  m.fill(std::vector<int>(2 * kLayers, 0));
+TEST_F(IncrementalMpiTest, AnInFlightSavesReferencesKeepFilesOfARetiredBase) {
   ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
   if (world_rank() == 0) {
     auto& posix = *posix_filesystem();
@@ -238,11 +235,7 @@ TEST(IncrementalMpiTest, AnInFlightSavesReferencesKeepFilesOfARetiredBase) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(IncrementalMpiTest, AReferencedFileThatDisappearsFailsTheSaveCleanly) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  m.fill(std::vector<int>(2 * kLayers, 0));
+TEST_F(IncrementalMpiTest, AReferencedFileThatDisappearsFailsTheSaveCleanly) {
   ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
   const std::string victim_name = data_files(tmp.path() + "/step-1").at(0);
   const std::string victim = tmp.path() + "/step-1/" + victim_name;
@@ -266,14 +259,9 @@ TEST(IncrementalMpiTest, AReferencedFileThatDisappearsFailsTheSaveCleanly) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(IncrementalMpiTest, AsyncSavesHashOnTheCallersThreadAndWriteOnlyWhatChanged) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
+TEST_F(IncrementalMpiTest, AsyncSavesHashOnTheCallersThreadAndWriteOnlyWhatChanged) {
   auto async = make_async_checkpointer(MPI_COMM_WORLD, {});
   ASSERT_TRUE(async.ok()) << async.status().to_string();
-  Model m(tp_of_world());
-  std::vector<int> version(2 * kLayers, 0);
-  m.fill(version);
   ASSERT_TRUE((*async)->save_async(m.state, tmp.path(), incremental("step-1")).ok());
   auto first = (*async)->wait();
   ASSERT_TRUE(first.ok()) << first.status().to_string();
@@ -290,12 +278,7 @@ TEST(IncrementalMpiTest, AsyncSavesHashOnTheCallersThreadAndWriteOnlyWhatChanged
   expect_loads(*comm, tmp.path() + "/step-2", saved);
 }
 
-TEST(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  std::vector<int> version(2 * kLayers, 0);
-  m.fill(version);
+TEST_F(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
   ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
   version[0] = 1;
   m.fill(version);
@@ -341,12 +324,7 @@ TEST(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST(IncrementalMpiTest, RemoveCheckpointKeepsWhatOthersReference) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  std::vector<int> version(2 * kLayers, 0);
-  m.fill(version);
+TEST_F(IncrementalMpiTest, RemoveCheckpointKeepsWhatOthersReference) {
   SaveOptions full;
   full.name = "full";
   full.fsync = false;
@@ -374,11 +352,7 @@ TEST(IncrementalMpiTest, RemoveCheckpointKeepsWhatOthersReference) {
   expect_loads(*comm, tmp.path() + "/step-2", version);
 }
 
-TEST(IncrementalMpiTest, RefusalsAndBases) {
-  SharedTempDir tmp;
-  auto comm = world_comm();
-  Model m(tp_of_world());
-  m.fill(std::vector<int>(2 * kLayers, 0));
+TEST_F(IncrementalMpiTest, RefusalsAndBases) {
   // A base that is not there, when named.
   auto missing = save(*comm, m.state, tmp.path(), incremental("a", "nothing-here"));
   ASSERT_FALSE(missing.ok());
