@@ -357,6 +357,13 @@ TEST_F(IncrementalMpiTest, RefusalsAndBases) {
   auto missing = save(*comm, m.state, tmp.path(), incremental("a", "nothing-here"));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().to_string();
+  // ... or a full save, when the base is only a hint (the manager's way).
+  SaveOptions hint = incremental("hinted", "nothing-here");
+  hint.incremental_base_required = false;
+  auto hinted = save(*comm, m.state, tmp.path(), hint);
+  ASSERT_TRUE(hinted.ok()) << hinted.status().to_string();
+  EXPECT_EQ(hinted->bytes_written, state_bytes());
+  EXPECT_NE(hinted->warning.find("was not used"), std::string::npos) << hinted->warning;
   // Encrypted, and other formats.
   SaveOptions enc = incremental("b");
   enc.encryption.mode = EncryptionMode::kAesGcm;

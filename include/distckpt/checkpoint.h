@@ -118,6 +118,9 @@ struct SaveOptions : SaveSettings {
   bool incremental = false;
   std::string incremental_base;
   bool incremental_from_latest = true;
+  // false: a named base that is gone, replaced or busy (the root's references lock held
+  // past its timeout) costs a full save instead of failing it (the manager's choice).
+  bool incremental_base_required = true;
 };
 
 struct SaveResult {

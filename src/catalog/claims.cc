@@ -105,10 +105,12 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
       continue;
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      // A remote holder cannot be asked: a lock older than the lease is broken.
+      // A remote holder cannot be asked: a lock older than the lease is broken. A holder
+      // on this host that still runs is never broken (it may be freeing files).
       auto now = file_system_now_ns(fs, root);
       auto made = fs.modified_time_ns(path);
-      if (now.ok() && made.ok() && static_cast<double>(*now - *made) / 1e9 > kMinLeaseSeconds) {
+      const bool live_here = owner.ok() && owner->is_local();
+      if (!live_here && now.ok() && made.ok() && static_cast<double>(*now - *made) / 1e9 > kMinLeaseSeconds) {
         (void)fs.remove_all(path);
         continue;
       }

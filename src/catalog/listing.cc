@@ -89,9 +89,13 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
           ++files;
           if (auto size = fs->file_size(root + "/" + e.name + "/" + c.name); size.ok()) entry.bytes += *size;
         }
-      entry.detail = std::to_string(files) +
-                     " data file(s) left, each kept while a later checkpoint references it (retention and gc free "
-                     "the others)";
+      entry.detail =
+          fs->exists(root + "/" + e.name + "/" + internal_catalog::kReferencedMarker)
+              ? std::to_string(files) +
+                    " data file(s) left, each kept while a later checkpoint references it (retention and gc free "
+                    "the others)"
+              : "retirement unfinished (" + std::to_string(files) +
+                    " data file(s) no checkpoint references; the next retention or gc removes them)";
       other.push_back(std::move(entry));
       continue;
     }

@@ -91,8 +91,9 @@ namespace {
 
 // Step 3 of a retirement, for one retired checkpoint: its files that nothing references
 // go; the directory goes when none is left. Returns whether it is gone.
+// `*trash`: a directory renamed away, for the caller to remove once it released the lock.
 Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const std::string& name, const LiveFiles& live,
-                               uint64_t* kept_files, uint64_t* kept_bytes) {
+                               uint64_t* kept_files, uint64_t* kept_bytes, std::vector<std::string>* trash) {
   const std::string dir = root + "/" + name;
   DISTCKPT_ASSIGN_OR_RETURN(auto children, fs.list_dir(dir));
   std::vector<std::string> dead;
@@ -117,10 +118,10 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
   }
   // Nothing referenced: the directory goes the way retirement always removed one,
   // renamed away first so that no half-removed entry is ever seen under its name.
-  const std::string trash = make_trash_name(root, name);
-  DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(dir, trash));
+  const std::string renamed = make_trash_name(root, name);
+  DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(dir, renamed));
   (void)fs.sync_dir(root);
-  DISTCKPT_RETURN_IF_ERROR(fs.remove_all(trash));
+  trash->push_back(renamed);  // what is renamed away is no one's: removed outside the lock
   return true;
 }
 
@@ -129,29 +130,45 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
 Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::string& name) {
   const std::string path = root + "/" + name;
   const std::string index = path + "/" + internal_format::kIndexFileName;
-  auto remove_whole = [&]() -> Status {
-    const std::string trash = make_trash_name(root, name);
-    DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(path, trash));
+  // Renamed away (atomically, durably); the removal itself runs after the lock is
+  // released: a trash name is never a checkpoint, never read, never referenced.
+  auto rename_away = [&](std::vector<std::string>* trash) -> Status {
+    const std::string renamed = make_trash_name(root, name);
+    DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(path, renamed));
     DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
-    internal_base::kill_point("retire-remove");
-    return fs.remove_all(trash);
+    trash->push_back(renamed);
+    return Status();
   };
+  auto remove_trash = [&](const std::vector<std::string>& trash) -> Status {
+    internal_base::kill_point("retire-remove");
+    for (const std::string& t : trash) DISTCKPT_RETURN_IF_ERROR(fs.remove_all(t));
+    return Status();
+  };
+  std::vector<std::string> trash;
   // A single file (references only point into directories), or no checkpoint at all.
-  if (!is_directory_of(fs, root, name) || (!fs.exists(index) && !fs.exists(path + "/" + kRetiredIndexFile)))
-    return remove_whole();
-  DISTCKPT_ASSIGN_OR_RETURN(auto lock, lock_references(fs, root));
-  // Step 1: unlisted, and no longer a base any save can start from.
-  if (fs.exists(index)) {
-    DISTCKPT_RETURN_IF_ERROR(fs.rename(index, path + "/" + kRetiredIndexFile));
-    DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(path));
+  if (!is_directory_of(fs, root, name) || (!fs.exists(index) && !fs.exists(path + "/" + kRetiredIndexFile))) {
+    DISTCKPT_RETURN_IF_ERROR(rename_away(&trash));
+    return remove_trash(trash);
   }
-  internal_base::kill_point("retire-unlisted");
-  // Step 2: never a base, so nothing references its files.
-  if (!fs.exists(path + "/" + kReferencedMarker)) return remove_whole();
-  // Step 3.
-  DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
-  uint64_t files = 0, bytes = 0;
-  return free_unreferenced(fs, root, name, live, &files, &bytes).status();
+  {
+    DISTCKPT_ASSIGN_OR_RETURN(auto lock, lock_references(fs, root));
+    // Step 1: unlisted, and no longer a base any save can start from.
+    if (fs.exists(index)) {
+      DISTCKPT_RETURN_IF_ERROR(fs.rename(index, path + "/" + kRetiredIndexFile));
+      DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(path));
+    }
+    internal_base::kill_point("retire-unlisted");
+    if (!fs.exists(path + "/" + kReferencedMarker)) {
+      // Step 2: never a base, so nothing references its files.
+      DISTCKPT_RETURN_IF_ERROR(rename_away(&trash));
+    } else {
+      // Step 3.
+      DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
+      uint64_t files = 0, bytes = 0;
+      DISTCKPT_RETURN_IF_ERROR(free_unreferenced(fs, root, name, live, &files, &bytes, &trash).status());
+    }
+  }
+  return remove_trash(trash);
 }
 
 Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
@@ -162,13 +179,17 @@ Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
     if (e.is_dir && !is_in_flight_name(e.name) && e.name.rfind(kMetaDir, 0) != 0 && is_retired_entry(fs, root, e.name))
       retired.push_back(e.name);
   if (retired.empty()) return report;
-  DISTCKPT_ASSIGN_OR_RETURN(auto lock, lock_references(fs, root));
-  DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
+  auto lock = lock_references(fs, root);
+  if (!lock.ok()) return lock.status();
+  auto live_or = live_files(fs, root);
+  if (!live_or.ok()) return live_or.status();
+  const LiveFiles& live = *live_or;
+  std::vector<std::string> trash;
   for (const std::string& u : live.unknown)
     report.warnings.push_back("the references of '" + root + "/" + u +
                               "' cannot be read: no file of a retired checkpoint is freed until it is repaired or removed");
   for (const std::string& name : retired) {
-    auto gone = free_unreferenced(fs, root, name, live, &report.kept_files, &report.kept_bytes);
+    auto gone = free_unreferenced(fs, root, name, live, &report.kept_files, &report.kept_bytes, &trash);
     if (!gone.ok()) {
       report.warnings.push_back("retired checkpoint '" + root + "/" + name + "': " + gone.status().to_string());
       report.kept.push_back(name);
@@ -176,6 +197,9 @@ Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
       (*gone ? report.removed : report.kept).push_back(name);
     }
   }
+  lock->reset();  // what was renamed away is removed without holding up savers
+  for (const std::string& t : trash)
+    if (Status st = fs.remove_all(t); !st.ok()) report.warnings.push_back("removing '" + t + "': " + st.to_string());
   return report;
 }
 

@@ -505,9 +505,16 @@ int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
     }
     const bool kept = internal_catalog::is_retired_entry(*posix_filesystem(), root, name);
     std::printf("removed %s%s\n", printable(name).c_str(),
-                kept ? " (retired: keeps the data files later checkpoints reference)" : "");
+                kept ? " (retired: keeps the data files later checkpoints reference, or that cannot be known: see "
+                       "below)"
+                     : "");
   }
-  return rc;
+  // Retired checkpoints that only the removed ones referenced go now, not at the next gc.
+  auto swept = internal_catalog::sweep_retired(*posix_filesystem(), root);
+  if (!swept.ok()) return fail(swept.status());
+  for (const auto& gone : swept->removed) std::printf("freed %s (retired, no longer referenced)\n", printable(gone).c_str());
+  for (const auto& w : swept->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
+  return rc != 0 ? rc : swept->warnings.empty() ? 0 : 1;
 }
 
 int cmd_gc(const GcArgs& args) {

@@ -72,10 +72,17 @@ Status prepare_base(SaveFrame& frame) {
   if (base.empty()) return Status();  // no base: everything is written (and hashed)
   const std::string where = "save: rank 0: incremental base '" + frame.root + "/" + base + "'";
   auto index = internal_format::read_stored_index(fs, frame.root + "/" + base);
+  const bool required = named && frame.options.incremental_base_required;
+  // A base that cannot be used: an error when it was required, else a full save.
+  auto without = [&](const Status& why) -> Status {
+    if (required) return why;
+    if (named) frame.result.warning = "incremental base '" + base + "' was not used: " + why.message();
+    return Status();
+  };
   if (!index.ok()) {
     if (!named) return Status();  // `latest` names something unreadable: a full save
-    if (index.status().code() == StatusCode::kNotFound) return not_found(where + " is not a committed checkpoint");
-    return index.status().with_context(where);
+    if (index.status().code() == StatusCode::kNotFound) return without(not_found(where + " is not a committed checkpoint"));
+    return without(index.status().with_context(where));
   }
   if (const std::string why = unusable_base(*index, frame); !why.empty()) {
     if (named) frame.result.warning = "incremental base '" + base + "' was not used: " + why;
@@ -84,11 +91,10 @@ Status prepare_base(SaveFrame& frame) {
   // Under the root's references lock (catalog/references.h): the base is marked as
   // referenced, the files it may give are listed in this save's temporary entry, and only
   // then is it checked to be still the committed checkpoint read above.
-  DISTCKPT_ASSIGN_OR_RETURN(auto lock, internal_catalog::lock_references(fs, frame.root));
-  if (!fs.exists(frame.root + "/" + base + "/" + internal_format::kIndexFileName)) {
-    if (named) return not_found(where + " was retired as the save began");
-    return Status();
-  }
+  auto lock = internal_catalog::lock_references(fs, frame.root);
+  if (!lock.ok()) return without(lock.status().with_context(where));
+  if (!fs.exists(frame.root + "/" + base + "/" + internal_format::kIndexFileName))
+    return without(not_found(where + " was retired as the save began"));
   DISTCKPT_RETURN_IF_ERROR(internal_catalog::mark_referenced(fs, frame.root, base).with_context(where));
   std::set<std::string> files;
   for (const auto& f : index->files())
@@ -96,10 +102,8 @@ Status prepare_base(SaveFrame& frame) {
   DISTCKPT_RETURN_IF_ERROR(
       internal_catalog::write_references(fs, frame.entry.tmp, files, frame.options.fsync).with_context(where));
   auto again = internal_format::read_stored_index(fs, frame.root + "/" + base);
-  if (!again.ok() || again->commit_seq() != index->commit_seq()) {
-    if (named) return not_found(where + " was retired or replaced as the save began");
-    return Status();
-  }
+  if (!again.ok() || again->commit_seq() != index->commit_seq())
+    return without(not_found(where + " was retired or replaced as the save began"));
   // A file whose chunks in the base are less than half of it is not referenced again:
   // its chunks are rewritten, so that the file can go once older checkpoints retire (a
   // file is kept whole while any of its chunks is referenced).
@@ -265,6 +269,7 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
 
 Status check_references(FileSystem& fs, const std::string& root, const proto::Index& index) {
   internal_format::InsideCheck real_dirs(fs, root);  // a referenced checkpoint is a real directory
+  std::set<std::string> checked;                      // ... and the one the reference was made to
   for (const auto& f : index.files()) {
     if (f.checkpoint().empty()) continue;
     const std::string path = root + "/" + f.checkpoint() + "/" + f.name();
@@ -275,6 +280,10 @@ Status check_references(FileSystem& fs, const std::string& root, const proto::In
     if (!size.ok())
       return not_found("incremental save: the file '" + path + "' it references is gone (" + size.status().to_string() +
                        "); nothing was committed");
+    if (!checked.count(f.checkpoint())) {
+      DISTCKPT_RETURN_IF_ERROR(internal_format::check_reference_identity(fs, root, f).with_context("incremental save"));
+      checked.insert(f.checkpoint());
+    }
     if (*size != f.size())
       return corruption("incremental save: the file '" + path + "' it references has " + std::to_string(*size) +
                         " bytes, not " + std::to_string(f.size()));

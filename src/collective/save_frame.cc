@@ -200,6 +200,7 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
       }
       auto committed = internal_catalog::finish_entry(*frame.fs, frame.entry, frame.entry.directory ? &index : nullptr,
                                                       frame.options.fsync, frame.options.update_latest);
+      if (frame.after_commit) frame.after_commit();
       if (!committed.ok()) return committed.status().with_context("save: rank 0: commit");
       index_bytes = static_cast<int64_t>(committed->index_bytes);
       if (!committed->warning.empty()) result.warning += (result.warning.empty() ? "" : "; ") + committed->warning;

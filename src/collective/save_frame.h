@@ -49,6 +49,10 @@ struct SaveFrame {
   bool incremental = false;
   std::string base_name;
   std::string base_index;
+  // Rank 0: called by close_save as soon as the commit returned (whatever its outcome),
+  // before the agreement that follows (an incremental save releases the references
+  // lock there). May be null.
+  std::function<void()> after_commit;
   // Where this node keeps files to overwrite (the local tier's spares,
   // storage/spare_files.h); empty: every data file is new.
   std::string spare_dir;

@@ -144,6 +144,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     // the next one can build on). Never another series' `latest`; a base that vanished
     // before the save reads it only costs a full save.
     opts.incremental_from_latest = false;
+    opts.incremental_base_required = false;
     if (root()) opts.incremental_base = incremental_base();
   }
   Record record;
