@@ -114,7 +114,7 @@ Status prepare_base(SaveFrame& frame) {
     for (auto& c : *t.mutable_chunks())
       if (2 * live[c.file_id()] < index->files(static_cast<int>(c.file_id())).size()) c.clear_content_hash();
   frame.base_name = base;
-  if (!index->SerializeToString(&frame.base_index)) return internal_error(where + ": the index does not serialize");
+  frame.base_index = std::move(index).value();
   return Status();
 }
 
@@ -127,9 +127,7 @@ void apply_base(Comm& comm, SaveSession& session, const StateDict& state) {
   Status planned;
   if (comm.rank() == 0) {
     planned = internal_base::guarded("save: rank 0: incremental", [&]() -> Status {
-      proto::Index base;
-      if (!frame.base_index.empty() && !base.ParseFromString(frame.base_index))
-        return internal_error("the base index does not parse");
+      const proto::Index& base = frame.base_index;
       const auto table = chunk_table(base);
       const proto::Index& index = frame.plan.index;
       for (const auto& items : frame.plan.writes) {
@@ -188,9 +186,7 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
                        const std::vector<std::string>& all_marks, uint64_t* referenced) {
   internal_plan::SavePlan& plan = frame.plan;
   proto::Index& index = plan.index;
-  proto::Index base;
-  if (!frame.base_index.empty() && !base.ParseFromString(frame.base_index))
-    return internal_error("save: the base index does not parse");
+  const proto::Index& base = frame.base_index;
   const auto table = chunk_table(base);
   const int own_files = index.files_size();
   std::vector<uint64_t> own_size(static_cast<std::size_t>(own_files), 0);

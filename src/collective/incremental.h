@@ -23,7 +23,7 @@
 namespace distckpt::internal_collective {
 
 // Rank 0, in open_save once frame.entry exists (a sharded native save with
-// options.incremental): sets frame.base_name and frame.base_index (serialized), or
+// options.incremental): sets frame.base_name and frame.base_index, or
 // leaves them empty when there is no usable base (a note says why in frame.result
 // .warning only when the caller named the base). kNotFound for an explicit base that
 // is not committed; errors of writing the references file.

@@ -44,11 +44,11 @@ struct SaveFrame {
   internal_plan::SavePlan plan;
   SaveResult result;
   internal_base::Timer timer;  // since open_save began
-  // Incremental saves (collective/incremental.h): the base's name and serialized index
-  // on rank 0 (empty: no base); `incremental` on every rank once open_save agreed on it.
+  // Incremental saves (collective/incremental.h): the base's name and index on rank 0
+  // (name empty: no base); `incremental` on every rank once open_save agreed on it.
   bool incremental = false;
   std::string base_name;
-  std::string base_index;
+  proto::Index base_index;
   // Rank 0: called by close_save as soon as the commit returned (whatever its outcome),
   // before the agreement that follows (an incremental save releases the references
   // lock there). May be null.
