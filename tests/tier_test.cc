@@ -4,7 +4,9 @@
 // corruption, drain, encryption, resharding, and the parity codes themselves.
 #include <gtest/gtest.h>
 
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -23,6 +25,7 @@
 #include "distckpt/manager.h"
 #include "distckpt/tier.h"
 #include "storage/fault_fs.h"
+#include "storage/write_maps.h"
 #include "test_util.h"
 #include "tier/parity.h"
 #include "transform/float_cast.h"
@@ -581,6 +584,78 @@ TEST_F(TierTest, RetentionPerTierNeverRemovesWhatADrainReads) {
       if (e.is_directory()) left.insert(e.path().filename().string());
     EXPECT_EQ(left, std::set<std::string>{"step-8"}) << "node " << n;
   }
+}
+
+// On tmpfs, recycled files are written through mappings the process keeps
+// (storage/write_maps.h): a new mapping, then the kept one, synchronously, encrypted and
+// in the background. The spares are scribbled over before each save: every byte restored
+// must be the save's own.
+TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
+  struct statfs sfs;
+  if (::statfs("/dev/shm", &sfs) != 0 || sfs.f_type != TMPFS_MAGIC)
+    GTEST_SKIP() << "cannot run: /dev/shm is not a tmpfs here (only tmpfs files are written through mappings)";
+  std::string shm = "/dev/shm/distckpt-tier-XXXXXX";
+  ASSERT_NE(::mkdtemp(shm.data()), nullptr);
+  testing::TempDir tmp;
+  const std::string root = tmp.path() + "/global";
+  const LocalTier tier{shm + "/{host}", "auto", true};
+  auto key = std::make_shared<const EncryptionKey>(*EncryptionKey::from_bytes(std::string(32, 'k')));
+  auto fg = internal_comm::make_local_comms(2, 2);
+  auto bg = internal_comm::make_local_comms(2, 2);
+  auto scribble = [&] {
+    for (const auto& node : fs::directory_iterator(shm))
+      if (fs::exists(node.path() / ".distckpt-spare"))
+        for (const auto& e : fs::directory_iterator(node.path() / ".distckpt-spare")) {
+          std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+          const std::string junk(static_cast<std::size_t>(e.file_size()), '\x5a');
+          f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+        }
+  };
+  int salt = 0;
+  for (const char* name : {"s1", "s2", "s3", "s4", "s5"}) {
+    const bool encrypted = std::string(name) == "s4", in_background = std::string(name) == "s5";
+    scribble();
+    ++salt;
+    run_local_ranks(
+        2,
+        [&](Comm& comm) {
+          Model m(comm.rank(), 1, 2);
+          for (auto& b : m.buffers)
+            for (auto& c : b) c = static_cast<unsigned char>(c + salt);
+          SaveOptions o;
+          o.name = name;
+          if (encrypted) o.encryption.key = key;
+          if (in_background) {
+            const auto r = static_cast<std::size_t>(comm.rank());
+            auto a = AsyncCheckpointer::create(std::move(fg[r]), std::move(bg[r]));  // collective
+            ASSERT_TRUE(a.ok());
+            ASSERT_TRUE((*a)->save_local_async(m.state, root, o, tier).ok());
+            auto done = (*a)->wait_local();
+            ASSERT_TRUE(done.ok()) << done.status().to_string();
+          } else {
+            auto saved = save_local(comm, m.state, root, o, tier);
+            ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+          }
+          const auto expected = m.buffers;
+          m.zero();
+          RestoreOptions ro;
+          ro.name = name;
+          ro.fall_back = false;
+          if (encrypted) ro.load.key = key;
+          auto r = restore(comm, m.state, root, tier, ro);
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(r->sources.global, 0u) << "from the local tier only";
+          EXPECT_EQ(m.buffers, expected) << name << ", rank " << comm.rank();
+          ASSERT_TRUE(remove_local(comm, root, tier, name).ok());
+        },
+        2);
+    // From the second save on, the files are spares whose pages exist: mapped (one per
+    // rank, both in this process), and kept while they have a name.
+    if (std::string(name) != "s1") EXPECT_EQ(internal_storage::kept_write_mappings(), 2u) << name;
+  }
+  run_local_ranks(2, [&](Comm& comm) { release_local_spares(comm, tier); }, 2);
+  EXPECT_EQ(internal_storage::kept_write_mappings(), 0u) << "the spares' memory is given back";
+  fs::remove_all(shm);
 }
 
 TEST_F(TierTest, AsyncLocalSavesCommitInTheBackgroundAndResume) {

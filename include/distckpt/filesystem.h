@@ -28,6 +28,9 @@ struct WriteOpenOptions {
   // Truncate an existing file (the default); false opens it as it is, for writing into
   // parts of a file laid out by someone else (an HDF5 file's datasets).
   bool truncate = true;
+  // Open the file for reading too, so that map_for_write may map it (a memory file
+  // system's file that a save writes through a mapping).
+  bool mappable = false;
 };
 
 class WritableFile {
@@ -40,6 +43,18 @@ class WritableFile {
   virtual bool direct() const { return false; }
   // Sets the file's size (used to drop the padding of a final aligned direct write).
   virtual Status truncate(uint64_t size) = 0;
+  // The file's first `size` bytes as memory the caller writes into directly, where that is
+  // cheaper than write_at and cannot fail: a memory file system (tmpfs) whose file already
+  // has every page of its `size` bytes (a recycled spare, storage/spare_files.h), so no
+  // write allocates one. nullptr otherwise, and always from the default: the caller then
+  // uses write_at. The file's size must be `size` (truncate first). The memory is valid
+  // until close() or destruction and is written by the caller's thread; the file must
+  // have been opened with WriteOpenOptions::mappable. Fails only when the file cannot be
+  // examined (fstat).
+  virtual Result<char*> map_for_write(uint64_t size) {
+    (void)size;
+    return static_cast<char*>(nullptr);
+  }
   // Flushes data and metadata to stable storage (fsync).
   virtual Status sync() = 0;
   virtual Status close() = 0;

@@ -205,10 +205,17 @@ class AsyncCheckpointer::Impl {
       DISTCKPT_RETURN_IF_ERROR(session.local_error);
       if (session.mine.empty()) return Status();
       DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
+      std::vector<uint64_t> ends = internal_collective::chunk_ends(session.mine);
+      const std::string path = internal_collective::data_file_path(session, *fg_);
+      const bool checksum = session.frame.options.checksum;
+      // A recycled file on a memory file system: staged straight into it (its mapping is
+      // the staging), and its CRCs are taken in the background.
+      DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(ends.back()));
       const bool hold = !file->direct();
-      *writer = std::make_unique<StreamWriter>(std::move(file), *pool_, internal_collective::chunk_ends(session.mine),
-                                               internal_collective::data_file_path(session, *fg_),
-                                               session.frame.options.checksum, hold);
+      if (view != nullptr)
+        *writer = std::make_unique<StreamWriter>(std::move(file), view, std::move(ends), path, checksum);
+      else
+        *writer = std::make_unique<StreamWriter>(std::move(file), *pool_, std::move(ends), path, checksum, hold);
       Status st = internal_collective::stage_chunks(**writer, session, state, *fg_,
                                                     &session.frame.result.rank_bytes_written, &session.tags);
       (*writer)->release_hold();

@@ -19,6 +19,7 @@
 #include "storage/spare_files.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
+#include "storage/write_maps.h"
 #include "transform/crc32c.h"
 
 namespace distckpt {
@@ -91,7 +92,8 @@ Status emit_chunks(const SaveSession& session, const StateDict& state, const Com
 // With direct I/O (when asked for and the file system allows it) the bytes stream
 // through aligned staging slabs (storage/stream_writer.h); otherwise they go from the
 // caller's buffers through the page cache, each 1 MiB piece checksummed just before it
-// is written, while its bytes are still in cache. Encrypted chunks are encrypted on
+// is written, while its bytes are still in cache (a recycled file on a memory file
+// system: copied into its mapping instead, 256 KiB at a time). Encrypted chunks are encrypted on
 // the way, and the CRC32C covers the bytes as stored.
 Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict& state, const Comm& comm,
                                            uint64_t* bytes) {
@@ -112,14 +114,22 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     return done;
   }
 
-  constexpr uint64_t kPiece = 1 << 20;
+  // A memory file system's recycled file is written through its mapping (a memcpy,
+  // storage/write_maps.h), in pieces small enough to stay in cache between the CRC and
+  // the copy; other files with pwrite.
+  const uint64_t size = chunk_ends(session.mine).back();
+  DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
+  const uint64_t piece_bytes = view != nullptr ? 256 << 10 : 1 << 20;
   uint32_t crc = internal_transform::kCrc32cInit;
   uint64_t at = 0;
   auto sink = [&](const char* p, std::size_t n) -> Status {
+    if (view != nullptr && n > size - at)
+      return internal_error("write: more bytes than the file's " + std::to_string(size));
     for (std::size_t done = 0; done < n;) {
-      const std::size_t piece = static_cast<std::size_t>(std::min<uint64_t>(kPiece, n - done));
+      const std::size_t piece = static_cast<std::size_t>(std::min<uint64_t>(piece_bytes, n - done));
       if (options.checksum) crc = internal_transform::crc32c_extend(crc, p + done, piece);
-      DISTCKPT_RETURN_IF_ERROR(file->write_at(p + done, piece, at));
+      if (view != nullptr) internal_storage::copy_into_mapping(view + at, p + done, piece);
+      else DISTCKPT_RETURN_IF_ERROR(file->write_at(p + done, piece, at));
       at += piece;
       done += piece;
     }
@@ -149,6 +159,7 @@ std::string data_file_path(const SaveSession& session, const Comm& comm) {
 Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm) {
   WriteOpenOptions open_options;
   open_options.direct_io = session.frame.options.direct_io;
+  open_options.mappable = true;  // a recycled tmpfs file is written through a mapping
   const std::string path = data_file_path(session, comm);
   FileSystem& fs = *session.frame.fs;
   // A spare file of this node, sized to this one: its pages are overwritten, not made.

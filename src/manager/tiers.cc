@@ -11,6 +11,7 @@
 #include "comm/agree.h"
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
+#include "storage/write_maps.h"
 #include "tier/nodes.h"
 #include "tier/record.h"
 
@@ -243,6 +244,7 @@ std::vector<std::string> CheckpointManager::Impl::retain_local(std::vector<std::
         (void)internal_tier::remove_node_entry(*fs, dir, e.name, cfg.local.recycle);
       }
   }
+  internal_storage::prune_write_mappings();  // this rank's mappings of removed files
   return split(removed_joined, '\n');
 }
 

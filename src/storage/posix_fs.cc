@@ -16,6 +16,7 @@
 
 #include "base/strings.h"
 #include "distckpt/filesystem.h"
+#include "storage/write_maps.h"
 
 namespace distckpt {
 namespace {
@@ -26,8 +27,16 @@ Status errno_status(const std::string& op, const std::string& path, int err) {
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  PosixWritableFile(int fd, std::string path, bool direct, bool mappable)
+      : fd_(fd), path_(std::move(path)), direct_(direct), mappable_(mappable) {}
   bool direct() const override { return direct_; }
+  Result<char*> map_for_write(uint64_t size) override {
+    if (!mappable_ || direct_ || fd_ < 0) return static_cast<char*>(nullptr);
+    auto mapping = internal_storage::map_file_for_write(fd_, size);
+    if (!mapping.ok()) return mapping.status().with_context("'" + path_ + "'");
+    mapping_ = std::move(mapping).value();
+    return mapping_ ? mapping_->addr : static_cast<char*>(nullptr);
+  }
   Status truncate(uint64_t size) override {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return errno_status("truncate", path_, errno);
     return Status();
@@ -55,6 +64,7 @@ class PosixWritableFile final : public WritableFile {
     return Status();
   }
   Status close() override {
+    mapping_.reset();  // the kept one stays in storage/write_maps.h's list
     if (fd_ < 0) return Status();
     const int rc = ::close(fd_);
     fd_ = -1;
@@ -66,6 +76,8 @@ class PosixWritableFile final : public WritableFile {
   int fd_;
   std::string path_;
   bool direct_;
+  bool mappable_;
+  std::shared_ptr<internal_storage::WriteMapping> mapping_;  // map_for_write's, while open
 };
 
 // io_uring for batches of small reads: one ring per thread (queue depth kRingDepth), made
@@ -218,17 +230,17 @@ class PosixFileSystem final : public FileSystem {
                                                       const WriteOpenOptions& options) override {
     // A file opened as it is was made by us (a spare, an HDF5 layout): never through a
     // link planted in its place.
-    const int kFlags = O_WRONLY | O_CREAT | (options.truncate ? O_TRUNC : O_NOFOLLOW) | O_CLOEXEC;
+    const int kFlags = (options.mappable ? O_RDWR : O_WRONLY) | O_CREAT | (options.truncate ? O_TRUNC : O_NOFOLLOW) | O_CLOEXEC;
     if (options.direct_io && !in_memory_file_system(internal_base::dir_name(path))) {
       const int fd = ::open(path.c_str(), kFlags | O_DIRECT, kFileMode);
-      if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true));
+      if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true, options.mappable));
       // EINVAL: the file system does not do O_DIRECT (some FUSE and network file
       // systems); fall back to buffered I/O. Other errors are reported below.
       if (errno != EINVAL) return errno_status("create", path, errno);
     }
     const int fd = ::open(path.c_str(), kFlags, kFileMode);
     if (fd < 0) return errno_status("create", path, errno);
-    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false));
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false, options.mappable));
   }
   Status evict_cached(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
@@ -350,7 +362,7 @@ class PosixFileSystem final : public FileSystem {
     // O_APPEND: concurrent appenders (two jobs in one root) never overwrite each other.
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
     if (fd < 0) return errno_status("open", path, errno);
-    PosixWritableFile file(fd, path, false);
+    PosixWritableFile file(fd, path, false, false);
     const char* p = data.data();
     std::size_t n = data.size();
     while (n > 0) {

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <vector>
 
+#include "storage/write_maps.h"
+
 namespace distckpt::internal_storage {
 
 namespace {
@@ -55,20 +57,25 @@ bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string&
     return false;
   auto entries = fs.list_dir(spare_dir);
   if (!entries.ok() || entries->empty()) return false;
-  // The best fit first: the smallest spare that holds `size` bytes, then the others,
-  // largest first (a spare too small still saves its pages). Writers racing for one
-  // spare each get another: the rename gives it to one of them.
-  std::vector<std::pair<uint64_t, std::string>> fits, short_ones;
+  // First a spare of exactly `size` bytes that this process keeps a mapping of (it wrote
+  // that file last time: writing it again is a memcpy, storage/write_maps.h); then the
+  // best fit, the smallest spare that holds `size` bytes; then the others, largest first
+  // (a spare too small still saves its pages). Writers racing for one spare each get
+  // another: the rename gives it to one of them.
+  std::vector<std::pair<uint64_t, std::string>> mapped, fits, short_ones;
   for (const DirEntry& e : *entries) {
     if (e.is_dir) continue;
-    auto bytes = fs.file_size(spare_dir + "/" + e.name);
-    if (!bytes.ok()) continue;
-    (*bytes >= size ? fits : short_ones).emplace_back(*bytes, e.name);
+    struct stat st;
+    if (::lstat((spare_dir + "/" + e.name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const auto bytes = static_cast<uint64_t>(st.st_size);
+    if (bytes == size && keeps_mapping_of(st.st_dev, st.st_ino, bytes)) mapped.emplace_back(bytes, e.name);
+    else (bytes >= size ? fits : short_ones).emplace_back(bytes, e.name);
   }
   std::sort(fits.begin(), fits.end());
   std::sort(short_ones.rbegin(), short_ones.rend());
-  fits.insert(fits.end(), short_ones.begin(), short_ones.end());
-  for (const auto& [bytes, name] : fits) {
+  mapped.insert(mapped.end(), fits.begin(), fits.end());
+  mapped.insert(mapped.end(), short_ones.begin(), short_ones.end());
+  for (const auto& [bytes, name] : mapped) {
     if (!fs.rename_no_replace(spare_dir + "/" + name, path).ok()) continue;  // taken by another writer
     // A regular file of ours with one name (not a link, not a hard link to another file).
     struct stat st;
@@ -81,6 +88,7 @@ bool take_spare(FileSystem& fs, const std::string& spare_dir, const std::string&
 
 void drop_spares(FileSystem& fs, const std::string& spare_dir) {
   if (fs.exists(spare_dir)) (void)fs.remove_all(spare_dir);
+  prune_write_mappings();  // the memory of the spares this process had mapped goes back now
 }
 
 }  // namespace distckpt::internal_storage

@@ -3,16 +3,22 @@
 #include <algorithm>
 #include <cstring>
 
+#include "storage/write_maps.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_storage {
 
 StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
                            std::string path, bool checksum, bool hold)
-    : file_(std::move(file)), pool_(pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)), held_(hold),
+    : file_(std::move(file)), pool_(&pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)), held_(hold),
       crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {
   thread_ = std::thread([this] { run(); });
 }
+
+StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<uint64_t> chunk_ends,
+                           std::string path, bool checksum)
+    : file_(std::move(file)), pool_(nullptr), view_(view), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)),
+      crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {}
 
 StreamWriter::~StreamWriter() {
   {
@@ -21,8 +27,8 @@ StreamWriter::~StreamWriter() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (current_ != nullptr) pool_.release(current_);
-  for (const Job& j : queue_) pool_.release(j.slab);
+  if (current_ != nullptr) pool_->release(current_);
+  for (const Job& j : queue_) pool_->release(j.slab);
 }
 
 void StreamWriter::release_hold() {
@@ -50,22 +56,30 @@ void StreamWriter::submit_current() {
 
 Status StreamWriter::append(const void* data, std::size_t n) {
   const char* p = static_cast<const char*>(data);
+  if (view_ != nullptr) {
+    const uint64_t size = chunk_ends_.empty() ? 0 : chunk_ends_.back();
+    if (n > size - appended_)
+      return internal_error("write '" + path_ + "': stream longer than its " + std::to_string(size) + " bytes");
+    copy_into_mapping(view_ + appended_, p, n);
+    appended_ += n;
+    return Status();
+  }
   while (n > 0) {
     if (current_ == nullptr) {
       DISTCKPT_RETURN_IF_ERROR(writer_status());
-      current_ = pool_.try_acquire();
+      current_ = pool_->try_acquire();
       if (current_ == nullptr) {
         release_hold();  // the pool is full: only writing frees a slab
-        current_ = pool_.acquire();  // waits while every slab is queued or being written
+        current_ = pool_->acquire();  // waits while every slab is queued or being written
       }
     }
-    const std::size_t take = std::min(n, pool_.slab_bytes() - fill_);
+    const std::size_t take = std::min(n, pool_->slab_bytes() - fill_);
     std::memcpy(current_ + fill_, p, take);
     fill_ += take;
     appended_ += take;
     p += take;
     n -= take;
-    if (fill_ == pool_.slab_bytes()) submit_current();
+    if (fill_ == pool_->slab_bytes()) submit_current();
   }
   return writer_status();
 }
@@ -107,7 +121,7 @@ void StreamWriter::run() {
       }
       st = file_->write_at(job.slab, length, job.offset);
     }
-    pool_.release(job.slab);
+    pool_->release(job.slab);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!st.ok() && error_.ok()) error_ = st;
@@ -118,6 +132,17 @@ void StreamWriter::run() {
 }
 
 Result<std::vector<uint32_t>> StreamWriter::finish(bool fsync) {
+  if (view_ != nullptr) {
+    // The CRCs of the bytes as the file holds them.
+    uint64_t begin = 0;
+    for (uint64_t end : chunk_ends_) {
+      if (end > appended_) break;
+      crcs_.push_back(checksum_ ? internal_transform::crc32c_finish(internal_transform::crc32c_extend(
+                                      internal_transform::kCrc32cInit, view_ + begin, end - begin))
+                                : 0);
+      begin = end;
+    }
+  }
   if (fill_ > 0) submit_current();
   release_hold();
   {

@@ -43,6 +43,12 @@ class StreamWriter {
   // the cores and the memory bandwidth while the training loop waits.
   StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
                std::string path, bool checksum = true, bool hold = false);
+  // The same stream written through `view`, the file's own memory (map_for_write): no
+  // slabs and no writer thread; append() copies into the file, finish() takes the CRCs
+  // from it (on the thread that calls finish: an asynchronous save's background one).
+  // `view` must stay valid as long as `file` is open (it is `file`'s).
+  StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<uint64_t> chunk_ends, std::string path,
+               bool checksum = true);
   ~StreamWriter();  // joins the writer thread (after an abandoned stream, too)
 
   // Copies `n` bytes into the stream. Returns the writer's first error, if any.
@@ -63,7 +69,8 @@ class StreamWriter {
   Status writer_status();
 
   std::unique_ptr<WritableFile> file_;
-  StagingPool& pool_;
+  StagingPool* pool_;  // null when written through view_
+  char* view_ = nullptr;
   std::vector<uint64_t> chunk_ends_;
   std::string path_;
 

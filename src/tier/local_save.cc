@@ -34,6 +34,7 @@
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "storage/spare_files.h"
+#include "storage/write_maps.h"
 #include "tier/nodes.h"
 #include "tier/parity.h"
 #include "tier/record.h"
@@ -617,6 +618,7 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   out.save.bytes_written = static_cast<uint64_t>(sums[0]);
   out.save.index_bytes = static_cast<uint64_t>(sums[2]);
   out.redundancy_bytes = static_cast<uint64_t>(sums[1]);
+  internal_storage::prune_write_mappings();  // of the spares the node's leader dropped
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "comm/agree.h"
 #include "distckpt/tier.h"
 #include "storage/spare_files.h"
+#include "storage/write_maps.h"
 #include "tier/nodes.h"
 #include "tier/record.h"
 
@@ -30,6 +31,7 @@ Status remove_local(Comm& comm, const std::string& root, const LocalTier& tier, 
     if (fs->exists(dir + "/" + name)) (void)remove_node_entry(*fs, dir, name, tier.recycle);
   }
   comm.barrier();  // the files are gone (or spares) on every node when this returns
+  internal_storage::prune_write_mappings();  // a removed file's pages go back now
   return Status();
 }
 
@@ -40,6 +42,7 @@ void release_local_spares(Comm& comm, const LocalTier& tier, std::shared_ptr<Fil
   if (nodes.leader(nodes.node_of[static_cast<std::size_t>(comm.rank())]) == comm.rank())
     internal_storage::drop_spares(*fs, spare_dir(node_dir(comm, tier.dir, comm.rank())));
   comm.barrier();
+  internal_storage::prune_write_mappings();
 }
 
 }  // namespace distckpt

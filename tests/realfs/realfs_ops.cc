@@ -15,6 +15,14 @@
 //   realfs_ops retain FILLER ROOT MIB           manager saves with keep_max 1 on a disk
 //                                               filled before retention runs
 //   realfs_ops load ROOT NAME MIB               load and check every value
+//   realfs_ops local-full FILLER ROOT LOCAL MIB sync|async
+//                                               local-tier saves on a full tmpfs: l1, removed
+//                                               into spares that are then scribbled over;
+//                                               the disk filled (FILLER) but for 1 MiB; l2
+//                                               and l3 into the spares (through a new, then
+//                                               a kept mapping) must work and restore; then
+//                                               a save of twice the size must fail on every
+//                                               rank (reported), and l3 still restore
 //   realfs_ops convert SRC DST FORMAT           (one process)
 //   realfs_ops publish SRC                      (one process)
 #include <mpi.h>
@@ -23,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -41,14 +50,14 @@ int rank_of() {
 }
 
 // Writes zeros to `path` until the file system refuses (ENOSPC, EDQUOT): a real full disk.
-void fill_disk(const std::string& path) {
+void fill_disk(const std::string& path, bool say = true) {
   std::FILE* f = std::fopen(path.c_str(), "ab");
   if (f == nullptr) return;
   std::vector<char> block(1 << 16, 0);
   while (std::fwrite(block.data(), 1, block.size(), f) == block.size()) {
   }
   std::fclose(f);
-  std::fprintf(stderr, "rank %d: filled the disk (%s)\n", rank_of(), path.c_str());
+  if (say) std::fprintf(stderr, "rank %d: filled the disk (%s)\n", rank_of(), path.c_str());
 }
 
 // A tensor split by rows over the world and a replicated one: about `mib` MiB in all.
@@ -120,6 +129,67 @@ int run(int argc, char** argv) {
     }
     auto saved = save(*comm, m.state, argv[4], o);
     return report(saved.status(), saved.ok() ? saved->warning : "");
+  }
+  if (op == "local-full" && argc == 7) {
+    const std::string filler = argv[2], root = argv[3];
+    const LocalTier tier{argv[4], "auto", true};
+    const int64_t mib = std::stoll(argv[5]);
+    const bool async = std::string(argv[6]) == "async";
+    auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, {.staging_bytes = 4 << 20, .slab_bytes = 1 << 20});
+    if (!ckpt.ok()) return report(ckpt.status());
+    auto save_as = [&](Model& m, const std::string& name) -> Status {
+      SaveOptions o;
+      o.name = name;
+      if (!async) return save_local(*comm, m.state, root, o, tier).status();
+      DISTCKPT_RETURN_IF_ERROR((*ckpt)->save_local_async(m.state, root, o, tier));
+      return (*ckpt)->wait_local().status();
+    };
+    auto restores = [&](int64_t size, const std::string& name) -> Status {
+      Model m(*comm, size);
+      m.zero();
+      RestoreOptions ro;
+      ro.name = name;
+      ro.fall_back = false;
+      auto r = restore(*comm, m.state, root, tier, ro);
+      if (!r.ok()) return r.status();
+      if (!m.check(*comm)) return corruption("restored '" + name + "' has wrong values");
+      return Status();
+    };
+    // The spares' bytes made wrong, keeping their pages: what a save leaves in them must be
+    // its own bytes.
+    auto scribble = [&] {
+      if (comm->rank() == 0) {
+        const std::string spares = std::string(argv[4]) + "/.distckpt-spare";
+        for (const auto& e : std::filesystem::directory_iterator(spares)) {
+          std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+          const std::vector<char> junk(static_cast<std::size_t>(e.file_size()), '\x5a');
+          f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+        }
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    };
+    Model m(*comm, mib);
+    for (const char* name : {"l1", "l2", "l3"}) {
+      if (std::string(name) != "l1") scribble();
+      if (Status st = save_as(m, name); !st.ok()) return report(st.with_context(std::string("save ") + name));
+      if (Status st = restores(mib, name); !st.ok()) return report(st.with_context(std::string("restore ") + name));
+      if (std::string(name) == "l3") break;
+      if (Status st = remove_local(*comm, root, tier, name); !st.ok()) return report(st);
+      if (std::string(name) == "l1") {
+        // The disk full but for 1 MiB (the records, directories and ids): the spares are
+        // the only room for data.
+        if (comm->rank() == 0) {
+          fill_disk(filler, false);
+          std::filesystem::resize_file(filler, std::filesystem::file_size(filler) - (1 << 20));
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
+    }
+    Model big(*comm, 2 * mib);
+    const Status failed = save_as(big, "big");
+    if (failed.ok()) return report(internal_error("a save of twice the size fitted on a full disk"));
+    if (Status st = restores(mib, "l3"); !st.ok()) return report(st.with_context("restore l3 after the failed save"));
+    return report(failed);
   }
   if (op == "load" && argc == 5) {
     Model m(*comm, std::stoll(argv[4]));

@@ -10,7 +10,8 @@
 #   naming the rank, the path and ENOSPC, leave nothing behind, and leave the previous
 #   checkpoint verifying and loading. The disk also fills for real during the move of
 #   `latest` and during retention: the checkpoint is then reported committed with a
-#   warning and never removed.
+#   warning and never removed. Local-tier saves (sync and async) into spares on a tmpfs
+#   full but for 1 MiB work and restore their own bytes; a bigger one fails cleanly.
 # erofs: the same saves on a file system remounted read-only.
 # eacces: the same as an unprivileged user (nobody) in a directory it cannot write.
 # edquot: the same as nobody on ext4 (a loop device) with a block quota.
@@ -119,6 +120,18 @@ enospc)
     fresh_tmpfs 40 "$np" 3 || continue
     run_op "$np" manager "$mnt/root" 1 24
     check_failed "$rc" "$secs" "$np" "No space left on device" && check_intact "$np" && pass
+
+    # The local tier on a full tmpfs: saves into spares (written through mappings) work
+    # with 1 MiB free, restore their own bytes; a bigger save fails cleanly on every rank.
+    for mode in sync async; do
+      case="enospc np$np local tier $mode"
+      fresh_tmpfs 40 "$np" 30 || continue
+      run_op "$np" local-full "$mnt/filler" "$mnt/root" "$mnt/local" 8 "$mode"
+      if check_failed "$rc" "$secs" "$np" "No space left on device" && check_intact "$np"; then
+        left=$(find "$mnt/local" -name '*.tmp-*' 2>/dev/null)
+        [ -z "$left" ] && pass || fail "left behind: $left"
+      fi
+    done
 
     # The disk fills for real just before `latest` moves: committed, with a warning.
     case="enospc np$np latest"
