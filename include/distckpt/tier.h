@@ -49,7 +49,9 @@ struct LocalTier {
   // pages a file already has is faster than making new ones (a tmpfs allocates each).
   // The node's peak use is unchanged (a save turns the spares into its own files as it
   // writes); between saves it holds one checkpoint's files more. The manager's end()
-  // gives them back.
+  // gives them back. On tmpfs each rank writes its spare through a mapping the process kept
+  // from the last time it wrote that file (a memcpy; README "Surviving node loss"): at most 8
+  // per process, pinning nothing while their files have names.
   bool recycle = true;
 };
 
