@@ -616,10 +616,13 @@ TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
     const bool encrypted = std::string(name) == "s4", in_background = std::string(name) == "s5";
     scribble();
     ++salt;
+    const uint64_t reuses_before = internal_storage::kept_mapping_reuses();
     run_local_ranks(
         2,
         [&](Comm& comm) {
           Model m(comm.rank(), 1, 2);
+          // A tensor of 1.2 MiB per rank: many 256 KiB pieces and pages per file.
+          m.add("big", DType::kFloat32, *TensorLayout::from_device_matrix({600, 1024}, {1, 2}, {-1, 0}), comm.rank(), 4);
           for (auto& b : m.buffers)
             for (auto& c : b) c = static_cast<unsigned char>(c + salt);
           SaveOptions o;
@@ -650,8 +653,11 @@ TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
         },
         2);
     // From the second save on, the files are spares whose pages exist: mapped (one per
-    // rank, both in this process), and kept while they have a name.
+    // rank, both in this process), and kept while they have a name; from the third on the
+    // kept mappings are written again.
     if (std::string(name) != "s1") EXPECT_EQ(internal_storage::kept_write_mappings(), 2u) << name;
+    const uint64_t reused = internal_storage::kept_mapping_reuses() - reuses_before;
+    EXPECT_EQ(reused, std::string(name) == "s1" || std::string(name) == "s2" ? 0u : 2u) << name;
   }
   run_local_ranks(2, [&](Comm& comm) { release_local_spares(comm, tier); }, 2);
   EXPECT_EQ(internal_storage::kept_write_mappings(), 0u) << "the spares' memory is given back";

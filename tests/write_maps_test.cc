@@ -5,6 +5,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -265,27 +266,67 @@ TEST(WriteMaps, SparesThisProcessMappedAreTakenFirst) {
   constexpr std::size_t kBytes = 8192;
   for (const char* name : {"a", "b", "c"}) write_plain(*fs, spares + "/" + name, pattern(kBytes, 1));
   write_plain(*fs, spares + "/small", pattern(kBytes / 2, 1));
-  // "b" was written through a kept mapping.
-  {
+  // "b" was written through a kept mapping; "small" too, at its own size.
+  for (auto [name, bytes] : {std::pair<const char*, std::size_t>{"b", kBytes}, {"small", kBytes / 2}}) {
     WriteOpenOptions mappable;
     mappable.mappable = true;
     mappable.truncate = false;
-    auto f = fs->open_writable(spares + "/b", mappable);
+    auto f = fs->open_writable(spares + "/" + name, mappable);
     ASSERT_TRUE(f.ok());
-    ASSERT_NE(*(*f)->map_for_write(kBytes), nullptr);
+    ASSERT_NE(*(*f)->map_for_write(bytes), nullptr);
   }
+  EXPECT_EQ(kept_write_mappings(), 2u);
   const ino_t mapped = inode_of(spares + "/b");
   ASSERT_TRUE(take_spare(*fs, spares, dir.path() + "/taken1", kBytes));
   EXPECT_EQ(inode_of(dir.path() + "/taken1"), mapped);
   // Then the best fit among the others (a full-size one, not the small one).
   ASSERT_TRUE(take_spare(*fs, spares, dir.path() + "/taken2", kBytes));
   EXPECT_EQ(fs::file_size(dir.path() + "/taken2"), kBytes);
-  // Dropping the spares prunes the mappings of those removed; the taken one stays kept.
+  // Dropping the spares prunes the mappings of those removed ("small"); the taken one
+  // stays kept.
   drop_spares(*fs, spares);
   EXPECT_EQ(kept_write_mappings(), 1u);
   fs::remove(dir.path() + "/taken1");
   prune_write_mappings();
   EXPECT_EQ(kept_write_mappings(), 0u);
+}
+
+// A forked child (a data loader's worker) inherits neither the kept mappings nor their
+// descriptors: it cannot keep a removed file's pages alive.
+TEST(WriteMaps, AForkedChildKeepsNoMapping) {
+  TmpfsDir dir;
+  REQUIRE_TMPFS(dir);
+  drop_write_mappings();
+  auto fs = posix_filesystem();
+  const std::string path = dir.path() + "/data";
+  write_plain(*fs, path, pattern(4096, 1));
+  WriteOpenOptions mappable;
+  mappable.mappable = true;
+  mappable.truncate = false;
+  {
+    auto f = fs->open_writable(path, mappable);
+    ASSERT_TRUE(f.ok());
+    ASSERT_NE(*(*f)->map_for_write(4096), nullptr);
+  }
+  ASSERT_EQ(kept_write_mappings(), 1u);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // No descriptor of the file may be open here, and no mapping kept.
+    int open_of_file = 0;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      struct stat fd_st;
+      if (::stat(e.path().c_str(), &fd_st) == 0 && fd_st.st_ino == st.st_ino && fd_st.st_dev == st.st_dev) ++open_of_file;
+    }
+    ::_exit(kept_write_mappings() == 0 && open_of_file == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child kept the mapping or its descriptor";
+  EXPECT_EQ(kept_write_mappings(), 1u) << "the parent keeps its own";
+  drop_write_mappings();
 }
 
 }  // namespace

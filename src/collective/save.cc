@@ -140,6 +140,8 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     crc = internal_transform::kCrc32cInit;
   };
   DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, chunk_done, bytes, &session.tags));
+  if (view != nullptr && at != size)  // a recycled file's old bytes must not stay in its tail
+    return internal_error(where + ": wrote " + std::to_string(at) + " of the file's " + std::to_string(size) + " bytes");
   internal_base::kill_point("save-write");  // this rank's data written, not yet fsynced
   if (options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
   DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));
@@ -159,7 +161,6 @@ std::string data_file_path(const SaveSession& session, const Comm& comm) {
 Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm) {
   WriteOpenOptions open_options;
   open_options.direct_io = session.frame.options.direct_io;
-  open_options.mappable = true;  // a recycled tmpfs file is written through a mapping
   const std::string path = data_file_path(session, comm);
   FileSystem& fs = *session.frame.fs;
   // A spare file of this node, sized to this one: its pages are overwritten, not made.
@@ -167,6 +168,7 @@ Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session,
   if (!session.frame.spare_dir.empty() && size > 0 && internal_storage::take_spare(fs, session.frame.spare_dir, path, size)) {
     WriteOpenOptions keep = open_options;
     keep.truncate = false;
+    keep.mappable = true;  // a recycled tmpfs file is written through a mapping
     auto file = fs.open_writable(path, keep);
     if (file.ok() && (*file)->truncate(size).ok()) return file;
     (void)fs.remove_file(path);  // unusable: a new file instead

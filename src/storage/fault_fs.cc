@@ -35,6 +35,12 @@ class FaultWritableFile final : public WritableFile {
     return base_->close();
   }
   bool direct() const override { return base_->direct(); }
+  // Writes through a mapping cannot be cut short: a file under a write budget is never mapped.
+  Result<char*> map_for_write(uint64_t size) override {
+    if (fs_->spec().write_budget) return static_cast<char*>(nullptr);
+    fs_->on_op("map", path_);
+    return base_->map_for_write(size);
+  }
   Status truncate(uint64_t size) override {
     fs_->on_op("truncate", path_);
     return base_->truncate(size);

@@ -12,11 +12,13 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <pthread.h>
 
 namespace distckpt::internal_storage {
 
@@ -38,6 +40,26 @@ bool has_no_name(const WriteMapping& m) {
   return ::fstat(m.fd, &st) != 0 || st.st_nlink == 0;
 }
 
+// Reuses of a kept mapping (tests).
+std::atomic<uint64_t> reuses{0};
+
+// A forked child (a data loader's worker) must not keep removed files' pages alive: the
+// mappings are not inherited (MADV_DONTFORK), and the child drops its copies of the
+// descriptors. The list's lock is held across fork, so the child finds it whole.
+void forget_in_child() {
+  for (const auto& m : kept()) ::close(m->fd);
+  for (auto& m : kept()) new std::shared_ptr<WriteMapping>(std::move(m));  // never destroyed: nothing to unmap here
+  kept().clear();
+  kept_mutex().unlock();
+}
+
+void register_fork_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork([] { kept_mutex().lock(); }, [] { kept_mutex().unlock(); }, forget_in_child);
+  });
+}
+
 }  // namespace
 
 WriteMapping::~WriteMapping() {
@@ -46,6 +68,7 @@ WriteMapping::~WriteMapping() {
 }
 
 Result<std::shared_ptr<WriteMapping>> map_file_for_write(int fd, uint64_t size) {
+  prune_write_mappings();  // first, whatever follows: a failed save's files give their pages back
   struct stat st;
   if (::fstat(fd, &st) != 0) return io_error(std::string("fstat: ") + std::strerror(errno));
   struct statfs fs;
@@ -57,17 +80,23 @@ Result<std::shared_ptr<WriteMapping>> map_file_for_write(int fd, uint64_t size) 
   // KEEP_SIZE), so a full count means no hole.
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   if (static_cast<uint64_t>(st.st_blocks) * 512 < (size + page - 1) / page * page) return std::shared_ptr<WriteMapping>();
+  register_fork_handlers();
   std::lock_guard<std::mutex> lock(kept_mutex());
   auto& list = kept();
-  list.remove_if([](const std::shared_ptr<WriteMapping>& m) { return has_no_name(*m); });
   for (auto it = list.begin(); it != list.end(); ++it) {
     if ((*it)->dev != st.st_dev || (*it)->ino != st.st_ino) continue;
     std::shared_ptr<WriteMapping> found = *it;
     list.erase(it);
     if (found->length != size) break;  // sized for another save: mapped again below
     list.push_front(found);
+    ++reuses;
     return found;
   }
+  // A new mapping: the exact test for holes too (huge tmpfs pages can outlive a truncation
+  // past the end and make st_blocks overcount). Once per file, not per save: a kept
+  // mapping's file was written whole through it and nothing here punches holes.
+  const off_t hole = ::lseek(fd, 0, SEEK_HOLE);
+  if (hole < 0 || static_cast<uint64_t>(hole) < size) return std::shared_ptr<WriteMapping>();
   const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (own < 0) return std::shared_ptr<WriteMapping>();
   // Populated at once: one pass that maps every page (read faults map pages in batches)
@@ -77,6 +106,7 @@ Result<std::shared_ptr<WriteMapping>> map_file_for_write(int fd, uint64_t size) 
     ::close(own);
     return std::shared_ptr<WriteMapping>();
   }
+  ::madvise(addr, size, MADV_DONTFORK);  // best effort: see forget_in_child
   auto made = std::make_shared<WriteMapping>(static_cast<char*>(addr), size, own, st.st_dev, st.st_ino);
   list.push_front(made);
   while (list.size() > kMaxKept) list.pop_back();
@@ -123,6 +153,8 @@ void copy_into_mapping(char* dst, const char* src, std::size_t n) {
   std::memcpy(dst, src, n);
 #endif
 }
+
+uint64_t kept_mapping_reuses() { return reuses.load(); }
 
 std::size_t kept_write_mappings() {
   std::lock_guard<std::mutex> lock(kept_mutex());

@@ -20,6 +20,8 @@
 // file's, and the page tables cost 2 MiB per GiB mapped). Once its file is removed, its
 // pages live as long as the mapping: each map_file_for_write and prune drops mappings
 // whose files have no name left, and at most kMaxKept are kept (least recently used go).
+// A forked child inherits neither the mappings (MADV_DONTFORK) nor, after fork, their
+// descriptors.
 #pragma once
 
 #include <sys/types.h>
@@ -70,6 +72,9 @@ void drop_write_mappings();
 // soon, so filling the cache with it (and reading each line before writing it) would only
 // cost time. 0.64 x the time of a memcpy into the same mapping here.
 void copy_into_mapping(char* dst, const char* src, std::size_t n);
+
+// How many times a kept mapping was handed out again (tests).
+uint64_t kept_mapping_reuses();
 
 // How many mappings are kept (tests).
 std::size_t kept_write_mappings();

@@ -362,6 +362,9 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     return Status();
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  // After a collective, so after every leader's cleanup of a save that failed: the
+  // mappings of its removed files give their pages back before this save needs them.
+  internal_storage::prune_write_mappings();
   DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
   DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
 
@@ -504,6 +507,12 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   // and record) goes now, before this save writes its own redundancy: the node never
   // holds more than it would without spares.
   if (leader && !frame.spare_dir.empty()) internal_storage::drop_spares(fs, frame.spare_dir);
+  if (!frame.spare_dir.empty() && nodes.count > 1) {
+    // Before the redundancy is written: other processes' mappings of the spares just
+    // dropped give their pages back (write_maps.h).
+    comm.barrier();
+    internal_storage::prune_write_mappings();
+  }
   if (Status st = written; !st.ok()) {
     cleanup();
     return st;

@@ -20,9 +20,11 @@
 //                                               into spares that are then scribbled over;
 //                                               the disk filled (FILLER) but for 1 MiB; l2
 //                                               and l3 into the spares (through a new, then
-//                                               a kept mapping) must work and restore; then
-//                                               a save of twice the size must fail on every
-//                                               rank (reported), and l3 still restore
+//                                               a kept mapping) must work and restore; l4
+//                                               into the spares fails on a disk full for its
+//                                               record, and l5 of the same size then fits in
+//                                               its room; a save of twice the size must fail
+//                                               on every rank (reported), and l5 restore
 //   realfs_ops convert SRC DST FORMAT           (one process)
 //   realfs_ops publish SRC                      (one process)
 #include <mpi.h>
@@ -137,9 +139,10 @@ int run(int argc, char** argv) {
     const bool async = std::string(argv[6]) == "async";
     auto ckpt = make_async_checkpointer(MPI_COMM_WORLD, {.staging_bytes = 4 << 20, .slab_bytes = 1 << 20});
     if (!ckpt.ok()) return report(ckpt.status());
-    auto save_as = [&](Model& m, const std::string& name) -> Status {
+    auto save_as = [&](Model& m, const std::string& name, std::shared_ptr<FileSystem> fs = nullptr) -> Status {
       SaveOptions o;
       o.name = name;
+      o.fs = fs;
       if (!async) return save_local(*comm, m.state, root, o, tier).status();
       DISTCKPT_RETURN_IF_ERROR((*ckpt)->save_local_async(m.state, root, o, tier));
       return (*ckpt)->wait_local().status();
@@ -182,14 +185,31 @@ int run(int argc, char** argv) {
           fill_disk(filler, false);
           std::filesystem::resize_file(filler, std::filesystem::file_size(filler) - (1 << 20));
         }
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);  // (the same as full(true) below)
       }
     }
+    // l4 writes its data into the spares (through the kept mappings), then the disk fills
+    // for real just before its record is made, and it fails; its files must give their
+    // pages back, so that l5, of the same size, fits in the room l4 took plus 1 MiB.
+    if (Status st = remove_local(*comm, root, tier, "l3"); !st.ok()) return report(st);
+    internal_storage::FaultSpec fill_before_record;
+    fill_before_record.hook = [filler](const std::string& fs_op, const std::string& path) {
+      if (fs_op == "create" && path.find(".tmp-") != std::string::npos && path.find("/record") != std::string::npos)
+        fill_disk(filler, false);
+    };
+    auto filling = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), fill_before_record);
+    if (save_as(m, "l4", filling).ok()) return report(internal_error("l4 committed on a full disk"));
+    if (comm->rank() == 0)
+      std::filesystem::resize_file(filler, std::filesystem::file_size(filler) - (1 << 20));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Status st = save_as(m, "l5"); !st.ok())
+      return report(st.with_context("save l5 in the room of the failed l4 (its pages were not given back?)"));
+    if (Status st = restores(mib, "l5"); !st.ok()) return report(st.with_context("restore l5"));
     Model big(*comm, 2 * mib);
     const Status failed = save_as(big, "big");
     if (failed.ok()) return report(internal_error("a save of twice the size fitted on a full disk"));
-    if (Status st = restores(mib, "l3"); !st.ok()) return report(st.with_context("restore l3 after the failed save"));
-    return report(failed);
+    if (Status st = restores(mib, "l5"); !st.ok()) return report(st.with_context("restore l5 after the failed save"));
+    return report(failed.with_context("save big"));  // the one failure expected
   }
   if (op == "load" && argc == 5) {
     Model m(*comm, std::stoll(argv[4]));
