@@ -68,6 +68,14 @@ void write_plain(FileSystem& fs, const std::string& path, const std::string& byt
   ASSERT_TRUE((*f)->close().ok());
 }
 
+// How a save opens a spare it took: as it is, for writing through a mapping.
+WriteOpenOptions spare_options() {
+  WriteOpenOptions o;
+  o.mappable = true;
+  o.truncate = false;
+  return o;
+}
+
 ino_t inode_of(const std::string& path) {
   struct stat st;
   EXPECT_EQ(::stat(path.c_str(), &st), 0);
@@ -80,9 +88,7 @@ TEST(WriteMaps, OnlyWholeTmpfsFilesOpenedMappableAreMapped) {
   drop_write_mappings();
   auto fs = posix_filesystem();
   constexpr std::size_t kBytes = 3 * 4096 + 100;
-  WriteOpenOptions mappable;
-  mappable.mappable = true;
-  mappable.truncate = false;
+  const WriteOpenOptions mappable = spare_options();
   // A new file: its pages do not exist (a write fault would allocate them, and a full
   // tmpfs answers that with SIGBUS): written with write_at instead.
   {
@@ -171,9 +177,7 @@ TEST(WriteMaps, KeptMappingsAreBoundedAndDropped) {
   REQUIRE_TMPFS(dir);
   drop_write_mappings();
   auto fs = posix_filesystem();
-  WriteOpenOptions mappable;
-  mappable.mappable = true;
-  mappable.truncate = false;
+  const WriteOpenOptions mappable = spare_options();
   for (std::size_t i = 0; i < kMaxKept + 3; ++i) {
     const std::string path = dir.path() + "/f" + std::to_string(i);
     write_plain(*fs, path, pattern(4096, static_cast<int>(i)));
@@ -214,9 +218,7 @@ TEST(WriteMaps, StreamThroughAMappingGivesTheFileItsBytesAndCrcs) {
   const std::string path = dir.path() + "/data";
   write_plain(*fs, path, pattern(ends.back(), 1));  // a spare's old bytes
   for (bool checksum : {true, false}) {
-    WriteOpenOptions mappable;
-    mappable.mappable = true;
-    mappable.truncate = false;
+    const WriteOpenOptions mappable = spare_options();
     auto f = fs->open_writable(path, mappable);
     ASSERT_TRUE(f.ok());
     auto view = (*f)->map_for_write(ends.back());
@@ -242,9 +244,7 @@ TEST(WriteMaps, StreamThroughAMappingGivesTheFileItsBytesAndCrcs) {
     EXPECT_EQ(read_file(path), bytes);
   }
   // A stream that ends short is an error, not a file with old bytes in it.
-  WriteOpenOptions mappable;
-  mappable.mappable = true;
-  mappable.truncate = false;
+  const WriteOpenOptions mappable = spare_options();
   auto f = fs->open_writable(path, mappable);
   ASSERT_TRUE(f.ok());
   auto view = (*f)->map_for_write(ends.back());
@@ -268,9 +268,7 @@ TEST(WriteMaps, SparesThisProcessMappedAreTakenFirst) {
   write_plain(*fs, spares + "/small", pattern(kBytes / 2, 1));
   // "b" was written through a kept mapping; "small" too, at its own size.
   for (auto [name, bytes] : {std::pair<const char*, std::size_t>{"b", kBytes}, {"small", kBytes / 2}}) {
-    WriteOpenOptions mappable;
-    mappable.mappable = true;
-    mappable.truncate = false;
+    const WriteOpenOptions mappable = spare_options();
     auto f = fs->open_writable(spares + "/" + name, mappable);
     ASSERT_TRUE(f.ok());
     ASSERT_NE(*(*f)->map_for_write(bytes), nullptr);
@@ -300,9 +298,7 @@ TEST(WriteMaps, AForkedChildKeepsNoMapping) {
   auto fs = posix_filesystem();
   const std::string path = dir.path() + "/data";
   write_plain(*fs, path, pattern(4096, 1));
-  WriteOpenOptions mappable;
-  mappable.mappable = true;
-  mappable.truncate = false;
+  const WriteOpenOptions mappable = spare_options();
   {
     auto f = fs->open_writable(path, mappable);
     ASSERT_TRUE(f.ok());
