@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "catalog/gc.h"
 #include "catalog/references.h"
 #include "catalog/retire.h"
 #include "distckpt/distckpt.h"
@@ -181,6 +182,15 @@ TEST_F(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
         EXPECT_GT(e.bytes, 0u);
       }
     EXPECT_TRUE(retired);
+    // gc --dry-run: kept, since step-2 references its files.
+    internal_catalog::GcOptions dry;
+    dry.dry_run = true;
+    auto would = internal_catalog::collect_garbage(posix, tmp.path(), dry);
+    ASSERT_TRUE(would.ok());
+    EXPECT_TRUE(would->removed.empty());
+    bool kept = false;
+    for (const auto& e : would->kept) kept |= e.name == "step-1";
+    EXPECT_TRUE(kept);
     // Not a checkpoint any more: not resolved, not loadable by name.
     EXPECT_EQ(*resolve_checkpoint(tmp.path()), tmp.path() + "/step-2");
     EXPECT_FALSE(fs::exists(tmp.path() + "/step-1/index.pb"));
@@ -201,6 +211,15 @@ TEST_F(IncrementalMpiTest, RetirementKeepsExactlyTheReferencedFiles) {
     ASSERT_TRUE(internal_catalog::retire_checkpoint(posix, tmp.path(), "step-2").ok());
     EXPECT_FALSE(fs::exists(tmp.path() + "/step-2"));
     EXPECT_TRUE(fs::exists(tmp.path() + "/step-1"));  // retired earlier: the next sweep frees it
+    // A dry run (gc --dry-run) says so and touches nothing.
+    internal_catalog::GcOptions dry;
+    dry.dry_run = true;
+    auto would = internal_catalog::collect_garbage(posix, tmp.path(), dry);
+    ASSERT_TRUE(would.ok());
+    ASSERT_EQ(would->removed.size(), 1u);
+    EXPECT_EQ(would->removed[0].name, "step-1");
+    EXPECT_FALSE(would->removed[0].removed);
+    EXPECT_TRUE(fs::exists(tmp.path() + "/step-1"));
     auto swept = internal_catalog::sweep_retired(posix, tmp.path());
     ASSERT_TRUE(swept.ok());
     EXPECT_EQ(swept->removed, std::vector<std::string>{"step-1"});

@@ -118,18 +118,16 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
     report.removed.push_back(std::move(entry));
   }
   // Retired checkpoints that keep files for incremental saves (references.h): what no
-  // checkpoint references any more goes; a dry run only says what they keep.
-  if (!options.dry_run) {
-    auto swept = sweep_retired(fs, root);
-    if (!swept.ok()) {
-      report.warnings.push_back("gc: retired checkpoints: " + swept.status().to_string());
-    } else {
-      for (const std::string& name : swept->removed)
-        report.removed.push_back(GcEntry{name, "retired, and nothing references its files any more", true});
-      for (const std::string& name : swept->kept)
-        report.kept.push_back(GcEntry{name, "retired; keeps the data files later checkpoints reference", false});
-      for (const std::string& w : swept->warnings) report.warnings.push_back("gc: " + w);
-    }
+  // checkpoint references any more goes (a dry run says which would).
+  auto swept = sweep_retired(fs, root, options.dry_run);
+  if (!swept.ok()) {
+    report.warnings.push_back("gc: retired checkpoints: " + swept.status().to_string());
+  } else {
+    for (const std::string& name : swept->removed)
+      report.removed.push_back(GcEntry{name, "retired, and nothing references its files any more", !options.dry_run});
+    for (const std::string& name : swept->kept)
+      report.kept.push_back(GcEntry{name, "retired; keeps the data files later checkpoints reference", false});
+    for (const std::string& w : swept->warnings) report.warnings.push_back("gc: " + w);
   }
   return report;
 }

@@ -93,7 +93,8 @@ namespace {
 // go; the directory goes when none is left. Returns whether it is gone.
 // `*trash`: a directory renamed away, for the caller to remove once it released the lock.
 Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const std::string& name, const LiveFiles& live,
-                               uint64_t* kept_files, uint64_t* kept_bytes, std::vector<std::string>* trash) {
+                               uint64_t* kept_files, uint64_t* kept_bytes, std::vector<std::string>* trash,
+                               bool dry_run = false) {
   const std::string dir = root + "/" + name;
   DISTCKPT_ASSIGN_OR_RETURN(auto children, fs.list_dir(dir));
   std::vector<std::string> dead;
@@ -109,6 +110,7 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
     }
   }
   if (!live.unknown.empty()) return false;  // what is referenced is not known: nothing goes
+  if (dry_run) return !keeps;  // what would go, nothing touched
   if (keeps) {
     for (const std::string& d : dead) {
       DISTCKPT_RETURN_IF_ERROR(fs.remove_all(dir + "/" + d));
@@ -171,7 +173,7 @@ Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::str
   return remove_trash(trash);
 }
 
-Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
+Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root, bool dry_run) {
   DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(root));
   SweepReport report;
   std::vector<std::string> retired;
@@ -189,7 +191,7 @@ Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root) {
     report.warnings.push_back("the references of '" + root + "/" + u +
                               "' cannot be read: no file of a retired checkpoint is freed until it is repaired or removed");
   for (const std::string& name : retired) {
-    auto gone = free_unreferenced(fs, root, name, live, &report.kept_files, &report.kept_bytes, &trash);
+    auto gone = free_unreferenced(fs, root, name, live, &report.kept_files, &report.kept_bytes, &trash, dry_run);
     if (!gone.ok()) {
       report.warnings.push_back("retired checkpoint '" + root + "/" + name + "': " + gone.status().to_string());
       report.kept.push_back(name);

@@ -89,7 +89,8 @@ struct SweepReport {
 };
 // Frees what no checkpoint references of every retired checkpoint in `root`, under the
 // lock. Local, one process (rank 0 of a manager, the gc command). Errors: listing the
-// root, the lock.
-Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root);
+// root, the lock. With `dry_run`: removes nothing; `removed` lists the retired
+// checkpoints that would go entirely (the files of those kept are counted all the same).
+Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root, bool dry_run = false);
 
 }  // namespace distckpt::internal_catalog
