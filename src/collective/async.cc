@@ -70,8 +70,9 @@ class AsyncCheckpointer::Impl {
       Result<std::vector<uint32_t>> crcs = staged.ok() ? Result<std::vector<uint32_t>>(std::vector<uint32_t>{})
                                                        : Result<std::vector<uint32_t>>(staged);
       if (staged.ok() && writer)
-        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write",
-                                         [&] { return writer->finish(fsync); });
+        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write", [&] {
+          return written_by(*writer, fsync);
+        });
       writer.reset();  // joins the stream's thread; its slabs are back in the pool
       session.frame.result.write_s = stage_s + write_timer.seconds();
       settle(internal_collective::finish_save(*bg_, session, crcs));
@@ -151,7 +152,7 @@ class AsyncCheckpointer::Impl {
                                                        : Result<std::vector<uint32_t>>(staged);
       const bool fsync = job->session().frame.options.fsync;
       if (staged.ok() && writer)
-        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write", [&] { return writer->finish(fsync); });
+        crcs = guarded(internal_collective::rank_prefix(*bg_) + ": write", [&] { return written_by(*writer, fsync); });
       writer.reset();
       job->session().frame.result.write_s = stage_s + write_timer.seconds();
       pending_ = job->finish(*bg_, crcs);
@@ -225,6 +226,13 @@ class AsyncCheckpointer::Impl {
 
   void join() {
     if (worker_.joinable()) worker_.join();
+  }
+  // The stream's end on the background thread; its error names this rank, as the
+  // synchronous save's does (every rank reports the agreed one).
+  Result<std::vector<uint32_t>> written_by(StreamWriter& writer, bool fsync) {
+    auto crcs = writer.finish(fsync);
+    if (!crcs.ok()) return crcs.status().with_context(internal_collective::rank_prefix(*bg_));
+    return crcs;
   }
   // The worker's last act: a global save's outcome for wait(), and not running.
   void settle(Result<SaveResult> saved) {
