@@ -507,8 +507,8 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   // and record) goes now, before this save writes its own redundancy: the node never
   // holds more than it would without spares.
   if (leader && !frame.spare_dir.empty()) internal_storage::drop_spares(fs, frame.spare_dir);
-  if (!frame.spare_dir.empty() && nodes.count > 1) {
-    // Before the redundancy is written: other processes' mappings of the spares just
+  if (!frame.spare_dir.empty()) {
+    // Before the redundancy is written: every process's mappings of the spares just
     // dropped give their pages back (write_maps.h).
     comm.barrier();
     internal_storage::prune_write_mappings();
@@ -627,7 +627,6 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   out.save.bytes_written = static_cast<uint64_t>(sums[0]);
   out.save.index_bytes = static_cast<uint64_t>(sums[2]);
   out.redundancy_bytes = static_cast<uint64_t>(sums[1]);
-  internal_storage::prune_write_mappings();  // of the spares the node's leader dropped
   return out;
 }
 
