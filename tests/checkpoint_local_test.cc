@@ -234,15 +234,43 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
   const std::string data = root() + "/ck/data-00000.bin";
   const auto size = fs::file_size(data);
-  {
+  auto flip = [&](uint64_t at) {
     std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     char c;
     f.read(&c, 1);
     c ^= 0x5a;
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     f.write(&c, 1);
+  };
+  // A byte of a gap between chunks (chunks start at multiples of 64): no tensor reads
+  // it, so loads succeed; verify finds it.
+  auto listed = read_checkpoint_info(root() + "/ck");
+  ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+  uint64_t gap = 0;
+  for (const auto& t : listed->tensors)
+    for (const auto& c : t.chunks)
+      if (c.file == "data-00000.bin" && c.length % 64 != 0 && c.byte_offset + c.length < size) gap = c.byte_offset + c.length;
+  ASSERT_GT(gap, 0u) << "the model's tensors leave no gap in data-00000.bin";
+  {
+    flip(gap);
+    expect_all_equal(run(world, [&](Comm& comm) -> Status {
+                       Model m(comm.rank(), world);
+                       const auto expected = m.snapshot();
+                       m.zero();
+                       DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/ck", {}));
+                       EXPECT_EQ(m.buffers, expected);
+                       return Status();
+                     }),
+                     "ok");
+    auto damaged = verify_checkpoint(root() + "/ck");
+    EXPECT_NE(damaged.status().message().find("byte " + std::to_string(gap) + ", between chunks, is not zero"),
+              std::string::npos)
+        << damaged.status().to_string();
+    flip(gap);
+    ASSERT_TRUE(verify_checkpoint(root() + "/ck").ok());
   }
+  flip(size - 1);  // the last chunk's last byte
   expect_load_fails(world, root(), "crc32c");
   auto verify = verify_checkpoint(root() + "/ck");
   EXPECT_NE(verify.status().message().find("data-00000.bin"), std::string::npos) << verify.status().message();

@@ -92,14 +92,21 @@ TEST(SavePlanTest, WithoutRedundancyRemovalEveryHolderWrites) {
   EXPECT_EQ(plan->bytes_per_rank, (std::vector<uint64_t>(4, 16)));
 }
 
-TEST(SavePlanTest, FileOffsetsArePackedPerWriter) {
-  const Tensors tensors{{"a", dm({10}, {1}, {-1})}, {"b", dm({6}, {1}, {-1})}};
+// Each writer's chunks follow one another, each at the next multiple of 64 bytes (the
+// kernel copies out of a memory file system fastest into 64-byte aligned buffers from
+// 64-byte aligned offsets); the file ends where its last chunk does.
+TEST(SavePlanTest, FileOffsetsAreAlignedPerWriter) {
+  const Tensors tensors{{"a", dm({10}, {1}, {-1})}, {"b", dm({6}, {1}, {-1})}, {"c", dm({8}, {1}, {-1})}};
   auto plan = plan_save(planned(tensors, DType::kFloat64), 1, true);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->writes[0].size(), 2u);
+  ASSERT_EQ(plan->writes[0].size(), 3u);
   EXPECT_EQ(plan->writes[0][0].byte_offset, 0u);
-  EXPECT_EQ(plan->writes[0][1].byte_offset, 80u);
-  EXPECT_EQ(plan->index.files(0).size(), 128u);
+  EXPECT_EQ(plan->writes[0][1].byte_offset, 128u);  // a: 80 bytes
+  EXPECT_EQ(plan->writes[0][2].byte_offset, 192u);  // b: 48 bytes
+  EXPECT_EQ(plan->index.files(0).size(), 256u);     // c: 64 bytes, no gap after it
+  EXPECT_EQ(plan->bytes_per_rank[0], 192u);         // chunk bytes, gaps aside
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(plan->index.tensors(static_cast<int>(i)).chunks(0).byte_offset(), plan->writes[0][i].byte_offset);
 }
 
 TEST(SavePlanTest, InconsistentRanksAreExplained) {

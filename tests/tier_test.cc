@@ -27,7 +27,9 @@
 #include "storage/fault_fs.h"
 #include "storage/write_maps.h"
 #include "test_util.h"
+#include "format/native/sealing.h"
 #include "tier/parity.h"
+#include "tier/record.h"
 #include "transform/float_cast.h"
 
 namespace distckpt {
@@ -590,6 +592,41 @@ TEST_F(TierTest, RetentionPerTierNeverRemovesWhatADrainReads) {
 // (storage/write_maps.h): a new mapping, then the kept one, synchronously, encrypted and
 // in the background. The spares are scribbled over before each save: every byte restored
 // must be the save's own.
+// The bytes between chunks (each starts at a multiple of 64) of the node-local data
+// files of checkpoint `name` under `shm` are zeros: a recycled file's old bytes are
+// overwritten there too.
+void expect_zero_gaps(const std::string& root, const std::string& shm, const std::string& name,
+                      const EncryptionKey* key) {
+  auto record = internal_tier::read_record(*posix_filesystem(), internal_tier::record_path(root, name));
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  proto::Index index = *record;
+  ASSERT_TRUE(internal_format::open_index(&index, key, root).ok());
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> chunks;  // file -> [begin, end)
+  for (const auto& t : index.tensors())
+    for (const auto& c : t.chunks())
+      chunks[index.files(static_cast<int>(c.file_id())).name()].emplace_back(c.byte_offset(), c.byte_offset() + c.length());
+  int files = 0;
+  uint64_t gap_bytes = 0;
+  for (const auto& node : fs::directory_iterator(shm))
+    for (auto& [file, ranges] : chunks) {
+      const fs::path path = node.path() / name / file;
+      if (!fs::exists(path)) continue;
+      std::ifstream in(path, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      std::sort(ranges.begin(), ranges.end());
+      uint64_t at = 0;
+      for (std::size_t k = 0; k <= ranges.size(); ++k) {
+        const uint64_t next = k < ranges.size() ? ranges[k].first : bytes.size();
+        for (uint64_t i = at; i < next; ++i) ASSERT_EQ(bytes[i], '\0') << path << ": byte " << i << " between chunks";
+        gap_bytes += next > at ? next - at : 0;
+        if (k < ranges.size()) at = std::max(at, ranges[k].second);
+      }
+      ++files;
+    }
+  EXPECT_GT(files, 0) << name;
+  EXPECT_GT(gap_bytes, 0u) << name << ": the model leaves no gap to check";
+}
+
 TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
   struct statfs sfs;
   if (::statfs("/dev/shm", &sfs) != 0 || sfs.f_type != TMPFS_MAGIC)
@@ -649,6 +686,7 @@ TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
           ASSERT_TRUE(r.ok()) << r.status().to_string();
           EXPECT_EQ(r->sources.global, 0u) << "from the local tier only";
           EXPECT_EQ(m.buffers, expected) << name << ", rank " << comm.rank();
+          if (comm.rank() == 0) expect_zero_gaps(root, shm, name, encrypted ? key.get() : nullptr);
           ASSERT_TRUE(remove_local(comm, root, tier, name).ok());
         },
         2);

@@ -213,33 +213,33 @@ TEST(WriteMaps, StreamThroughAMappingGivesTheFileItsBytesAndCrcs) {
   REQUIRE_TMPFS(dir);
   drop_write_mappings();
   auto fs = posix_filesystem();
-  const std::vector<uint64_t> ends{1, 4096, 4097, 20000, 70001};
-  const std::string bytes = pattern(ends.back(), 9);
+  // Chunks with gaps between them (a data file's 64-byte starts) and without.
+  const std::vector<ByteRange> ranges{{0, 1}, {64, 4096}, {4096, 4097}, {4160, 20000}, {20032, 70001}};
+  const uint64_t size = ranges.back().end;
+  const std::string bytes = pattern(size, 9);
   const std::string path = dir.path() + "/data";
-  write_plain(*fs, path, pattern(ends.back(), 1));  // a spare's old bytes
+  write_plain(*fs, path, pattern(size, 1));  // a spare's old bytes
   for (bool checksum : {true, false}) {
     const WriteOpenOptions mappable = spare_options();
     auto f = fs->open_writable(path, mappable);
     ASSERT_TRUE(f.ok());
-    auto view = (*f)->map_for_write(ends.back());
+    auto view = (*f)->map_for_write(size);
     ASSERT_TRUE(view.ok());
     ASSERT_NE(*view, nullptr);
-    StreamWriter writer(std::move(*f), *view, ends, path, checksum);
+    StreamWriter writer(std::move(*f), *view, ranges, path, checksum);
     // Pieces that straddle chunk ends.
     for (std::size_t at = 0; at < bytes.size(); at += 3000)
       ASSERT_TRUE(writer.append(bytes.data() + at, std::min<std::size_t>(3000, bytes.size() - at)).ok());
     EXPECT_FALSE(writer.append("x", 1).ok()) << "past the file's size";
     auto crcs = writer.finish(true);
     ASSERT_TRUE(crcs.ok()) << crcs.status().to_string();
-    ASSERT_EQ(crcs->size(), ends.size());
-    uint64_t begin = 0;
-    for (std::size_t i = 0; i < ends.size(); ++i) {
-      const uint32_t expected =
-          checksum ? internal_transform::crc32c_finish(
-                         internal_transform::crc32c_extend(internal_transform::kCrc32cInit, bytes.data() + begin, ends[i] - begin))
-                   : 0;
-      EXPECT_EQ((*crcs)[i], expected) << "chunk " << i;
-      begin = ends[i];
+    ASSERT_EQ(crcs->size(), ranges.size());
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const ByteRange& r = ranges[i];
+      const uint32_t expected = checksum ? internal_transform::crc32c_finish(internal_transform::crc32c_extend(
+                                               internal_transform::kCrc32cInit, bytes.data() + r.begin, r.end - r.begin))
+                                         : 0;
+      EXPECT_EQ((*crcs)[i], expected) << "chunk " << i << ": its bytes only, not the gap before it";
     }
     EXPECT_EQ(read_file(path), bytes);
   }
@@ -247,9 +247,9 @@ TEST(WriteMaps, StreamThroughAMappingGivesTheFileItsBytesAndCrcs) {
   const WriteOpenOptions mappable = spare_options();
   auto f = fs->open_writable(path, mappable);
   ASSERT_TRUE(f.ok());
-  auto view = (*f)->map_for_write(ends.back());
+  auto view = (*f)->map_for_write(size);
   ASSERT_NE(*view, nullptr);
-  StreamWriter writer(std::move(*f), *view, ends, path, true);
+  StreamWriter writer(std::move(*f), *view, ranges, path, true);
   ASSERT_TRUE(writer.append(bytes.data(), 100).ok());
   EXPECT_FALSE(writer.finish(false).ok());
 }

@@ -206,17 +206,18 @@ class AsyncCheckpointer::Impl {
       DISTCKPT_RETURN_IF_ERROR(session.local_error);
       if (session.mine.empty()) return Status();
       DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
-      std::vector<uint64_t> ends = internal_collective::chunk_ends(session.mine);
+      std::vector<internal_storage::ByteRange> ranges = internal_collective::chunk_ranges(session.mine);
+      const uint64_t size = internal_collective::file_end(session.mine);
       const std::string path = internal_collective::data_file_path(session, *fg_);
       const bool checksum = session.frame.options.checksum;
       // A recycled file on a memory file system: staged straight into it (its mapping is
       // the staging), and its CRCs are taken in the background.
-      DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(ends.back()));
+      DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
       const bool hold = !file->direct();
       if (view != nullptr)
-        *writer = std::make_unique<StreamWriter>(std::move(file), view, std::move(ends), path, checksum);
+        *writer = std::make_unique<StreamWriter>(std::move(file), view, std::move(ranges), path, checksum);
       else
-        *writer = std::make_unique<StreamWriter>(std::move(file), *pool_, std::move(ends), path, checksum, hold);
+        *writer = std::make_unique<StreamWriter>(std::move(file), *pool_, std::move(ranges), path, checksum, hold);
       Status st = internal_collective::stage_chunks(**writer, session, state, *fg_,
                                                     &session.frame.result.rank_bytes_written, &session.tags);
       (*writer)->release_hold();

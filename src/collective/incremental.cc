@@ -172,8 +172,8 @@ void apply_base(Comm& comm, SaveSession& session, const StateDict& state) {
       session.marks += hash;
       session.marks.push_back(same ? 'r' : 'w');
       if (same) continue;
-      item.byte_offset = cursor;  // the written chunks, packed in their planned order
-      cursor += item.stored_length;
+      item.byte_offset = internal_format::chunk_start(cursor);  // the written chunks, in their planned order
+      cursor = item.byte_offset + item.stored_length;
       written.push_back(item);
     }
     session.mine = std::move(written);
@@ -211,8 +211,8 @@ Status fill_references(SaveFrame& frame, const std::vector<std::string>& all_crc
         uint32_t crc;
         std::memcpy(&crc, all_crcs[r].data() + next_crc++ * sizeof(uint32_t), sizeof(crc));
         chunk->set_crc32c(crc);
-        chunk->set_byte_offset(cursor);
-        cursor += w.stored_length;
+        chunk->set_byte_offset(internal_format::chunk_start(cursor));  // as the rank laid it out (apply_base)
+        cursor = chunk->byte_offset() + w.stored_length;
         own_size[chunk->file_id()] = cursor;
         own_used[chunk->file_id()] = true;
         continue;

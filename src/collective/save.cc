@@ -15,6 +15,7 @@
 #include "collective/save_strategies.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
+#include "format/format.h"
 #include "format/native/index_codec.h"
 #include "storage/spare_files.h"
 #include "storage/staging.h"
@@ -37,6 +38,7 @@ namespace {
 constexpr std::size_t kSyncStagingBytes = 32u << 20;
 
 using Sink = std::function<Status(const char*, std::size_t)>;
+using Gap = std::function<Status(std::size_t)>;  // writes this many zeros
 
 // Encrypts one chunk of `n` bytes at `data` and hands the stored bytes to `sink` in
 // pieces; returns its tag. GCM keeps the length, CBC adds its padding at the end.
@@ -65,25 +67,33 @@ Result<std::string> seal_chunk(const internal_transform::CheckpointCipher& ciphe
 }
 
 // Hands this rank's chunks, in file order, to `sink` as they are stored (encrypted on
-// the way when the save is: each tag goes to `tags`); `chunk_done` after each chunk.
-// The one loop behind both write paths.
+// the way when the save is: each tag goes to `tags`), and the gap before each chunk
+// (kChunkAlignment) to `gap`; `chunk_done` after each chunk. The one loop behind both
+// write paths.
 Status emit_chunks(const SaveSession& session, const StateDict& state, const Comm& comm, const Sink& sink,
-                   const std::function<void()>& chunk_done, uint64_t* bytes, std::vector<std::string>* tags) {
+                   const Gap& gap, const std::function<void()>& chunk_done, uint64_t* bytes,
+                   std::vector<std::string>* tags) {
   std::vector<char> bounce;
   const std::string file_name = internal_format::data_file_name(comm.rank());
+  uint64_t at = 0;
   for (const WriteItem& item : session.mine) {
     const TensorEntry& e = state.tensors()[item.tensor];
-    Status st;
-    if (session.frame.cipher) {
+    if (item.byte_offset < at)
+      return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
+                            std::to_string(item.byte_offset) + " overlaps the one before it (ends at " +
+                            std::to_string(at) + ")");
+    Status st = item.byte_offset > at ? gap(static_cast<std::size_t>(item.byte_offset - at)) : Status();
+    if (st.ok() && session.frame.cipher) {
       auto tag = seal_chunk(*session.frame.cipher, item, e.name, file_name, e.buffers[item.local_box], bounce, sink);
       if (tag.ok()) tags->push_back(std::move(*tag));
       st = tag.status();
-    } else {
+    } else if (st.ok()) {
       st = sink(static_cast<const char*>(e.buffers[item.local_box]), item.length);
     }
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
     if (chunk_done) chunk_done();
     *bytes += item.stored_length;
+    at = item.byte_offset + item.stored_length;
   }
   return Status();
 }
@@ -105,7 +115,7 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
 
   if (file->direct()) {
     internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4);
-    internal_storage::StreamWriter writer(std::move(file), pool, chunk_ends(session.mine),
+    internal_storage::StreamWriter writer(std::move(file), pool, chunk_ranges(session.mine),
                                           data_file_path(session, comm), options.checksum);
     DISTCKPT_RETURN_IF_ERROR(stage_chunks(writer, session, state, comm, bytes, &session.tags));
     internal_base::kill_point("save-write");
@@ -117,7 +127,7 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
   // A memory file system's recycled file is written through its mapping (a memcpy,
   // storage/write_maps.h), in pieces small enough to stay in cache between the CRC and
   // the copy; other files with pwrite.
-  const uint64_t size = chunk_ends(session.mine).back();
+  const uint64_t size = file_end(session.mine);
   DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
   const uint64_t piece_bytes = view != nullptr ? 256 << 10 : 1 << 20;
   uint32_t crc = internal_transform::kCrc32cInit;
@@ -135,11 +145,19 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     }
     return Status();
   };
+  static constexpr char kZeros[internal_format::kChunkAlignment] = {};
+  auto gap = [&](std::size_t n) -> Status {
+    if (n > sizeof(kZeros) || n > size - at) return internal_error("write: a gap of " + std::to_string(n) + " bytes");
+    if (view != nullptr) std::memset(view + at, 0, n);  // a recycled file's old bytes go
+    else DISTCKPT_RETURN_IF_ERROR(file->write_at(kZeros, n, at));
+    at += n;
+    return Status();
+  };
   auto chunk_done = [&] {
     crcs.push_back(internal_transform::crc32c_finish(crc));
     crc = internal_transform::kCrc32cInit;
   };
-  DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, chunk_done, bytes, &session.tags));
+  DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, gap, chunk_done, bytes, &session.tags));
   if (view != nullptr && at != size)  // a recycled file's old bytes must not stay in its tail
     return internal_error(where + ": wrote " + std::to_string(at) + " of the file's " + std::to_string(size) + " bytes");
   internal_base::kill_point("save-write");  // this rank's data written, not yet fsynced
@@ -164,7 +182,7 @@ Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session,
   const std::string path = data_file_path(session, comm);
   FileSystem& fs = *session.frame.fs;
   // A spare file of this node, sized to this one: its pages are overwritten, not made.
-  const uint64_t size = session.mine.empty() ? 0 : chunk_ends(session.mine).back();
+  const uint64_t size = file_end(session.mine);
   if (!session.frame.spare_dir.empty() && size > 0 && internal_storage::take_spare(fs, session.frame.spare_dir, path, size)) {
     WriteOpenOptions keep = open_options;
     keep.truncate = false;
@@ -178,16 +196,26 @@ Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session,
   return file;
 }
 
-std::vector<uint64_t> chunk_ends(const std::vector<WriteItem>& items) {
-  std::vector<uint64_t> ends;
-  for (const auto& item : items) ends.push_back(item.byte_offset + item.stored_length);
-  return ends;
+std::vector<internal_storage::ByteRange> chunk_ranges(const std::vector<WriteItem>& items) {
+  std::vector<internal_storage::ByteRange> ranges;
+  for (const auto& item : items) ranges.push_back({item.byte_offset, item.byte_offset + item.stored_length});
+  return ranges;
+}
+
+uint64_t file_end(const std::vector<WriteItem>& items) {
+  return items.empty() ? 0 : items.back().byte_offset + items.back().stored_length;
 }
 
 Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,
                     const Comm& comm, uint64_t* bytes, std::vector<std::string>* tags) {
-  return emit_chunks(session, state, comm, [&](const char* p, std::size_t n) { return writer.append(p, n); }, nullptr,
-                     bytes, tags);
+  static constexpr char kZeros[internal_format::kChunkAlignment] = {};
+  return emit_chunks(
+      session, state, comm, [&](const char* p, std::size_t n) { return writer.append(p, n); },
+      [&](std::size_t n) {
+        return n <= sizeof(kZeros) ? writer.append(kZeros, n)
+                                   : internal_error("write: a gap of " + std::to_string(n) + " bytes");
+      },
+      nullptr, bytes, tags);
 }
 
 Result<SaveSession> begin_save(Comm& comm, const StateDict& state, const std::string& root,

@@ -48,11 +48,12 @@ Status fill_checksums(SaveFrame& frame, const std::vector<std::string>& all_crcs
                       const std::vector<std::string>& all_tags);
 
 // The I/O steps shared by the synchronous and the asynchronous write: this rank's data
-// file (opened with direct I/O when asked for), the stream offsets where its chunks end,
-// and the copy of its chunks into a stream writer.
+// file (opened with direct I/O when asked for), where its chunks lie in it and where it
+// ends, and the copy of its chunks (and the zeros between them) into a stream writer.
 std::string data_file_path(const SaveSession& session, const Comm& comm);
 Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm);
-std::vector<uint64_t> chunk_ends(const std::vector<internal_plan::WriteItem>& items);
+std::vector<internal_storage::ByteRange> chunk_ranges(const std::vector<internal_plan::WriteItem>& items);
+uint64_t file_end(const std::vector<internal_plan::WriteItem>& items);  // 0 for none
 // Encrypted sessions encrypt each chunk on its way into the stream and append its tag
 // to `tags`.
 Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,

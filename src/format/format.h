@@ -25,6 +25,17 @@ namespace distckpt::internal_format {
 
 class SequentialWriter;
 
+// Where each chunk of a data file starts: at a multiple of kChunkAlignment bytes, the
+// gap before it zeros. Native data files and integrated native
+// files alike. The kernel's copy out of a memory file system (a load's pread
+// from tmpfs or the page cache) runs at 1.8 x a memcpy when the file offset and the
+// destination share their alignment modulo 64, 2.2 x when they differ by 16, and 4.4 x
+// when they differ by 4 (one core, 256 MiB; framework tensors are 64-byte aligned, a
+// float32 chunk packed back to back starts at any multiple of 4). At most 63 bytes
+// per chunk.
+inline constexpr uint64_t kChunkAlignment = 64;
+constexpr uint64_t chunk_start(uint64_t cursor) { return (cursor + kChunkAlignment - 1) / kChunkAlignment * kChunkAlignment; }
+
 // How a sequential writer writes (see sequential_writer.h).
 struct WriterOptions {
   bool ckpt_crc_footer = true;  // ckpt: MindSpore's CRC-32 footer

@@ -237,7 +237,7 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
   }
 
   // Index skeleton: tensors in state-dict order, chunks sorted by box; each writer's
-  // file holds its chunks in index order, packed back to back.
+  // file holds its chunks in index order, each at the next chunk_start.
   plan.index.set_world_size(world);
   plan.index.set_format("native");
   plan.index.mutable_transforms()->set_checksum("crc32c");
@@ -258,7 +258,6 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     file_of_rank[r] = plan.index.files_size();
     proto::File* f = plan.index.add_files();
     f->set_name(internal_format::data_file_name(r));
-    f->set_size(plan.bytes_per_rank[r]);
   }
   for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/false, plan.index.add_tensors());
   plan.writes.assign(static_cast<std::size_t>(world), {});
@@ -270,13 +269,16 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     proto::Chunk* c = t->add_chunks();
     for (int64_t o : s.box.offset) c->add_offset(o);
     for (int64_t d : s.box.shape) c->add_shape(d);
+    const uint64_t at = internal_format::chunk_start(cursor[s.writer]);
     c->set_file_id(static_cast<uint32_t>(file_of_rank[s.writer]));
-    c->set_byte_offset(cursor[s.writer]);
+    c->set_byte_offset(at);
     c->set_length(s.bytes);
     c->set_writer_rank(s.writer);
-    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, cursor[s.writer], s.bytes, s.bytes});
-    cursor[s.writer] += s.bytes;
+    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, at, s.bytes, s.bytes});
+    cursor[s.writer] = at + s.bytes;
   }
+  for (int r = 0; r < world; ++r)
+    if (file_of_rank[r] >= 0) plan.index.mutable_files(file_of_rank[r])->set_size(cursor[r]);
   // The planned index must pass the checks every reader applies (the boxes of all
   // ranks tile each tensor, ...): never commit what load would refuse.
   Status valid = internal_format::validate_index(plan.index, "save plan");
@@ -289,9 +291,9 @@ void apply_encryption(const internal_transform::CheckpointCipher& cipher, SavePl
   for (auto& items : plan->writes) {
     uint64_t cursor = 0;
     for (WriteItem& item : items) {
-      item.byte_offset = cursor;
+      item.byte_offset = internal_format::chunk_start(cursor);
       item.stored_length = cipher.stored_length(item.length);
-      cursor += item.stored_length;
+      cursor = item.byte_offset + item.stored_length;
       proto::Chunk* c = plan->index.mutable_tensors(static_cast<int>(item.tensor))->mutable_chunks(static_cast<int>(item.chunk));
       c->set_byte_offset(item.byte_offset);
       c->set_length(item.stored_length);

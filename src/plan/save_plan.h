@@ -37,7 +37,7 @@ struct WriteItem {
 struct SavePlan {
   proto::Index index;                          // chunks carry crc32c = 0 until the write
   std::vector<std::vector<WriteItem>> writes;  // per rank, in file order
-  std::vector<uint64_t> bytes_per_rank;
+  std::vector<uint64_t> bytes_per_rank;  // chunk bytes each rank writes (its file adds the gaps)
 };
 
 // A tensor as the planner sees it. `layout` is borrowed.

@@ -8,16 +8,16 @@
 
 namespace distckpt::internal_storage {
 
-StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
+StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<ByteRange> chunks,
                            std::string path, bool checksum, bool hold)
-    : file_(std::move(file)), pool_(&pool), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)), held_(hold),
+    : file_(std::move(file)), pool_(&pool), chunks_(std::move(chunks)), path_(std::move(path)), held_(hold),
       crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {
   thread_ = std::thread([this] { run(); });
 }
 
-StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<uint64_t> chunk_ends,
+StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<ByteRange> chunks,
                            std::string path, bool checksum)
-    : file_(std::move(file)), pool_(nullptr), view_(view), chunk_ends_(std::move(chunk_ends)), path_(std::move(path)),
+    : file_(std::move(file)), pool_(nullptr), view_(view), chunks_(std::move(chunks)), path_(std::move(path)),
       crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {}
 
 StreamWriter::~StreamWriter() {
@@ -57,9 +57,8 @@ void StreamWriter::submit_current() {
 Status StreamWriter::append(const void* data, std::size_t n) {
   const char* p = static_cast<const char*>(data);
   if (view_ != nullptr) {
-    const uint64_t size = chunk_ends_.empty() ? 0 : chunk_ends_.back();
-    if (n > size - appended_)
-      return internal_error("write '" + path_ + "': stream longer than its " + std::to_string(size) + " bytes");
+    if (n > size() - appended_)
+      return internal_error("write '" + path_ + "': stream longer than its " + std::to_string(size()) + " bytes");
     copy_into_mapping(view_ + appended_, p, n);
     appended_ += n;
     return Status();
@@ -97,15 +96,21 @@ void StreamWriter::run() {
     }
     Status st = writer_status();
     if (st.ok()) {
-      // Per-chunk CRCs over the staged bytes, in stream order (one writer thread).
+      // Per-chunk CRCs over the staged bytes, in stream order (one writer thread); the
+      // gaps between chunks are skipped.
       uint64_t pos = job.offset;
       const uint64_t end = job.offset + job.bytes;
-      while (pos < end && chunk_ < chunk_ends_.size()) {
-        const uint64_t stop = std::min(end, chunk_ends_[chunk_]);
+      while (pos < end && chunk_ < chunks_.size()) {
+        const ByteRange& c = chunks_[chunk_];
+        if (pos < c.begin) {
+          pos = std::min(end, c.begin);
+          continue;
+        }
+        const uint64_t stop = std::min(end, c.end);
         if (checksum_)
           crc_state_ = internal_transform::crc32c_extend(crc_state_, job.slab + (pos - job.offset), stop - pos);
         pos = stop;
-        if (pos == chunk_ends_[chunk_]) {
+        if (pos == c.end) {
           crcs_.push_back(internal_transform::crc32c_finish(crc_state_));
           crc_state_ = internal_transform::kCrc32cInit;
           ++chunk_;
@@ -134,13 +139,11 @@ void StreamWriter::run() {
 Result<std::vector<uint32_t>> StreamWriter::finish(bool fsync) {
   if (view_ != nullptr) {
     // The CRCs of the bytes as the file holds them.
-    uint64_t begin = 0;
-    for (uint64_t end : chunk_ends_) {
-      if (end > appended_) break;
+    for (const ByteRange& c : chunks_) {
+      if (c.end > appended_) break;
       crcs_.push_back(checksum_ ? internal_transform::crc32c_finish(internal_transform::crc32c_extend(
-                                      internal_transform::kCrc32cInit, view_ + begin, end - begin))
+                                      internal_transform::kCrc32cInit, view_ + c.begin, c.end - c.begin))
                                 : 0);
-      begin = end;
     }
   }
   if (fill_ > 0) submit_current();
@@ -150,11 +153,16 @@ Result<std::vector<uint32_t>> StreamWriter::finish(bool fsync) {
     cv_.wait(lock, [&] { return queue_.empty() && idle_; });
   }
   DISTCKPT_RETURN_IF_ERROR(writer_status());
-  const uint64_t size = chunk_ends_.empty() ? 0 : chunk_ends_.back();
-  if (appended_ != size || crcs_.size() != chunk_ends_.size())
+  // Chunks of no bytes at the very end: no slab reached them.
+  if (view_ == nullptr)
+    while (chunk_ < chunks_.size() && chunks_[chunk_].begin == chunks_[chunk_].end && chunks_[chunk_].end <= appended_) {
+      crcs_.push_back(internal_transform::crc32c_finish(internal_transform::kCrc32cInit));
+      ++chunk_;
+    }
+  if (appended_ != size() || crcs_.size() != chunks_.size())
     return internal_error("write '" + path_ + "': stream has " + std::to_string(appended_) + " bytes, expected " +
-                          std::to_string(size));
-  if (file_->direct() && size % kDirectIoAlignment != 0) DISTCKPT_RETURN_IF_ERROR(file_->truncate(size));
+                          std::to_string(size()));
+  if (file_->direct() && size() % kDirectIoAlignment != 0) DISTCKPT_RETURN_IF_ERROR(file_->truncate(size()));
   if (fsync) DISTCKPT_RETURN_IF_ERROR(file_->sync());
   DISTCKPT_RETURN_IF_ERROR(file_->close());
   return crcs_;

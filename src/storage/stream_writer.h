@@ -1,7 +1,8 @@
 // The write side of the I/O engine: one data file written as a single sequential
 // stream through aligned staging slabs, by a background writer thread.
 //
-// The caller appends the bytes of its chunks in file order; append() copies them into
+// The caller appends the bytes of its chunks in file order (and the zeros of the gaps
+// between them, kChunkAlignment in format/format.h); append() copies them into
 // the current slab (the one copy of tensor bytes: with O_DIRECT the kernel copies
 // nothing more, where buffered I/O would copy into the page cache), and full slabs go
 // to the writer thread, which computes each chunk's CRC32C on the staged bytes while
@@ -29,10 +30,16 @@
 
 namespace distckpt::internal_storage {
 
+// A chunk's bytes in the stream: [begin, end).
+struct ByteRange {
+  uint64_t begin = 0, end = 0;
+};
+
 class StreamWriter {
  public:
-  // `chunk_ends` are the stream offsets where chunks end (ascending; the last one is
-  // the file's size): the writer computes one CRC32C per chunk. `file` is written from
+  // `chunks` are where the chunks lie in the stream (ascending, not overlapping; the
+  // last one ends the file, and bytes between them are gaps): the writer computes one
+  // CRC32C per chunk, over its bytes only. `file` is written from
   // offset 0; `pool` must outlive the writer and serve only it while it runs.
   // With `checksum` false no CRC is computed (finish() returns zeros).
   // With `hold`, full slabs wait in the queue instead of being written while the caller
@@ -41,13 +48,13 @@ class StreamWriter {
   // with hold when its file is written through the page cache: there the write is a
   // second memory copy by the kernel, which would compete with the caller's copy for
   // the cores and the memory bandwidth while the training loop waits.
-  StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<uint64_t> chunk_ends,
-               std::string path, bool checksum = true, bool hold = false);
+  StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<ByteRange> chunks, std::string path,
+               bool checksum = true, bool hold = false);
   // The same stream written through `view`, the file's own memory (map_for_write): no
   // slabs and no writer thread; append() copies into the file, finish() takes the CRCs
   // from it (on the thread that calls finish: an asynchronous save's background one).
   // `view` must stay valid as long as `file` is open (it is `file`'s).
-  StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<uint64_t> chunk_ends, std::string path,
+  StreamWriter(std::unique_ptr<WritableFile> file, char* view, std::vector<ByteRange> chunks, std::string path,
                bool checksum = true);
   ~StreamWriter();  // joins the writer thread (after an abandoned stream, too)
 
@@ -71,7 +78,8 @@ class StreamWriter {
   std::unique_ptr<WritableFile> file_;
   StagingPool* pool_;  // null when written through view_
   char* view_ = nullptr;
-  std::vector<uint64_t> chunk_ends_;
+  std::vector<ByteRange> chunks_;
+  uint64_t size() const { return chunks_.empty() ? 0 : chunks_.back().end; }
   std::string path_;
 
   char* current_ = nullptr;  // slab being filled by append()

@@ -116,12 +116,13 @@ Status plan_drain(const proto::Index& record, int world, const internal_transfor
     for (int64_t d : s.box.shape) c->add_shape(d);
     const auto w = static_cast<std::size_t>(s.writer);
     const uint64_t stored = cipher ? cipher->stored_length(s.bytes) : s.bytes;
+    const uint64_t at = internal_format::chunk_start(cursor[w]);  // the gap stays a hole: zeros
     c->set_file_id(static_cast<uint32_t>(file_of[w]));
-    c->set_byte_offset(cursor[w]);
+    c->set_byte_offset(at);
     c->set_length(stored);
     c->set_writer_rank(s.writer);
-    (*items)[w].push_back(DrainJob::Item{s.tensor, s.source, chunk_no, cursor[w], s.bytes, stored});
-    cursor[w] += stored;
+    (*items)[w].push_back(DrainJob::Item{s.tensor, s.source, chunk_no, at, s.bytes, stored});
+    cursor[w] = at + stored;
   }
   for (int r = 0; r < world; ++r)
     if (file_of[static_cast<std::size_t>(r)] >= 0) index->mutable_files(file_of[static_cast<std::size_t>(r)])->set_size(cursor[static_cast<std::size_t>(r)]);

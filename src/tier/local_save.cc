@@ -76,12 +76,13 @@ std::vector<uint64_t> solo_first(internal_plan::SavePlan& plan, const NodeMap& n
     uint64_t cursor = 0, solo_end = 0;
     const uint32_t file = plan.index.tensors(static_cast<int>(items[0].tensor)).chunks(static_cast<int>(items[0].chunk)).file_id();
     for (WriteItem& w : items) {
-      w.byte_offset = cursor;
-      cursor += w.stored_length;
+      w.byte_offset = internal_format::chunk_start(cursor);
+      cursor = w.byte_offset + w.stored_length;
       if (holders[key(w.tensor, w.chunk)].size() == 1) solo_end = cursor;
       plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_byte_offset(w.byte_offset);
     }
     solo[file] = solo_end;
+    plan.index.mutable_files(static_cast<int>(file))->set_size(cursor);  // the order moved the gaps
   }
   return solo;
 }

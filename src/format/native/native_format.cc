@@ -2,6 +2,7 @@
 // native saves and conversions to native: whole tensors in one data file).
 #include <optional>
 
+#include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/sequential_writer.h"
 #include "transform/cipher.h"
@@ -37,7 +38,7 @@ class NativeWriter final : public SequentialWriter {
       return internal_error("writer: tensor '" + meta_.tensors(tensor).name() + "' was already complete");
     }
     if (at == 0) {
-      offsets_[i] = out_.position();
+      DISTCKPT_RETURN_IF_ERROR(start_chunk(i));
       if (cipher_ != nullptr) DISTCKPT_RETURN_IF_ERROR(begin_seal(tensor));
     }
     if (cipher_ == nullptr) {
@@ -62,7 +63,7 @@ class NativeWriter final : public SequentialWriter {
     if (cipher_ != nullptr)  // empty tensors no one appended: an empty chunk each
       for (int i = 0; i < meta_.tensors_size(); ++i)
         if (tags_[static_cast<std::size_t>(i)].empty()) {
-          offsets_[static_cast<std::size_t>(i)] = out_.position();
+          DISTCKPT_RETURN_IF_ERROR(start_chunk(static_cast<std::size_t>(i)));
           DISTCKPT_RETURN_IF_ERROR(begin_seal(i));
           DISTCKPT_RETURN_IF_ERROR(end_seal(static_cast<std::size_t>(i)));
         }
@@ -93,6 +94,14 @@ class NativeWriter final : public SequentialWriter {
 
  private:
   static constexpr std::size_t kPiece = 4 << 20;
+  // Tensor `i` starts at the next chunk_start; the gap is zeros.
+  Status start_chunk(std::size_t i) {
+    static constexpr char kZeros[kChunkAlignment] = {};
+    const uint64_t at = out_.position();
+    DISTCKPT_RETURN_IF_ERROR(out_.write(kZeros, static_cast<std::size_t>(chunk_start(at) - at)));
+    offsets_[i] = chunk_start(at);
+    return Status();
+  }
   Status emit(std::size_t i, const void* data, std::size_t n) {
     crcs_[i] = crc32c_extend(crcs_[i], data, n);
     return out_.write(data, n);
