@@ -124,15 +124,17 @@ Status check_file_crc32(Comm& comm, FileCache& files, const proto::Index& index,
   return agree(comm, local);
 }
 
-// Collective: whether replicas may share reads. Every rank must want it (its options,
-// and no buffer of its planned boxes used twice: tied weights would make a rank receive
-// into a buffer it also sends from) and every rank must load the same tensors, with the
-// same dtypes and layouts (rank lists and explicit boxes included), in the same order,
-// so that each member of a replica group derives the same reader for each box, from the
-// same stored tensors (filters and renames are each rank's own). One
-// allreduce decides, so all ranks take the same path.
-bool may_share_reads(Comm& comm, const StateDict& state, const proto::Index& index,
-                     const std::vector<std::pair<int, int>>& plan, bool wanted) {
+// What ranks compare to decide whether replicas may share reads. Every rank must want
+// it (its options, and no buffer of its planned boxes used twice: tied weights would
+// make a rank receive into a buffer it also sends from) and every rank must load the
+// same tensors, with the same dtypes and layouts (rank lists and explicit boxes
+// included), in the same order, so that each member of a replica group derives the
+// same reader for each box, from the same stored tensors (filters and renames are each
+// rank's own). The words go into phase 1's agreement (one allreduce decides, so all
+// ranks take the same path); a rank that does not want sharing sends no fingerprint.
+std::vector<int64_t> share_words(const StateDict& state, const proto::Index& index,
+                                 const std::vector<std::pair<int, int>>& plan, bool wanted) {
+  if (!wanted) return {0, 0};
   std::string signature;
   std::set<void*> buffers;
   bool tied = false;
@@ -147,10 +149,8 @@ bool may_share_reads(Comm& comm, const StateDict& state, const proto::Index& ind
     for (std::size_t b = 0; b < e.buffers.size(); ++b)
       if (e.boxes[b].num_elements() > 0 && !buffers.insert(e.buffers[b]).second) tied = true;
   }
-  const auto h = static_cast<int64_t>(std::hash<std::string>{}(signature));
-  const bool want = wanted && !tied;
-  const internal_comm::Compared c = internal_comm::agree_same(comm, Status(), {h, want ? 1 : 0});
-  return c.same && want;
+  if (tied) return {0, 0};
+  return {static_cast<int64_t>(std::hash<std::string>{}(signature)), 1};
 }
 
 }  // namespace
@@ -178,6 +178,13 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
+  // Tensors to cast are read (and shared between replicas) in their stored dtype into
+  // staging buffers, converted into the caller's buffers once every read succeeded.
+  std::map<int, std::vector<std::vector<unsigned char>>> staged;
+  const bool wants_sharing =
+      comm.size() > 1 && (options.replica_reads == LoadOptions::ReplicaReads::kShared ||
+                          (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1));
+  std::vector<int64_t> sharing{0, 0};
   local = guarded(where, [&]() -> Status {
     const std::string source = dir;
     dir = internal_format::files_dir(index, dir);
@@ -236,26 +243,24 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     }
     for (const auto& [name, i] : stored)
       if (!asked.count(name)) result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
-    return Status();
-  });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  // A whole-file CRC-32 is read whole only where chunks have no CRC32C of their own (a
-  // single .ckpt); a per-rank set's chunks are checked as they are read, like native.
-  if (!internal_format::has_chunk_checksums(index))
-    DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
-
-  // Tensors to cast are read (and shared between replicas) in their stored dtype into
-  // staging buffers, converted into the caller's buffers once every read succeeded.
-  std::map<int, std::vector<std::vector<unsigned char>>> staged;
-  local = guarded(where, [&]() -> Status {
     for (const auto& [i, from] : casts) {
       const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
       auto& boxes = staged[i];
       for (const Box& box : e.boxes) boxes.emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(from));
     }
+    sharing = share_words(state, index, plan, wants_sharing);
     return Status();
   });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+  // One allreduce: phase 1 succeeded everywhere, and replicas may share reads. Only
+  // after a failure does a second round carry the lowest failing rank's message.
+  const internal_comm::Compared phase1 = internal_comm::agree_same(comm, local, sharing);
+  if (phase1.failed) return agree(comm, local.with_context(where));
+  const bool share = phase1.same && sharing[1] == 1;
+  // A whole-file CRC-32 is read whole only where chunks have no CRC32C of their own (a
+  // single .ckpt); a per-rank set's chunks are checked as they are read, like native.
+  if (!internal_format::has_chunk_checksums(index))
+    DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
+
   const auto dtype_read = [&](int i) { return casts.count(i) ? casts.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype; };
   const auto buffer_read = [&](int i, std::size_t b) -> void* {
     return casts.count(i) ? static_cast<void*>(staged.at(i)[b].data()) : state.tensors()[static_cast<std::size_t>(i)].buffers[b];
@@ -266,10 +271,6 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // shared reads, each box needed by several replicas is read by one of them (chosen
   // greedily by bytes within the replica group, the same choice on every member) and,
   // after all ranks agreed that every read succeeded, sent to the others.
-  const bool wants_sharing =
-      options.replica_reads == LoadOptions::ReplicaReads::kShared ||
-      (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1);
-  const bool share = comm.size() > 1 && may_share_reads(comm, state, index, plan, wants_sharing);
   std::vector<Comm::Transfer> sends, receives;
   internal_base::Timer read_timer;
   internal_format::SmallRuns small;
