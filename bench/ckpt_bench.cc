@@ -38,7 +38,9 @@
 #include <filesystem>
 #include <fstream>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -96,6 +98,9 @@ struct Args {
   // or both, one after the other in each repeat, to compare them.
   bool sieve = false, compare_sieve = false;
   bool compare_limit = false;  // fio in the same run and directory (fio_limit)
+  // Where each slice's buffer starts, modulo 64: 0 as PyTorch's CPU allocator and XLA
+  // place tensors (64-byte aligned), 16 as glibc's malloc places a large block.
+  int buffer_offset = 0;
   // Incremental saves (SaveOptions::incremental): between saves this fraction of the
   // state's bytes changes (whole tensors, the first ones of the list); < 0: off.
   double change_fraction = -1;
@@ -115,13 +120,28 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
+struct SliceFree {
+  std::size_t offset = 0;
+  void operator()(float* p) const { std::free(reinterpret_cast<char*>(p) - offset); }
+};
+
 // One tensor's slice on this rank: the box it holds and a buffer owned by the bench.
 struct Slice {
   const WorkloadTensor* tensor = nullptr;
   Box box;
   size_t elements = 0;
-  std::unique_ptr<float[]> data;  // at least one element, so empty boxes get a pointer
+  // At least one element, so empty boxes get a pointer; `buffer_offset` bytes past a
+  // 64-byte boundary.
+  std::unique_ptr<float[], SliceFree> data;
 };
+
+std::unique_ptr<float[], SliceFree> slice_buffer(std::size_t elements, int offset) {
+  const std::size_t bytes = (std::max<std::size_t>(elements, 1) * sizeof(float) + offset + 63) / 64 * 64;
+  char* block = static_cast<char*>(std::aligned_alloc(64, bytes));
+  if (block == nullptr) throw std::bad_alloc();
+  return std::unique_ptr<float[], SliceFree>(reinterpret_cast<float*>(block + offset),
+                                             SliceFree{static_cast<std::size_t>(offset)});
+}
 
 // Collective: true when `ok` holds on every rank. Used for local steps (argument checks,
 // setup, cleanup on rank 0) so that no rank is left waiting in a later collective.
@@ -175,7 +195,7 @@ Status generate(const Args& a, int rank, Workload& w) {
     s.tensor = &t;
     s.box = std::move(boxes[0]);
     s.elements = static_cast<size_t>(s.box.num_elements());
-    s.data.reset(new float[s.elements > 0 ? s.elements : 1]);
+    s.data = slice_buffer(s.elements, a.buffer_offset);
     distckpt::bench::fill_slice(a.seed, t, s.box, s.data.get());
     w.rank_bytes += s.elements * sizeof(float);
     DISTCKPT_RETURN_IF_ERROR(w.state.add_tensor(t.name, distckpt::DType::kFloat32, s.data.get(), *layout));
@@ -973,6 +993,11 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--sieve", a.sieve, "read pieces under 4 KiB by data sieving (slabs of whole rows) instead of exactly");
   app.add_flag("--compare-sieve", a.compare_sieve,
                "after each timed load, the same load with data sieving: prints load_vs_sieve (medians)");
+  app.add_option("--buffer-offset", a.buffer_offset,
+                 "each tensor buffer starts this many bytes past a 64-byte boundary: 0 as PyTorch and XLA align "
+                 "tensors, 16 as malloc places a large block")
+      ->check(CLI::Range(0, 60))
+      ->check([](const std::string& v) { return std::stoi(v) % 4 == 0 ? std::string() : std::string("a multiple of 4"); });
   app.add_flag("--compare-limit", a.compare_limit,
                "in each repeat, the storage's limit by fio in the same directory: one job per rank writing its "
                "bytes (8 MiB blocks, O_DIRECT where allowed, end fsync), then a cold read of the unique bytes; "
