@@ -588,10 +588,6 @@ TEST_F(TierTest, RetentionPerTierNeverRemovesWhatADrainReads) {
   }
 }
 
-// On tmpfs, recycled files are written through mappings the process keeps
-// (storage/write_maps.h): a new mapping, then the kept one, synchronously, encrypted and
-// in the background. The spares are scribbled over before each save: every byte restored
-// must be the save's own.
 // The bytes between chunks (each starts at a multiple of 64) of the node-local data
 // files of checkpoint `name` under `shm` are zeros: a recycled file's old bytes are
 // overwritten there too.
@@ -627,6 +623,10 @@ void expect_zero_gaps(const std::string& root, const std::string& shm, const std
   EXPECT_GT(gap_bytes, 0u) << name << ": the model leaves no gap to check";
 }
 
+// On tmpfs, recycled files are written through mappings the process keeps
+// (storage/write_maps.h): a new mapping, then the kept one, synchronously, encrypted and
+// in the background. The spares are scribbled over before each save: every byte restored
+// must be the save's own.
 TEST(TierTmpfs, RecycledFilesWrittenThroughMappingsRestoreTheirOwnBytes) {
   struct statfs sfs;
   if (::statfs("/dev/shm", &sfs) != 0 || sfs.f_type != TMPFS_MAGIC)

@@ -107,9 +107,9 @@ Status prepare_base(SaveFrame& frame) {
   // A file whose chunks in the base are less than half of it is not referenced again:
   // its chunks are rewritten, so that the file can go once older checkpoints retire (a
   // file is kept whole while any of its chunks is referenced).
-  std::map<uint32_t, uint64_t> live;
+  std::map<uint32_t, uint64_t> live;  // with the gap before each chunk (kChunkAlignment)
   for (const auto& t : index->tensors())
-    for (const auto& c : t.chunks()) live[c.file_id()] += c.length();
+    for (const auto& c : t.chunks()) live[c.file_id()] += internal_format::chunk_start(c.length());
   for (auto& t : *index->mutable_tensors())
     for (auto& c : *t.mutable_chunks())
       if (2 * live[c.file_id()] < index->files(static_cast<int>(c.file_id())).size()) c.clear_content_hash();

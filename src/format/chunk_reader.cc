@@ -111,7 +111,7 @@ Status read_chunk(const ReadableFile& file, const proto::Tensor& t, int c, void*
       scratch.resize(chunk.length());
       p = scratch.data();
     }
-    constexpr uint64_t kPiece = 256 << 10;
+    constexpr uint64_t kPiece = 256 << 10;  // the CRC reads each piece from cache, just after its copy
     for (uint64_t done = 0; done < chunk.length();) {
       const uint64_t n = std::min(kPiece, chunk.length() - done);
       DISTCKPT_RETURN_IF_ERROR(read_piece(p + done, done, n));

@@ -116,7 +116,7 @@ Status plan_drain(const proto::Index& record, int world, const internal_transfor
     for (int64_t d : s.box.shape) c->add_shape(d);
     const auto w = static_cast<std::size_t>(s.writer);
     const uint64_t stored = cipher ? cipher->stored_length(s.bytes) : s.bytes;
-    const uint64_t at = internal_format::chunk_start(cursor[w]);  // the gap stays a hole: zeros
+    const uint64_t at = internal_format::chunk_start(cursor[w]);
     c->set_file_id(static_cast<uint32_t>(file_of[w]));
     c->set_byte_offset(at);
     c->set_length(stored);
@@ -213,7 +213,14 @@ void DrainJob::copy() {
     DISTCKPT_ASSIGN_OR_RETURN(auto out, fs.open_writable(path));
     std::map<uint32_t, std::unique_ptr<ReadableFile>> sources;
     std::vector<char> plain, sealed, scratch;
+    static constexpr char kZeros[internal_format::kChunkAlignment] = {};
+    uint64_t end = 0;  // of the chunks written so far (they come in file order)
     for (const Item& item : mine_) {
+      if (item.byte_offset < end || item.byte_offset - end > sizeof(kZeros))
+        return internal_error("drain: chunk at byte " + std::to_string(item.byte_offset) + " after one ending at " +
+                              std::to_string(end));
+      if (item.byte_offset > end)  // the gap's zeros, written as every writer writes them
+        DISTCKPT_RETURN_IF_ERROR(out->write_at(kZeros, static_cast<std::size_t>(item.byte_offset - end), end));
       const proto::Tensor& t = record_.tensors(item.tensor);
       const proto::Chunk& src = t.chunks(item.source_chunk);
       const std::string source_path = copy_path(tier_.dir, name_, record_.files(static_cast<int>(src.file_id())).name(), kPrimary);
@@ -248,6 +255,7 @@ void DrainJob::copy() {
           internal_transform::crc32c_extend(internal_transform::kCrc32cInit, stored, static_cast<std::size_t>(item.stored_length))));
       DISTCKPT_RETURN_IF_ERROR(out->write_at(stored, static_cast<std::size_t>(item.stored_length), item.byte_offset));
       bytes_ += item.stored_length;
+      end = item.byte_offset + item.stored_length;
     }
     internal_base::kill_point("drain-write");
     if (options_.fsync) DISTCKPT_RETURN_IF_ERROR(out->sync());

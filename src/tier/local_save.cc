@@ -54,8 +54,8 @@ using internal_plan::WriteItem;
 
 // Puts each rank's chunks that no other node holds first in its file (so that one
 // prefix of the file is what redundancy protects) and lays the file out again;
-// returns each file's solo prefix.
-std::vector<uint64_t> solo_first(internal_plan::SavePlan& plan, const NodeMap& nodes) {
+// returns how many chunks lead each file that way (per file id).
+std::vector<std::size_t> solo_first(internal_plan::SavePlan& plan, const NodeMap& nodes) {
   // Nodes per distinct (tensor, box).
   std::map<std::pair<uint32_t, std::string>, std::set<int>> holders;
   auto key = [&](uint32_t t, uint32_t c) {
@@ -67,40 +67,35 @@ std::vector<uint64_t> solo_first(internal_plan::SavePlan& plan, const NodeMap& n
   };
   for (std::size_t r = 0; r < plan.writes.size(); ++r)
     for (const WriteItem& w : plan.writes[r]) holders[key(w.tensor, w.chunk)].insert(nodes.node_of[r]);
-  std::vector<uint64_t> solo(static_cast<std::size_t>(plan.index.files_size()), 0);
+  std::vector<std::size_t> solo_items(static_cast<std::size_t>(plan.index.files_size()), 0);
   for (std::size_t r = 0; r < plan.writes.size(); ++r) {
     auto& items = plan.writes[r];
     if (items.empty()) continue;
-    std::stable_partition(items.begin(), items.end(),
-                          [&](const WriteItem& w) { return holders[key(w.tensor, w.chunk)].size() == 1; });
-    uint64_t cursor = 0, solo_end = 0;
+    const auto solo_end = std::stable_partition(items.begin(), items.end(), [&](const WriteItem& w) {
+      return holders[key(w.tensor, w.chunk)].size() == 1;
+    });
+    uint64_t cursor = 0;
     const uint32_t file = plan.index.tensors(static_cast<int>(items[0].tensor)).chunks(static_cast<int>(items[0].chunk)).file_id();
     for (WriteItem& w : items) {
       w.byte_offset = internal_format::chunk_start(cursor);
       cursor = w.byte_offset + w.stored_length;
-      if (holders[key(w.tensor, w.chunk)].size() == 1) solo_end = cursor;
       plan.index.mutable_tensors(static_cast<int>(w.tensor))->mutable_chunks(static_cast<int>(w.chunk))->set_byte_offset(w.byte_offset);
     }
-    solo[file] = solo_end;
+    solo_items[file] = static_cast<std::size_t>(solo_end - items.begin());
     plan.index.mutable_files(static_cast<int>(file))->set_size(cursor);  // the order moved the gaps
   }
-  return solo;
+  return solo_items;
 }
 
-// The plaintext solo prefix under encryption moves with the padding: recompute it from
-// the final layout (apply_encryption kept the order).
-std::vector<uint64_t> solo_after_encryption(const internal_plan::SavePlan& plan, const std::vector<uint64_t>& plain_solo,
-                                            const std::vector<uint64_t>& plain_offsets_end) {
-  (void)plain_offsets_end;
-  std::vector<uint64_t> solo(plain_solo.size(), 0);
+// Each file's solo prefix in bytes: up to the end of its last solo chunk, as the plan
+// lays it out now (after apply_encryption too, which keeps the order).
+std::vector<uint64_t> solo_prefix(const internal_plan::SavePlan& plan, const std::vector<std::size_t>& solo_items) {
+  std::vector<uint64_t> solo(solo_items.size(), 0);
   for (const auto& items : plan.writes) {
     if (items.empty()) continue;
     const uint32_t file = plan.index.tensors(static_cast<int>(items[0].tensor)).chunks(static_cast<int>(items[0].chunk)).file_id();
-    uint64_t plain = 0;
-    for (const WriteItem& w : items) {
-      plain += w.length;
-      if (plain <= plain_solo[file]) solo[file] = w.byte_offset + w.stored_length;
-    }
+    const std::size_t n = solo_items[file];
+    if (n > 0) solo[file] = items[n - 1].byte_offset + items[n - 1].stored_length;
   }
   return solo;
 }
@@ -396,11 +391,9 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
         return already_exists("checkpoint '" + options.name + "' already exists in '" + root + "'");
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
                                                                      true, &nodes.node_of));
-      std::vector<uint64_t> solo = solo_first(frame.plan, nodes);
-      if (frame.cipher) {
-        internal_plan::apply_encryption(*frame.cipher, &frame.plan);
-        solo = solo_after_encryption(frame.plan, solo, {});
-      }
+      const std::vector<std::size_t> solo_items = solo_first(frame.plan, nodes);
+      if (frame.cipher) internal_plan::apply_encryption(*frame.cipher, &frame.plan);
+      const std::vector<uint64_t> solo = solo_prefix(frame.plan, solo_items);
       proto::Index& index = frame.plan.index;
       index.set_name(options.name);
       index.set_step(options.step);

@@ -16,7 +16,7 @@ using internal_transform::crc32c_extend;
 using internal_transform::crc32c_finish;
 using internal_transform::kCrc32cInit;
 
-// A native data file holding whole tensors back to back; finish() returns the index
+// A native data file holding whole tensors, each at the next multiple of 64 bytes; finish() returns the index
 // with one chunk per tensor (file 0 = this file), CRC32C included. With a cipher, each
 // tensor is one encrypted chunk (nonce and tag in the index; CBC pads its end).
 class NativeWriter final : public SequentialWriter {
