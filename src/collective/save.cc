@@ -82,12 +82,14 @@ Status emit_chunks(const SaveSession& session, const StateDict& state, const Com
       return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
                             std::to_string(item.byte_offset) + " overlaps the one before it (ends at " +
                             std::to_string(at) + ")");
-    Status st = item.byte_offset > at ? gap(static_cast<std::size_t>(item.byte_offset - at)) : Status();
-    if (st.ok() && session.frame.cipher) {
+    Status st;
+    if (item.byte_offset > at) st = gap(static_cast<std::size_t>(item.byte_offset - at));
+    if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
+    if (session.frame.cipher) {
       auto tag = seal_chunk(*session.frame.cipher, item, e.name, file_name, e.buffers[item.local_box], bounce, sink);
       if (tag.ok()) tags->push_back(std::move(*tag));
       st = tag.status();
-    } else if (st.ok()) {
+    } else {
       st = sink(static_cast<const char*>(e.buffers[item.local_box]), item.length);
     }
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
@@ -145,11 +147,11 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     }
     return Status();
   };
-  static constexpr char kZeros[internal_format::kChunkAlignment] = {};
   auto gap = [&](std::size_t n) -> Status {
-    if (n > sizeof(kZeros) || n > size - at) return internal_error("write: a gap of " + std::to_string(n) + " bytes");
+    if (n >= internal_format::kChunkAlignment || n > size - at)
+      return internal_error("write: a gap of " + std::to_string(n) + " bytes");
     if (view != nullptr) std::memset(view + at, 0, n);  // a recycled file's old bytes go
-    else DISTCKPT_RETURN_IF_ERROR(file->write_at(kZeros, n, at));
+    else DISTCKPT_RETURN_IF_ERROR(file->write_at(internal_format::kGapZeros, n, at));
     at += n;
     return Status();
   };
@@ -208,12 +210,11 @@ uint64_t file_end(const std::vector<WriteItem>& items) {
 
 Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& session, const StateDict& state,
                     const Comm& comm, uint64_t* bytes, std::vector<std::string>* tags) {
-  static constexpr char kZeros[internal_format::kChunkAlignment] = {};
   return emit_chunks(
       session, state, comm, [&](const char* p, std::size_t n) { return writer.append(p, n); },
       [&](std::size_t n) {
-        return n <= sizeof(kZeros) ? writer.append(kZeros, n)
-                                   : internal_error("write: a gap of " + std::to_string(n) + " bytes");
+        return n < internal_format::kChunkAlignment ? writer.append(internal_format::kGapZeros, n)
+                                                    : internal_error("write: a gap of " + std::to_string(n) + " bytes");
       },
       nullptr, bytes, tags);
 }

@@ -35,6 +35,8 @@ class SequentialWriter;
 // per chunk.
 inline constexpr uint64_t kChunkAlignment = 64;
 constexpr uint64_t chunk_start(uint64_t cursor) { return (cursor + kChunkAlignment - 1) / kChunkAlignment * kChunkAlignment; }
+// The bytes of a gap: at most kChunkAlignment - 1 of them.
+inline constexpr char kGapZeros[kChunkAlignment] = {};
 
 // How a sequential writer writes (see sequential_writer.h).
 struct WriterOptions {

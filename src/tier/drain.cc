@@ -213,14 +213,14 @@ void DrainJob::copy() {
     DISTCKPT_ASSIGN_OR_RETURN(auto out, fs.open_writable(path));
     std::map<uint32_t, std::unique_ptr<ReadableFile>> sources;
     std::vector<char> plain, sealed, scratch;
-    static constexpr char kZeros[internal_format::kChunkAlignment] = {};
     uint64_t end = 0;  // of the chunks written so far (they come in file order)
     for (const Item& item : mine_) {
-      if (item.byte_offset < end || item.byte_offset - end > sizeof(kZeros))
+      if (item.byte_offset < end || item.byte_offset - end >= internal_format::kChunkAlignment)
         return internal_error("drain: chunk at byte " + std::to_string(item.byte_offset) + " after one ending at " +
                               std::to_string(end));
       if (item.byte_offset > end)  // the gap's zeros, written as every writer writes them
-        DISTCKPT_RETURN_IF_ERROR(out->write_at(kZeros, static_cast<std::size_t>(item.byte_offset - end), end));
+        DISTCKPT_RETURN_IF_ERROR(
+            out->write_at(internal_format::kGapZeros, static_cast<std::size_t>(item.byte_offset - end), end));
       const proto::Tensor& t = record_.tensors(item.tensor);
       const proto::Chunk& src = t.chunks(item.source_chunk);
       const std::string source_path = copy_path(tier_.dir, name_, record_.files(static_cast<int>(src.file_id())).name(), kPrimary);

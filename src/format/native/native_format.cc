@@ -96,9 +96,8 @@ class NativeWriter final : public SequentialWriter {
   static constexpr std::size_t kPiece = 4 << 20;
   // Tensor `i` starts at the next chunk_start; the gap is zeros.
   Status start_chunk(std::size_t i) {
-    static constexpr char kZeros[kChunkAlignment] = {};
     const uint64_t at = out_.position();
-    DISTCKPT_RETURN_IF_ERROR(out_.write(kZeros, static_cast<std::size_t>(chunk_start(at) - at)));
+    DISTCKPT_RETURN_IF_ERROR(out_.write(kGapZeros, static_cast<std::size_t>(chunk_start(at) - at)));
     offsets_[i] = chunk_start(at);
     return Status();
   }
