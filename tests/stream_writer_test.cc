@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include <filesystem>
 #include <fstream>
@@ -24,43 +25,53 @@ std::string read_file(const std::string& path) {
 }
 
 // Chunks of awkward sizes through a tiny pool (2 slabs of 8 KiB): chunks straddle
-// slabs, some slabs hold many chunks, the tail is not aligned.
-class StreamWriterTest : public ::testing::TestWithParam<bool> {};
+// slabs, some slabs hold many chunks, the tail is not aligned. Parameters: direct I/O,
+// and which thread takes the CRCs.
+class StreamWriterTest : public ::testing::TestWithParam<std::tuple<bool, StreamWriter::ChecksumOn>> {
+ protected:
+  bool direct() const { return std::get<0>(GetParam()); }
+  StreamWriter::ChecksumOn checksum_on() const { return std::get<1>(GetParam()); }
+};
 
 // Chunks at 64-byte starts (as data files lay them out), the gaps between them zeros
 // outside every CRC, empty chunks among them and at the end.
+// Slabs of 8 KiB, and of 1 MiB, where a chunk over 256 KiB is checksummed in pieces
+// (ChecksumOn::kAppend).
 TEST_P(StreamWriterTest, ChunkChecksumsAndBytesSurviveSlabBoundaries) {
-  testing::TempDir tmp;
-  const std::string path = tmp.path() + "/data.bin";
-  const std::vector<std::size_t> sizes{1, 5000, 8192, 3, 0, 20000, 100, 16384, 7777, 0};
-  std::vector<std::string> chunks;
-  std::vector<ByteRange> ranges;
-  std::string expected;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    std::string c(sizes[i], '\0');
-    for (std::size_t k = 0; k < c.size(); ++k) c[k] = static_cast<char>(k * 7 + i * 13 + 1);
-    const uint64_t begin = sizes[i] == 0 ? expected.size() : (expected.size() + 63) / 64 * 64;
-    chunks.push_back(std::string(begin - expected.size(), '\0') + c);  // appended: the gap, then the chunk
-    ranges.push_back({begin, begin + c.size()});
-    expected += chunks.back();
+  for (const std::size_t slab : {std::size_t{8192}, std::size_t{1} << 20}) {
+    SCOPED_TRACE("slab " + std::to_string(slab));
+    testing::TempDir tmp;
+    const std::string path = tmp.path() + "/data.bin";
+    const std::vector<std::size_t> sizes{1, 5000, 8192, 3, 0, 20000, 700001, 100, 16384, 7777, 0};
+    std::vector<std::string> chunks;
+    std::vector<ByteRange> ranges;
+    std::string expected;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::string c(sizes[i], '\0');
+      for (std::size_t k = 0; k < c.size(); ++k) c[k] = static_cast<char>(k * 7 + i * 13 + 1);
+      const uint64_t begin = sizes[i] == 0 ? expected.size() : (expected.size() + 63) / 64 * 64;
+      chunks.push_back(std::string(begin - expected.size(), '\0') + c);  // appended: the gap, then the chunk
+      ranges.push_back({begin, begin + c.size()});
+      expected += chunks.back();
+    }
+    const uint64_t total = expected.size();
+    WriteOpenOptions open_options;
+    open_options.direct_io = direct();
+    auto file = posix_filesystem()->open_writable(path, open_options);
+    ASSERT_TRUE(file.ok());
+    StagingPool pool(2 * slab, slab, /*grow=*/true, StagingPool::FirstTouch::kOnUse);
+    StreamWriter writer(std::move(*file), pool, ranges, path, /*checksum=*/true, /*hold=*/false, checksum_on());
+    for (const auto& c : chunks) ASSERT_TRUE(writer.append(c.data(), c.size()).ok());
+    auto crcs = writer.finish(/*fsync=*/true);
+    ASSERT_TRUE(crcs.ok()) << crcs.status().to_string();
+    ASSERT_EQ(crcs->size(), chunks.size());
+    for (std::size_t i = 0; i < chunks.size(); ++i)
+      EXPECT_EQ((*crcs)[i], internal_transform::crc32c(expected.data() + ranges[i].begin, ranges[i].end - ranges[i].begin))
+          << i;
+    const std::string on_disk = read_file(path);
+    EXPECT_EQ(on_disk.size(), total) << "the padding of the last direct write must be trimmed";
+    EXPECT_EQ(on_disk, expected);
   }
-  const uint64_t total = expected.size();
-  WriteOpenOptions open_options;
-  open_options.direct_io = GetParam();
-  auto file = posix_filesystem()->open_writable(path, open_options);
-  ASSERT_TRUE(file.ok());
-  StagingPool pool(16384, 8192);
-  StreamWriter writer(std::move(*file), pool, ranges, path);
-  for (const auto& c : chunks) ASSERT_TRUE(writer.append(c.data(), c.size()).ok());
-  auto crcs = writer.finish(/*fsync=*/true);
-  ASSERT_TRUE(crcs.ok()) << crcs.status().to_string();
-  ASSERT_EQ(crcs->size(), chunks.size());
-  for (std::size_t i = 0; i < chunks.size(); ++i)
-    EXPECT_EQ((*crcs)[i], internal_transform::crc32c(expected.data() + ranges[i].begin, ranges[i].end - ranges[i].begin))
-        << i;
-  const std::string on_disk = read_file(path);
-  EXPECT_EQ(on_disk.size(), total) << "the padding of the last direct write must be trimmed";
-  EXPECT_EQ(on_disk, expected);
 }
 
 TEST_P(StreamWriterTest, WriteErrorReachesTheCallerWithoutHanging) {
@@ -70,12 +81,13 @@ TEST_P(StreamWriterTest, WriteErrorReachesTheCallerWithoutHanging) {
   spec.write_budget = 10000;
   FaultFileSystem fs(posix_filesystem(), spec);
   WriteOpenOptions open_options;
-  open_options.direct_io = GetParam();
+  open_options.direct_io = direct();
   auto file = fs.open_writable(path, open_options);
   ASSERT_TRUE(file.ok());
   StagingPool pool(16384, 8192);
   const std::string data(100000, 'x');
-  StreamWriter writer(std::move(*file), pool, std::vector<ByteRange>{{0, data.size()}}, path);
+  StreamWriter writer(std::move(*file), pool, std::vector<ByteRange>{{0, data.size()}}, path, true, false,
+                      checksum_on());
   Status appended;
   for (std::size_t off = 0; off < data.size() && appended.ok(); off += 1000)
     appended = writer.append(data.data() + off, 1000);
@@ -90,10 +102,10 @@ TEST_P(StreamWriterTest, AbandonedStreamReleasesItsSlabs) {
   for (int round = 0; round < 3; ++round) {
     const std::string path = tmp.path() + "/data" + std::to_string(round) + ".bin";
     WriteOpenOptions open_options;
-    open_options.direct_io = GetParam();
+    open_options.direct_io = direct();
     auto file = posix_filesystem()->open_writable(path, open_options);
     ASSERT_TRUE(file.ok());
-    StreamWriter writer(std::move(*file), pool, std::vector<ByteRange>{{0, 50000}}, path);
+    StreamWriter writer(std::move(*file), pool, std::vector<ByteRange>{{0, 50000}}, path, true, false, checksum_on());
     const std::string data(20000, 'y');
     ASSERT_TRUE(writer.append(data.data(), data.size()).ok());
     // Destroyed without finish(): every slab must come back to the pool, or the next
@@ -101,7 +113,10 @@ TEST_P(StreamWriterTest, AbandonedStreamReleasesItsSlabs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, StreamWriterTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, StreamWriterTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(StreamWriter::ChecksumOn::kWriterThread,
+                                                              StreamWriter::ChecksumOn::kAppend)));
 
 // A growing pool (the async checkpointer's) holds 2 slabs until more are in use at once,
 // then keeps what it made, never more than its budget.

@@ -116,9 +116,11 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
   DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, open_data_file(session, comm));
 
   if (file->direct()) {
-    internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4);
+    internal_storage::StagingPool pool(kSyncStagingBytes, kSyncStagingBytes / 4, /*grow=*/true,
+                                       internal_storage::StagingPool::FirstTouch::kOnUse);
     internal_storage::StreamWriter writer(std::move(file), pool, chunk_ranges(session.mine),
-                                          data_file_path(session, comm), options.checksum);
+                                          data_file_path(session, comm), options.checksum, /*hold=*/false,
+                                          internal_storage::StreamWriter::ChecksumOn::kAppend);
     DISTCKPT_RETURN_IF_ERROR(stage_chunks(writer, session, state, comm, bytes, &session.tags));
     internal_base::kill_point("save-write");
     auto done = writer.finish(options.fsync);

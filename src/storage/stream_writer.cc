@@ -8,10 +8,15 @@
 
 namespace distckpt::internal_storage {
 
+namespace {
+// ChecksumOn::kAppend copies and checksums this much at a time: it stays in L2 between.
+constexpr std::size_t kChecksumPiece = 256 << 10;
+}  // namespace
+
 StreamWriter::StreamWriter(std::unique_ptr<WritableFile> file, StagingPool& pool, std::vector<ByteRange> chunks,
-                           std::string path, bool checksum, bool hold)
+                           std::string path, bool checksum, bool hold, ChecksumOn checksum_on)
     : file_(std::move(file)), pool_(&pool), chunks_(std::move(chunks)), path_(std::move(path)), held_(hold),
-      crc_state_(internal_transform::kCrc32cInit), checksum_(checksum) {
+      crc_state_(internal_transform::kCrc32cInit), checksum_(checksum), checksum_on_(checksum_on) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -72,8 +77,14 @@ Status StreamWriter::append(const void* data, std::size_t n) {
         current_ = pool_->acquire();  // waits while every slab is queued or being written
       }
     }
-    const std::size_t take = std::min(n, pool_->slab_bytes() - fill_);
-    std::memcpy(current_ + fill_, p, take);
+    std::size_t take = std::min(n, pool_->slab_bytes() - fill_);
+    if (checksum_on_ == ChecksumOn::kAppend) {
+      take = std::min(take, kChecksumPiece);
+      std::memcpy(current_ + fill_, p, take);
+      checksum_staged(current_ + fill_, appended_, take);
+    } else {
+      std::memcpy(current_ + fill_, p, take);
+    }
     fill_ += take;
     appended_ += take;
     p += take;
@@ -81,6 +92,26 @@ Status StreamWriter::append(const void* data, std::size_t n) {
     if (fill_ == pool_->slab_bytes()) submit_current();
   }
   return writer_status();
+}
+
+void StreamWriter::checksum_staged(const char* bytes, uint64_t offset, std::size_t n) {
+  uint64_t pos = offset;
+  const uint64_t end = offset + n;
+  while (pos < end && chunk_ < chunks_.size()) {
+    const ByteRange& c = chunks_[chunk_];
+    if (pos < c.begin) {
+      pos = std::min(end, c.begin);
+      continue;
+    }
+    const uint64_t stop = std::min(end, c.end);
+    if (checksum_) crc_state_ = internal_transform::crc32c_extend(crc_state_, bytes + (pos - offset), stop - pos);
+    pos = stop;
+    if (pos == c.end) {
+      crcs_.push_back(internal_transform::crc32c_finish(crc_state_));
+      crc_state_ = internal_transform::kCrc32cInit;
+      ++chunk_;
+    }
+  }
 }
 
 void StreamWriter::run() {
@@ -96,26 +127,7 @@ void StreamWriter::run() {
     }
     Status st = writer_status();
     if (st.ok()) {
-      // Per-chunk CRCs over the staged bytes, in stream order (one writer thread); the
-      // gaps between chunks are skipped.
-      uint64_t pos = job.offset;
-      const uint64_t end = job.offset + job.bytes;
-      while (pos < end && chunk_ < chunks_.size()) {
-        const ByteRange& c = chunks_[chunk_];
-        if (pos < c.begin) {
-          pos = std::min(end, c.begin);
-          continue;
-        }
-        const uint64_t stop = std::min(end, c.end);
-        if (checksum_)
-          crc_state_ = internal_transform::crc32c_extend(crc_state_, job.slab + (pos - job.offset), stop - pos);
-        pos = stop;
-        if (pos == c.end) {
-          crcs_.push_back(internal_transform::crc32c_finish(crc_state_));
-          crc_state_ = internal_transform::kCrc32cInit;
-          ++chunk_;
-        }
-      }
+      if (checksum_on_ == ChecksumOn::kWriterThread) checksum_staged(job.slab, job.offset, job.bytes);
       // Direct I/O takes whole aligned blocks: pad the final slab with zeros; finish()
       // trims the file back to its real size.
       std::size_t length = job.bytes;
