@@ -155,7 +155,8 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
 // If it is a root, returns the newest committed checkpoint among those saved with
 // update_latest (all committed ones if none was): the highest commit sequence number,
 // ties going to the `latest` pointer's target, then to the later commit time. The
-// sequence number (1 + that of `latest`'s target at save time) makes this independent
+// sequence number (claimed at save time above every committed checkpoint's, `latest`'s
+// target's and every number handed out before) makes this independent
 // of clocks, and a crash between the rename and the pointer update (which leaves
 // `latest` one behind) still resumes from the newer checkpoint. kNotFound when there is
 // none (naming damaged directories, if any); kCorruption when `latest` names a damaged
