@@ -604,10 +604,12 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 lw, lr, do_save && save_s > 0 ? lw / save_s : 0.0, do_load && load_s > 0 ? lr / load_s : 0.0);
     // Each repeat's pair: on a shared disk the limit itself drifts between repeats, and the
     // pairs show whether a median ratio is the save's or the disk's.
-    std::printf("per repeat, fio write / save:");
-    for (std::size_t i = 0; do_save && i < runs.limit_write.size() && i < runs.save.size(); ++i)
-      std::printf("  %.3f/%.3f", runs.limit_write[i], runs.save[i]);
-    std::printf("\n");
+    if (do_save) {
+      std::printf("per repeat, fio write / save:");
+      for (std::size_t i = 0; i < runs.limit_write.size() && i < runs.save.size(); ++i)
+        std::printf("  %.3f/%.3f", runs.limit_write[i], runs.save[i]);
+      std::printf("%s\n", a.keep ? "  (--keep: the last fio write ran beside the kept checkpoint)" : "");
+    }
   }
   std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "
               "(VmHWM over the resident set after generation) %.1f MiB\n",

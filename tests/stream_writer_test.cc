@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -118,8 +119,6 @@ INSTANTIATE_TEST_SUITE_P(DirectAndBuffered, StreamWriterTest,
                                             ::testing::Values(StreamWriter::ChecksumOn::kWriterThread,
                                                               StreamWriter::ChecksumOn::kAppend)));
 
-// A growing pool (the async checkpointer's) holds 2 slabs until more are in use at once,
-// then keeps what it made, never more than its budget.
 // A file in memory that counts its writes.
 class CountingFile final : public WritableFile {
  public:
@@ -181,6 +180,8 @@ TEST(StreamWriterHold, SlabsWaitUntilReleasedOrThePoolIsFull) {
   }
 }
 
+// A growing pool (the async checkpointer's, and the sync save's) holds 2 slabs until more
+// are in use at once, then keeps what it made, never more than its budget.
 TEST(StagingPool, GrowsOnlyAsFarAsUseDemands) {
   StagingPool pool(8 * 8192, 8192, /*grow=*/true);
   EXPECT_EQ(pool.slab_count(), 2u);
@@ -209,6 +210,37 @@ TEST(StagingPool, GrowsOnlyAsFarAsUseDemands) {
   held.clear();
   StagingPool eager(8 * 8192, 8192);
   EXPECT_EQ(eager.slab_count(), 8u);
+}
+
+// Slabs of whole 2 MiB pages start at 2 MiB boundaries (so that the huge-page advice can
+// take), others at kDirectIoAlignment; every byte is usable, whether touched when made or
+// by its first use, and a reused slab keeps what was written into it.
+TEST(StagingPool, SlabsAreAlignedAndWholeForEitherFirstTouch) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  for (const auto touch : {StagingPool::FirstTouch::kNow, StagingPool::FirstTouch::kOnUse})
+    for (const std::size_t slab : {kHuge, 2 * kHuge, std::size_t{3} << 20, std::size_t{8192}}) {
+      SCOPED_TRACE("slab " + std::to_string(slab));
+      StagingPool pool(2 * slab, slab, /*grow=*/false, touch);
+      char* a = pool.acquire();
+      char* b = pool.acquire();
+      ASSERT_NE(a, nullptr);
+      ASSERT_NE(b, nullptr);
+      const std::size_t alignment = slab % kHuge == 0 ? kHuge : kDirectIoAlignment;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % alignment, 0u);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % alignment, 0u);
+      if (touch == StagingPool::FirstTouch::kNow) {
+        EXPECT_EQ(a[0], 0);
+        EXPECT_EQ(a[slab - 1], 0);
+      }
+      std::memset(a, 0x5a, slab);
+      std::memset(b, 0xa5, slab);
+      pool.release(a);
+      char* again = pool.acquire();
+      EXPECT_EQ(again, a);
+      EXPECT_EQ(again[slab - 1], 0x5a);
+      pool.release(again);
+      pool.release(b);
+    }
 }
 
 }  // namespace

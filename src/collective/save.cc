@@ -34,7 +34,8 @@ using internal_plan::WriteItem;
 
 namespace {
 
-// Staging for direct-I/O saves: 4 slabs, so copying one overlaps writing others.
+// Staging for direct-I/O saves: up to 4 slabs (2 made up front, more as the copy gets
+// ahead of the writes), so copying one overlaps writing others.
 constexpr std::size_t kSyncStagingBytes = 32u << 20;
 
 using Sink = std::function<Status(const char*, std::size_t)>;

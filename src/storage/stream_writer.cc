@@ -78,7 +78,7 @@ Status StreamWriter::append(const void* data, std::size_t n) {
       }
     }
     std::size_t take = std::min(n, pool_->slab_bytes() - fill_);
-    if (checksum_on_ == ChecksumOn::kAppend) {
+    if (checksum_on_ == ChecksumOn::kAppend && checksum_) {
       take = std::min(take, kChecksumPiece);
       std::memcpy(current_ + fill_, p, take);
       checksum_staged(current_ + fill_, appended_, take);

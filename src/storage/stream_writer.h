@@ -5,8 +5,9 @@
 // between them, kChunkAlignment in format/format.h); append() copies them into
 // the current slab (the one copy of tensor bytes: with O_DIRECT the kernel copies
 // nothing more, where buffered I/O would copy into the page cache), and full slabs go
-// to the writer thread, which computes each chunk's CRC32C on the staged bytes while
-// they are hot and writes the slab with one large aligned pwrite. Copying the next
+// to the writer thread, which writes each with one large aligned pwrite. Each chunk's
+// CRC32C is taken on the staged bytes while they are hot: by append() or by the writer
+// thread before the pwrite (ChecksumOn, below). Copying the next
 // slab overlaps writing the previous one; when every slab is queued, append() waits.
 // finish() writes the padded tail, trims the padding, fsyncs, and returns the CRCs.
 //
@@ -105,7 +106,8 @@ class StreamWriter {
   bool held_ = false;  // queued slabs wait (see the constructor)
   bool idle_ = true;
   Status error_;  // first write error (guarded by mu_)
-  // Writer-thread state: per-chunk CRCs, accumulated in stream order.
+  // CRC state: per-chunk CRCs, accumulated in stream order by the one thread that
+  // checksum_on_ names (checksum_staged).
   std::vector<uint32_t> crcs_;
   std::size_t chunk_ = 0;
   uint32_t crc_state_ = 0;
