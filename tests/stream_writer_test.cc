@@ -75,6 +75,26 @@ TEST_P(StreamWriterTest, ChunkChecksumsAndBytesSurviveSlabBoundaries) {
   }
 }
 
+// Without checksums (SaveOptions::checksum false) every chunk still gets its (zero) entry
+// and the bytes are the same.
+TEST_P(StreamWriterTest, NoChecksumsStillAccountsForEveryChunk) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/data.bin";
+  const std::string data(300000, 'z');
+  const std::vector<ByteRange> ranges{{0, 1000}, {1024, 1024}, {1024, 299000}, {299008, 300000}};
+  WriteOpenOptions open_options;
+  open_options.direct_io = direct();
+  auto file = posix_filesystem()->open_writable(path, open_options);
+  ASSERT_TRUE(file.ok());
+  StagingPool pool(2 << 20, 1 << 20);
+  StreamWriter writer(std::move(*file), pool, ranges, path, /*checksum=*/false, /*hold=*/false, checksum_on());
+  ASSERT_TRUE(writer.append(data.data(), data.size()).ok());
+  auto crcs = writer.finish(/*fsync=*/false);
+  ASSERT_TRUE(crcs.ok()) << crcs.status().to_string();
+  EXPECT_EQ(crcs->size(), ranges.size());
+  EXPECT_EQ(read_file(path), data);
+}
+
 TEST_P(StreamWriterTest, WriteErrorReachesTheCallerWithoutHanging) {
   testing::TempDir tmp;
   const std::string path = tmp.path() + "/data.bin";

@@ -78,13 +78,10 @@ Status StreamWriter::append(const void* data, std::size_t n) {
       }
     }
     std::size_t take = std::min(n, pool_->slab_bytes() - fill_);
-    if (checksum_on_ == ChecksumOn::kAppend && checksum_) {
-      take = std::min(take, kChecksumPiece);
-      std::memcpy(current_ + fill_, p, take);
-      checksum_staged(current_ + fill_, appended_, take);
-    } else {
-      std::memcpy(current_ + fill_, p, take);
-    }
+    if (checksum_on_ == ChecksumOn::kAppend && checksum_) take = std::min(take, kChecksumPiece);
+    std::memcpy(current_ + fill_, p, take);
+    // Without checksums this only counts the chunks that end here (finish() wants them all).
+    if (checksum_on_ == ChecksumOn::kAppend) checksum_staged(current_ + fill_, appended_, take);
     fill_ += take;
     appended_ += take;
     p += take;
