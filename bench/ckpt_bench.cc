@@ -222,8 +222,10 @@ bool remove_checkpoint(const std::string& path, bool root) {
   Status removed;
   if (root) {
     auto fs = distckpt::posix_filesystem();
-    if (fs->exists(path)) removed = fs->remove_all(path);
-    if (removed.ok()) settle_deletes(path);
+    if (fs->exists(path)) {
+      removed = fs->remove_all(path);
+      if (removed.ok()) settle_deletes(path);
+    }
     if (!removed.ok()) std::cerr << "ckpt_bench: removing " << path << ": " << removed.to_string() << "\n";
   }
   return all_ok(removed.ok());

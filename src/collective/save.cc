@@ -83,6 +83,10 @@ Status emit_chunks(const SaveSession& session, const StateDict& state, const Com
       return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
                             std::to_string(item.byte_offset) + " overlaps the one before it (ends at " +
                             std::to_string(at) + ")");
+    if (item.byte_offset - at >= internal_format::kChunkAlignment)
+      return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
+                            std::to_string(item.byte_offset) + " leaves a gap of " +
+                            std::to_string(item.byte_offset - at) + " bytes after the one before it");
     Status st;
     if (item.byte_offset > at) st = gap(static_cast<std::size_t>(item.byte_offset - at));
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
@@ -150,9 +154,8 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     }
     return Status();
   };
-  auto gap = [&](std::size_t n) -> Status {
-    if (n >= internal_format::kChunkAlignment || n > size - at)
-      return internal_error("write: a gap of " + std::to_string(n) + " bytes");
+  auto gap = [&](std::size_t n) -> Status {  // n < kChunkAlignment (emit_chunks)
+    if (n > size - at) return internal_error("write: a gap of " + std::to_string(n) + " bytes past the file's end");
     if (view != nullptr) std::memset(view + at, 0, n);  // a recycled file's old bytes go
     else DISTCKPT_RETURN_IF_ERROR(file->write_at(internal_format::kGapZeros, n, at));
     at += n;
@@ -215,10 +218,7 @@ Status stage_chunks(internal_storage::StreamWriter& writer, const SaveSession& s
                     const Comm& comm, uint64_t* bytes, std::vector<std::string>* tags) {
   return emit_chunks(
       session, state, comm, [&](const char* p, std::size_t n) { return writer.append(p, n); },
-      [&](std::size_t n) {
-        return n < internal_format::kChunkAlignment ? writer.append(internal_format::kGapZeros, n)
-                                                    : internal_error("write: a gap of " + std::to_string(n) + " bytes");
-      },
+      [&](std::size_t n) { return writer.append(internal_format::kGapZeros, n); },  // n < kChunkAlignment
       nullptr, bytes, tags);
 }
 

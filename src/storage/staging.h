@@ -1,8 +1,8 @@
 // Aligned staging memory for the I/O engine: slabs reused across saves, each touched
 // once, when it is made or by its first use (FirstTouch: first touch of fresh memory is
-// expensive on shared VMs, seconds per GiB), handed out and returned by threads. A growing pool starts with 2 slabs and
-// makes more only when every slab is in use, up to its size: a rank that stages little
-// never holds the whole budget.
+// expensive on shared VMs, seconds per GiB), handed out and returned by threads. A
+// growing pool starts with 2 slabs and makes more only when every slab is in use, up to
+// its size: a rank that stages little never holds the whole budget.
 #pragma once
 
 #include <condition_variable>
