@@ -85,6 +85,24 @@ class ReadableFile {
   // How read_batch reads: "io_uring" or "pread" (the POSIX file decides once per thread,
   // when it first batches: io_uring unless the kernel refuses it or DISTCKPT_IO_URING=0).
   virtual std::string_view batch_method() const { return "pread"; }
+  // Whether read_direct may be used: the POSIX file opens a second descriptor with
+  // O_DIRECT on the first call (never on a memory file system, where the page cache is
+  // the storage), and says false when the file system refuses it. The default: false.
+  // Thread-safe.
+  virtual bool can_read_direct() const { return false; }
+  // Reads up to `n` bytes at `offset` into `data` past the page cache (O_DIRECT); `data`,
+  // `n` and `offset` are multiples of kDirectIoAlignment. Returns the bytes read: fewer
+  // than `n` only where the file ends. kUnsupported when direct reads cannot be had (or
+  // the file system refuses this alignment: the caller then reads with read_at),
+  // kIoError naming the path. Same thread rules as read_at.
+  virtual Result<std::size_t> read_direct(void* data, std::size_t n, uint64_t offset) const {
+    (void)data, (void)n, (void)offset;
+    return unsupported("direct reads are not supported by this file");
+  }
+  // Best effort, for choosing between read_direct and read_at: the fraction (0 to 1) of
+  // the file's bytes found in the page cache, from samples spread over the file (mincore
+  // of a mapping: no I/O); -1 when unknown (the default). Thread-safe.
+  virtual double cached_fraction() const { return -1; }
 };
 
 struct DirEntry {
