@@ -81,6 +81,7 @@ struct Args {
   bool async = false;
   std::string staging = "1G";
   std::string replica_reads = "auto";
+  bool buffered_reads = false;  // LoadOptions::direct_reads off
   std::string format = "native";
   bool integrated = false;
   std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";
@@ -456,6 +457,7 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   opts.key = a.key;
   opts.allow_unchecked = a.allow_unchecked;
   opts.sieve_small_runs = sieve;
+  opts.direct_reads = !a.buffered_reads;
   auto r = distckpt::load(comm, w.state, checkpoint_path(a), opts);
   (second ? runs.load_sieve : runs.load).push_back(max_over_ranks(MPI_Wtime() - t0));
   if (!r.ok()) {
@@ -515,6 +517,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                                   ? json(static_cast<double>(runs.loaded->bytes_read) /
                                          static_cast<double>(runs.loaded->bytes_needed))
                                   : json(nullptr);
+    j["bytes_read_direct"] = runs.loaded ? json(runs.loaded->bytes_read_direct) : json(nullptr);
     j["small_reads"] = runs.loaded ? json(runs.loaded->small_reads) : json(nullptr);
     j["small_runs"] = runs.loaded ? json(runs.loaded->small_runs) : json(nullptr);
     if (runs.loaded_sieve) {
@@ -589,9 +592,12 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 median(runs.load) / std::max(1e-9, median(runs.load_sieve)),
                 runs.loaded->small_reads.empty() ? "exact" : runs.loaded->small_reads.c_str());
   if (do_load)
-    std::printf("load across %d node(s): bytes_read_shared %llu  bytes_between_hosts %llu  (replica reads: %s)\n", nodes,
-                static_cast<unsigned long long>(runs.loaded->bytes_read),
-                static_cast<unsigned long long>(runs.loaded->bytes_between_hosts), a.replica_reads.c_str());
+    std::printf("load across %d node(s): bytes_read_shared %llu  bytes_between_hosts %llu  (replica reads: %s); "
+                "read directly %llu (%s)\n",
+                nodes, static_cast<unsigned long long>(runs.loaded->bytes_read),
+                static_cast<unsigned long long>(runs.loaded->bytes_between_hosts), a.replica_reads.c_str(),
+                static_cast<unsigned long long>(runs.loaded->bytes_read_direct),
+                a.buffered_reads ? "--buffered-reads" : "O_DIRECT where the file system allows it");
   if (!runs.blocking.empty())
     std::printf("async: caller blocked %.3f s (memcpy of the rank's bytes: %.3f s, ratio %.2f); committed after %.3f s\n",
                 median(runs.blocking), median(runs.memcpy_s),
@@ -611,6 +617,12 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       for (std::size_t i = 0; i < runs.limit_write.size() && i < runs.save.size(); ++i)
         std::printf("  %.3f/%.3f", runs.limit_write[i], runs.save[i]);
       std::printf("%s\n", a.keep ? "  (--keep: the last fio write ran beside the kept checkpoint)" : "");
+    }
+    if (do_load) {
+      std::printf("per repeat, fio cold read / load:");
+      for (std::size_t i = 0; i < runs.limit_read.size() && i < runs.load.size(); ++i)
+        std::printf("  %.3f/%.3f", runs.limit_read[i], runs.load[i]);
+      std::printf("\n");
     }
   }
   std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "
@@ -979,6 +991,9 @@ int run(int rank, int world, int argc, char** argv) {
                  "load: replicas read once and share (shared), each read for itself (each), or auto")
       ->check(CLI::IsMember({"auto", "shared", "each"}))
       ->capture_default_str();
+  app.add_flag("--buffered-reads", a.buffered_reads,
+               "load: read chunks through the page cache straight into the buffers instead of O_DIRECT through "
+               "staging (LoadOptions::direct_reads = false)");
   app.add_option("--format", a.format, "native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}))
       ->capture_default_str();

@@ -123,6 +123,15 @@ TEST(CheckpointMpiTest, RoundTripEveryDtypeWithDedupAndBalance) {
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(shared.bufs, expected);
   EXPECT_EQ(again->bytes_read, saved->bytes_unique);
+  // Each box sent as soon as it is read (Comm::Exchange), whether chunks are read
+  // directly or through the page cache.
+  Model buffered(/*fill=*/false);
+  shared_reads.direct_reads = false;
+  auto third = load(*comm, buffered.state, saved->path, shared_reads);
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(buffered.bufs, expected);
+  EXPECT_EQ(third->bytes_read, saved->bytes_unique);
+  EXPECT_EQ(third->bytes_read_direct, 0u);
   if (world_rank() == 0) {
     auto report = verify_checkpoint(saved->path);
     EXPECT_TRUE(report.ok()) << report.status().to_string();

@@ -1,6 +1,8 @@
 // Save/load through the public API with N in-process ranks (threads), so the
 // collective logic, the commit protocol and every failure path run without mpirun.
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 
 #include <cstring>
 #include <filesystem>
@@ -74,6 +76,11 @@ struct Model {
   std::vector<std::vector<unsigned char>> snapshot() const { return buffers; }
 };
 
+bool on_memory_file_system(const std::string& dir) {
+  struct statfs s;
+  return ::statfs(dir.c_str(), &s) == 0 && (s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC);
+}
+
 // Runs `fn(rank, comm)` on `world` threads; collects each rank's Status text.
 std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
   std::vector<std::string> out(world);
@@ -146,6 +153,19 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
     DISTCKPT_RETURN_IF_ERROR(again);
     EXPECT_EQ(m.buffers, expected);
     EXPECT_EQ(again->bytes_read, saved->bytes_unique);
+    // How the chunks were read: a checkpoint saved with O_DIRECT is not in the page
+    // cache, so the load reads it directly too (where the file system takes O_DIRECT);
+    // one saved through the cache is still there, and read from there. With
+    // direct_reads off, never directly. The same bytes every way.
+    if (!std::get<1>(GetParam())) EXPECT_EQ(again->bytes_read_direct, 0u);
+    else if (!on_memory_file_system(root())) EXPECT_EQ(again->bytes_read_direct, again->bytes_read);
+    m.zero();
+    LoadOptions buffered;
+    buffered.direct_reads = false;
+    auto third = load(comm, m.state, root() + "/ck", buffered);
+    DISTCKPT_RETURN_IF_ERROR(third);
+    EXPECT_EQ(m.buffers, expected);
+    EXPECT_EQ(third->bytes_read_direct, 0u);
     return Status();
   });
   expect_all_equal(statuses, "ok");

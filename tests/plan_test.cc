@@ -310,10 +310,11 @@ TEST(LoadPlanTest, LookupEqualsAFullScan) {
   }
 }
 
-// Readers of shared boxes: the least-loaded member (ties: lowest rank), as a full scan
-// would pick; every member derives the same sequence; tensors whose layouts give the
-// same group share one load account.
-TEST(LoadPlanTest, ReplicaReadersAreTheLeastLoadedAndAgreed) {
+// Readers of shared boxes: each member of a group reads one stretch of the group's boxes
+// in storage order (file, offset), the stretches in member order and of about equal
+// bytes (each within one box of an equal share); every member derives the same readers;
+// tensors whose layouts give the same group share one division.
+TEST(LoadPlanTest, ReplicaReadersTakeStretchesInStorageOrderAndAgree) {
   std::vector<int> stage(8);
   std::iota(stage.begin(), stage.end(), 4);
   const Tensors tensors{{"col", *TensorLayout::from_device_matrix({8, 4}, {4, 2}, {0, -1}, stage)},
@@ -324,33 +325,56 @@ TEST(LoadPlanTest, ReplicaReadersAreTheLeastLoadedAndAgreed) {
                         {"flat", *TensorLayout::from_device_matrix({4}, {8}, {-1}, stage)},
                         {"norm_perm", *TensorLayout::from_device_matrix({4}, {8}, {-1}, {11, 9, 7, 5, 10, 8, 6, 4})}};
   std::mt19937 rng(3);
-  std::vector<std::pair<int, uint64_t>> boxes;  // (tensor, bytes)
-  for (int i = 0; i < 60; ++i)
-    boxes.push_back({std::uniform_int_distribution<int>(0, 5)(rng), std::uniform_int_distribution<uint64_t>(1, 9)(rng)});
+  struct Box {
+    int tensor;
+    uint32_t file;
+    uint64_t offset, bytes;
+  };
+  std::vector<Box> boxes;
+  for (int i = 0; i < 200; ++i)
+    boxes.push_back({std::uniform_int_distribution<int>(0, 5)(rng), std::uniform_int_distribution<uint32_t>(0, 3)(rng),
+                     std::uniform_int_distribution<uint64_t>(0, 1 << 20)(rng),
+                     std::uniform_int_distribution<uint64_t>(1, 9000)(rng)});
   std::map<int, std::vector<int>> reader_of;  // rank -> the reader of each box
   for (int rank = 4; rank < 12; ++rank) {
     ReplicaGroups groups(rank);
-    // The definition: one load account per member list.
-    std::map<std::vector<int>, std::map<int, uint64_t>> reference;
-    for (const auto& [t, bytes] : boxes) {
-      const TensorLayout& l = tensors[static_cast<std::size_t>(t)].second;
+    std::vector<int> numbers;
+    std::map<std::vector<int>, std::vector<std::size_t>> by_members;  // boxes of each member list
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+      const TensorLayout& l = tensors[static_cast<std::size_t>(boxes[i].tensor)].second;
       const int g = groups.group_of(l);
       EXPECT_EQ(groups.members(g), l.replica_group(rank));
-      const std::vector<int>& members = groups.members(g);
-      auto& load = reference[members];
-      const int want = *std::min_element(members.begin(), members.end(), [&](int x, int y) {
-        return std::tie(load[x], x) < std::tie(load[y], y);
+      by_members[groups.members(g)].push_back(i);
+      numbers.push_back(groups.need(g, boxes[i].file, boxes[i].offset, boxes[i].bytes));
+    }
+    groups.assign();
+    for (int n : numbers) reader_of[rank].push_back(groups.reader(n));
+    for (auto& [members, mine] : by_members) {
+      std::stable_sort(mine.begin(), mine.end(), [&](std::size_t x, std::size_t y) {
+        return std::tie(boxes[x].file, boxes[x].offset) < std::tie(boxes[y].file, boxes[y].offset);
       });
-      load[want] += bytes;
-      const int got = groups.pick_reader(g, bytes);
-      EXPECT_EQ(got, want) << "rank " << rank << " tensor " << t;
-      reader_of[rank].push_back(got);
+      uint64_t total = 0, largest = 0;
+      for (std::size_t i : mine) total += boxes[i].bytes, largest = std::max(largest, boxes[i].bytes);
+      std::map<int, uint64_t> read;
+      std::size_t at = 0;  // the reader's place in `members`: never goes back in storage order
+      for (std::size_t i : mine) {
+        const int reader = reader_of[rank][i];
+        const auto place = static_cast<std::size_t>(std::find(members.begin(), members.end(), reader) - members.begin());
+        ASSERT_LT(place, members.size()) << "rank " << rank << " box " << i;
+        EXPECT_GE(place, at) << "rank " << rank << " box " << i;
+        at = place;
+        read[reader] += boxes[i].bytes;
+      }
+      for (int m : members) {
+        const double share = static_cast<double>(total) / static_cast<double>(members.size());
+        EXPECT_NEAR(static_cast<double>(read[m]), share, static_cast<double>(largest)) << "rank " << rank << " member " << m;
+      }
     }
   }
   // Every member of a box's group names the same reader, without communicating.
   for (std::size_t i = 0; i < boxes.size(); ++i)
     for (int rank = 4; rank < 12; ++rank)
-      for (int member : tensors[static_cast<std::size_t>(boxes[i].first)].second.replica_group(rank))
+      for (int member : tensors[static_cast<std::size_t>(boxes[i].tensor)].second.replica_group(rank))
         EXPECT_EQ(reader_of[member][i], reader_of[rank][i]) << "box " << i << " ranks " << rank << ", " << member;
 }
 

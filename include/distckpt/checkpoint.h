@@ -154,7 +154,7 @@ struct SaveResult {
 // plus O(index) on rank 0 (the plan and the index: a few times index_bytes); integrated
 // files: the writer 3 x gather_bytes, the other ranks at most gather_bytes of pieces
 // that are not contiguous in their buffers; per-rank .ckpt sets: 1 MiB of record
-// buffering; HDF5: O(index). Incremental: the base's index on every rank, O(index), more.
+// buffering; HDF5: O(index). Incremental: the base's index on rank 0, O(index), more.
 // Tensor bytes are written from the caller's buffers.
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
                         const SaveOptions& options);
@@ -190,12 +190,21 @@ struct LoadOptions {
   // Who reads a box that several ranks (replicas) need. kShared: one member of the
   // replica group reads and checks it, then sends it to the others over the
   // communicator (bytes read from storage / replica count). kEach: every rank reads for
-  // itself. kAuto (default): kShared when the communicator spans several nodes, kEach
-  // on one node, where the page cache already serves the second reader and the
-  // transfer costs as much as the read (README "Benchmark" has the measurements).
-  // kShared falls back to kEach when ranks do not load the same tensors in order.
+  // itself. kAuto (default): kShared when the communicator spans several nodes or the
+  // load reads directly (direct_reads: the page cache then cannot serve a second
+  // reader); kEach on one node with buffered reads, where the page cache already serves
+  // the second reader (README "Benchmark" has the measurements). kShared falls back to
+  // kEach when ranks do not load the same tensors in order.
   enum class ReplicaReads { kAuto, kShared, kEach };
   ReplicaReads replica_reads = ReplicaReads::kAuto;
+  // How chunks needed whole are read. true (default): past the page cache (O_DIRECT),
+  // gathered into long sequential reads through staging slabs of 2 MiB pages and copied
+  // into the buffers, checked as they are copied; only from files that allow it and are
+  // not mostly in the page cache already, and never on a memory file system. false:
+  // buffered preads straight into the buffers. Cold loads of 1 GiB on ext4 over virtio
+  // took about half as long directly (README "Benchmark"); encrypted chunks and chunks
+  // needed in part are always read buffered.
+  bool direct_reads = true;
   // A stored chunk only partly needed (a load into another layout): false (default)
   // reads only the byte ranges needed (read amplification 1.0), which its CRC32C, taken
   // over the whole chunk, cannot check; true reads the whole chunk and checks it. Chunks
@@ -242,6 +251,8 @@ struct LoadResult {
   // instead of being read again from storage.
   uint64_t rank_bytes_between_hosts = 0;
   uint64_t bytes_between_hosts = 0;
+  // Of bytes_read, those read directly (LoadOptions::direct_reads), by this rank and by all.
+  uint64_t rank_bytes_read_direct = 0, bytes_read_direct = 0;
   // Where this rank's time went: reading (with checksums and copies into the buffers),
   // and sending/receiving boxes shared between replicas (shared replica reads).
   double read_s = 0, exchange_s = 0;
@@ -257,7 +268,8 @@ struct LoadResult {
 // LoadOptions::check_partial_chunks), and copies them into its buffers. A global shape
 // differing only by trailing dims of size 1 is accepted. Thread: the communicator's.
 // Memory: `state`'s buffers are borrowed and written. Extra memory per rank (README
-// "Memory"; mpi_tests/memory_bound checks it): chunks are read straight into the buffers;
+// "Memory"; mpi_tests/memory_bound checks it): 32 MiB of staging for direct reads (4
+// slabs of 8 MiB, made as the reads need them, none when nothing is read directly);
 // scratch of at most the largest stored chunk the rank reads in part (a piece that is
 // not contiguous in its buffer, or a chunk read whole to be checked or decrypted), 1 MiB
 // for batched pieces under 4 KiB, the stored dtype's copy of boxes cast (cast_floats),

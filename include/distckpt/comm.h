@@ -69,6 +69,26 @@ class Comm {
   // order they are listed. Ranks with nothing to exchange need not call it.
   virtual void transfer(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) = 0;
 
+  // transfer()'s messages posted one at a time, so that they move while the caller works
+  // (a load sends each box as soon as it is read and checked, while its disk reads go
+  // on). Post, call progress() now and then, and wait() before the memory of any posted
+  // message is used or freed. Matching is transfer()'s: messages between two ranks match
+  // in the order they are posted. Thread: the communicator's. The destructor waits for
+  // what is still posted.
+  class Exchange {
+   public:
+    virtual ~Exchange() = default;
+    virtual void post_send(const Transfer& t) = 0;
+    virtual void post_receive(const Transfer& t) = 0;
+    // Lets posted messages move; returns at once.
+    virtual void progress() {}
+    // Until every posted message is done. Where transfer() is collective (the in-process
+    // Comm), every rank calls it.
+    virtual void wait() = 0;
+  };
+  // The default keeps what is posted and hands it all to transfer() in wait().
+  virtual std::unique_ptr<Exchange> start_exchange();
+
   // Helpers built on the primitives (collective).
   void broadcast_string(std::string& s, int root);
   int64_t allreduce_one(int64_t v, ReduceOp op);

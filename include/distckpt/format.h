@@ -11,10 +11,11 @@ namespace distckpt {
 //   kCkpt: one MindSpore-compatible protobuf .ckpt file (MindSpore's load_checkpoint
 //     reads it; records over 512 MiB split as MindSpore does; optional CRC-32 footer).
 //   kSafetensors: one .safetensors file (standard header, data 8-byte aligned).
-//   kHdf5: one .h5 file written with parallel HDF5 (a dataset per tensor).
+//   kHdf5: one .h5 file, a dataset per tensor (h5py and h5dump read it).
 // ckpt and safetensors files are written by one rank from tensors reconstructed region
-// by region (gather_region); HDF5 files by every rank, each unique slice as a
-// hyperslab. All are loaded by load() into any layout, each rank reading its slice.
+// by region (gather_region); HDF5 files are laid out by rank 0 with HDF5 (contiguous
+// datasets), then every rank writes its unique slices at their datasets' offsets. All
+// are loaded by load() into any layout, each rank reading its slice.
 enum class Format { kNative, kCkpt, kSafetensors, kHdf5 };
 
 // "native", "ckpt", "safetensors", "hdf5". Local, thread-safe.

@@ -153,6 +153,53 @@ std::vector<int64_t> share_words(const StateDict& state, const proto::Index& ind
   return {static_cast<int64_t>(std::hash<std::string>{}(signature)), 1};
 }
 
+// The sends of shared replica reads, posted as their boxes are read. To each peer they
+// go in the order listed, the order in which the peer posted its receives (messages
+// between two ranks match in posting order): a send is posted once its box is read and
+// every earlier send to that peer is posted.
+class Outbox {
+ public:
+  // In the order of the plan; `box` numbers the box (0 .. size_boxes() - 1).
+  void add(int box, const Comm::Transfer& t) {
+    by_peer_[t.peer].push_back(out_.size());
+    out_.push_back(Out{t, box});
+  }
+  void size_boxes(std::size_t boxes) {
+    read_.assign(boxes, 0);
+    of_box_.assign(boxes, {});
+    for (std::size_t o = 0; o < out_.size(); ++o) of_box_[static_cast<std::size_t>(out_[o].box)].push_back(o);
+  }
+  void start(Comm::Exchange* exchange) { exchange_ = exchange; }
+  // Box `box` is read and checked.
+  void ready(int box) {
+    if (exchange_ == nullptr) return;
+    read_[static_cast<std::size_t>(box)] = 1;
+    for (std::size_t o : of_box_[static_cast<std::size_t>(box)]) post_ready(out_[o].t.peer);
+  }
+  // Every send not posted yet, read or not.
+  void post_rest() {
+    for (auto& [peer, outs] : by_peer_)
+      for (std::size_t& next = next_[peer]; next < outs.size(); ++next) exchange_->post_send(out_[outs[next]].t);
+  }
+
+ private:
+  void post_ready(int peer) {
+    const std::vector<std::size_t>& outs = by_peer_[peer];
+    std::size_t& next = next_[peer];
+    while (next < outs.size() && read_[static_cast<std::size_t>(out_[outs[next]].box)]) exchange_->post_send(out_[outs[next++]].t);
+  }
+  struct Out {
+    Comm::Transfer t;
+    int box;
+  };
+  std::vector<Out> out_;
+  std::map<int, std::vector<std::size_t>> by_peer_;  // indexes into out_, in order
+  std::map<int, std::size_t> next_;                  // per peer: the first not posted
+  std::vector<std::vector<std::size_t>> of_box_;
+  std::vector<char> read_;
+  Comm::Exchange* exchange_ = nullptr;
+};
+
 }  // namespace
 
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
@@ -181,9 +228,8 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // Tensors to cast are read (and shared between replicas) in their stored dtype into
   // staging buffers, converted into the caller's buffers once every read succeeded.
   std::map<int, std::vector<std::vector<unsigned char>>> staged;
-  const bool wants_sharing =
-      comm.size() > 1 && (options.replica_reads == LoadOptions::ReplicaReads::kShared ||
-                          (options.replica_reads == LoadOptions::ReplicaReads::kAuto && comm.node_count() > 1));
+  // Chunks needed whole that are read directly, gathered in phase 2 and read after it.
+  internal_format::GatheredReads gathered;
   std::vector<int64_t> sharing{0, 0};
   local = guarded(where, [&]() -> Status {
     const std::string source = dir;
@@ -248,6 +294,16 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       auto& boxes = staged[i];
       for (const Box& box : e.boxes) boxes.emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(from));
     }
+    // Whether this load reads directly, by the first file it reads (phase 2 asks again
+    // for each file). If ranks answer differently, they do not share (share_words).
+    bool direct = false;
+    if (options.direct_reads && !plan.empty()) {
+      const proto::Tensor& first = index.tensors(plan.front().second);
+      direct = first.chunks_size() > 0 && gathered.reads_directly(*files, first.chunks(0).file_id());
+    }
+    const bool wants_sharing =
+        comm.size() > 1 && (options.replica_reads == LoadOptions::ReplicaReads::kShared ||
+                            (options.replica_reads == LoadOptions::ReplicaReads::kAuto && (comm.node_count() > 1 || direct)));
     sharing = share_words(state, index, plan, wants_sharing);
     return Status();
   });
@@ -267,47 +323,98 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   };
 
   // Phase 2: read what each box needs (checking the CRC32C of chunks read whole), copy it
-  // into the buffers. With
-  // shared reads, each box needed by several replicas is read by one of them (chosen
-  // greedily by bytes within the replica group, the same choice on every member) and,
-  // after all ranks agreed that every read succeeded, sent to the others.
-  std::vector<Comm::Transfer> sends, receives;
+  // into the buffers. With shared reads, each box needed by several replicas is read by
+  // one of them (ReplicaGroups::assign: each member a stretch of the files in storage
+  // order, the same choice on every member) and sent to the others as soon as it is read
+  // and checked, while the reads go on.
   internal_base::Timer read_timer;
   internal_format::SmallRuns small;
   small.sieve = options.sieve_small_runs;
+  struct BoxRead {
+    int i, t;
+    std::size_t b;
+    std::vector<internal_plan::ReadItem> reads;
+    uint64_t bytes;
+    int reader;
+  };
+  std::vector<BoxRead> boxes;
+  std::vector<Comm::Transfer> receives;
+  Outbox outbox;
+  // 2a, planning: who reads each box, and the messages. With shared reads the ranks
+  // agree on it before any message is posted, so that each posts all it listed.
   local = guarded(where, [&]() -> Status {
-    std::vector<char> scratch;
     internal_plan::ReplicaGroups groups(comm.rank());
+    std::vector<std::pair<int, int>> shared;  // (box, its number in `groups`)
     for (const auto& [i, t] : plan) {
-      const TensorEntry& e = state.tensors()[i];  // its buffers are written, not the entry
+      const TensorEntry& e = state.tensors()[i];
       const int g = share && e.layout.group_index(comm.rank()) >= 0 ? groups.group_of(e.layout) : -1;
-      static const std::vector<int> kAlone;
-      const std::vector<int>& group = g >= 0 ? groups.members(g) : kAlone;
-      const bool shared = group.size() > 1 && group.back() < comm.size();
+      const bool grouped = g >= 0 && groups.members(g).size() > 1 && groups.members(g).back() < comm.size();
       for (std::size_t b = 0; b < e.boxes.size(); ++b) {
-        void* buffer = buffer_read(i, b);
-        const uint64_t bytes = static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i));
-        int reader = comm.rank();
-        if (shared && bytes > 0) reader = groups.pick_reader(g, bytes);
-        if (reader == comm.rank()) {
-          int64_t covered = 0;  // checked in phase 1
-          DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files, index, index.tensors(t),
-                                                              lookups.at(t).plan_reads(e.boxes[b], &covered), e.boxes[b],
-                                             buffer, scratch, &result.rank_bytes_read,
-                                             options.check_partial_chunks, cipher.get(), &small));
-          result.rank_bytes_needed += bytes;
-          if (shared && bytes > 0)
-            for (int member : group)
-              if (member != comm.rank()) {
-                sends.push_back({member, buffer, bytes});
-                if (comm.node_of(member) != comm.node_of(comm.rank())) result.rank_bytes_between_hosts += bytes;
-              }
-        } else {
-          receives.push_back({reader, buffer, bytes});
+        int64_t covered = 0;  // checked in phase 1
+        BoxRead box{i, t, b, lookups.at(t).plan_reads(e.boxes[b], &covered),
+                    static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i)), comm.rank()};
+        if (grouped && box.bytes > 0) {
+          const proto::Chunk& first = index.tensors(t).chunks(box.reads.front().chunk);
+          shared.emplace_back(static_cast<int>(boxes.size()), g);
+          shared.back().second = groups.need(g, first.file_id(), first.byte_offset(), box.bytes);
         }
+        boxes.push_back(std::move(box));
       }
-      result.loaded.push_back(e.name);
     }
+    groups.assign();
+    std::size_t next_shared = 0;
+    for (std::size_t k = 0; k < boxes.size(); ++k) {
+      BoxRead& box = boxes[k];
+      if (next_shared == shared.size() || shared[next_shared].first != static_cast<int>(k)) continue;
+      const int number = shared[next_shared++].second;
+      box.reader = groups.reader(number);
+      void* buffer = buffer_read(box.i, box.b);
+      if (box.reader != comm.rank()) {
+        receives.push_back({box.reader, buffer, box.bytes});
+        continue;
+      }
+      for (int member : groups.members_of(number))
+        if (member != comm.rank()) {
+          outbox.add(static_cast<int>(k), {member, buffer, box.bytes});
+          if (comm.node_of(member) != comm.node_of(comm.rank())) result.rank_bytes_between_hosts += box.bytes;
+        }
+    }
+    outbox.size_boxes(boxes.size());
+    return Status();
+  });
+  if (share) DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
+  // 2b, reading. Every receive is posted first; each send when its box is read.
+  std::unique_ptr<Comm::Exchange> exchange;
+  if (share) {
+    exchange = comm.start_exchange();
+    for (const Comm::Transfer& r : receives) exchange->post_receive(r);
+    outbox.start(exchange.get());
+  }
+  const auto meanwhile = [&] {
+    if (exchange) exchange->progress();
+  };
+  if (local.ok()) local = guarded(where, [&]() -> Status {
+    std::vector<char> scratch;
+    for (std::size_t k = 0; k < boxes.size(); ++k) {
+      const BoxRead& box = boxes[k];
+      if (box.reader != comm.rank()) continue;
+      gathered.tag = static_cast<int64_t>(k);
+      const std::size_t gathered_before = gathered.size();
+      DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
+          *files, index, index.tensors(box.t), box.reads, state.tensors()[box.i].boxes[box.b], buffer_read(box.i, box.b),
+          scratch, &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small,
+          options.direct_reads ? &gathered : nullptr));
+      result.rank_bytes_needed += box.bytes;
+      if (gathered.size() == gathered_before) {  // read now, not gathered: it may go
+        outbox.ready(static_cast<int>(k));
+        meanwhile();
+      }
+    }
+    result.rank_bytes_read_direct = gathered.bytes();
+    DISTCKPT_RETURN_IF_ERROR(internal_format::read_gathered(
+        *files, gathered, internal_format::has_chunk_checksums(index),
+        [&](int64_t tag) { outbox.ready(static_cast<int>(tag)); }, meanwhile));
+    for (const auto& [i, t] : plan) result.loaded.push_back(state.tensors()[i].name);
     result.step = index.step();
     result.epoch = index.epoch();
     result.info = internal_format::info_values(index);
@@ -315,11 +422,15 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   });
   result.read_s = read_timer.seconds();
   result.rank_small_runs = small.runs;
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  // Every read succeeded everywhere, so every listed message will be sent.
   internal_base::Timer exchange_timer;
-  if (share) comm.transfer(sends, receives);
+  if (exchange) {
+    // After a failed read the rest is sent as it is, so that no peer waits for a message
+    // that never comes; the agreement below then fails the load everywhere.
+    outbox.post_rest();
+    exchange->wait();
+  }
   result.exchange_s = exchange_timer.seconds();
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
   for (const auto& [i, from] : casts) {
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
     for (std::size_t b = 0; b < e.boxes.size(); ++b)
@@ -329,13 +440,15 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // Small pieces by the way they were read, so that every rank reports all of them.
   static constexpr std::string_view kSmallMethods[] = {"io_uring", "pread", "sieving"};
   std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed),
-                              static_cast<int64_t>(result.rank_bytes_between_hosts), 0, 0, 0};
+                              static_cast<int64_t>(result.rank_bytes_between_hosts), 0, 0, 0,
+                              static_cast<int64_t>(result.rank_bytes_read_direct)};
   for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
     if (small.method == kSmallMethods[m]) totals[3 + m] = static_cast<int64_t>(small.runs);
   comm.allreduce(totals, ReduceOp::kSum);
   result.bytes_read = static_cast<uint64_t>(totals[0]);
   result.bytes_needed = static_cast<uint64_t>(totals[1]);
   result.bytes_between_hosts = static_cast<uint64_t>(totals[2]);
+  result.bytes_read_direct = static_cast<uint64_t>(totals[6]);
   for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
     if (totals[3 + m] > 0) {
       result.small_runs += static_cast<uint64_t>(totals[3 + m]);

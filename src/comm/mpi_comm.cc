@@ -164,25 +164,13 @@ class MpiComm final : public Comm {
   }
 
   void transfer(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override {
-    // Large messages go in pieces of at most kMaxMpiCount bytes; pieces between two
-    // ranks are matched in order (MPI's non-overtaking rule), like whole messages.
-    constexpr int kTag = 7411;
-    std::vector<MPI_Request> requests;
-    auto post = [&](const Transfer& t, bool send) {  // empty messages: nothing on either side
-      auto* p = static_cast<char*>(t.data);
-      for (std::size_t done = 0; done < t.bytes;) {
-        const std::size_t n = std::min(kMaxMpiCount, t.bytes - done);
-        requests.emplace_back();
-        if (send) MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_, &requests.back());
-        else MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_, &requests.back());
-        done += n;
-      }
-    };
-    Watched watched(watchdog_, "transfer");
-    for (const Transfer& t : receives) post(t, false);
-    for (const Transfer& t : sends) post(t, true);
-    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    MpiExchange exchange(*this);
+    for (const Transfer& t : receives) exchange.post_receive(t);
+    for (const Transfer& t : sends) exchange.post_send(t);
+    exchange.wait();
   }
+
+  std::unique_ptr<Exchange> start_exchange() override { return std::make_unique<MpiExchange>(*this); }
 
   std::vector<std::string> allgather(const std::string& mine) override {
     Watched watched(watchdog_, "allgather");
@@ -197,6 +185,44 @@ class MpiComm final : public Comm {
 
  private:
   using Watched = internal_comm::PeerWatchdog::Scope;
+
+  // Non-blocking sends and receives. Large messages go in pieces of at most kMaxMpiCount
+  // bytes; pieces between two ranks are matched in order (MPI's non-overtaking rule),
+  // like whole messages.
+  class MpiExchange final : public Exchange {
+   public:
+    explicit MpiExchange(MpiComm& comm) : comm_(comm) {}
+    ~MpiExchange() override { wait(); }
+    void post_send(const Transfer& t) override { post(t, true); }
+    void post_receive(const Transfer& t) override { post(t, false); }
+    void progress() override {
+      if (requests_.empty()) return;
+      int done = 0;
+      MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) requests_.clear();
+    }
+    void wait() override {
+      if (requests_.empty()) return;
+      Watched watched(comm_.watchdog_, "transfer");
+      MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+      requests_.clear();
+    }
+
+   private:
+    static constexpr int kTag = 7411;
+    void post(const Transfer& t, bool send) {  // empty messages: nothing on either side
+      auto* p = static_cast<char*>(t.data);
+      for (std::size_t done = 0; done < t.bytes;) {
+        const std::size_t n = std::min(kMaxMpiCount, t.bytes - done);
+        requests_.emplace_back();
+        if (send) MPI_Isend(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_.comm_, &requests_.back());
+        else MPI_Irecv(p + done, static_cast<int>(n), MPI_BYTE, t.peer, kTag, comm_.comm_, &requests_.back());
+        done += n;
+      }
+    }
+    MpiComm& comm_;
+    std::vector<MPI_Request> requests_;
+  };
 
   // The watchdog's verdict: a peer did not join within the limit. Runs on the
   // watchdog's thread while this rank's own thread is blocked in MPI.

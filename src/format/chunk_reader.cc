@@ -6,6 +6,8 @@
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "layout/region.h"
+#include "storage/direct_reader.h"
+#include "storage/staging.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
@@ -249,7 +251,7 @@ Status read_region(const ReadableFile& file, uint64_t offset, const Box& cbox, v
 Status read_into(FileCache& files, const proto::Index& index, const proto::Tensor& t,
                  const std::vector<ChunkRead>& reads, const Box& needed, void* dst, std::vector<char>& scratch,
                  uint64_t* bytes_read, bool check_partial, const internal_transform::CheckpointCipher* cipher,
-                 SmallRuns* small) {
+                 SmallRuns* small, GatheredReads* gathered) {
   const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
   if (needed.num_elements() == 0) return Status();
   const bool native = !is_single_file(index);
@@ -257,6 +259,12 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
   for (const auto& r : reads) {
     const proto::Chunk& chunk = t.chunks(r.chunk);
     if (r.whole) {
+      if (gathered != nullptr && cipher == nullptr && chunk.length() > 0 &&
+          gathered->reads_directly(files, chunk.file_id())) {
+        gathered->add(t, r.chunk, static_cast<char*>(dst));
+        *bytes_read += chunk.length();
+        continue;
+      }
       DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, t, r.chunk, dst, checksums, cipher, scratch));
       *bytes_read += chunk.length();
     } else if (cipher != nullptr || (native && (check_partial || r.region == chunk_box(chunk)))) {
@@ -283,6 +291,77 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
     }
   }
   return Status();
+}
+
+bool GatheredReads::reads_directly(FileCache& files, uint32_t file_id) {
+  auto known = direct_files_.find(file_id);
+  if (known != direct_files_.end()) return known->second;
+  bool direct = false;
+  Result<const ReadableFile*> file = files.get(file_id);
+  // A file mostly in the page cache (written through it moments ago) is read faster from
+  // there, straight into the buffers.
+  if (file.ok() && (*file)->can_read_direct()) direct = (*file)->cached_fraction() < 0.5;
+  direct_files_.emplace(file_id, direct);
+  return direct;
+}
+
+void GatheredReads::add(const proto::Tensor& t, int chunk, char* dst) {
+  items_.push_back(Item{&t, chunk, dst, tag});
+  bytes_ += t.chunks(chunk).length();
+}
+
+Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
+                     const std::function<void(int64_t tag)>& on_read, const std::function<void()>& meanwhile) {
+  std::vector<GatheredReads::Item> items = std::move(gathered.items_);
+  gathered.items_.clear();
+  gathered.bytes_ = 0;
+  const auto chunk_of = [](const GatheredReads::Item& item) -> const proto::Chunk& {
+    return item.tensor->chunks(item.chunk);
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
+    const proto::Chunk &ca = chunk_of(a), &cb = chunk_of(b);
+    return ca.file_id() != cb.file_id() ? ca.file_id() < cb.file_id() : ca.byte_offset() < cb.byte_offset();
+  });
+  std::vector<internal_storage::DirectRange> ranges;
+  std::vector<const GatheredReads::Item*> of_range;
+  std::vector<char> scratch;
+  for (const auto& item : items) {
+    const proto::Chunk& c = chunk_of(item);
+    // A chunk needed twice (two boxes of one rank) is read again the plain way: the
+    // direct reader takes ranges that do not overlap.
+    if (!ranges.empty() && ranges.back().file == c.file_id() && c.byte_offset() < ranges.back().offset + ranges.back().n) {
+      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, *item.tensor, item.chunk, item.dst, checksums, nullptr, scratch));
+      if (on_read) on_read(item.tag);
+      continue;
+    }
+    ranges.push_back(internal_storage::DirectRange{c.file_id(), c.byte_offset(), c.length(), item.dst});
+    of_range.push_back(&item);
+  }
+  const auto name = [&](std::size_t r) {
+    return "tensor '" + of_range[r]->tensor->name() + "': chunk " + std::to_string(of_range[r]->chunk) + " of " +
+           files.path(chunk_of(*of_range[r]).file_id());
+  };
+  uint32_t state = internal_transform::kCrc32cInit;
+  const auto check = [&](std::size_t r, uint64_t at, const char* piece, std::size_t n) -> Status {
+    const proto::Chunk& c = chunk_of(*of_range[r]);
+    if (checksums) {
+      if (at == 0) state = internal_transform::kCrc32cInit;
+      state = internal_transform::crc32c_extend(state, piece, n);
+    }
+    if (meanwhile) meanwhile();  // after the CRC, which reads the piece while it is in cache
+    if (at + n < c.length()) return Status();
+    if (checksums) {
+      const uint32_t crc = internal_transform::crc32c_finish(state);
+      if (crc != c.crc32c()) return corruption(name(r) + ": " + internal_transform::crc32c_mismatch(crc, c.crc32c()));
+    }
+    if (on_read) on_read(of_range[r]->tag);
+    return Status();
+  };
+  // Only the reader thread uses `files` while the ranges are read.
+  const auto open_file = [&](uint32_t file_id) { return files.get(file_id); };
+  constexpr std::size_t kSlab = 8 << 20, kStaging = 4 * kSlab;
+  internal_storage::StagingPool pool(kStaging, kSlab, /*grow=*/true, internal_storage::StagingPool::FirstTouch::kOnUse);
+  return internal_storage::read_ranges(ranges, open_file, check, name, pool);
 }
 
 Result<uint32_t> file_crc32(const ReadableFile& file, uint64_t begin, uint64_t end) {

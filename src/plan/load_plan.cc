@@ -68,9 +68,37 @@ std::vector<ReadItem> ChunkLookup::plan_reads(const Box& needed, int64_t* covere
 
 int ReplicaGroups::add(std::vector<int> members) {
   members_.push_back(std::move(members));
-  load_.emplace_back();
-  unused_.push_back(0);
   return static_cast<int>(members_.size()) - 1;
+}
+
+int ReplicaGroups::need(int group, uint32_t file, uint64_t offset, uint64_t bytes) {
+  boxes_.push_back(Needed{group, file, offset, bytes});
+  return static_cast<int>(boxes_.size()) - 1;
+}
+
+void ReplicaGroups::assign() {
+  std::vector<std::vector<int>> of_group(members_.size());
+  for (std::size_t b = 0; b < boxes_.size(); ++b) of_group[static_cast<std::size_t>(boxes_[b].group)].push_back(static_cast<int>(b));
+  for (std::size_t g = 0; g < of_group.size(); ++g) {
+    std::vector<int>& order = of_group[g];
+    std::sort(order.begin(), order.end(), [&](int x, int y) {
+      const Needed &a = boxes_[static_cast<std::size_t>(x)], &b = boxes_[static_cast<std::size_t>(y)];
+      return std::tie(a.file, a.offset, x) < std::tie(b.file, b.offset, y);
+    });
+    long double total = 0;
+    for (int b : order) total += static_cast<long double>(boxes_[static_cast<std::size_t>(b)].bytes);
+    const std::vector<int>& members = members_[g];
+    const auto count = static_cast<long double>(members.size());
+    long double before = 0;  // bytes of the boxes ahead in storage order
+    for (int b : order) {
+      Needed& box = boxes_[static_cast<std::size_t>(b)];
+      // The member whose share holds the box's middle byte.
+      const long double middle = before + static_cast<long double>(box.bytes) / 2;
+      const auto m = std::min(members.size() - 1, static_cast<std::size_t>(middle / total * count));
+      box.reader = members[m];
+      before += static_cast<long double>(box.bytes);
+    }
+  }
 }
 
 int ReplicaGroups::group_of(const TensorLayout& layout) {
@@ -106,23 +134,6 @@ int ReplicaGroups::by_members(std::vector<int> members) {
   const int group = add(members);
   by_members_.emplace(std::move(members), group);
   return group;
-}
-
-int ReplicaGroups::pick_reader(int group, uint64_t bytes) {
-  const auto g = static_cast<std::size_t>(group);
-  auto& load = load_[g];
-  // Members that read nothing yet have the fewest bytes (0; every pick adds some), the
-  // lowest rank first: they go before any in `load`, which is filled as they are used.
-  if (unused_[g] < members_[g].size()) {
-    const int reader = members_[g][unused_[g]++];
-    load.emplace(bytes, reader);
-    return reader;
-  }
-  auto least = load.begin();
-  const auto [so_far, reader] = *least;
-  load.erase(least);
-  load.emplace(so_far + bytes, reader);
-  return reader;
 }
 
 std::vector<ReadItem> plan_reads(const proto::Tensor& tensor, const Box& needed, int64_t* covered) {

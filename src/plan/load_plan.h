@@ -42,12 +42,11 @@ class ChunkLookup {
 };
 
 // One rank's replica groups when replicas share reads, and who reads each box a group
-// needs: the member with the fewest bytes so far (ties: the lowest rank). Every member
-// of a group makes the same calls in the same order and so derives the same readers
-// without communicating. Tensors whose layouts give the same members share one entry
-// (one load account). For a device-matrix layout over a contiguous group the entry is
-// found by a key of O(axes) numbers, so the member list is built once per distinct key,
-// not per tensor; a pick costs O(log group).
+// needs. Every member of a group makes the same calls in the same order and so derives
+// the same readers without communicating. Tensors whose layouts give the same members
+// share one entry. For a device-matrix layout over a contiguous group the entry is found
+// by a key of O(axes) numbers, so the member list is built once per distinct key, not
+// per tensor.
 class ReplicaGroups {
  public:
   explicit ReplicaGroups(int rank) : rank_(rank) {}
@@ -55,16 +54,32 @@ class ReplicaGroups {
   int group_of(const TensorLayout& layout);
   // Its members: global ranks, ascending, this rank included.
   const std::vector<int>& members(int group) const { return members_[static_cast<std::size_t>(group)]; }
-  // The member that reads the next box of `bytes` (> 0) bytes that the group needs.
-  int pick_reader(int group, uint64_t bytes);
+  // First pass: a box of `bytes` (> 0) bytes that the group needs, whose stored bytes
+  // start at `offset` of file `file`. Returns the box's number for reader().
+  int need(int group, uint32_t file, uint64_t offset, uint64_t bytes);
+  // After the last need(): the group's boxes in storage order (file, offset, then the
+  // order of need) are cut into one stretch per member, in member order, each about an
+  // equal share of the bytes (a box is never split). Each member then reads long
+  // sequential runs of the files: direct reads take whole 8 MiB windows, where boxes
+  // dealt out in turn would leave one read per chunk.
+  void assign();
+  // The member that reads box `box` (after assign()).
+  int reader(int box) const { return boxes_[static_cast<std::size_t>(box)].reader; }
+  // The members of box `box`'s group.
+  const std::vector<int>& members_of(int box) const { return members(boxes_[static_cast<std::size_t>(box)].group); }
 
  private:
+  struct Needed {
+    int group;
+    uint32_t file;
+    uint64_t offset, bytes;
+    int reader = -1;
+  };
   int rank_;
   std::map<std::vector<int64_t>, int> by_key_;  // contiguous device-matrix groups
   std::map<std::vector<int>, int> by_members_;  // the others, by member list
   std::vector<std::vector<int>> members_;
-  std::vector<std::set<std::pair<uint64_t, int>>> load_;  // per group: (bytes so far, rank) of members used
-  std::vector<std::size_t> unused_;                       // per group: members [unused_, end) read nothing yet
+  std::vector<Needed> boxes_;
   int add(std::vector<int> members);
   int by_members(std::vector<int> members);
 };

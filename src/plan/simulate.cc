@@ -134,7 +134,11 @@ Result<SimulationReport> simulate_planning(const SimulationConfig& config) {
   for (int i = 0; i < parsed.tensors_size(); ++i) stored[parsed.tensors(i).name()] = i;
   std::vector<ChunkLookup> lookups;
   lookups.reserve(loaded.names.size());
-  for (const std::string& name : loaded.names) lookups.emplace_back(parsed.tensors(stored.at(name)));
+  std::vector<const proto::Tensor*> stored_tensors;
+  for (const std::string& name : loaded.names) {
+    stored_tensors.push_back(&parsed.tensors(stored.at(name)));
+    lookups.emplace_back(*stored_tensors.back());
+  }
   report.build_lookups_s = seconds_since(start);
 
   // Load, every simulated rank: the reads for its boxes and who reads replicated boxes.
@@ -145,15 +149,20 @@ Result<SimulationReport> simulate_planning(const SimulationConfig& config) {
       const TensorLayout& layout = loaded.layouts[static_cast<std::size_t>(t)];
       const Box box = layout.slice_box(r);
       int64_t covered = 0;
-      report.reads += lookups[static_cast<std::size_t>(t)].plan_reads(box, &covered).size();
+      const std::vector<ReadItem> reads = lookups[static_cast<std::size_t>(t)].plan_reads(box, &covered);
+      report.reads += reads.size();
       if (covered != box.num_elements())
         return internal_error("simulation: rank " + std::to_string(r) + ": tensor '" + loaded.names[t] +
                               "': the plan covers " + std::to_string(covered) + " of " + box.to_string());
       const uint64_t bytes = static_cast<uint64_t>(covered) * 2;
       report.bytes_needed += bytes;
       const int group = groups.group_of(layout);
-      if (groups.members(group).size() > 1) (void)groups.pick_reader(group, bytes);
+      if (groups.members(group).size() > 1 && !reads.empty()) {
+        const proto::Chunk& first = stored_tensors[static_cast<std::size_t>(t)]->chunks(reads.front().chunk);
+        (void)groups.need(group, first.file_id(), first.byte_offset(), bytes);
+      }
     }
+    groups.assign();
     const double took = seconds_since(rank_start);
     report.plan_load_total_s += took;
     report.plan_load_max_s = std::max(report.plan_load_max_s, took);
