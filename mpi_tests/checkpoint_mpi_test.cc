@@ -216,6 +216,37 @@ TEST(CheckpointMpiTest, CorruptedChunkIsReportedOnEveryRank) {
   EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
 }
 
+// A rank whose reads fail mid-load (EIO on its data files), with shared replica reads
+// over real MPI: its peers wait for boxes it was to read and send. It sends them anyway,
+// and every rank reports its error; nobody hangs. Direct and buffered reads alike.
+TEST(CheckpointMpiTest, ReadErrorOnOneRankFailsEveryRankWithSharedReads) {
+  SharedTempDir tmp;
+  auto comm = world_comm();
+  Model m;
+  SaveOptions opts;
+  opts.name = "ck";
+  auto saved = save(*comm, m.state, tmp.path(), opts);
+  ASSERT_TRUE(saved.ok());
+  const int victim = world_size() - 1;
+  for (bool direct : {true, false}) {
+    Model fresh(false);
+    LoadOptions shared_reads;
+    shared_reads.replica_reads = LoadOptions::ReplicaReads::kShared;
+    shared_reads.direct_reads = direct;
+    if (world_rank() == victim) {
+      internal_storage::FaultSpec spec;
+      spec.fail_read_if_contains = "data-";
+      shared_reads.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+    }
+    auto loaded = load(*comm, fresh.state, saved->path, shared_reads);
+    ASSERT_FALSE(loaded.ok());
+    const std::string msg = loaded.status().to_string();
+    testing::expect_same_on_all_ranks(msg);
+    EXPECT_NE(msg.find("rank " + std::to_string(victim)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Input/output error (injected)"), std::string::npos) << msg;
+  }
+}
+
 TEST(CheckpointMpiTest, InconsistentStateDictsAreRejectedOnEveryRank) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   SharedTempDir tmp;

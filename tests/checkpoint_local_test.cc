@@ -1,8 +1,6 @@
 // Save/load through the public API with N in-process ranks (threads), so the
 // collective logic, the commit protocol and every failure path run without mpirun.
 #include <gtest/gtest.h>
-#include <linux/magic.h>
-#include <sys/vfs.h>
 
 #include <cstring>
 #include <filesystem>
@@ -76,9 +74,11 @@ struct Model {
   std::vector<std::vector<unsigned char>> snapshot() const { return buffers; }
 };
 
-bool on_memory_file_system(const std::string& dir) {
-  struct statfs s;
-  return ::statfs(dir.c_str(), &s) == 0 && (s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC);
+// Whether the POSIX file system reads this file with O_DIRECT (not on tmpfs, nor where
+// the file system refuses it).
+bool reads_directly(const std::string& path) {
+  auto file = posix_filesystem()->open_readable(path);
+  return file.ok() && (*file)->can_read_direct();
 }
 
 // Runs `fn(rank, comm)` on `world` threads; collects each rank's Status text.
@@ -158,7 +158,7 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
     // one saved through the cache is still there, and read from there. With
     // direct_reads off, never directly. The same bytes every way.
     if (!std::get<1>(GetParam())) EXPECT_EQ(again->bytes_read_direct, 0u);
-    else if (!on_memory_file_system(root())) EXPECT_EQ(again->bytes_read_direct, again->bytes_read);
+    else if (reads_directly(root() + "/ck/data-00000.bin")) EXPECT_EQ(again->bytes_read_direct, again->bytes_read);
     m.zero();
     LoadOptions buffered;
     buffered.direct_reads = false;
@@ -308,6 +308,42 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
   expect_load_fails(world, root(), "missing");
   fs::remove(root() + "/ck/index.pb");
   expect_load_fails(world, root(), "not found");
+}
+
+// A rank whose reads fail (EIO) fails the load on every rank with its error, whether
+// replicas read for themselves or share (then its peers wait for boxes it was to read
+// and send: it sends them anyway, and the agreement after the exchange fails everyone).
+TEST_P(LocalCheckpointTest, ReadErrorOnOneRankFailsEveryRankWithoutHanging) {
+  const int world = this->world();
+  expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
+  const int victim = world - 1;
+  internal_storage::FaultSpec spec;
+  spec.fail_read_if_contains = "data-";
+  auto failing = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
+  for (auto mode : {LoadOptions::ReplicaReads::kEach, LoadOptions::ReplicaReads::kShared})
+    for (bool direct : {true, false}) {
+      auto statuses = run(world, [&](Comm& comm) {
+        Model m(comm.rank(), world);
+        LoadOptions opts;
+        opts.replica_reads = mode;
+        opts.direct_reads = direct;
+        if (comm.rank() == victim) opts.fs = failing;
+        return load(comm, m.state, root() + "/ck", opts).status();
+      });
+      expect_all_equal(statuses, "Input/output error (injected)");
+      EXPECT_NE(statuses[0].find("rank " + std::to_string(victim)), std::string::npos) << statuses[0];
+      EXPECT_NE(statuses[0].find("tensor '"), std::string::npos) << statuses[0];
+    }
+  // The checkpoint itself is fine.
+  expect_all_equal(run(world, [&](Comm& comm) -> Status {
+                     Model m(comm.rank(), world);
+                     const auto expected = m.snapshot();
+                     m.zero();
+                     DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/ck", {}));
+                     EXPECT_EQ(m.buffers, expected);
+                     return Status();
+                   }),
+                   "ok");
 }
 
 TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {

@@ -26,6 +26,10 @@ args+=("${extra[@]}")
 
 newest=0
 mid_save=0
+launcher=
+# A failed check must not leave a round's job running (it would keep writing into the
+# directory of the next run of this test).
+trap '[ -n "$launcher" ] && kill -9 "$launcher" $(pgrep -P "$launcher" 2> /dev/null) 2> /dev/null || true' EXIT
 for ((round = 1; round <= rounds; round++)); do
   log=$work/round-$round.log
   "${mpirun[@]}" "$train" "${args[@]}" --steps 100000 > "$log" 2>&1 &

@@ -229,7 +229,11 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // staging buffers, converted into the caller's buffers once every read succeeded.
   std::map<int, std::vector<std::vector<unsigned char>>> staged;
   // Chunks needed whole that are read directly, gathered in phase 2 and read after it.
+  // Only where chunks carry their own CRC32C: a single file checked by a whole-file CRC
+  // (a .ckpt) has just been read through the page cache, and the other single files are
+  // interchange formats.
   internal_format::GatheredReads gathered;
+  const bool gathers = options.direct_reads && internal_format::has_chunk_checksums(index);
   std::vector<int64_t> sharing{0, 0};
   local = guarded(where, [&]() -> Status {
     const std::string source = dir;
@@ -294,12 +298,18 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       auto& boxes = staged[i];
       for (const Box& box : e.boxes) boxes.emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(from));
     }
-    // Whether this load reads directly, by the first file it reads (phase 2 asks again
-    // for each file). If ranks answer differently, they do not share (share_words).
+    // Whether this load reads directly, by its first box (phase 2 asks again for each
+    // chunk and file): a chunk needed whole, not encrypted, of a file that reads directly.
+    // If ranks answer differently, they do not share (share_words).
     bool direct = false;
-    if (options.direct_reads && !plan.empty()) {
-      const proto::Tensor& first = index.tensors(plan.front().second);
-      direct = first.chunks_size() > 0 && gathered.reads_directly(*files, first.chunks(0).file_id());
+    if (gathers && !plan.empty() && cipher == nullptr) {
+      const auto& [i, t] = plan.front();
+      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
+      int64_t covered = 0;
+      const std::vector<internal_plan::ReadItem> reads =
+          e.boxes.empty() ? std::vector<internal_plan::ReadItem>{} : lookups.at(t).plan_reads(e.boxes.front(), &covered);
+      direct = reads.size() == 1 && reads.front().whole &&
+               gathered.reads_directly(*files, index.tensors(t).chunks(reads.front().chunk).file_id());
     }
     const bool wants_sharing =
         comm.size() > 1 && (options.replica_reads == LoadOptions::ReplicaReads::kShared ||
@@ -344,7 +354,13 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // agree on it before any message is posted, so that each posts all it listed.
   local = guarded(where, [&]() -> Status {
     internal_plan::ReplicaGroups groups(comm.rank());
-    std::vector<std::pair<int, int>> shared;  // (box, its number in `groups`)
+    struct Shared {
+      uint32_t file;
+      uint64_t offset;  // where the box's stored bytes start
+      int box;          // in `boxes`
+      int number;       // in `groups`
+    };
+    std::vector<Shared> shared;
     for (const auto& [i, t] : plan) {
       const TensorEntry& e = state.tensors()[i];
       const int g = share && e.layout.group_index(comm.rank()) >= 0 ? groups.group_of(e.layout) : -1;
@@ -355,18 +371,23 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
                     static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i)), comm.rank()};
         if (grouped && box.bytes > 0) {
           const proto::Chunk& first = index.tensors(t).chunks(box.reads.front().chunk);
-          shared.emplace_back(static_cast<int>(boxes.size()), g);
-          shared.back().second = groups.need(g, first.file_id(), first.byte_offset(), box.bytes);
+          shared.push_back(Shared{first.file_id(), first.byte_offset(), static_cast<int>(boxes.size()),
+                                  groups.need(g, first.file_id(), first.byte_offset(), box.bytes)});
         }
         boxes.push_back(std::move(box));
       }
     }
     groups.assign();
-    std::size_t next_shared = 0;
-    for (std::size_t k = 0; k < boxes.size(); ++k) {
+    // Messages in storage order, the order the reader reads its gathered chunks in, so
+    // that each send can go as soon as its box is read. Every member lists the group's
+    // boxes in the same relative order, so both ends of each pair sort alike.
+    std::stable_sort(shared.begin(), shared.end(), [](const Shared& a, const Shared& b) {
+      return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
+    });
+    for (const Shared& one : shared) {
+      const auto k = static_cast<std::size_t>(one.box);
+      const int number = one.number;
       BoxRead& box = boxes[k];
-      if (next_shared == shared.size() || shared[next_shared].first != static_cast<int>(k)) continue;
-      const int number = shared[next_shared++].second;
       box.reader = groups.reader(number);
       void* buffer = buffer_read(box.i, box.b);
       if (box.reader != comm.rank()) {
@@ -390,11 +411,15 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     for (const Comm::Transfer& r : receives) exchange->post_receive(r);
     outbox.start(exchange.get());
   }
+  // Lets messages move every 8 pieces of 256 KiB copied (each call looks at the
+  // outstanding requests).
+  unsigned pieces = 0;
   const auto meanwhile = [&] {
-    if (exchange) exchange->progress();
+    if (exchange && ++pieces % 8 == 0) exchange->progress();
   };
   if (local.ok()) local = guarded(where, [&]() -> Status {
     std::vector<char> scratch;
+    std::vector<uint32_t> pending(boxes.size(), 0);  // per box: its chunks gathered, not read yet
     for (std::size_t k = 0; k < boxes.size(); ++k) {
       const BoxRead& box = boxes[k];
       if (box.reader != comm.rank()) continue;
@@ -403,17 +428,20 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
           *files, index, index.tensors(box.t), box.reads, state.tensors()[box.i].boxes[box.b], buffer_read(box.i, box.b),
           scratch, &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small,
-          options.direct_reads ? &gathered : nullptr));
+          gathers ? &gathered : nullptr));
       result.rank_bytes_needed += box.bytes;
-      if (gathered.size() == gathered_before) {  // read now, not gathered: it may go
+      pending[k] = static_cast<uint32_t>(gathered.size() - gathered_before);
+      if (pending[k] == 0) {  // read now, not gathered: it may go
         outbox.ready(static_cast<int>(k));
         meanwhile();
       }
     }
-    result.rank_bytes_read_direct = gathered.bytes();
     DISTCKPT_RETURN_IF_ERROR(internal_format::read_gathered(
         *files, gathered, internal_format::has_chunk_checksums(index),
-        [&](int64_t tag) { outbox.ready(static_cast<int>(tag)); }, meanwhile));
+        [&](int64_t tag) {
+          if (--pending[static_cast<std::size_t>(tag)] == 0) outbox.ready(static_cast<int>(tag));
+        },
+        meanwhile, &result.rank_bytes_read_direct));
     for (const auto& [i, t] : plan) result.loaded.push_back(state.tensors()[i].name);
     result.step = index.step();
     result.epoch = index.epoch();

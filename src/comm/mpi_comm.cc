@@ -198,8 +198,12 @@ class MpiComm final : public Comm {
     void progress() override {
       if (requests_.empty()) return;
       int done = 0;
-      MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-      if (done) requests_.clear();
+      finished_.resize(requests_.size());
+      MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &done, finished_.data(), MPI_STATUSES_IGNORE);
+      // Finished requests become MPI_REQUEST_NULL: drop them, so that later calls look
+      // only at what is still moving.
+      if (done != MPI_UNDEFINED && done > 0)
+        requests_.erase(std::remove(requests_.begin(), requests_.end(), MPI_REQUEST_NULL), requests_.end());
     }
     void wait() override {
       if (requests_.empty()) return;
@@ -222,6 +226,7 @@ class MpiComm final : public Comm {
     }
     MpiComm& comm_;
     std::vector<MPI_Request> requests_;
+    std::vector<int> finished_;  // MPI_Testsome's indices
   };
 
   // The watchdog's verdict: a peer did not join within the limit. Runs on the

@@ -311,7 +311,8 @@ void GatheredReads::add(const proto::Tensor& t, int chunk, char* dst) {
 }
 
 Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
-                     const std::function<void(int64_t tag)>& on_read, const std::function<void()>& meanwhile) {
+                     const std::function<void(int64_t tag)>& on_read, const std::function<void()>& meanwhile,
+                     uint64_t* direct_bytes) {
   std::vector<GatheredReads::Item> items = std::move(gathered.items_);
   gathered.items_.clear();
   gathered.bytes_ = 0;
@@ -357,11 +358,22 @@ Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
     if (on_read) on_read(of_range[r]->tag);
     return Status();
   };
+  if (ranges.empty()) return Status();
   // Only the reader thread uses `files` while the ranges are read.
   const auto open_file = [&](uint32_t file_id) { return files.get(file_id); };
   constexpr std::size_t kSlab = 8 << 20, kStaging = 4 * kSlab;
-  internal_storage::StagingPool pool(kStaging, kSlab, /*grow=*/true, internal_storage::StagingPool::FirstTouch::kOnUse);
-  return internal_storage::read_ranges(ranges, open_file, check, name, pool);
+  std::unique_ptr<internal_storage::StagingPool> pool;
+  try {
+    pool = std::make_unique<internal_storage::StagingPool>(kStaging, kSlab, /*grow=*/true,
+                                                           internal_storage::StagingPool::FirstTouch::kOnUse);
+  } catch (const std::bad_alloc&) {
+    for (const GatheredReads::Item* item : of_range) {
+      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, *item->tensor, item->chunk, item->dst, checksums, nullptr, scratch));
+      if (on_read) on_read(item->tag);
+    }
+    return Status();
+  }
+  return internal_storage::read_ranges(ranges, open_file, check, name, *pool, direct_bytes);
 }
 
 Result<uint32_t> file_crc32(const ReadableFile& file, uint64_t begin, uint64_t end) {

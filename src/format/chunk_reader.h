@@ -141,7 +141,8 @@ class GatheredReads {
 
  private:
   friend Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
-                              const std::function<void(int64_t tag)>& on_read, const std::function<void()>& meanwhile);
+                              const std::function<void(int64_t tag)>& on_read, const std::function<void()>& meanwhile,
+                              uint64_t* direct_bytes);
   struct Item {
     const proto::Tensor* tensor;
     int chunk;
@@ -160,9 +161,12 @@ class GatheredReads {
 // and checked, and `meanwhile` (may be empty) after each piece of 256 KiB copied: both
 // on the caller's thread, while the reader thread keeps reading (a load sends boxes and
 // lets messages move there). Errors as read_into's; the buffers of chunks not yet read
-// are left as they were.
+// are left as they were. `direct_bytes` (may be null): adds the bytes actually read
+// with O_DIRECT. Without memory for the staging, the chunks are read one by one through
+// the page cache instead.
 Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
-                     const std::function<void(int64_t tag)>& on_read = {}, const std::function<void()>& meanwhile = {});
+                     const std::function<void(int64_t tag)>& on_read = {}, const std::function<void()>& meanwhile = {},
+                     uint64_t* direct_bytes = nullptr);
 
 // Fills box `needed` (row-major at `dst`) of stored tensor `t` by `reads` (the chunks
 // that overlap it and cover it: callers check coverage first). A chunk needed whole is read whole and checked (CRC32C when the index has

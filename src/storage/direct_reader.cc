@@ -43,6 +43,7 @@ std::vector<Window> plan_windows(std::span<const DirectRange> ranges, uint64_t s
 struct Filled {
   char* slab = nullptr;
   uint64_t got = 0;
+  bool direct = false;  // read with read_direct
   Status status;
 };
 
@@ -100,9 +101,11 @@ class Reader {
         if (out.status.ok()) {
           out.slab = pool_.acquire();
           out.status = read(*file, win, out.slab, &out.got, &direct);
+          out.direct = direct;
         }
       } catch (const std::exception& e) {
-        out.status = internal_error(std::string("direct read: ") + e.what());
+        out.status = internal_error("reading bytes " + std::to_string(win.start) + "-" +
+                                    std::to_string(win.start + win.len) + " of the file: " + e.what());
       }
       const bool failed = !out.status.ok();
       {
@@ -149,7 +152,7 @@ class Reader {
 }  // namespace
 
 Status read_ranges(std::span<const DirectRange> ranges, const OpenRangeFile& open_file, const CopiedPiece& on_copied,
-                   const NameRange& name_range, StagingPool& pool) {
+                   const NameRange& name_range, StagingPool& pool, uint64_t* direct_bytes) {
   if (ranges.empty()) return Status();
   const std::vector<Window> windows = plan_windows(ranges, pool.slab_bytes());
   Reader reader(windows, open_file, pool);
@@ -165,11 +168,13 @@ Status read_ranges(std::span<const DirectRange> ranges, const OpenRangeFile& ope
         if (slab != nullptr) pool.release(slab);
       }
     } give{pool, filled.slab};
-    DISTCKPT_RETURN_IF_ERROR(filled.status);
+    // The failed window holds bytes of range r (the first not wholly copied).
+    if (!filled.status.ok()) return filled.status.with_context(name_range(std::min(r, ranges.size() - 1)));
     const uint64_t win_end = win.start + win.len, have_end = win.start + filled.got;
     for (; r < ranges.size() && ranges[r].file == win.file && ranges[r].offset < win_end; ++r) {
       const DirectRange& range = ranges[r];
       const uint64_t begin = std::max(range.offset, win.start), end = std::min(range.offset + range.n, win_end);
+      if (filled.direct && direct_bytes != nullptr && end > begin && end <= have_end) *direct_bytes += end - begin;
       if (end > have_end)
         return corruption(name_range(r) + ": the file ends at byte " + std::to_string(have_end) + ", before byte " +
                           std::to_string(range.offset + range.n) + " (truncated)");

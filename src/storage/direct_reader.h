@@ -47,7 +47,9 @@ using NameRange = std::function<std::string(std::size_t range)>;
 // Errors: the first of `open_file`, a read (kIoError naming the path), a file that ends
 // before a range does (kCorruption, "truncated", named by `name_range`), or `on_copied`;
 // the reads then stop. Destinations of ranges not yet copied are left as they were.
+// Errors of a read name the range it was for (`name_range`). `direct_bytes` (may be
+// null): adds the bytes of ranges copied out of windows read with read_direct.
 Status read_ranges(std::span<const DirectRange> ranges, const OpenRangeFile& open_file, const CopiedPiece& on_copied,
-                   const NameRange& name_range, StagingPool& pool);
+                   const NameRange& name_range, StagingPool& pool, uint64_t* direct_bytes = nullptr);
 
 }  // namespace distckpt::internal_storage

@@ -9,6 +9,25 @@ bool matches(const std::string& needle, const std::string& path) {
   return !needle.empty() && path.find(needle) != std::string::npos;
 }
 
+// A file whose reads fail (FaultSpec::fail_read_if_contains); everything else is the
+// base file's.
+class FailingReadableFile final : public ReadableFile {
+ public:
+  FailingReadableFile(std::unique_ptr<ReadableFile> base, std::string path) : base_(std::move(base)), path_(std::move(path)) {}
+  Status read_at(void*, std::size_t, uint64_t) const override { return failed(); }
+  Result<uint64_t> size() const override { return base_->size(); }
+  Status read_batch(std::span<const ReadRequest>) const override { return failed(); }
+  std::string_view batch_method() const override { return base_->batch_method(); }
+  bool can_read_direct() const override { return base_->can_read_direct(); }
+  Result<std::size_t> read_direct(void*, std::size_t, uint64_t) const override { return failed(); }
+  double cached_fraction() const override { return base_->cached_fraction(); }
+
+ private:
+  Status failed() const { return io_error("read '" + path_ + "': Input/output error (injected)"); }
+  std::unique_ptr<ReadableFile> base_;
+  std::string path_;
+};
+
 class FaultWritableFile final : public WritableFile {
  public:
   FaultWritableFile(FaultFileSystem* fs, std::unique_ptr<WritableFile> base, std::string path)
@@ -76,7 +95,9 @@ Result<std::unique_ptr<WritableFile>> FaultFileSystem::open_writable(const std::
 }
 Result<std::unique_ptr<ReadableFile>> FaultFileSystem::open_readable(const std::string& path) {
   on_op("open", path);
-  return base_->open_readable(path);
+  DISTCKPT_ASSIGN_OR_RETURN(auto base, base_->open_readable(path));
+  if (!matches(spec_.fail_read_if_contains, path)) return base;
+  return std::unique_ptr<ReadableFile>(new FailingReadableFile(std::move(base), path));
 }
 Status FaultFileSystem::create_dir(const std::string& path) {
   on_op("mkdir", path);

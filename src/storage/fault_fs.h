@@ -26,6 +26,9 @@ struct FaultSpec {
   std::string fail_rename_if_contains;
   // Creating a file whose path contains this substring fails.
   std::string fail_create_if_contains;
+  // Reads of a file whose path contains this substring fail with EIO, buffered or
+  // direct (the file still says whether it could read directly, as the base does).
+  std::string fail_read_if_contains;
   // Called before every operation with its name ("create", "write", "sync", "rename",
   // "sync_dir", "remove", ...) and path: a test may crash the process here (kill point).
   std::function<void(const std::string& op, const std::string& path)> hook;

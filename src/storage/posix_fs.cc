@@ -186,13 +186,27 @@ class PosixReadableFile final : public ReadableFile {
       const ssize_t r = ::pread(direct_fd_, p + done, n - done, static_cast<off_t>(offset + done));
       if (r < 0) {
         if (errno == EINTR) continue;
-        // EINVAL: an alignment this file system does not take (a logical block over 4 KiB).
-        if (errno == EINVAL) return unsupported("read '" + path_ + "' with O_DIRECT: " + std::strerror(errno));
+        // EINVAL: an alignment this file system does not take (a logical block over 4 KiB);
+        // EOPNOTSUPP: a file system that opens with O_DIRECT but cannot read so.
+        if (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOTSUP)
+          return unsupported("read '" + path_ + "' with O_DIRECT: " + std::strerror(errno));
         return errno_status("read", path_, errno);
       }
-      if (r == 0) break;  // the end of the file
+      if (r == 0) return done;  // the end of the file
       done += static_cast<std::size_t>(r);
-      if (done % kDirectIoAlignment != 0) break;  // only the file's last bytes end unaligned
+      if (done % kDirectIoAlignment != 0) break;
+    }
+    // A short read that ends unaligned is the end of the file on a local file system;
+    // network and FUSE file systems may also return one mid-file: the rest is read
+    // through the page cache, up to the end of the file.
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("read", path_, errno);
+      }
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
     }
     return done;
   }
