@@ -249,6 +249,19 @@ void expect_load_fails(int world, const std::string& root, const std::string& co
   }
 }
 
+// Expects checkpoint `ck` to load on every rank with the model's bytes.
+void expect_loads_intact(int world, const std::string& root) {
+  expect_all_equal(run(world, [&](Comm& comm) -> Status {
+                     Model m(comm.rank(), world);
+                     const auto expected = m.snapshot();
+                     m.zero();
+                     DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root + "/ck", {}));
+                     EXPECT_EQ(m.buffers, expected);
+                     return Status();
+                   }),
+                   "ok");
+}
+
 TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
   const int world = this->world();
   expect_all_equal(run(world, [&](Comm& c) { return save_model(c, "ck"); }), "ok");
@@ -274,15 +287,7 @@ TEST_P(LocalCheckpointTest, CorruptTruncatedAndMissingFiles) {
   ASSERT_GT(gap, 0u) << "the model's tensors leave no gap in data-00000.bin";
   {
     flip(gap);
-    expect_all_equal(run(world, [&](Comm& comm) -> Status {
-                       Model m(comm.rank(), world);
-                       const auto expected = m.snapshot();
-                       m.zero();
-                       DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/ck", {}));
-                       EXPECT_EQ(m.buffers, expected);
-                       return Status();
-                     }),
-                     "ok");
+    expect_loads_intact(world, root());
     auto damaged = verify_checkpoint(root() + "/ck");
     EXPECT_NE(damaged.status().message().find("byte " + std::to_string(gap) + ", between chunks, is not zero"),
               std::string::npos)
@@ -334,16 +339,7 @@ TEST_P(LocalCheckpointTest, ReadErrorOnOneRankFailsEveryRankWithoutHanging) {
       EXPECT_NE(statuses[0].find("rank " + std::to_string(victim)), std::string::npos) << statuses[0];
       EXPECT_NE(statuses[0].find("tensor '"), std::string::npos) << statuses[0];
     }
-  // The checkpoint itself is fine.
-  expect_all_equal(run(world, [&](Comm& comm) -> Status {
-                     Model m(comm.rank(), world);
-                     const auto expected = m.snapshot();
-                     m.zero();
-                     DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/ck", {}));
-                     EXPECT_EQ(m.buffers, expected);
-                     return Status();
-                   }),
-                   "ok");
+  expect_loads_intact(world, root());  // the checkpoint itself is fine
 }
 
 TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {

@@ -204,7 +204,7 @@ struct LoadOptions {
   // their own CRC32C), from files that allow it and are not mostly in the page cache
   // already, and never on a memory file system. false: buffered preads straight into the
   // buffers. Cold loads on ext4 over virtio (README "Disk loads past the page cache"):
-  // 4 GiB in 0.66 x the buffered time, 1 GiB as fast and steadier. Encrypted chunks and
+  // 1 GiB in 0.76-0.81 x the buffered time, 4 GiB in 0.50 x. Encrypted chunks and
   // chunks needed in part are always read buffered.
   bool direct_reads = true;
   // A stored chunk only partly needed (a load into another layout): false (default)
