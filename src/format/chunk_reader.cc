@@ -326,13 +326,18 @@ Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
   std::vector<internal_storage::DirectRange> ranges;
   std::vector<const GatheredReads::Item*> of_range;
   std::vector<char> scratch;
+  // One chunk through the page cache, as read_into reads those it does not gather.
+  const auto read_plainly = [&](const GatheredReads::Item& item) -> Status {
+    DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, *item.tensor, item.chunk, item.dst, checksums, nullptr, scratch));
+    if (on_read) on_read(item.tag);
+    return Status();
+  };
   for (const auto& item : items) {
     const proto::Chunk& c = chunk_of(item);
     // A chunk needed twice (two boxes of one rank) is read again the plain way: the
     // direct reader takes ranges that do not overlap.
     if (!ranges.empty() && ranges.back().file == c.file_id() && c.byte_offset() < ranges.back().offset + ranges.back().n) {
-      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, *item.tensor, item.chunk, item.dst, checksums, nullptr, scratch));
-      if (on_read) on_read(item.tag);
+      DISTCKPT_RETURN_IF_ERROR(read_plainly(item));
       continue;
     }
     ranges.push_back(internal_storage::DirectRange{c.file_id(), c.byte_offset(), c.length(), item.dst});
@@ -367,10 +372,7 @@ Status read_gathered(FileCache& files, GatheredReads& gathered, bool checksums,
     pool = std::make_unique<internal_storage::StagingPool>(kStaging, kSlab, /*grow=*/true,
                                                            internal_storage::StagingPool::FirstTouch::kOnUse);
   } catch (const std::bad_alloc&) {
-    for (const GatheredReads::Item* item : of_range) {
-      DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, *item->tensor, item->chunk, item->dst, checksums, nullptr, scratch));
-      if (on_read) on_read(item->tag);
-    }
+    for (const GatheredReads::Item* item : of_range) DISTCKPT_RETURN_IF_ERROR(read_plainly(*item));
     return Status();
   }
   return internal_storage::read_ranges(ranges, open_file, check, name, *pool, direct_bytes);
