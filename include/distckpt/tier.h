@@ -129,8 +129,9 @@ struct DrainResult {
 // checkpoint (same ranks on the same nodes): kInvalidArgument otherwise. Encrypted chunks are authenticated as
 // they are read and sealed again under the global checkpoint's own salt (a chunk's
 // associated data names its file and offset, which differ). `options` gives fs,
-// encryption (must match the local save's key), fsync, direct I/O and update_latest;
-// its name is ignored. On failure the global root shows nothing new and the local
+// encryption (must match the local save's key), fsync and update_latest; its name and
+// direct_io are ignored (the drain copies chunk by chunk through the page cache, in the
+// background). On failure the global root shows nothing new and the local
 // checkpoint stays.
 Result<DrainResult> drain(Comm& comm, const std::string& root, const LocalTier& tier, const std::string& name,
                           const SaveOptions& options);
