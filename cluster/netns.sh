@@ -100,20 +100,20 @@ in_host() {  # HOST CMD...: run in the host's namespaces
   # A repository checked out under /tmp or /dev/shm, which each host replaces with its
   # own, stays visible at its path (its build, the rsh agent): bound into the host's view
   # first, which is then bound with its submounts.
-  local repo keep="" at=""
+  local repo at=""
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
   case "$repo/" in
-    /tmp/*) keep=$repo at=tmp${repo#/tmp} ;;
-    /dev/shm/*) keep=$repo at=shm${repo#/dev/shm} ;;
+    /tmp/*) at=tmp${repo#/tmp} ;;
+    /dev/shm/*) at=shm${repo#/dev/shm} ;;
   esac
   # A new mount namespace, a slave of the one it is made in (mounts made later outside,
   # such as new hosts' network namespaces, still appear), over which the host's views
   # are bound.
   exec nsenter --net="/run/netns/dck-$h" -- unshare --mount --uts --propagation slave -- \
-    sh -c 'hostname "$0" && { [ -z "$3" ] || { mkdir -p "$1/$4" && mount --bind "$3" "$1/$4"; }; } &&
+    sh -c 'hostname "$0" && { [ -z "$4" ] || { mkdir -p "$1/$4" && mount --bind "$3" "$1/$4"; }; } &&
            mount --bind "$1/local" /dck/local && mount --rbind "$1/shm" /dev/shm && mount --rbind "$1/tmp" /tmp &&
            mount --bind "$2/shared" /dck/shared && mount --bind "$2/etc-hosts" /etc/hosts && shift 5 && exec "$@"' \
-    "$h" "$dir" "$base" "$keep" "$at" -- "$@"
+    "$h" "$dir" "$base" "$repo" "$at" -- "$@"
 }
 
 host_pids() { ip netns pids "dck-$1" 2>/dev/null; }
