@@ -34,10 +34,11 @@ endfunction()
 # Call at the end of each CMakeLists.txt that registers tests.
 #
 # Once a rank exits with a non-zero status, Open MPI's mpirun signals the job and waits
-# odls_base_sigkill_timeout (1 s) before SIGKILL, twice: every run that fails costs 2 s
-# more. The tests fail runs on purpose by the hundred (full disks, crashes, hostile
-# files). None relies on that grace: the breakpoint tests send SIGUSR1, which mpirun
-# forwards to the ranks without it, and Slurm's signals come through srun.
+# odls_base_sigkill_timeout (1 s) before SIGKILL, once or twice: every run that fails
+# costs 1-2 s more. The tests fail more than a hundred runs on purpose (full disks,
+# crashes, refused options). None relies on that grace: the breakpoint tests send
+# SIGUSR1, which mpirun forwards to the ranks without it, and Slurm's signals come
+# through srun.
 function(distckpt_finish_tests)
   get_property(tests DIRECTORY PROPERTY TESTS)
   if(tests)
