@@ -40,9 +40,10 @@ fi
 STEPS=16
 MODEL=(--dp 3 --tp 2 --hidden 4096 --in 4096 --out 4160 --batch 2)  # 270 MB: weights + momentum
 # DCK_DEMO_SMALL=1: the same story with a small model (the CTest variant, multinode.main_job).
-# Its steps are fast: by the time h2 is gone the killed run has committed up to step 15
-# here, so the run goes on to step 24.
-[ "${DCK_DEMO_SMALL:-0}" = 1 ] && MODEL=(--dp 3 --tp 2 --hidden 240 --in 64 --out 16) && STEPS=24
+# Its steps are fast (1.5 s after step 9 the killed run had committed step 15), so h2
+# dies sooner and the run goes on to step 24.
+KILL_AFTER=1.5  # seconds after "saved step 9": into step 10 or 11
+[ "${DCK_DEMO_SMALL:-0}" = 1 ] && MODEL=(--dp 3 --tp 2 --hidden 240 --in 64 --out 16) && STEPS=24 && KILL_AFTER=0.3
 TIER=(--local-dir /dev/shm/ckpt --local-every 3 --global-every 2 --keep-local 2 --keep-max 2)
 CLUSTER=${DCK_CLUSTER_DIR:-/var/tmp/dck-cluster}
 SHARED=$CLUSTER/shared  # /dck/shared inside the hosts
@@ -90,7 +91,7 @@ for _ in $(seq 1 1200); do
   sleep 0.1
 done
 grep -vE "^step [0-9]+ loss" "$LOG/run.log" | sed 's/^/   | /'
-sleep 1.5  # into step 10 or 11
+sleep "$KILL_AFTER"
 killed=$(date +%s.%N)
 bash "$NETNS" kill h2
 echo "-- killed host h2 (link down, processes killed, its /dev/shm and local disk wiped)"
