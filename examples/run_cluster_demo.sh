@@ -51,6 +51,7 @@ mkdir -p "$WORK"
 LOG=$(cd "$WORK" && pwd)
 
 final_fingerprint() { awk '$1 == "final" && $4 == "fingerprint" { fp = $5 } END { print fp }' "$1"; }
+saved_fingerprint() { awk -v s="$2" '$1 == "saved" && $3 == s { fp = $5 } END { print fp }' "$1"; }  # LOG STEP
 # A cluster already up (the CTest fixture) is used and left up, with fresh hosts;
 # otherwise the demo brings it up and takes it down.
 was_up=0
@@ -113,8 +114,8 @@ restored=$(awk '$1 == "restored" { print $3 }' "$LOG/resume.log")
 # The uninterrupted run's fingerprint at that step. The killed run prints its own only
 # once every rank has the fingerprint: a host that dies just after a commit leaves
 # a checkpoint that the killed run never printed.
-expected=$(awk -v s="$restored" '$1 == "saved" && $3 == s { print $5 }' "$LOG/ref.log" | tail -1)
-saved=$(awk -v s="$restored" '$1 == "saved" && $3 == s { print $5 }' "$LOG/run.log" | tail -1)
+expected=$(saved_fingerprint "$LOG/ref.log" "$restored")
+saved=$(saved_fingerprint "$LOG/run.log" "$restored")
 got=$(awk '$1 == "restored" { print $5 }' "$LOG/resume.log")
 echo "-- restored step $restored fingerprint $got; the uninterrupted run had ${expected:-<none>} there," \
   "the killed run saved ${saved:-<died before printing it>}"

@@ -49,7 +49,7 @@ fresh_tmpfs() {  # SIZE NP FREE
   mkdir -p "$mnt"
   mount -t tmpfs -o "size=${1}m" tmpfs "$mnt" || skip "cannot mount a tmpfs"
   # prev is saved once per rank count and copied in: a checkpoint is relocatable, and a
-  # save per case was a third of this test's time.
+  # save per case started mpirun 51 more times.
   local template=$work/prev-np$2
   if [ ! -d "$template" ]; then
     rm -rf "$template.tmp" && mkdir -p "$template.tmp"
