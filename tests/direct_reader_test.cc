@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/bounce.h"
 #include "storage/direct_reader.h"
 #include "storage/staging.h"
 #include "test_util.h"
@@ -281,6 +282,78 @@ TEST(DirectReader, NeverDirectOnAMemoryFileSystem) {
   char buf[4096];
   EXPECT_EQ((*file)->read_direct(buf, sizeof buf, 0).status().code(), StatusCode::kUnsupported);
   ::unlink(tmpl);
+}
+
+
+// Buffered reads and writes through the thread's bounce buffer (storage/bounce.h) and
+// without it: every byte lands where it belongs, at any size and offset around the
+// buffer's, and a read past the end still says the file is truncated.
+TEST(BounceIo, EveryByteEitherWay) {
+  testing::TempDir tmp;
+  const std::size_t b = kBounceBytes;
+  const std::vector<std::size_t> sizes = {1, 4095, b - 1, b, b + 1, 3 * b + 4097};
+  for (const bool bounce : {true, false}) {
+    force_bounce_io_for_testing(bounce);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      SCOPED_TRACE("bounce " + std::to_string(bounce) + ", " + std::to_string(sizes[i]) + " bytes");
+      const std::string path = tmp.path() + "/f" + std::to_string(i);
+      const std::string bytes = random_bytes(sizes[i], static_cast<uint32_t>(i) + (bounce ? 100 : 0));
+      const uint64_t at = 513 * i;  // unaligned offsets, a hole before them
+      {
+        auto file = posix_filesystem()->open_writable(path);
+        ASSERT_TRUE(file.ok()) << file.status().to_string();
+        ASSERT_TRUE((*file)->write_at(bytes.data(), bytes.size(), at).ok());
+        ASSERT_TRUE((*file)->close().ok());
+      }
+      auto file = posix_filesystem()->open_readable(path);
+      ASSERT_TRUE(file.ok());
+      ASSERT_EQ(*(*file)->size(), at + bytes.size());
+      std::string got(bytes.size(), '\0');
+      ASSERT_TRUE((*file)->read_at(got.data(), got.size(), at).ok());
+      EXPECT_TRUE(got == bytes);
+      // One byte more than the file holds: an error naming the file, not a short read.
+      std::string over(bytes.size() + 1, '\0');
+      const Status past = (*file)->read_at(over.data(), over.size(), at);
+      EXPECT_EQ(past.code(), StatusCode::kCorruption);
+      EXPECT_NE(past.message().find("truncated file"), std::string::npos) << past.to_string();
+      EXPECT_NE(past.message().find(path), std::string::npos) << past.to_string();
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), over.begin()));
+    }
+  }
+  force_bounce_io_for_testing(std::nullopt);
+}
+
+// A write that cannot go through reports the file system's error, bounced or not.
+TEST(BounceIo, WriteErrorsReachTheCaller) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "/dev/full is not writable here";
+  for (const bool bounce : {true, false}) {
+    force_bounce_io_for_testing(bounce);
+    auto file = posix_filesystem()->open_writable("/dev/full", WriteOpenOptions{.truncate = false});
+    ASSERT_TRUE(file.ok()) << file.status().to_string();
+    const std::string bytes(kBounceBytes + 10, 'x');
+    const Status s = (*file)->write_at(bytes.data(), bytes.size(), 0);
+    EXPECT_EQ(s.code(), StatusCode::kIoError) << "bounce " << bounce;
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.to_string();
+  }
+  force_bounce_io_for_testing(std::nullopt);
+}
+
+// DISTCKPT_BOUNCE=1 or 0 decides for the process instead of the probe (each case in a
+// fresh process: the decision is taken once).
+TEST(BounceIoDeathTest, TheEnvironmentDecides) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ::setenv("DISTCKPT_BOUNCE", "1", 1);
+        std::_Exit(bounce_io() ? 3 : 4);
+      },
+      ::testing::ExitedWithCode(3), "");
+  EXPECT_EXIT(
+      {
+        ::setenv("DISTCKPT_BOUNCE", "0", 1);
+        std::_Exit(bounce_io() ? 3 : 4);
+      },
+      ::testing::ExitedWithCode(4), "");
 }
 
 }  // namespace

@@ -150,12 +150,15 @@ struct SaveResult {
 // checkpoints are untouched; a leftover <name>.tmp-* directory can remain only if the
 // cleanup itself failed. Non-fatal problems after the commit are in SaveResult::warning.
 // Extra memory per rank (README "Memory"; mpi_tests/memory_bound checks it): sharded
-// native: 32 MiB of staging with direct I/O (none buffered; 4 MiB more when encrypted),
+// native: 32 MiB of staging with direct I/O (buffered: a 512 KiB bounce buffer per
+// writing thread where the kernel's first touch of a page traps, README "A process's
+// first save and load"; 4 MiB more when encrypted),
 // plus O(index) on rank 0 (the plan and the index: a few times index_bytes); integrated
 // files: the writer 3 x gather_bytes, the other ranks at most gather_bytes of pieces
 // that are not contiguous in their buffers; per-rank .ckpt sets: 1 MiB of record
 // buffering; HDF5: O(index). Incremental: the base's index on rank 0, O(index), more.
-// Tensor bytes are written from the caller's buffers.
+// Tensor bytes are written from the caller's buffers (buffered: through the bounce
+// buffer where there is one).
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root,
                         const SaveOptions& options);
 
@@ -276,7 +279,8 @@ struct LoadResult {
 // scratch of at most the largest stored chunk the rank reads in part (a piece that is
 // not contiguous in its buffer, or a chunk read whole to be checked or decrypted), 1 MiB
 // for batched pieces under 4 KiB, the stored dtype's copy of boxes cast (cast_floats),
-// and O(index). Errors, identical on all ranks: kNotFound (no
+// a 512 KiB bounce buffer per reading thread where buffered reads bounce (README "A
+// process's first save and load"), and O(index). Errors, identical on all ranks: kNotFound (no
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
 // strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is

@@ -19,6 +19,7 @@
 
 #include "base/strings.h"
 #include "distckpt/filesystem.h"
+#include "storage/bounce.h"
 #include "storage/write_maps.h"
 
 namespace distckpt {
@@ -49,18 +50,20 @@ class PosixWritableFile final : public WritableFile {
   }
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return errno_status("write", path_, errno);
+    // The kernel copies only out of the bounce buffer, which it has touched before
+    // (storage/bounce.h). Direct writes come from staging slabs, which are reused.
+    if (char* bounce = !direct_ && internal_storage::bounce_io() ? internal_storage::bounce_buffer() : nullptr) {
+      while (n > 0) {
+        const std::size_t piece = std::min(n, internal_storage::kBounceBytes);
+        std::memcpy(bounce, p, piece);
+        DISTCKPT_RETURN_IF_ERROR(write_all(bounce, piece, offset));
+        p += piece;
+        n -= piece;
+        offset += piece;
       }
-      if (w == 0) return io_error("write '" + path_ + "': no progress (device full?)");
-      p += w;
-      n -= static_cast<std::size_t>(w);
-      offset += static_cast<uint64_t>(w);
+      return Status();
     }
-    return Status();
+    return write_all(p, n, offset);
   }
   Status sync() override {
     if (::fsync(fd_) != 0) return errno_status("fsync", path_, errno);
@@ -76,6 +79,20 @@ class PosixWritableFile final : public WritableFile {
   }
 
  private:
+  Status write_all(const char* p, std::size_t n, uint64_t offset) {
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return errno_status("write", path_, errno);
+      }
+      if (w == 0) return io_error("write '" + path_ + "': no progress (device full?)");
+      p += w;
+      n -= static_cast<std::size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+    return Status();
+  }
   int fd_;
   std::string path_;
   bool direct_;
@@ -213,12 +230,17 @@ class PosixReadableFile final : public ReadableFile {
   Status read_at(void* data, std::size_t n, uint64_t offset) const override {
     char* p = static_cast<char*>(data);
     const uint64_t start = offset;
+    // The kernel copies only into the bounce buffer, which it has touched before; ours
+    // into the caller's memory (storage/bounce.h).
+    char* bounce = internal_storage::bounce_io() ? internal_storage::bounce_buffer() : nullptr;
     while (n > 0) {
-      const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
+      const std::size_t want = bounce != nullptr ? std::min(n, internal_storage::kBounceBytes) : n;
+      const ssize_t r = ::pread(fd_, bounce != nullptr ? bounce : p, want, static_cast<off_t>(offset));
       if (r < 0) {
         if (errno == EINTR) continue;
         return errno_status("read", path_, errno);
       }
+      if (bounce != nullptr) std::memcpy(p, bounce, static_cast<std::size_t>(r));
       if (r == 0)
         return corruption("read '" + path_ + "': file ends at byte " + std::to_string(offset) + ", needed " +
                           std::to_string(n) + " more bytes from offset " + std::to_string(start) +
