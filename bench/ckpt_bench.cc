@@ -50,7 +50,7 @@
 
 #include "distckpt/distckpt.h"
 #include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
-#include "storage/bounce.h"  // internal: whether buffered I/O bounces, reported
+#include "base/bounce.h"  // internal: whether buffered I/O bounces, reported
 #include "proc_status.h"
 #include "workload.h"
 
@@ -559,7 +559,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["save_vs_limit"] = opt(do_save, save_s > 0 ? lw / save_s : 0);
       j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
     }
-    j["bounce_io"] = distckpt::internal_storage::bounce_io();
+    j["bounce_io"] = distckpt::internal_base::bounce_io();
     j["peak_rss_bytes"] = runs.peak_rss;
     j["rank_state_bytes_max"] = runs.rank_state_max;
     j["peak_extra_bytes"] = runs.peak_extra;
@@ -629,14 +629,14 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
   }
   // The first repeat is this process's first save and load: a restore is always a
   // process's first load, and it pays what later repeats no longer do (fresh memory the
-  // kernel has not touched yet: storage/bounce.h), which the medians hide.
+  // kernel has not touched yet: base/bounce.h), which the medians hide.
   if ((do_save || do_load) && (runs.save.size() > 1 || runs.load.size() > 1)) {
     std::printf("first repeat (this process's first):");
     if (do_save) std::printf("  save %.3f s", runs.save.front());
     if (do_load) std::printf("  load %.3f s", runs.load.front());
     std::printf("\n");
   }
-  const bool bounce = distckpt::internal_storage::bounce_io();
+  const bool bounce = distckpt::internal_base::bounce_io();
   const char* forced = std::getenv("DISTCKPT_BOUNCE");
   std::printf("buffered file I/O: %s (%s)\n",
               bounce ? "through a bounce buffer per thread" : "straight into and out of the tensors",

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/bounce.h"
+#include "base/bounce.h"
 #include "storage/direct_reader.h"
 #include "storage/staging.h"
 #include "test_util.h"
@@ -285,15 +285,15 @@ TEST(DirectReader, NeverDirectOnAMemoryFileSystem) {
 }
 
 
-// Buffered reads and writes through the thread's bounce buffer (storage/bounce.h) and
+// Buffered reads and writes through the thread's bounce buffer (base/bounce.h) and
 // without it: every byte lands where it belongs, at any size and offset around the
 // buffer's, and a read past the end still says the file is truncated.
 TEST(BounceIo, EveryByteEitherWay) {
   testing::TempDir tmp;
-  const std::size_t b = kBounceBytes;
+  const std::size_t b = internal_base::kBounceBytes;
   const std::vector<std::size_t> sizes = {1, 4095, b - 1, b, b + 1, 3 * b + 4097};
   for (const bool bounce : {true, false}) {
-    force_bounce_io_for_testing(bounce);
+    internal_base::force_bounce_io_for_testing(bounce);
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       SCOPED_TRACE("bounce " + std::to_string(bounce) + ", " + std::to_string(sizes[i]) + " bytes");
       const std::string path = tmp.path() + "/f" + std::to_string(i);
@@ -320,22 +320,22 @@ TEST(BounceIo, EveryByteEitherWay) {
       EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), over.begin()));
     }
   }
-  force_bounce_io_for_testing(std::nullopt);
+  internal_base::force_bounce_io_for_testing(std::nullopt);
 }
 
 // A write that cannot go through reports the file system's error, bounced or not.
 TEST(BounceIo, WriteErrorsReachTheCaller) {
   if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "/dev/full is not writable here";
   for (const bool bounce : {true, false}) {
-    force_bounce_io_for_testing(bounce);
+    internal_base::force_bounce_io_for_testing(bounce);
     auto file = posix_filesystem()->open_writable("/dev/full", WriteOpenOptions{.truncate = false});
     ASSERT_TRUE(file.ok()) << file.status().to_string();
-    const std::string bytes(kBounceBytes + 10, 'x');
+    const std::string bytes(internal_base::kBounceBytes + 10, 'x');
     const Status s = (*file)->write_at(bytes.data(), bytes.size(), 0);
     EXPECT_EQ(s.code(), StatusCode::kIoError) << "bounce " << bounce;
     EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.to_string();
   }
-  force_bounce_io_for_testing(std::nullopt);
+  internal_base::force_bounce_io_for_testing(std::nullopt);
 }
 
 // DISTCKPT_BOUNCE=1 or 0 decides for the process instead of the probe (each case in a
@@ -345,13 +345,13 @@ TEST(BounceIoDeathTest, TheEnvironmentDecides) {
   EXPECT_EXIT(
       {
         ::setenv("DISTCKPT_BOUNCE", "1", 1);
-        std::_Exit(bounce_io() ? 3 : 4);
+        std::_Exit(internal_base::bounce_io() ? 3 : 4);
       },
       ::testing::ExitedWithCode(3), "");
   EXPECT_EXIT(
       {
         ::setenv("DISTCKPT_BOUNCE", "0", 1);
-        std::_Exit(bounce_io() ? 3 : 4);
+        std::_Exit(internal_base::bounce_io() ? 3 : 4);
       },
       ::testing::ExitedWithCode(4), "");
 }

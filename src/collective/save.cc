@@ -17,7 +17,7 @@
 #include "distckpt/checkpoint.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
-#include "storage/bounce.h"
+#include "base/bounce.h"
 #include "storage/spare_files.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
@@ -137,10 +137,10 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
   // A memory file system's recycled file is written through its mapping (a memcpy,
   // storage/write_maps.h), in pieces small enough to stay in cache between the CRC and
   // the copy; other files with pwrite, in such pieces too when it copies them into a
-  // bounce buffer first (storage/bounce.h).
+  // bounce buffer first (base/bounce.h).
   const uint64_t size = file_end(session.mine);
   DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
-  const uint64_t piece_bytes = view != nullptr || internal_storage::bounce_io() ? 256 << 10 : 1 << 20;
+  const uint64_t piece_bytes = view != nullptr || internal_base::bounce_io() ? 256 << 10 : 1 << 20;
   uint32_t crc = internal_transform::kCrc32cInit;
   uint64_t at = 0;
   auto sink = [&](const char* p, std::size_t n) -> Status {

@@ -19,7 +19,7 @@
 
 #include "base/strings.h"
 #include "distckpt/filesystem.h"
-#include "storage/bounce.h"
+#include "base/bounce.h"
 #include "storage/write_maps.h"
 
 namespace distckpt {
@@ -51,10 +51,10 @@ class PosixWritableFile final : public WritableFile {
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     const char* p = static_cast<const char*>(data);
     // The kernel copies only out of the bounce buffer, which it has touched before
-    // (storage/bounce.h). Direct writes come from staging slabs, which are reused.
-    if (char* bounce = !direct_ && internal_storage::bounce_io() ? internal_storage::bounce_buffer() : nullptr) {
+    // (base/bounce.h). Direct writes come from staging slabs, which are reused.
+    if (char* bounce = !direct_ && internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr) {
       while (n > 0) {
-        const std::size_t piece = std::min(n, internal_storage::kBounceBytes);
+        const std::size_t piece = std::min(n, internal_base::kBounceBytes);
         std::memcpy(bounce, p, piece);
         DISTCKPT_RETURN_IF_ERROR(write_all(bounce, piece, offset));
         p += piece;
@@ -231,10 +231,10 @@ class PosixReadableFile final : public ReadableFile {
     char* p = static_cast<char*>(data);
     const uint64_t start = offset;
     // The kernel copies only into the bounce buffer, which it has touched before; ours
-    // into the caller's memory (storage/bounce.h).
-    char* bounce = internal_storage::bounce_io() ? internal_storage::bounce_buffer() : nullptr;
+    // into the caller's memory (base/bounce.h).
+    char* bounce = internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr;
     while (n > 0) {
-      const std::size_t want = bounce != nullptr ? std::min(n, internal_storage::kBounceBytes) : n;
+      const std::size_t want = bounce != nullptr ? std::min(n, internal_base::kBounceBytes) : n;
       const ssize_t r = ::pread(fd_, bounce != nullptr ? bounce : p, want, static_cast<off_t>(offset));
       if (r < 0) {
         if (errno == EINTR) continue;

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <optional>
 
-namespace distckpt::internal_storage {
+namespace distckpt::internal_base {
 
 // The bounce buffer's size: small enough to stay in a core's L2 between the kernel's copy
 // and ours (and the CRC taken in between by callers that read in pieces of this size or
@@ -45,4 +45,4 @@ void force_bounce_io_for_testing(std::optional<bool> forced);
 // I/O without one). Callers must not hold it across calls that may use it themselves.
 char* bounce_buffer();
 
-}  // namespace distckpt::internal_storage
+}  // namespace distckpt::internal_base

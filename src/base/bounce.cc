@@ -1,4 +1,4 @@
-#include "storage/bounce.h"
+#include "base/bounce.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <string_view>
 
-namespace distckpt::internal_storage {
+namespace distckpt::internal_base {
 namespace {
 
 double seconds_now() {
@@ -84,4 +84,4 @@ char* bounce_buffer() {
   return buffer.get();
 }
 
-}  // namespace distckpt::internal_storage
+}  // namespace distckpt::internal_base
