@@ -8,6 +8,7 @@
 
 #include "distckpt/distckpt.h"
 #include "mpi_test_util.h"
+#include "base/bounce.h"
 #include "storage/fault_fs.h"
 
 namespace distckpt {
@@ -316,6 +317,58 @@ TEST(CheckpointMpiTest, LayoutNamingMissingRanksIsRefused) {
     auto listing = list_checkpoints(tmp.path());
     EXPECT_TRUE(!listing.ok() || listing->entries.empty());
   }
+}
+
+
+// The MPI communicator's point-to-point exchange: messages of every size around its 1 MiB
+// pieces and the 64 KiB where receives start to bounce (base/bounce.h), several to each
+// peer, land whole and in the order listed, whether receives go through the warm slots
+// or straight into place. More bounced pieces are wanted at once than there are slots.
+TEST(CheckpointMpiTest, ExchangeMovesEveryByteBouncedOrNot) {
+  auto comm = world_comm();
+  const int me = world_rank(), n = world_size();
+  const std::vector<std::size_t> sizes = {0, 100, (64 << 10) - 1, 64 << 10, (3 << 20) + 17, 1 << 20};
+  auto byte = [](int from, int to, std::size_t k, std::size_t i) {
+    return static_cast<char>(from * 53 + to * 29 + k * 7 + i % 251);
+  };
+  for (const bool bounce : {true, false}) {
+    for (const bool started : {true, false}) {
+      SCOPED_TRACE(std::string(bounce ? "bounced" : "in place") + (started ? ", start_exchange" : ", transfer"));
+      internal_base::force_bounce_io_for_testing(bounce);
+      std::vector<std::string> out, in;
+      std::vector<Comm::Transfer> sends, receives;
+      out.reserve(sizes.size() * n);
+      in.reserve(sizes.size() * n);
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == me) continue;
+        for (std::size_t k = 0; k < sizes.size(); ++k) {
+          std::string bytes(sizes[k], '\0');
+          for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = byte(me, peer, k, i);
+          out.push_back(std::move(bytes));
+          sends.push_back({peer, out.back().data(), out.back().size()});
+          in.emplace_back(sizes[k], '\0');
+          receives.push_back({peer, in.back().data(), in.back().size()});
+        }
+      }
+      if (started) {
+        auto exchange = comm->start_exchange();
+        for (const auto& t : receives) exchange->post_receive(t);
+        for (const auto& t : sends) exchange->post_send(t);
+        exchange->progress();
+        exchange->wait();
+      } else {
+        comm->transfer(sends, receives);
+      }
+      std::size_t at = 0, wrong = 0;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == me) continue;
+        for (std::size_t k = 0; k < sizes.size(); ++k, ++at)
+          for (std::size_t i = 0; i < sizes[k]; ++i) wrong += in[at][i] != byte(peer, me, k, i);
+      }
+      EXPECT_EQ(wrong, 0u);
+    }
+  }
+  internal_base::force_bounce_io_for_testing(std::nullopt);
 }
 
 }  // namespace

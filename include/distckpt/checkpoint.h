@@ -280,7 +280,8 @@ struct LoadResult {
 // not contiguous in its buffer, or a chunk read whole to be checked or decrypted), 1 MiB
 // for batched pieces under 4 KiB, the stored dtype's copy of boxes cast (cast_floats),
 // a 512 KiB bounce buffer per reading thread where buffered reads bounce (README "A
-// process's first save and load"), and O(index). Errors, identical on all ranks: kNotFound (no
+// process's first save and load"), 4 MiB of receive slots where replicas exchange and
+// receives bounce (kept by the process: at most 2 sets), and O(index). Errors, identical on all ranks: kNotFound (no
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when
 // strict), kUnsupported (newer index version), kInvalidArgument (a name in `only` that is
