@@ -182,11 +182,15 @@ int main(int argc, char** argv) {
   } else if (op == "load") {
     auto r = distckpt::load(*comm, state.dict, dir + "/src", {});
     if (!r.ok()) return fail("load", r.status());
-    bound = {32 * kMiB + largest_chunk + kMiB, "32 MiB of direct-read staging + largest chunk + 1 MiB of small pieces + O(index)"};
+    bound = {32 * kMiB + largest_chunk + kMiB + 5 * kMiB,
+             "32 MiB of direct-read staging + largest chunk + 1 MiB of small pieces + 4 MiB of receive slots and "
+             "512 KiB bounce buffers (where receives and reads bounce) + O(index)"};
   } else if (op == "reshard") {
     auto r = distckpt::load(*comm, target->dict, dir + "/src", {});
     if (!r.ok()) return fail("reshard", r.status());
-    bound = {32 * kMiB + largest_chunk + kMiB, "32 MiB of direct-read staging + largest chunk + 1 MiB of small pieces + O(index)"};
+    bound = {32 * kMiB + largest_chunk + kMiB + 5 * kMiB,
+             "32 MiB of direct-read staging + largest chunk + 1 MiB of small pieces + 4 MiB of receive slots and "
+             "512 KiB bounce buffers (where receives and reads bounce) + O(index)"};
   } else if (op == "integrated") {
     save_options.format = distckpt::Format::kCkpt;
     auto r = distckpt::save(*comm, state.dict, dir, save_options);

@@ -318,6 +318,7 @@ TEST(BounceIo, EveryByteEitherWay) {
       EXPECT_NE(past.message().find("truncated file"), std::string::npos) << past.to_string();
       EXPECT_NE(past.message().find(path), std::string::npos) << past.to_string();
       EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), over.begin()));
+      EXPECT_EQ(over.back(), '\0');  // nothing copied past what the file holds
     }
   }
   internal_base::force_bounce_io_for_testing(std::nullopt);
@@ -341,6 +342,7 @@ TEST(BounceIo, WriteErrorsReachTheCaller) {
 // DISTCKPT_BOUNCE=1 or 0 decides for the process instead of the probe (each case in a
 // fresh process: the decision is taken once).
 TEST(BounceIoDeathTest, TheEnvironmentDecides) {
+  const std::string style = GTEST_FLAG_GET(death_test_style);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
@@ -354,6 +356,7 @@ TEST(BounceIoDeathTest, TheEnvironmentDecides) {
         std::_Exit(internal_base::bounce_io() ? 3 : 4);
       },
       ::testing::ExitedWithCode(4), "");
+  GTEST_FLAG_SET(death_test_style, style);
 }
 
 }  // namespace

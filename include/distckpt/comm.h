@@ -73,8 +73,9 @@ class Comm {
   // (a load sends each box as soon as it is read and checked, while its disk reads go
   // on). Post, call progress() now and then, and wait() before the memory of any posted
   // message is used or freed. Matching is transfer()'s: messages between two ranks match
-  // in the order they are posted. Thread: the communicator's. The destructor waits for
-  // what is still posted.
+  // in the order they are posted. At most one exchange or transfer() is in flight on a
+  // communicator at a time (receives may be posted later than asked for, in order).
+  // Thread: the communicator's. The destructor waits for what is still posted.
   class Exchange {
    public:
     virtual ~Exchange() = default;

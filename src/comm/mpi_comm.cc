@@ -4,6 +4,7 @@
 #include <thread>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <memory>
 #include <numeric>
@@ -29,6 +30,8 @@ constexpr int kPeerTimeoutExitCode = 75;
 
 // MPI counts are ints: large payloads move in pieces of at most this many bytes.
 constexpr std::size_t kMaxMpiCount = std::size_t{1} << 30;
+// Where receives bounce, point-to-point messages go in pieces of this size instead.
+constexpr std::size_t kBouncePieceBytes = std::size_t{1} << 20;
 
 int checked_count(int64_t n) {
   if (n < 0 || n > INT_MAX) {
@@ -60,6 +63,12 @@ class MpiComm final : public Comm {
     int leader = rank_;
     MPI_Bcast(&leader, 1, MPI_INT, 0, local);  // local rank 0 has the lowest rank (key = rank)
     MPI_Comm_free(&local);
+    // Whether any rank bounces its receives (base/bounce.h): then every rank sends in
+    // pieces a receiver can bounce. Agreed here, because sender and receiver must cut a
+    // message alike.
+    int bounce = internal_base::bounce_io() ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &bounce, 1, MPI_INT, MPI_MAX, comm_);
+    piece_bytes_ = bounce != 0 ? kBouncePieceBytes : kMaxMpiCount;
     std::vector<int> leaders(static_cast<std::size_t>(size_));
     MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm_);
     std::vector<int> ordered = leaders;
@@ -189,21 +198,23 @@ class MpiComm final : public Comm {
  private:
   using Watched = internal_comm::PeerWatchdog::Scope;
 
-  // Non-blocking sends and receives. Messages go in pieces of at most kPieceBytes, the
+  // Non-blocking sends and receives. Messages go in pieces of at most piece_bytes_, the
   // same on every rank; pieces between two ranks are matched in order (MPI's
   // non-overtaking rule), like whole messages.
   //
   // Where the kernel's first touch of a page traps (base/bounce.h), a large receive lands
-  // piece by piece in a few warm buffers of this thread and is copied from there in user
-  // mode: Open MPI moves bytes between ranks of a node with process_vm_readv and between
-  // nodes with sockets, both the kernel writing into the receiver's memory. A fresh
-  // process's restore from disk at DP2 x TP2 spent 0.54-0.58 s in its replica exchange
-  // this way, against 0.06 s once the tensors were warm. Receives are posted in the order
-  // they were asked for, so that matching stays the same; only how many bounced pieces
-  // are in flight is bounded (kBounceSlots).
+  // piece by piece in a few warm buffers kept by the process, and is copied from there in
+  // user mode: Open MPI moves bytes between ranks of a node with process_vm_readv and
+  // between nodes with sockets, both the kernel writing into the receiver's memory. A fresh
+  // process's restore from disk at DP2 x TP2 spent 0.54-0.78 s in its replica exchange
+  // this way, against 0.06 s once the tensors were warm. Receives from each peer are
+  // posted in the order they were asked for, so that matching stays the same; only how
+  // many bounced pieces are in flight is bounded (kBounceSlots).
   class MpiExchange final : public Exchange {
    public:
     explicit MpiExchange(MpiComm& comm) : comm_(comm) {}
+    MpiExchange(const MpiExchange&) = delete;
+    MpiExchange& operator=(const MpiExchange&) = delete;
     ~MpiExchange() override {
       wait();
       if (slots_ != nullptr) SlotPool::instance().give(slots_);
@@ -216,38 +227,25 @@ class MpiComm final : public Comm {
       });
     }
     void post_receive(const Transfer& t) override {
-      if (slots_ == nullptr && t.bytes >= kBounceMinBytes && internal_base::bounce_io())
-        slots_ = SlotPool::instance().take();
-      const bool bounce = t.bytes >= kBounceMinBytes && slots_ != nullptr;
-      for_each_piece(t, [&](char* p, int n) { queued_.push_back(Piece{p, n, t.peer, bounce ? 0 : -1}); });
+      // Only where every rank cuts messages into bounce-sized pieces (piece_bytes_).
+      const bool may_bounce = comm_.piece_bytes_ == kBouncePieceBytes && t.bytes >= kBounceMinBytes &&
+                              internal_base::bounce_io();
+      if (may_bounce && slots_ == nullptr) slots_ = SlotPool::instance().take();
+      const bool bounce = may_bounce && slots_ != nullptr;
+      std::deque<Piece>& queue = queued_[t.peer];
+      for_each_piece(t, [&](char* p, int n) { queue.push_back(Piece{p, n, t.peer, bounce ? 0 : -1}); });
       post_queued();
     }
-    void progress() override {
-      post_queued();
-      if (requests_.empty()) return;
-      int done = 0;
-      finished_.resize(requests_.size());
-      MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &done, finished_.data(), MPI_STATUSES_IGNORE);
-      if (done != MPI_UNDEFINED && done > 0) retire(done);
-    }
+    void progress() override { (void)step(/*block=*/false); }
     void wait() override {
       if (requests_.empty() && queued_.empty()) return;
       Watched watched(comm_.watchdog_, "transfer");
-      for (;;) {
-        post_queued();
-        if (requests_.empty()) break;
-        int done = 0;
-        finished_.resize(requests_.size());
-        MPI_Waitsome(static_cast<int>(requests_.size()), requests_.data(), &done, finished_.data(), MPI_STATUSES_IGNORE);
-        if (done != MPI_UNDEFINED && done > 0) retire(done);
+      while (step(/*block=*/true)) {
       }
     }
 
    private:
     static constexpr int kTag = 7411;
-    // Every rank splits messages at this size, so that a receiver may post each piece
-    // on its own (into a bounce slot or straight into place) and still match the sender.
-    static constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
     static constexpr std::size_t kBounceMinBytes = 64 << 10;  // smaller: the trap costs < 16 pages
     static constexpr int kBounceSlots = 4;
     struct Piece {
@@ -256,7 +254,7 @@ class MpiComm final : public Comm {
       int peer;
       int slot;  // receives: -1 straight into `data`; else a bounce slot (queued: 0, to be chosen)
     };
-    // Sets of bounce slots (kBounceSlots x kPieceBytes each), one per exchange that
+    // Sets of bounce slots (kBounceSlots x kBouncePieceBytes each), one per exchange that
     // bounces, kept by the process once returned so that the next exchange finds them warm
     // (at most kKept sets). take() gives nullptr when memory cannot be allocated: the
     // exchange then receives in place. Thread-safe.
@@ -275,7 +273,7 @@ class MpiComm final : public Comm {
             return p;
           }
         }
-        return static_cast<char*>(std::aligned_alloc(4096, kBounceSlots * kPieceBytes));
+        return static_cast<char*>(std::aligned_alloc(4096, kBounceSlots * kBouncePieceBytes));
       }
       void give(char* p) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -288,33 +286,52 @@ class MpiComm final : public Comm {
       std::mutex mu_;
       std::vector<char*> free_;
     };
-    char* slot(int i) const { return slots_ + static_cast<std::size_t>(i) * kPieceBytes; }
+    char* slot(int i) const { return slots_ + static_cast<std::size_t>(i) * kBouncePieceBytes; }
     template <typename F>
-    static void for_each_piece(const Transfer& t, F&& f) {  // empty messages: nothing on either side
+    void for_each_piece(const Transfer& t, F&& f) const {  // empty messages: nothing on either side
       auto* p = static_cast<char*>(t.data);
       for (std::size_t done = 0; done < t.bytes;) {
-        const std::size_t n = std::min(kPieceBytes, t.bytes - done);
+        const std::size_t n = std::min(comm_.piece_bytes_, t.bytes - done);
         f(p + done, static_cast<int>(n));
         done += n;
       }
     }
-    // Posts queued receives in order, as long as each bounced one finds a free slot.
+    // Posts what may be posted, then retires what is done (`block`: waits for at least
+    // one). False when nothing is in flight, which means nothing is queued either: with
+    // no receive in flight every slot is free, so post_queued() posts at least one.
+    bool step(bool block) {
+      post_queued();
+      if (requests_.empty()) return false;
+      int done = 0;
+      finished_.resize(requests_.size());
+      const int count = static_cast<int>(requests_.size());
+      if (block) MPI_Waitsome(count, requests_.data(), &done, finished_.data(), MPI_STATUSES_IGNORE);
+      else MPI_Testsome(count, requests_.data(), &done, finished_.data(), MPI_STATUSES_IGNORE);
+      if (done != MPI_UNDEFINED && done > 0) retire(done);
+      return true;
+    }
+    // Posts each peer's queued receives in order, as long as each bounced one finds a
+    // free slot; a peer whose next piece waits for a slot holds up only its own.
     void post_queued() {
-      while (!queued_.empty()) {
-        Piece piece = queued_.front();
-        char* into = piece.data;
-        if (piece.slot >= 0) {
-          int free_slot = 0;
-          while (free_slot < kBounceSlots && (slots_used_ >> free_slot & 1u)) ++free_slot;
-          if (free_slot == kBounceSlots) return;
-          slots_used_ |= 1u << free_slot;
-          piece.slot = free_slot;
-          into = slot(free_slot);
+      for (auto it = queued_.begin(); it != queued_.end();) {
+        std::deque<Piece>& queue = it->second;
+        while (!queue.empty()) {
+          Piece piece = queue.front();
+          char* into = piece.data;
+          if (piece.slot >= 0) {
+            int free_slot = 0;
+            while (free_slot < kBounceSlots && (slots_used_ >> free_slot & 1u)) ++free_slot;
+            if (free_slot == kBounceSlots) break;
+            slots_used_ |= 1u << free_slot;
+            piece.slot = free_slot;
+            into = slot(free_slot);
+          }
+          queue.pop_front();
+          requests_.emplace_back();
+          posted_.push_back(piece);
+          MPI_Irecv(into, piece.bytes, MPI_BYTE, piece.peer, kTag, comm_.comm_, &requests_.back());
         }
-        queued_.pop_front();
-        requests_.emplace_back();
-        posted_.push_back(piece);
-        MPI_Irecv(into, piece.bytes, MPI_BYTE, piece.peer, kTag, comm_.comm_, &requests_.back());
+        it = queue.empty() ? queued_.erase(it) : std::next(it);
       }
     }
     // The `done` requests MPI_Waitsome/Testsome listed in finished_ are complete: bounced
@@ -341,7 +358,7 @@ class MpiComm final : public Comm {
     MpiComm& comm_;
     std::vector<MPI_Request> requests_;  // in flight, with posted_ alike
     std::vector<Piece> posted_;
-    std::deque<Piece> queued_;   // receives not posted yet, in the order asked for
+    std::map<int, std::deque<Piece>> queued_;  // by peer: receives not posted yet, in the order asked for
     char* slots_ = nullptr;      // from SlotPool, at the first receive that bounces
     unsigned slots_used_ = 0;    // a bit per bounce slot
     std::vector<int> finished_;  // MPI_Waitsome's indices
@@ -394,6 +411,7 @@ class MpiComm final : public Comm {
   int size_ = 1;
   int nodes_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
+  std::size_t piece_bytes_ = kMaxMpiCount;  // how every rank cuts point-to-point messages
   std::vector<int> node_of_;             // by rank
   std::vector<std::string> node_names_;  // by node
   internal_comm::PeerWatchdog watchdog_;  // last: its thread may use the members above

@@ -51,7 +51,8 @@ class PosixWritableFile final : public WritableFile {
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     const char* p = static_cast<const char*>(data);
     // The kernel copies only out of the bounce buffer, which it has touched before
-    // (base/bounce.h). Direct writes come from staging slabs, which are reused.
+    // (base/bounce.h). Direct writes are not bounced: they come from staging slabs, which
+    // are reused (a buffered write of slabs, an async save's, is bounced all the same).
     if (char* bounce = !direct_ && internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr) {
       while (n > 0) {
         const std::size_t piece = std::min(n, internal_base::kBounceBytes);
