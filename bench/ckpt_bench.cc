@@ -637,10 +637,9 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     std::printf("\n");
   }
   const bool bounce = distckpt::internal_base::bounce_io();
-  const char* forced = std::getenv("DISTCKPT_BOUNCE");
   std::printf("buffered file I/O: %s (%s)\n",
               bounce ? "through a bounce buffer per thread" : "straight into and out of the tensors",
-              forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1")
+              distckpt::internal_base::bounce_io_from_env().has_value()
                   ? (bounce ? "DISTCKPT_BOUNCE=1" : "DISTCKPT_BOUNCE=0")
                   : (bounce ? "the kernel's first touch of a page traps here" : "the kernel's first touch of a page is cheap here"));
   std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "

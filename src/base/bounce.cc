@@ -42,15 +42,15 @@ struct FreeDeleter {
 
 std::atomic<int> forced{-1};  // force_bounce_io_for_testing's: -1 none, else 0 or 1
 
-bool decide() {
-  if (const char* env = std::getenv("DISTCKPT_BOUNCE"); env != nullptr) {
-    if (std::string_view(env) == "1") return true;
-    if (std::string_view(env) == "0") return false;
-  }
-  return first_kernel_touch_traps();
-}
-
 }  // namespace
+
+std::optional<bool> bounce_io_from_env() {
+  const char* env = std::getenv("DISTCKPT_BOUNCE");
+  if (env == nullptr) return std::nullopt;
+  if (std::string_view(env) == "1") return true;
+  if (std::string_view(env) == "0") return false;
+  return std::nullopt;
+}
 
 bool first_kernel_touch_traps() {
   const int fd = ::open("/dev/zero", O_RDONLY | O_CLOEXEC);
@@ -71,7 +71,10 @@ bool first_kernel_touch_traps() {
 
 bool bounce_io() {
   if (const int f = forced.load(std::memory_order_relaxed); f >= 0) return f == 1;
-  static const bool bounce = decide();
+  static const bool bounce = [] {
+    const std::optional<bool> env = bounce_io_from_env();
+    return env.has_value() ? *env : first_kernel_touch_traps();  // the probe only when needed
+  }();
   return bounce;
 }
 

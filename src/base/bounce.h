@@ -25,10 +25,14 @@ namespace distckpt::internal_base {
 // less), large enough that a system call moves 128 pages.
 inline constexpr std::size_t kBounceBytes = 512 << 10;
 
-// Whether buffered file I/O goes through bounce buffers in this process. Decided once, at
-// the first call: DISTCKPT_BOUNCE=1 or 0 forces it (to measure both ways); otherwise
-// first_kernel_touch_traps() decides. Thread-safe.
+// Whether buffered file I/O (and large MPI receives: comm/mpi_comm.cc) go through bounce
+// buffers in this process. Decided once, at the first call: DISTCKPT_BOUNCE=1 or 0 forces
+// it (to measure both ways); otherwise first_kernel_touch_traps() decides. Thread-safe.
 bool bounce_io();
+
+// DISTCKPT_BOUNCE's choice: true for "1", false for "0", nullopt when unset or anything
+// else (the probe decides then). Thread-safe.
+std::optional<bool> bounce_io_from_env();
 
 // The probe: reads 1 MiB of /dev/zero into fresh memory (touched in user mode first) twice,
 // twice over, and answers whether the kernel's first copy cost at least 0.5 us more per

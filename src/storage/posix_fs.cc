@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/bounce.h"
 #include "base/strings.h"
 #include "distckpt/filesystem.h"
-#include "base/bounce.h"
 #include "storage/write_maps.h"
 
 namespace distckpt {
