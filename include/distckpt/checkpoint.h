@@ -49,6 +49,15 @@ struct SaveSettings {
   // system allows it (buffered I/O otherwise). Faster and steadier on the machines we
   // measured: see src/storage/stream_writer.h. Sharded native saves.
   bool direct_io = true;
+  // Threads that write a rank's data file where it is written through the page cache (a
+  // memory file system such as /dev/shm, or one that refuses O_DIRECT), unencrypted;
+  // each writes and checksums its own contiguous part. 0 (the default): one per core
+  // the rank has to itself (its CPU affinity where the launcher bound it, else the
+  // node's CPUs shared among the job's ranks on it), at most 4 and at most one per
+  // 16 MiB the rank writes; so 4 ranks on 2 cores keep one each. n > 0: n (at most one
+  // per MiB). Negative: kInvalidArgument. Direct I/O, encrypted and asynchronous
+  // saves write with one thread. Sharded native saves.
+  int io_threads = 0;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor
   // table. Every rank passes the same mode and key (compared by fingerprint, never sent;
@@ -134,6 +143,7 @@ struct SaveResult {
   uint64_t rank_bytes_written = 0;  // by this rank
   uint64_t index_bytes = 0;
   double plan_s = 0, write_s = 0, commit_s = 0;  // wall time of each phase on this rank
+  int write_threads = 1;  // threads that wrote this rank's data file (SaveSettings::io_threads)
   // Non-fatal problem after the commit (e.g. `latest` could not be moved); empty if none.
   std::string warning;
 };
