@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "base/bounce.h"
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/convert.h"
@@ -890,8 +891,10 @@ TEST(SmallPieces, ReshardsReadExactlyTheBytesTheyNeed) {
 }
 
 // ReadableFile::read_batch on a POSIX file: through io_uring where the kernel allows it,
-// through preads when DISTCKPT_IO_URING=0 (read when a thread first batches); both fill
-// every request exactly, and a request past the end is reported as a truncation.
+// through preads when DISTCKPT_IO_URING=0 (read when a thread first batches), each with
+// and without the bounce buffer (base/bounce.h: io_uring's batches are packed into it, as
+// many pieces as it holds, a piece larger than it read alone); every way fills every
+// request exactly, and a request past the end is reported as a truncation.
 TEST(SmallPieces, BatchedReadsAreExactEitherWay) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/f";
@@ -900,16 +903,20 @@ TEST(SmallPieces, BatchedReadsAreExactEitherWay) {
   std::ofstream(path, std::ios::binary) << bytes;
   auto read_all = [&](std::string* method) -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(auto file, posix_filesystem()->open_readable(path));
-    std::vector<std::string> got(300);
+    // Mostly pieces under 4 KiB, some of 20 KB (so that the bounce buffer fills before
+    // the ring does), and one of 600 KiB, larger than the bounce buffer.
+    std::vector<std::string> got(301);
     std::vector<ReadRequest> requests;
+    const auto size_of = [](std::size_t i) { return i == 300 ? std::size_t{600} << 10 : i % 7 == 0 ? 20000 + i : 100 + i; };
+    const auto offset_of = [](std::size_t i) { return i == 300 ? 1001 : i * 3001; };
     for (std::size_t i = 0; i < got.size(); ++i) {
-      got[i].resize(100 + i);
-      requests.push_back(ReadRequest{got[i].data(), got[i].size(), i * 3001});
+      got[i].resize(size_of(i));
+      requests.push_back(ReadRequest{got[i].data(), got[i].size(), offset_of(i)});
     }
     DISTCKPT_RETURN_IF_ERROR(file->read_batch(requests));
     *method = std::string(file->batch_method());
     for (std::size_t i = 0; i < got.size(); ++i)
-      if (got[i] != bytes.substr(i * 3001, 100 + i)) return internal_error("request " + std::to_string(i) + " differs");
+      if (got[i] != bytes.substr(offset_of(i), size_of(i))) return internal_error("request " + std::to_string(i) + " differs");
     std::string tail(64, '\0');
     const ReadRequest past{tail.data(), tail.size(), bytes.size() - 10};
     Status st = file->read_batch({&past, 1});
@@ -917,18 +924,24 @@ TEST(SmallPieces, BatchedReadsAreExactEitherWay) {
       return internal_error("a read past the end gave: " + st.to_string());
     return Status();
   };
-  std::string method;
-  Status st = read_all(&method);
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_TRUE(method == "io_uring" || method == "pread") << method;
-  if (method == "pread") std::printf("io_uring is not available here: the default batch was preads\n");
-  std::thread([&] {
-    ::setenv("DISTCKPT_IO_URING", "0", 1);
-    st = read_all(&method);
-    ::unsetenv("DISTCKPT_IO_URING");
-  }).join();
-  ASSERT_TRUE(st.ok()) << st.to_string();
-  EXPECT_EQ(method, "pread");
+  for (const bool bounce : {true, false}) {
+    SCOPED_TRACE(bounce ? "bounced" : "not bounced");
+    internal_base::force_bounce_io_for_testing(bounce);
+    std::string method;
+    Status st;
+    std::thread([&] { st = read_all(&method); }).join();  // a thread of its own: its ring decides afresh
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(method == "io_uring" || method == "pread") << method;
+    if (method == "pread") std::printf("io_uring is not available here: the default batch was preads\n");
+    std::thread([&] {
+      ::setenv("DISTCKPT_IO_URING", "0", 1);
+      st = read_all(&method);
+      ::unsetenv("DISTCKPT_IO_URING");
+    }).join();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(method, "pread");
+  }
+  internal_base::force_bounce_io_for_testing(std::nullopt);
 }
 
 }  // namespace

@@ -51,12 +51,16 @@ struct SaveSettings {
   bool direct_io = true;
   // Threads that write a rank's data file where it is written through the page cache (a
   // memory file system such as /dev/shm, or one that refuses O_DIRECT), unencrypted;
-  // each writes and checksums its own contiguous part. 0 (the default): one per core
-  // the rank has to itself (its CPU affinity where the launcher bound it, else the
-  // node's CPUs shared among the job's ranks on it), at most 4 and at most one per
-  // 16 MiB the rank writes; so 4 ranks on 2 cores keep one each. n > 0: n (at most one
-  // per MiB). Negative: kInvalidArgument. Direct I/O, encrypted and asynchronous
-  // saves write with one thread. Sharded native saves.
+  // each checksums and writes its own contiguous part, whole MiB of the file. The kernel
+  // copies one file's buffered writes one at a time (tmpfs, ext4 and XFS lock the file
+  // for each), so what threads win is the checksum and the copy into the bounce buffer
+  // of one overlapping the kernel's copy of another; into a recycled tmpfs file's
+  // mapping (tier.h) they copy in parallel. 0 (the default): one per core the rank has
+  // to itself (its CPU affinity where the launcher bound it, else the node's CPUs
+  // shared among the job's ranks on it), at most 4 and at most one per 16 MiB the rank
+  // writes; so 4 ranks on 2 cores keep one each. n > 0: n (at most one per MiB).
+  // Negative: kInvalidArgument. Direct I/O, encrypted and asynchronous saves write with
+  // one thread. Sharded native saves and local-tier saves.
   int io_threads = 0;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor

@@ -259,20 +259,45 @@ class PosixReadableFile final : public ReadableFile {
   }
   Status read_batch(std::span<const ReadRequest> requests) const override {
     ReadRing& ring = ReadRing::of_this_thread();
-    if (!ring.usable()) return ReadableFile::read_batch(requests);
+    if (!ring.usable()) return ReadableFile::read_batch(requests);  // preads: read_at bounces
+    // Where the kernel's first touch of a page traps (base/bounce.h), the ring reads into
+    // the thread's bounce buffer, packed, and each piece is copied into place: a batch of
+    // 128 pieces under 4 KiB fits it whole.
+    char* bounce = internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr;
     std::vector<int64_t> done;
-    for (std::size_t at = 0; at < requests.size(); at += ReadRing::kRingDepth) {
-      const auto part = requests.subspan(at, std::min<std::size_t>(ReadRing::kRingDepth, requests.size() - at));
+    std::vector<ReadRequest> packed;
+    for (std::size_t at = 0; at < requests.size();) {
+      std::size_t count = 0;
+      for (std::size_t bytes = 0; at + count < requests.size() && count < ReadRing::kRingDepth; ++count) {
+        bytes += requests[at + count].n;
+        if (bounce != nullptr && bytes > internal_base::kBounceBytes) break;
+      }
+      if (count == 0) {  // one piece larger than the bounce buffer: read_at bounces it in turn
+        DISTCKPT_RETURN_IF_ERROR(read_at(requests[at].data, requests[at].n, requests[at].offset));
+        ++at;
+        continue;
+      }
+      const auto part = requests.subspan(at, count);
+      std::span<const ReadRequest> submitted = part;
+      if (bounce != nullptr) {
+        packed.resize(count);
+        for (std::size_t i = 0, used = 0; i < count; used += part[i].n, ++i) packed[i] = {bounce + used, part[i].n, part[i].offset};
+        submitted = packed;
+      }
       // A ring that failed is retired (nothing in flight): preads do this part and the rest.
-      if (ring.run(fd_, part, done) < 0) return ReadableFile::read_batch(requests.subspan(at));
+      if (ring.run(fd_, submitted, done) < 0) return ReadableFile::read_batch(requests.subspan(at));
+      const auto got_of = [&](std::size_t i) { return done[i] > 0 ? static_cast<std::size_t>(done[i]) : std::size_t{0}; };
+      if (bounce != nullptr)  // every piece out before a read_at below reuses the buffer
+        for (std::size_t i = 0; i < part.size(); ++i) std::memcpy(part[i].data, submitted[i].data, got_of(i));
       for (std::size_t i = 0; i < part.size(); ++i) {
         // A failed read (EINTR, EAGAIN, an opcode the kernel refuses, EIO) is done again by
         // read_at, which reports the error if it persists; a short one (the end of the
         // file, a signal) is finished by it, which says "truncated" at the end.
-        const auto got = done[i] > 0 ? static_cast<std::size_t>(done[i]) : std::size_t{0};
+        const std::size_t got = got_of(i);
         if (got < part[i].n)
           DISTCKPT_RETURN_IF_ERROR(read_at(static_cast<char*>(part[i].data) + got, part[i].n - got, part[i].offset + got));
       }
+      at += count;
     }
     return Status();
   }
