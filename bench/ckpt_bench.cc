@@ -83,7 +83,6 @@ struct Args {
   std::string staging = "1G";
   std::string replica_reads = "auto";
   bool buffered_reads = false;  // LoadOptions::direct_reads off
-  int io_threads = 0;  // SaveSettings::io_threads (0: one per core the rank has to itself)
   std::string format = "native";
   bool integrated = false;
   std::string enc_key_file, enc_key_env, enc_mode = "AES-GCM";
@@ -352,7 +351,6 @@ struct Runs {
   // VmHWM minus the resident set once the state was generated (peak reset there): the
   // operations' own memory, max over ranks (includes MPI's shared segments they touch).
   uint64_t peak_extra = 0;
-  int write_threads = 0;  // the most threads a rank wrote its data file with (max over saves)
 };
 
 // The reference for an async save's blocking time: a memcpy of every byte this rank
@@ -420,7 +418,6 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   opts.format = *distckpt::format_from_name(a.format);
   if (a.integrated) opts.integrated = true;
   opts.checksum = !a.no_checksum;
-  opts.io_threads = a.io_threads;
   if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
@@ -442,9 +439,6 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   runs.plan.push_back(max_over_ranks(r->plan_s));
   runs.write.push_back(max_over_ranks(r->write_s));
   runs.commit.push_back(max_over_ranks(r->commit_s));
-  int threads = r->write_threads;
-  MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  runs.write_threads = std::max(runs.write_threads, threads);
   runs.saved = std::move(r).value();
   return true;
 }
@@ -566,7 +560,6 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
     }
     j["bounce_io"] = distckpt::internal_base::bounce_io();
-    j["write_threads"] = runs.write_threads;
     j["peak_rss_bytes"] = runs.peak_rss;
     j["rank_state_bytes_max"] = runs.rank_state_max;
     j["peak_extra_bytes"] = runs.peak_extra;
@@ -644,15 +637,11 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     std::printf("\n");
   }
   const bool bounce = distckpt::internal_base::bounce_io();
-  std::printf("buffered file I/O: %s (%s)",
+  std::printf("buffered file I/O: %s (%s)\n",
               bounce ? "through a bounce buffer per thread" : "straight into and out of the tensors",
               distckpt::internal_base::bounce_io_from_env().has_value()
                   ? (bounce ? "DISTCKPT_BOUNCE=1" : "DISTCKPT_BOUNCE=0")
                   : (bounce ? "the kernel's first touch of a page traps here" : "the kernel's first touch of a page is cheap here"));
-  if (runs.write_threads > 0)
-    std::printf("; a rank's data file written by up to %d thread(s) (--io-threads %s)", runs.write_threads,
-                a.io_threads > 0 ? std::to_string(a.io_threads).c_str() : "0: one per core the rank has");
-  std::printf("\n");
   std::printf("memory: peak resident %s on the largest rank, which holds at most %s of state; peak extra "
               "(VmHWM over the resident set after generation) %.1f MiB\n",
               human_bytes(runs.peak_rss).c_str(), human_bytes(runs.rank_state_max).c_str(),
@@ -1022,11 +1011,6 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--buffered-reads", a.buffered_reads,
                "load: read chunks through the page cache straight into the buffers instead of O_DIRECT through "
                "staging (LoadOptions::direct_reads = false)");
-  app.add_option("--io-threads", a.io_threads,
-                 "threads per rank writing its data file through the page cache (SaveSettings::io_threads); 0: one "
-                 "per core the rank has to itself, at most 4")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   app.add_option("--format", a.format, "native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}))
       ->capture_default_str();

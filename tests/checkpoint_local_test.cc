@@ -82,11 +82,6 @@ bool reads_directly(const std::string& path) {
   return file.ok() && (*file)->can_read_direct();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
 // Runs `fn(rank, comm)` on `world` threads; collects each rank's Status text.
 std::vector<std::string> run(int world, const std::function<Status(Comm&)>& fn) {
   std::vector<std::string> out(world);
@@ -730,84 +725,6 @@ TEST_P(LocalCheckpointTest, KeepingReplicasWritesEveryCopy) {
     return Status();
   });
   expect_all_equal(statuses, "ok");
-}
-
-// A rank's data file written by several threads (SaveSettings::io_threads), each a
-// share of whole MiB, so that large chunks are split between threads and their CRC32Cs
-// joined: every file is byte for byte the one-thread file, deep verification (every
-// chunk's CRC32C) passes, and the state loads back. Direct I/O writes with one thread.
-TEST_P(LocalCheckpointTest, WriteThreadsGiveTheOneThreadFile) {
-  const int world = this->world();
-  const bool direct = std::get<1>(GetParam());
-  auto statuses = run(world, [&](Comm& comm) -> Status {
-    Model m(comm.rank(), world);
-    const int tp = world % 2 == 0 ? 2 : 1;
-    // 3 MiB + 5 bytes whole (one rank writes it), and 2.8 MB split over TP.
-    m.add("wide", DType::kUInt8, *TensorLayout::from_device_matrix({(3 << 20) + 5}, {world / tp, tp}, {-1}),
-          comm.rank(), 3);
-    m.add("cols", DType::kFloat32, *TensorLayout::from_device_matrix({700, 1000}, {world / tp, tp}, {-1, 0}),
-          comm.rank(), 4);
-    const auto expected = m.snapshot();
-    for (int threads : {1, 2, 3, 5}) {
-      SaveOptions opts = options("t" + std::to_string(threads));
-      opts.io_threads = threads;
-      DISTCKPT_ASSIGN_OR_RETURN(SaveResult saved, save(comm, m.state, root(), opts));
-      const std::string file = root() + "/" + opts.name + "/" + internal_format::data_file_name(comm.rank());
-      const uint64_t size = fs::exists(file) ? fs::file_size(file) : 0;
-      if (direct && reads_directly(file))
-        EXPECT_EQ(saved.write_threads, 1) << "direct I/O";
-      else
-        EXPECT_EQ(saved.write_threads, static_cast<int>(std::min<uint64_t>(threads, std::max<uint64_t>(1, size >> 20))))
-            << opts.name << ", rank " << comm.rank() << ", " << size << " bytes";
-      if (threads > 1 && size > 0)
-        EXPECT_EQ(read_file(file), read_file(root() + "/t1/" + internal_format::data_file_name(comm.rank())))
-            << opts.name << ", rank " << comm.rank();
-    }
-    m.zero();
-    DISTCKPT_RETURN_IF_ERROR(load(comm, m.state, root() + "/t5", {}));
-    EXPECT_EQ(m.buffers, expected);
-    return Status();
-  });
-  expect_all_equal(statuses, "ok");
-  for (const char* name : {"t2", "t3", "t5"}) {
-    VerifyOptions deep;
-    deep.deep = true;
-    auto report = verify_checkpoint(root() + "/" + name, deep);
-    ASSERT_TRUE(report.ok()) << name << ": " << report.status().to_string();
-    EXPECT_GT(report->bytes_checked, 5u << 20);
-  }
-  // A negative count is refused by every rank, before anything is written.
-  expect_all_equal(run(world,
-                       [&](Comm& comm) {
-                         Model m(comm.rank(), world);
-                         SaveOptions opts = options("negative");
-                         opts.io_threads = -1;
-                         return save(comm, m.state, root(), opts).status();
-                       }),
-                   "io_threads");
-  EXPECT_FALSE(fs::exists(root() + "/negative"));
-}
-
-// A disk that fills while three threads write a rank's file: the save fails on every
-// rank with the file system's error, and nothing of it stays.
-TEST_P(LocalCheckpointTest, WriteThreadsFailCleanlyOnAFullDisk) {
-  const int world = this->world();
-  auto statuses = run(world, [&](Comm& comm) -> Status {
-    Model m(comm.rank(), world);
-    m.add("wide", DType::kUInt8, *TensorLayout::from_device_matrix({6 << 20}, {world, 1}, {0}), comm.rank(), 3);
-    internal_storage::FaultSpec spec;
-    spec.write_budget = (5u << 20) / static_cast<unsigned>(world);  // in the last thread's share
-    spec.budget_path_contains = "data-";
-    SaveOptions opts = options("full");
-    opts.io_threads = 3;
-    opts.fs = std::make_shared<internal_storage::FaultFileSystem>(posix_filesystem(), spec);
-    return save(comm, m.state, root(), opts).status();
-  });
-  expect_all_equal(statuses, "No space left on device");
-  EXPECT_FALSE(fs::exists(root() + "/full"));
-  auto listing = list_checkpoints(root());
-  ASSERT_TRUE(listing.ok());
-  EXPECT_TRUE(listing->entries.empty()) << "the tmp directory must be removed";
 }
 
 INSTANTIATE_TEST_SUITE_P(RanksAndIo, LocalCheckpointTest,

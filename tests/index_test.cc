@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <vector>
 
 #include "catalog/names.h"
 #include "format/describe.h"
@@ -44,36 +43,6 @@ TEST(Crc32cTest, KnownVector) {
   uint32_t s = internal_transform::crc32c_extend(internal_transform::kCrc32cInit, "1234", 4);
   s = internal_transform::crc32c_extend(s, "56789", 5);
   EXPECT_EQ(internal_transform::crc32c_finish(s), 0xE3069283u);
-}
-
-// Pieces checksummed apart (a save's writing threads) join into the whole's CRC, at
-// every split of a buffer, over a long run of zeros, and for lengths past 4 GiB.
-TEST(Crc32cTest, JoinedPiecesGiveTheWholesCrc) {
-  using internal_transform::crc32c_extend;
-  using internal_transform::kCrc32cInit;
-  std::vector<unsigned char> data(5000);
-  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
-  const uint32_t whole = crc32c_extend(kCrc32cInit, data.data(), data.size());
-  for (std::size_t split : {0, 1, 7, 64, 1000, 4095, 4999, 5000}) {
-    const uint32_t a = crc32c_extend(kCrc32cInit, data.data(), split);
-    const uint32_t b = crc32c_extend(0, data.data() + split, data.size() - split);
-    EXPECT_EQ(internal_transform::crc32c_join(a, b, data.size() - split), whole) << "split at " << split;
-  }
-  // Three pieces, joined left to right, as a chunk written by three threads.
-  uint32_t s = crc32c_extend(kCrc32cInit, data.data(), 100);
-  s = internal_transform::crc32c_join(s, crc32c_extend(0, data.data() + 100, 2900), 2900);
-  s = internal_transform::crc32c_join(s, crc32c_extend(0, data.data() + 3000, 2000), 2000);
-  EXPECT_EQ(s, whole);
-  // A long piece of zeros: its state from zero stays zero, and the join shifts `a` by it.
-  const std::size_t big = (std::size_t{64} << 20) + 12345;
-  std::vector<unsigned char> zeros(big, 0);
-  const uint32_t a = crc32c_extend(kCrc32cInit, data.data(), data.size());
-  EXPECT_EQ(internal_transform::crc32c_join(a, 0, big), crc32c_extend(a, zeros.data(), big));
-  // Shifting by m then n bytes is shifting by m + n, for lengths no buffer here holds.
-  const uint64_t m = (uint64_t{5} << 32) + 3, n = (uint64_t{1} << 40) + 77;
-  EXPECT_EQ(internal_transform::crc32c_join(internal_transform::crc32c_join(a, 0, m), 0, n),
-            internal_transform::crc32c_join(a, 0, m + n));
-  EXPECT_NE(internal_transform::crc32c_join(a, 0, m), a);
 }
 
 TEST(IndexTest, RoundTrip) {

@@ -49,19 +49,6 @@ struct SaveSettings {
   // system allows it (buffered I/O otherwise). Faster and steadier on the machines we
   // measured: see src/storage/stream_writer.h. Sharded native saves.
   bool direct_io = true;
-  // Threads that write a rank's data file where it is written through the page cache (a
-  // memory file system such as /dev/shm, or one that refuses O_DIRECT), unencrypted;
-  // each checksums and writes its own contiguous part, whole MiB of the file. The kernel
-  // copies one file's buffered writes one at a time (tmpfs, ext4 and XFS lock the file
-  // for each), so what threads win is the checksum and the copy into the bounce buffer
-  // of one overlapping the kernel's copy of another; into a recycled tmpfs file's
-  // mapping (tier.h) they copy in parallel. 0 (the default): one per core the rank has
-  // to itself (its CPU affinity where the launcher bound it, else the node's CPUs
-  // shared among the job's ranks on it), at most 4 and at most one per 16 MiB the rank
-  // writes; so 4 ranks on 2 cores keep one each. n > 0: n (at most one per MiB).
-  // Negative: kInvalidArgument. Direct I/O, encrypted and asynchronous saves write with
-  // one thread. Sharded native saves and local-tier saves.
-  int io_threads = 0;
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor
   // table. Every rank passes the same mode and key (compared by fingerprint, never sent;
@@ -147,7 +134,6 @@ struct SaveResult {
   uint64_t rank_bytes_written = 0;  // by this rank
   uint64_t index_bytes = 0;
   double plan_s = 0, write_s = 0, commit_s = 0;  // wall time of each phase on this rank
-  int write_threads = 1;  // threads that wrote this rank's data file (SaveSettings::io_threads)
   // Non-fatal problem after the commit (e.g. `latest` could not be moved); empty if none.
   std::string warning;
 };

@@ -38,8 +38,6 @@ class WritableFile {
   virtual ~WritableFile() = default;
   // Writes all `n` bytes at `offset` (retrying short writes); kIoError on failure.
   // On a direct() file, `data`, `n` and `offset` must be multiples of kDirectIoAlignment.
-  // Several threads may write one file at once, at ranges that do not overlap (a save's
-  // writing threads, SaveSettings::io_threads), as pwrite allows.
   virtual Status write_at(const void* data, std::size_t n, uint64_t offset) = 0;
   // Whether writes bypass the page cache.
   virtual bool direct() const { return false; }
@@ -50,7 +48,7 @@ class WritableFile {
   // has every page of its `size` bytes (a recycled spare, storage/spare_files.h), so no
   // write allocates one. nullptr otherwise, and always from the default: the caller then
   // uses write_at. The file's size must be `size` (truncate first). The memory is valid
-  // until close() or destruction and is written by the caller's threads; the file must
+  // until close() or destruction and is written by the caller's thread; the file must
   // have been opened with WriteOpenOptions::mappable. Fails only when the file cannot be
   // examined (fstat).
   virtual Result<char*> map_for_write(uint64_t size) {

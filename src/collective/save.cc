@@ -2,11 +2,8 @@
 // data file, in parallel; rank 0 commits the index (save_frame.h, catalog/commit.cc).
 // Also save(), which picks the write strategy.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <functional>
-#include <system_error>
-#include <thread>
 
 #include "base/guard.h"
 #include "base/kill_point.h"
@@ -14,7 +11,6 @@
 #include "catalog/claims.h"
 #include "catalog/references.h"
 #include "collective/incremental.h"
-#include "collective/io_threads.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
 #include "comm/agree.h"
@@ -72,43 +68,26 @@ Result<std::string> seal_chunk(const internal_transform::CheckpointCipher& ciphe
   return tag;
 }
 
-// Checks that this rank's chunks lie in its file as the writers expect: in order, not
-// overlapping, under kChunkAlignment bytes apart, and unencrypted ones stored as they are.
-// A failure is a planner bug (kInternal) naming the tensor and the byte.
-Status check_file_layout(const SaveSession& session, const StateDict& state, const Comm& comm) {
-  const bool sealed = session.frame.cipher != nullptr;
-  uint64_t at = 0;
-  for (const WriteItem& item : session.mine) {
-    const auto where = [&] {
-      return rank_prefix(comm) + ": tensor '" + state.tensors()[item.tensor].name + "': chunk at byte " +
-             std::to_string(item.byte_offset);
-    };
-    if (item.byte_offset < at)
-      return internal_error(where() + " overlaps the one before it (ends at " + std::to_string(at) + ")");
-    if (item.byte_offset - at >= internal_format::kChunkAlignment)
-      return internal_error(where() + " leaves a gap of " + std::to_string(item.byte_offset - at) +
-                            " bytes after the one before it");
-    if (!sealed && item.stored_length != item.length)
-      return internal_error(where() + " stores " + std::to_string(item.stored_length) + " bytes of " +
-                            std::to_string(item.length) + " unencrypted");
-    at = item.byte_offset + item.stored_length;
-  }
-  return Status();
-}
-
 // Hands this rank's chunks, in file order, to `sink` as they are stored (encrypted on
 // the way when the save is: each tag goes to `tags`), and the gap before each chunk
-// (kChunkAlignment) to `gap`; `chunk_done` after each chunk. Behind the encrypted
-// write and the staged (direct and asynchronous) one.
+// (kChunkAlignment) to `gap`; `chunk_done` after each chunk. The one loop behind both
+// write paths.
 Status emit_chunks(const SaveSession& session, const StateDict& state, const Comm& comm, const Sink& sink,
                    const Gap& gap, const std::function<void()>& chunk_done, uint64_t* bytes,
                    std::vector<std::string>* tags) {
-  DISTCKPT_RETURN_IF_ERROR(check_file_layout(session, state, comm));
   std::vector<char> bounce;
   const std::string file_name = internal_format::data_file_name(comm.rank());
   uint64_t at = 0;
   for (const WriteItem& item : session.mine) {
     const TensorEntry& e = state.tensors()[item.tensor];
+    if (item.byte_offset < at)
+      return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
+                            std::to_string(item.byte_offset) + " overlaps the one before it (ends at " +
+                            std::to_string(at) + ")");
+    if (item.byte_offset - at >= internal_format::kChunkAlignment)
+      return internal_error(rank_prefix(comm) + ": tensor '" + e.name + "': chunk at byte " +
+                            std::to_string(item.byte_offset) + " leaves a gap of " +
+                            std::to_string(item.byte_offset - at) + " bytes after the one before it");
     Status st;
     if (item.byte_offset > at) st = gap(static_cast<std::size_t>(item.byte_offset - at));
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
@@ -125,141 +104,6 @@ Status emit_chunks(const SaveSession& session, const StateDict& state, const Com
     at = item.byte_offset + item.stored_length;
   }
   return Status();
-}
-
-// Buffered writes go in pieces small enough to stay in cache between the CRC and the
-// copy (into a memory file system's mapping, or into the bounce buffer: base/bounce.h).
-uint64_t buffered_piece_bytes(const char* view) {
-  return view != nullptr || internal_base::bounce_io() ? 256 << 10 : 1 << 20;
-}
-
-// Encrypted chunks, one after the other on the caller's thread (each is sealed as one
-// stream): through emit_chunks, which also checks the layout. Appends each chunk's CRC32C
-// (of its bytes as stored) to `crcs`.
-Status write_sealed(SaveSession& session, const StateDict& state, const Comm& comm, WritableFile& file, char* view,
-                    uint64_t size, uint64_t* bytes, std::vector<uint32_t>* crcs) {
-  const bool checksum = session.frame.options.checksum;
-  const uint64_t piece_bytes = buffered_piece_bytes(view);
-  uint32_t crc = internal_transform::kCrc32cInit;
-  uint64_t at = 0;
-  auto sink = [&](const char* p, std::size_t n) -> Status {
-    if (n > size - at) return internal_error("write: more bytes than the file's " + std::to_string(size));
-    for (std::size_t done = 0; done < n;) {
-      const std::size_t piece = static_cast<std::size_t>(std::min<uint64_t>(piece_bytes, n - done));
-      if (checksum) crc = internal_transform::crc32c_extend(crc, p + done, piece);
-      if (view != nullptr) internal_storage::copy_into_mapping(view + at, p + done, piece);
-      else DISTCKPT_RETURN_IF_ERROR(file.write_at(p + done, piece, at));
-      at += piece;
-      done += piece;
-    }
-    return Status();
-  };
-  auto gap = [&](std::size_t n) -> Status {  // n < kChunkAlignment (emit_chunks)
-    if (n > size - at) return internal_error("write: a gap of " + std::to_string(n) + " bytes past the file's end");
-    if (view != nullptr) std::memset(view + at, 0, n);  // a recycled file's old bytes go
-    else DISTCKPT_RETURN_IF_ERROR(file.write_at(internal_format::kGapZeros, n, at));
-    at += n;
-    return Status();
-  };
-  auto chunk_done = [&] {
-    crcs->push_back(internal_transform::crc32c_finish(crc));
-    crc = internal_transform::kCrc32cInit;
-  };
-  DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, gap, chunk_done, bytes, &session.tags));
-  if (view != nullptr && at != size)  // a recycled file's old bytes must not stay in its tail
-    return internal_error(rank_prefix(comm) + ": wrote " + std::to_string(at) + " of the file's " +
-                          std::to_string(size) + " bytes");
-  return Status();
-}
-
-// A chunk's bytes that one thread wrote, and their CRC32C state: from kCrc32cInit when
-// they begin the chunk, else from 0 (joined to the part before with crc32c_join).
-struct ChunkPart {
-  std::size_t item = 0;
-  uint32_t crc = 0;
-  uint64_t length = 0;
-  bool first = false;
-};
-
-// Unencrypted chunks, by `threads` threads (the caller's among them): thread t writes the
-// file's bytes [t * share, (t + 1) * share), share a whole number of MiB, chunks and the
-// zeros between them alike, so a large chunk may be split between threads; its CRC32C is
-// joined from the parts in file order. Each piece is checksummed just before it is
-// written, while its bytes are in cache. The layout is checked (check_file_layout):
-// chunks in order, unencrypted (stored_length == length), gaps under kChunkAlignment.
-// Returns each chunk's CRC32C, in the order of session.mine; on failure the first failed
-// share's error in file order (the other threads stop at their next chunk).
-Result<std::vector<uint32_t>> write_plain(const SaveSession& session, const StateDict& state, const Comm& comm,
-                                          WritableFile& file, char* view, uint64_t size, int threads) {
-  const std::vector<WriteItem>& items = session.mine;
-  const bool checksum = session.frame.options.checksum;
-  const uint64_t piece_bytes = buffered_piece_bytes(view);
-  const uint64_t units = (size + kIoShareUnit - 1) / kIoShareUnit;
-  const uint64_t share = std::max<uint64_t>(1, (units + threads - 1) / threads) * kIoShareUnit;
-  std::vector<std::vector<ChunkPart>> parts(threads);
-  std::vector<Status> outcome(threads);
-  std::atomic<bool> failed{false};
-
-  auto write_share = [&](int t) -> Status {
-    const uint64_t begin = std::min(size, share * static_cast<uint64_t>(t));
-    const uint64_t end = std::min(size, begin + share);
-    // The first chunk that ends past `begin`; the zeros before it may start before `begin`.
-    auto it = std::partition_point(items.begin(), items.end(),
-                                   [&](const WriteItem& w) { return w.byte_offset + w.length <= begin; });
-    uint64_t at = begin;
-    for (; it != items.end() && at < end && !failed.load(std::memory_order_relaxed); ++it) {
-      const WriteItem& item = *it;
-      const TensorEntry& e = state.tensors()[item.tensor];
-      const auto context = [&] { return rank_prefix(comm) + ": tensor '" + e.name + "'"; };
-      if (item.byte_offset > at) {  // zeros, under kChunkAlignment of them
-        const uint64_t zeros = std::min(item.byte_offset, end) - at;
-        if (view != nullptr) std::memset(view + at, 0, zeros);  // a recycled file's old bytes go
-        else if (Status st = file.write_at(internal_format::kGapZeros, zeros, at); !st.ok())
-          return st.with_context(context());
-        at += zeros;
-        if (at == end) break;
-      }
-      const uint64_t from = at - item.byte_offset;
-      const uint64_t to = std::min(end, item.byte_offset + item.length) - item.byte_offset;
-      const char* data = static_cast<const char*>(e.buffers[item.local_box]);
-      ChunkPart part{static_cast<std::size_t>(it - items.begin()), from == 0 ? internal_transform::kCrc32cInit : 0,
-                     to - from, from == 0};
-      for (uint64_t done = from; done < to;) {
-        const std::size_t piece = static_cast<std::size_t>(std::min(piece_bytes, to - done));
-        if (checksum) part.crc = internal_transform::crc32c_extend(part.crc, data + done, piece);
-        if (view != nullptr) internal_storage::copy_into_mapping(view + item.byte_offset + done, data + done, piece);
-        else if (Status st = file.write_at(data + done, piece, item.byte_offset + done); !st.ok())
-          return st.with_context(context());
-        done += piece;
-      }
-      parts[t].push_back(part);
-      at = item.byte_offset + to;
-    }
-    return Status();
-  };
-  auto run = [&](int t) {
-    outcome[t] = guarded(rank_prefix(comm) + ": write", [&] { return write_share(t); });
-    if (!outcome[t].ok()) failed = true;
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    try {
-      helpers.emplace_back(run, t);
-    } catch (const std::system_error&) {  // no thread to be had: this one writes that share too
-      run(t);
-    }
-  }
-  run(0);
-  for (std::thread& h : helpers) h.join();
-  for (const Status& st : outcome) DISTCKPT_RETURN_IF_ERROR(st);
-
-  std::vector<uint32_t> crcs(items.size(), internal_transform::kCrc32cInit);
-  if (checksum)
-    for (const auto& mine : parts)
-      for (const ChunkPart& part : mine)
-        crcs[part.item] = part.first ? part.crc : internal_transform::crc32c_join(crcs[part.item], part.crc, part.length);
-  for (uint32_t& crc : crcs) crc = internal_transform::crc32c_finish(crc);
-  return crcs;
 }
 
 // Writes this rank's chunks into its data file and fsyncs it; returns each chunk's CRC32C.
@@ -290,17 +134,42 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
     return done;
   }
 
+  // A memory file system's recycled file is written through its mapping (a memcpy,
+  // storage/write_maps.h), in pieces small enough to stay in cache between the CRC and
+  // the copy; other files with pwrite, in such pieces too when it copies them into a
+  // bounce buffer first (base/bounce.h).
   const uint64_t size = file_end(session.mine);
   DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
-  if (session.frame.cipher) {
-    DISTCKPT_RETURN_IF_ERROR(write_sealed(session, state, comm, *file, view, size, bytes, &crcs));
-  } else {
-    DISTCKPT_RETURN_IF_ERROR(check_file_layout(session, state, comm));
-    const int threads = io_threads(comm, options.io_threads, size);
-    session.frame.result.write_threads = threads;
-    DISTCKPT_ASSIGN_OR_RETURN(crcs, write_plain(session, state, comm, *file, view, size, threads));
-    for (const WriteItem& item : session.mine) *bytes += item.stored_length;
-  }
+  const uint64_t piece_bytes = view != nullptr || internal_base::bounce_io() ? 256 << 10 : 1 << 20;
+  uint32_t crc = internal_transform::kCrc32cInit;
+  uint64_t at = 0;
+  auto sink = [&](const char* p, std::size_t n) -> Status {
+    if (view != nullptr && n > size - at)
+      return internal_error("write: more bytes than the file's " + std::to_string(size));
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t piece = static_cast<std::size_t>(std::min<uint64_t>(piece_bytes, n - done));
+      if (options.checksum) crc = internal_transform::crc32c_extend(crc, p + done, piece);
+      if (view != nullptr) internal_storage::copy_into_mapping(view + at, p + done, piece);
+      else DISTCKPT_RETURN_IF_ERROR(file->write_at(p + done, piece, at));
+      at += piece;
+      done += piece;
+    }
+    return Status();
+  };
+  auto gap = [&](std::size_t n) -> Status {  // n < kChunkAlignment (emit_chunks)
+    if (n > size - at) return internal_error("write: a gap of " + std::to_string(n) + " bytes past the file's end");
+    if (view != nullptr) std::memset(view + at, 0, n);  // a recycled file's old bytes go
+    else DISTCKPT_RETURN_IF_ERROR(file->write_at(internal_format::kGapZeros, n, at));
+    at += n;
+    return Status();
+  };
+  auto chunk_done = [&] {
+    crcs.push_back(internal_transform::crc32c_finish(crc));
+    crc = internal_transform::kCrc32cInit;
+  };
+  DISTCKPT_RETURN_IF_ERROR(emit_chunks(session, state, comm, sink, gap, chunk_done, bytes, &session.tags));
+  if (view != nullptr && at != size)  // a recycled file's old bytes must not stay in its tail
+    return internal_error(where + ": wrote " + std::to_string(at) + " of the file's " + std::to_string(size) + " bytes");
   internal_base::kill_point("save-write");  // this rank's data written, not yet fsynced
   if (options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync().with_context(where));
   DISTCKPT_RETURN_IF_ERROR(file->close().with_context(where));

@@ -119,8 +119,6 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   if (local.ok() && options.incremental && !options.incremental_base.empty())
     local = internal_catalog::validate_checkpoint_name(options.incremental_base).with_context("incremental base");
   if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
-  if (local.ok() && options.io_threads < 0)
-    local = invalid_argument("io_threads must be 0 (one per core) or more, not " + std::to_string(options.io_threads));
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(rank_prefix(comm))));

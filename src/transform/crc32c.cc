@@ -20,38 +20,6 @@ uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n) {
   return state;
 }
 
-namespace {
-
-// Polynomials over GF(2) modulo CRC32C's, in its reflected bit order (bit 31 is x^0).
-constexpr uint32_t kCastagnoliReflected = 0x82F63B78u;
-
-uint32_t multiply_mod(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (uint32_t m = 1u << 31; m != 0; m >>= 1) {
-    if (a & m) product ^= b;
-    b = (b & 1) ? (b >> 1) ^ kCastagnoliReflected : b >> 1;  // b * x
-  }
-  return product;
-}
-
-// x^(8 n) mod P: appending n zero bytes multiplies the state by it.
-uint32_t shift_by_bytes(uint64_t n) {
-  uint32_t power = 1u << 31;      // x^0
-  uint32_t square = 1u << 23;     // x^8, squared at each bit of n
-  for (; n != 0; n >>= 1) {
-    if (n & 1) power = multiply_mod(square, power);
-    square = multiply_mod(square, square);
-  }
-  return power;
-}
-
-}  // namespace
-
-uint32_t crc32c_join(uint32_t a, uint32_t b, uint64_t length_b) {
-  // The state is linear in it: extend(a, B) = extend(a, zeros) ^ extend(0, B).
-  return multiply_mod(shift_by_bytes(length_b), a) ^ b;
-}
-
 uint32_t crc32_zlib(uint32_t crc, const void* data, std::size_t n) {
   auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {

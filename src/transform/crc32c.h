@@ -13,10 +13,6 @@ inline constexpr uint32_t kCrc32cInit = 0xFFFFFFFFu;
 uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n);
 inline uint32_t crc32c_finish(uint32_t state) { return ~state; }
 inline uint32_t crc32c(const void* data, std::size_t n) { return crc32c_finish(crc32c_extend(kCrc32cInit, data, n)); }
-// Joins pieces checksummed apart (by different threads): with `a` the state after A and
-// `b` = crc32c_extend(0, B, length_b) (B's state from zero, not from kCrc32cInit), returns
-// the state after A+B, i.e. crc32c_extend(a, B, length_b). O(log length_b), no data.
-uint32_t crc32c_join(uint32_t a, uint32_t b, uint64_t length_b);
 
 // CRC-32 as zlib's crc32() and Python's binascii.crc32 compute it (MindSpore's .ckpt
 // footer): crc = crc32_zlib(crc, data, n) starting from 0. crc32_zlib(0, "123456789")
