@@ -205,7 +205,7 @@ class AsyncCheckpointer::Impl {
     return guarded(internal_collective::rank_prefix(*fg_) + ": stage", [&]() -> Status {
       DISTCKPT_RETURN_IF_ERROR(session.local_error);
       if (session.mine.empty()) return Status();
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_));
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, internal_collective::open_data_file(session, *fg_, /*from_staging=*/true));
       std::vector<internal_storage::ByteRange> ranges = internal_collective::chunk_ranges(session.mine);
       const uint64_t size = internal_collective::file_end(session.mine);
       const std::string path = internal_collective::data_file_path(session, *fg_);

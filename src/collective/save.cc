@@ -186,9 +186,11 @@ std::string data_file_path(const SaveSession& session, const Comm& comm) {
   return session.frame.entry.tmp + "/" + internal_format::data_file_name(comm.rank());
 }
 
-Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm) {
+Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm,
+                                                    bool from_staging) {
   WriteOpenOptions open_options;
   open_options.direct_io = session.frame.options.direct_io;
+  open_options.from_reused_buffers = from_staging;
   const std::string path = data_file_path(session, comm);
   FileSystem& fs = *session.frame.fs;
   // A spare file of this node, sized to this one: its pages are overwritten, not made.

@@ -51,7 +51,10 @@ Status fill_checksums(SaveFrame& frame, const std::vector<std::string>& all_crcs
 // file (opened with direct I/O when asked for), where its chunks lie in it and where it
 // ends, and the copy of its chunks (and the zeros between them) into a stream writer.
 std::string data_file_path(const SaveSession& session, const Comm& comm);
-Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm);
+// `from_staging`: every write comes from the staging pool's reused slabs (an async save:
+// WriteOpenOptions::from_reused_buffers).
+Result<std::unique_ptr<WritableFile>> open_data_file(const SaveSession& session, const Comm& comm,
+                                                    bool from_staging = false);
 std::vector<internal_storage::ByteRange> chunk_ranges(const std::vector<internal_plan::WriteItem>& items);
 uint64_t file_end(const std::vector<internal_plan::WriteItem>& items);  // 0 for none
 // Encrypted sessions encrypt each chunk on its way into the stream and append its tag

@@ -31,8 +31,9 @@ Status errno_status(const std::string& op, const std::string& path, int err) {
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(int fd, std::string path, bool direct, bool mappable)
-      : fd_(fd), path_(std::move(path)), direct_(direct), mappable_(mappable) {}
+  PosixWritableFile(int fd, std::string path, bool direct, const WriteOpenOptions& options)
+      : fd_(fd), path_(std::move(path)), direct_(direct), mappable_(options.mappable),
+        bounce_(!direct && !options.from_reused_buffers) {}
   bool direct() const override { return direct_; }
   Result<char*> map_for_write(uint64_t size) override {
     if (!mappable_ || direct_ || fd_ < 0) return static_cast<char*>(nullptr);
@@ -51,9 +52,9 @@ class PosixWritableFile final : public WritableFile {
   Status write_at(const void* data, std::size_t n, uint64_t offset) override {
     const char* p = static_cast<const char*>(data);
     // The kernel copies only out of the bounce buffer, which it has touched before
-    // (base/bounce.h). Direct writes are not bounced: they come from staging slabs, which
-    // are reused (a buffered write of slabs, an async save's, is bounced all the same).
-    if (char* bounce = !direct_ && internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr) {
+    // (base/bounce.h). Direct writes, and writes from reused buffers (an async save's
+    // staging slabs: WriteOpenOptions::from_reused_buffers), are not bounced.
+    if (char* bounce = bounce_ && internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr) {
       while (n > 0) {
         const std::size_t piece = std::min(n, internal_base::kBounceBytes);
         std::memcpy(bounce, p, piece);
@@ -98,6 +99,7 @@ class PosixWritableFile final : public WritableFile {
   std::string path_;
   bool direct_;
   bool mappable_;
+  bool bounce_;  // buffered, from the caller's memory: bounced where base/bounce.h says so
   std::shared_ptr<internal_storage::WriteMapping> mapping_;  // map_for_write's, while open
 };
 
@@ -366,14 +368,14 @@ class PosixFileSystem final : public FileSystem {
     const int kFlags = (options.mappable ? O_RDWR : O_WRONLY) | O_CREAT | (options.truncate ? O_TRUNC : O_NOFOLLOW) | O_CLOEXEC;
     if (options.direct_io && !in_memory_file_system(internal_base::dir_name(path))) {
       const int fd = ::open(path.c_str(), kFlags | O_DIRECT, kFileMode);
-      if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true, options.mappable));
+      if (fd >= 0) return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, true, options));
       // EINVAL: the file system does not do O_DIRECT (some FUSE and network file
       // systems); fall back to buffered I/O. Other errors are reported below.
       if (errno != EINVAL) return errno_status("create", path, errno);
     }
     const int fd = ::open(path.c_str(), kFlags, kFileMode);
     if (fd < 0) return errno_status("create", path, errno);
-    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false, options.mappable));
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(fd, path, false, options));
   }
   Status evict_cached(const std::string& path) override {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
@@ -495,7 +497,7 @@ class PosixFileSystem final : public FileSystem {
     // O_APPEND: concurrent appenders (two jobs in one root) never overwrite each other.
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
     if (fd < 0) return errno_status("open", path, errno);
-    PosixWritableFile file(fd, path, false, false);
+    PosixWritableFile file(fd, path, false, WriteOpenOptions{});
     const char* p = data.data();
     std::size_t n = data.size();
     while (n > 0) {
