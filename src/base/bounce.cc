@@ -82,9 +82,21 @@ void force_bounce_io_for_testing(std::optional<bool> force) {
   forced.store(force.has_value() ? (*force ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
-char* bounce_buffer() {
+namespace {
+
+std::unique_ptr<char, FreeDeleter>& this_threads_buffer() {
   thread_local std::unique_ptr<char, FreeDeleter> buffer(static_cast<char*>(std::aligned_alloc(4096, kBounceBytes)));
-  return buffer.get();
+  return buffer;
+}
+
+}  // namespace
+
+char* bounce_buffer() { return this_threads_buffer().get(); }
+
+void abandon_bounce_buffer() {
+  auto& buffer = this_threads_buffer();
+  (void)buffer.release();  // left to whatever may still write into it: never freed
+  buffer.reset(static_cast<char*>(std::aligned_alloc(4096, kBounceBytes)));
 }
 
 }  // namespace distckpt::internal_base

@@ -48,5 +48,9 @@ void force_bounce_io_for_testing(std::optional<bool> forced);
 // freed when the thread ends; nullptr when it cannot be allocated (the caller then does its
 // I/O without one). Callers must not hold it across calls that may use it themselves.
 char* bounce_buffer();
+// Gives this thread a new bounce buffer and never frees the old one (512 KiB lost): for
+// an io_uring ring torn down with reads into the buffer perhaps still in flight, which
+// must not land in a buffer in use again.
+void abandon_bounce_buffer();
 
 }  // namespace distckpt::internal_base

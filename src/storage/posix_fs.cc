@@ -286,8 +286,12 @@ class PosixReadableFile final : public ReadableFile {
         for (std::size_t i = 0, used = 0; i < count; used += part[i].n, ++i) packed[i] = {bounce + used, part[i].n, part[i].offset};
         submitted = packed;
       }
-      // A ring that failed is retired (nothing in flight): preads do this part and the rest.
-      if (ring.run(fd_, submitted, done) < 0) return ReadableFile::read_batch(requests.subspan(at));
+      // A ring that failed is retired: preads do this part and the rest. Its teardown may
+      // leave reads in flight (ReadRing::run), so a bounce buffer they target is not reused.
+      if (ring.run(fd_, submitted, done) < 0) {
+        if (bounce != nullptr) internal_base::abandon_bounce_buffer();
+        return ReadableFile::read_batch(requests.subspan(at));
+      }
       const auto got_of = [&](std::size_t i) { return done[i] > 0 ? static_cast<std::size_t>(done[i]) : std::size_t{0}; };
       if (bounce != nullptr)  // every piece out before a read_at below reuses the buffer
         for (std::size_t i = 0; i < part.size(); ++i) std::memcpy(part[i].data, submitted[i].data, got_of(i));
