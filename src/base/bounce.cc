@@ -19,10 +19,16 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One trial: the seconds of the kernel's first copy into 1 MiB of memory that only user
-// mode has touched, and of a second copy into the same pages; {-1, -1} when a step fails.
+// The probe's memory: 64 pages. Most of a trial's time is user mode's first touch of
+// them (about 10 us a page here: 1 MiB made the probe 8 ms, 256 KiB makes it 2 ms),
+// while the kernel's first copy still stands out (110 us against 4 us here).
+constexpr std::size_t kProbeBytes = 256 << 10;
+
+// One trial: the seconds of the kernel's first copy into kProbeBytes of memory that only
+// user mode has touched, and of a second copy into the same pages; {-1, -1} when a step
+// fails.
 std::pair<double, double> time_first_kernel_touch(int zero_fd) {
-  constexpr std::size_t kBytes = 1 << 20;
+  constexpr std::size_t kBytes = kProbeBytes;
   void* m = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return {-1, -1};
   std::memset(m, 1, kBytes);  // present and writable in user mode, as tensors are
@@ -65,7 +71,7 @@ bool first_kernel_touch_traps() {
   }
   ::close(fd);
   if (first < 0) return false;
-  constexpr double kPages = (1 << 20) / 4096.0;
+  constexpr double kPages = kProbeBytes / 4096.0;
   return (first - again) / kPages >= 0.5e-6 && first >= 4 * again;
 }
 
@@ -77,6 +83,8 @@ bool bounce_io() {
   }();
   return bounce;
 }
+
+bool bounce_io_for(std::size_t bytes) { return bytes >= kBounceMinBytes && bounce_io(); }
 
 void force_bounce_io_for_testing(std::optional<bool> force) {
   forced.store(force.has_value() ? (*force ? 1 : 0) : -1, std::memory_order_relaxed);

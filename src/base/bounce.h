@@ -30,14 +30,24 @@ inline constexpr std::size_t kBounceBytes = 512 << 10;
 // it (to measure both ways); otherwise first_kernel_touch_traps() decides. Thread-safe.
 bool bounce_io();
 
+// Transfers under this size never bounce: the kernel's first touch of at most 16 pages
+// costs under 50 us, less than deciding (a process that only reads a small index, as
+// `distckpt inspect` does, never runs the probe).
+inline constexpr std::size_t kBounceMinBytes = 64 << 10;
+
+// Whether a buffered transfer of `bytes` goes through the bounce buffer: bounce_io() for
+// kBounceMinBytes or more, false under it. Thread-safe.
+bool bounce_io_for(std::size_t bytes);
+
 // DISTCKPT_BOUNCE's choice: true for "1", false for "0", nullopt when unset or anything
 // else (the probe decides then). Thread-safe.
 std::optional<bool> bounce_io_from_env();
 
-// The probe: reads 1 MiB of /dev/zero into fresh memory (touched in user mode first) twice,
-// twice over, and answers whether the kernel's first copy cost at least 0.5 us more per
-// page than its second and 4 times as much. About 1 ms where it traps; 50-100 us where it
-// does not. Thread-safe; runs the probe at each call.
+// The probe: reads 256 KiB of /dev/zero into fresh memory (touched in user mode first)
+// twice, twice over, and answers whether the kernel's first copy cost at least 0.5 us more
+// per page than its second and 4 times as much. About 2 ms where it traps (mostly user
+// mode's own first touch of the memory); well under 1 ms where it does not. Thread-safe;
+// runs the probe at each call.
 bool first_kernel_touch_traps();
 
 // For tests: bounce_io() answers `forced` from now on, or (nullopt) the process's own

@@ -140,7 +140,7 @@ Result<std::vector<uint32_t>> write_chunks(SaveSession& session, const StateDict
   // bounce buffer first (base/bounce.h).
   const uint64_t size = file_end(session.mine);
   DISTCKPT_ASSIGN_OR_RETURN(char* view, file->map_for_write(size));
-  const uint64_t piece_bytes = view != nullptr || internal_base::bounce_io() ? 256 << 10 : 1 << 20;
+  const uint64_t piece_bytes = view != nullptr || internal_base::bounce_io_for(size) ? 256 << 10 : 1 << 20;
   uint32_t crc = internal_transform::kCrc32cInit;
   uint64_t at = 0;
   auto sink = [&](const char* p, std::size_t n) -> Status {

@@ -54,7 +54,7 @@ class PosixWritableFile final : public WritableFile {
     // The kernel copies only out of the bounce buffer, which it has touched before
     // (base/bounce.h). Direct writes, and writes from reused buffers (an async save's
     // staging slabs: WriteOpenOptions::from_reused_buffers), are not bounced.
-    if (char* bounce = bounce_ && internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr) {
+    if (char* bounce = bounce_ && internal_base::bounce_io_for(n) ? internal_base::bounce_buffer() : nullptr) {
       while (n > 0) {
         const std::size_t piece = std::min(n, internal_base::kBounceBytes);
         std::memcpy(bounce, p, piece);
@@ -235,7 +235,7 @@ class PosixReadableFile final : public ReadableFile {
     const uint64_t start = offset;
     // The kernel copies only into the bounce buffer, which it has touched before; ours
     // into the caller's memory (base/bounce.h).
-    char* bounce = internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr;
+    char* bounce = internal_base::bounce_io_for(n) ? internal_base::bounce_buffer() : nullptr;
     while (n > 0) {
       const std::size_t want = bounce != nullptr ? std::min(n, internal_base::kBounceBytes) : n;
       const ssize_t r = ::pread(fd_, bounce != nullptr ? bounce : p, want, static_cast<off_t>(offset));
@@ -265,7 +265,9 @@ class PosixReadableFile final : public ReadableFile {
     // Where the kernel's first touch of a page traps (base/bounce.h), the ring reads into
     // the thread's bounce buffer, packed, and each piece is copied into place: a batch of
     // 128 pieces under 4 KiB fits it whole.
-    char* bounce = internal_base::bounce_io() ? internal_base::bounce_buffer() : nullptr;
+    std::size_t total = 0;
+    for (const ReadRequest& r : requests) total += r.n;
+    char* bounce = internal_base::bounce_io_for(total) ? internal_base::bounce_buffer() : nullptr;
     std::vector<int64_t> done;
     std::vector<ReadRequest> packed;
     for (std::size_t at = 0; at < requests.size();) {
