@@ -228,8 +228,7 @@ class MpiComm final : public Comm {
     }
     void post_receive(const Transfer& t) override {
       // Only where every rank cuts messages into bounce-sized pieces (piece_bytes_).
-      const bool may_bounce = comm_.piece_bytes_ == kBouncePieceBytes && t.bytes >= kBounceMinBytes &&
-                              internal_base::bounce_io();
+      const bool may_bounce = comm_.piece_bytes_ == kBouncePieceBytes && internal_base::bounce_io_for(t.bytes);
       if (may_bounce && slots_ == nullptr) slots_ = SlotPool::instance().take();
       const bool bounce = may_bounce && slots_ != nullptr;
       std::deque<Piece>& queue = queued_[t.peer];
@@ -246,7 +245,6 @@ class MpiComm final : public Comm {
 
    private:
     static constexpr int kTag = 7411;
-    static constexpr std::size_t kBounceMinBytes = 64 << 10;  // smaller: the trap costs < 16 pages
     static constexpr int kBounceSlots = 4;
     struct Piece {
       char* data;
