@@ -561,6 +561,34 @@ TEST_P(LocalCheckpointTest, StateDictsThatDifferAcrossRanksAreNamed) {
   EXPECT_FALSE(fs::exists(root() + "/layouts"));
 }
 
+// The opening of a save asks every question in one allreduce (agree_to_open); its
+// answers stay apart: incremental on one rank only is named as such, and a rank whose
+// own checks fail is reported before state dicts that also differ.
+TEST_P(LocalCheckpointTest, OpeningQuestionsAreToldApart) {
+  const int world = this->world();
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  const int odd = world - 1;
+  expect_all_equal(run(world, [&](Comm& comm) {
+                     Model m(comm.rank(), world);
+                     SaveOptions opts = options("incremental");
+                     opts.incremental = comm.rank() == odd;
+                     return save(comm, m.state, root(), opts).status();
+                   }),
+                   "incremental must be the same on every rank");
+  const auto statuses = run(world, [&](Comm& comm) {
+    Model m(comm.rank(), world);
+    std::vector<float> extra(3);
+    auto l = TensorLayout::from_device_matrix({3}, {comm.size()}, {-1});
+    if (comm.rank() == 0) EXPECT_TRUE(m.state.add_tensor("extra", DType::kFloat32, extra.data(), *l).ok());
+    SaveOptions opts = options(comm.rank() == odd ? "not/one" : "checks");
+    return save(comm, m.state, root(), opts).status();
+  });
+  expect_all_equal(statuses, "save: rank " + std::to_string(odd) + ":");
+  EXPECT_EQ(statuses[0].find("differ"), std::string::npos) << statuses[0];
+  EXPECT_FALSE(fs::exists(root() + "/incremental"));
+  EXPECT_FALSE(fs::exists(root() + "/checks"));
+}
+
 // Checksums off (to measure their cost): recorded as "none", loads check nothing, and
 // one rank keeping them on keeps them on for all (the index never claims CRCs a writer
 // did not compute).

@@ -248,14 +248,12 @@ FrameSpec sharded_spec(const SaveOptions& options) {
 Result<SaveSession> begin_planned_save(Comm& comm, const StateDict& state, const std::string& root,
                                        const SaveOptions& options, const FrameSpec& spec) {
   SaveSession session;
-  DISTCKPT_ASSIGN_OR_RETURN(session.frame, open_save(comm, state, root, options, spec));
-  std::vector<std::string> parts;
-  if (comm.rank() == 0)
-    for (const auto& w : session.frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
+  FrameSpec with_writes = spec;
+  with_writes.scatter_writes = true;  // each rank's write list comes with the plan's outcome
+  DISTCKPT_ASSIGN_OR_RETURN(session.frame, open_save(comm, state, root, options, with_writes));
   // A bad write list is carried to the write agreement, never returned early.
-  auto mine = internal_plan::decode_writes(comm.scatter(parts, 0));
-  if (mine.ok()) session.mine = std::move(mine).value();
-  else session.local_error = mine.status().with_context(rank_prefix(comm));
+  session.mine = std::move(session.frame.my_writes);
+  session.local_error = session.frame.my_writes_error;
   if (session.frame.incremental) apply_base(comm, session, state);
   session.frame.result.plan_s = session.frame.timer.seconds();
   return session;

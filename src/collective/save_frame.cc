@@ -27,30 +27,74 @@ int64_t now_unix_ms() {
 
 std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
 
-// Collective: every rank encrypts alike (mode and key), or none does; rank 0 draws the
-// checkpoint's salt and every rank derives its cipher. The key itself never leaves a
-// rank: ranks compare SHA-256 fingerprints of it.
-Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_out,
-                           std::shared_ptr<const internal_transform::CheckpointCipher>* cipher_out) {
-  std::vector<int64_t> mine(internal_plan::kFingerprintWords, 0);
+namespace {
+
+constexpr const char* kDifferentKeys = "save: the ranks do not all encrypt with the same mode and key";
+
+// This rank's side of agree_on_state: its description of the state and the fingerprint
+// of that description.
+struct StateVote {
+  std::string description;
+  std::vector<int64_t> words;
+};
+Status vote_on_state(const Comm& comm, const StateDict& state, StateVote* vote) {
+  Status local = guarded(rank_prefix(comm) + ": describe", [&]() -> Status {
+    vote->description = internal_plan::describe_state(state);
+    DISTCKPT_ASSIGN_OR_RETURN(vote->words, internal_plan::fingerprint(vote->description));
+    return Status();
+  });
+  vote->words.resize(internal_plan::kFingerprintWords, 0);  // the allreduce needs one length everywhere
+  return local;
+}
+
+// Collective, once the ranks found that their fingerprints differ (every rank calls it):
+// the first rank whose fingerprint is not rank 0's sends its description, so that rank 0
+// can name it, the tensor and how (O(tensors) bytes, whatever the world).
+Status explain_state_mismatch(Comm& comm, const StateVote& vote) {
+  const std::size_t n = vote.words.size();
+  const auto* mine = reinterpret_cast<const char*>(vote.words.data());
+  std::string zero(mine, n * sizeof(int64_t));
+  comm.broadcast_string(zero, 0);
+  const bool differs = zero != std::string(mine, n * sizeof(int64_t));
+  const int first = static_cast<int>(comm.allreduce_one(differs ? comm.rank() : comm.size(), ReduceOp::kMin));
+  Status local = invalid_argument("save: the ranks' state dicts differ");
+  if (first < comm.size()) {
+    std::string other = vote.description;
+    comm.broadcast_string(other, first);
+    if (comm.rank() == 0) {
+      Status why = guarded("save: rank 0: compare state dicts",
+                           [&] { return internal_plan::explain_mismatch(vote.description, other, first); });
+      if (!why.ok()) local = why;
+    }
+  }
+  return agree(comm, local);
+}
+
+// This rank's side of agree_on_encryption: the SHA-256 fingerprint of its key and its
+// mode (zeros when it does not encrypt). The key itself never leaves the rank.
+Status vote_on_encryption(const Comm& comm, const Encryption& enc, std::vector<int64_t>* words) {
   Status local = guarded(rank_prefix(comm) + ": encryption", [&]() -> Status {
     DISTCKPT_RETURN_IF_ERROR(enc.validate());
     if (!enc.enabled()) return Status();
     std::string check = "distckpt key check " + std::string(encryption_mode_name(enc.mode)) + " ";
     check.append(reinterpret_cast<const char*>(enc.key->data()), enc.key->size());
-    auto words = internal_plan::fingerprint(check);
+    auto fingerprint = internal_plan::fingerprint(check);
     OPENSSL_cleanse(check.data(), check.size());
-    DISTCKPT_RETURN_IF_ERROR(words.status());
-    mine = *words;
-    mine.push_back(static_cast<int64_t>(enc.mode));
+    DISTCKPT_RETURN_IF_ERROR(fingerprint.status());
+    *words = *fingerprint;
+    words->resize(internal_plan::kFingerprintWords, 0);
+    words->push_back(static_cast<int64_t>(enc.mode));
     return Status();
   });
-  mine.resize(internal_plan::kFingerprintWords + 1, 0);
-  const internal_comm::Compared compared = internal_comm::agree_same(comm, local, mine);
-  if (compared.failed) return agree(comm, local);
-  if (!compared.same)
-    return agree(comm, invalid_argument("save: the ranks do not all encrypt with the same mode and key"));
-  if (!enc.enabled()) return Status();
+  words->resize(internal_plan::kFingerprintWords + 1, 0);
+  return local;
+}
+
+// Collective, once the ranks agreed to encrypt alike: rank 0 draws the checkpoint's salt
+// and every rank derives its cipher.
+Status share_salt(Comm& comm, const Encryption& enc, std::string* salt_out,
+                  std::shared_ptr<const internal_transform::CheckpointCipher>* cipher_out) {
+  Status local;
   if (comm.rank() == 0) {
     auto salt = internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes);
     if (salt.ok()) *salt_out = *salt;
@@ -63,35 +107,91 @@ Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_
   return agree(comm, cipher.status().with_context(rank_prefix(comm)));
 }
 
-Status agree_on_state(Comm& comm, const StateDict& state) {
-  std::string description;
-  std::vector<int64_t> mine(internal_plan::kFingerprintWords, 0);
-  Status local = guarded(rank_prefix(comm) + ": describe", [&]() -> Status {
-    description = internal_plan::describe_state(state);
-    DISTCKPT_ASSIGN_OR_RETURN(mine, internal_plan::fingerprint(description));
-    return Status();
-  });
-  const internal_comm::Compared compared = internal_comm::agree_same(comm, local, mine);
-  if (compared.failed) return agree(comm, local);  // every rank takes this branch
-  if (compared.same) return Status();
-  // They differ: the first rank whose fingerprint is not rank 0's sends its description,
-  // so that rank 0 can name it, the tensor and how (O(tensors) bytes, whatever the world).
-  const std::size_t n = mine.size();
-  std::string zero(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));
-  comm.broadcast_string(zero, 0);
-  const bool differs = zero != std::string(reinterpret_cast<const char*>(mine.data()), n * sizeof(int64_t));
-  const int first = static_cast<int>(comm.allreduce_one(differs ? comm.rank() : comm.size(), ReduceOp::kMin));
-  local = invalid_argument("save: the ranks' state dicts differ");
-  if (first < comm.size()) {
-    std::string other = description;
-    comm.broadcast_string(other, first);
-    if (comm.rank() == 0) {
-      Status why = guarded("save: rank 0: compare state dicts",
-                           [&] { return internal_plan::explain_mismatch(description, other, first); });
-      if (!why.ok()) local = why;
+// Collective, one scatter: rank 0's outcome of the plan and, when it planned, the
+// temporary entry's path and each rank's write list. Between the opening's agreement
+// and this, only rank 0 works, so its outcome is everyone's: one message replaces an
+// agreement, a broadcast and the scatter of the write lists. A message this rank cannot
+// read (a bug) becomes frame->my_writes_error, reported by the write agreement.
+// Part of rank r: a status code byte; then its message, or the entry's path, a NUL and
+// the write list (internal_plan::encode_writes).
+Status scatter_plan(Comm& comm, const Status& planned, SaveFrame* frame) {
+  std::vector<std::string> parts;
+  if (comm.rank() == 0) {
+    const auto& writes = frame->plan.writes;
+    for (int r = 0; r < comm.size(); ++r) {
+      std::string part(1, static_cast<char>(planned.code()));
+      if (!planned.ok()) {
+        part += planned.message();
+      } else {
+        part += frame->entry.tmp;
+        part.push_back('\0');
+        const auto at = static_cast<std::size_t>(r);
+        if (at < writes.size()) part += internal_plan::encode_writes(writes[at]);
+      }
+      parts.push_back(std::move(part));
     }
   }
-  return agree(comm, local);
+  const std::string mine = comm.scatter(parts, 0);
+  const auto code = mine.empty() ? StatusCode::kOk : static_cast<StatusCode>(static_cast<unsigned char>(mine[0]));
+  if (code != StatusCode::kOk) return Status(code, mine.substr(1));  // rank 0's error, the same on every rank
+  const std::size_t nul = mine.find('\0', 1);
+  if (nul == std::string::npos) {
+    frame->my_writes_error = internal_error(rank_prefix(comm) + ": a malformed plan message from rank 0");
+    return Status();
+  }
+  frame->entry.tmp = mine.substr(1, nul - 1);
+  auto writes = internal_plan::decode_writes(mine.substr(nul + 1));
+  if (writes.ok()) frame->my_writes = std::move(writes).value();
+  else frame->my_writes_error = writes.status().with_context(rank_prefix(comm));
+  return Status();
+}
+
+}  // namespace
+
+Status agree_on_encryption(Comm& comm, const Encryption& enc, std::string* salt_out,
+                           std::shared_ptr<const internal_transform::CheckpointCipher>* cipher_out) {
+  std::vector<int64_t> words;
+  const Status local = vote_on_encryption(comm, enc, &words);
+  const internal_comm::Compared compared = internal_comm::agree_same(comm, local, words);
+  if (compared.failed) return agree(comm, local);
+  if (!compared.same) return agree(comm, invalid_argument(kDifferentKeys));
+  if (!enc.enabled()) return Status();
+  return share_salt(comm, enc, salt_out, cipher_out);
+}
+
+Status agree_on_state(Comm& comm, const StateDict& state) {
+  StateVote vote;
+  const Status local = vote_on_state(comm, state, &vote);
+  const internal_comm::Compared compared = internal_comm::agree_same(comm, local, vote.words);
+  if (compared.failed) return agree(comm, local);  // every rank takes this branch
+  if (compared.same) return Status();
+  return explain_state_mismatch(comm, vote);
+}
+
+Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, const Encryption& encryption,
+                     Opening* opening, std::string* salt,
+                     std::shared_ptr<const internal_transform::CheckpointCipher>* cipher) {
+  StateVote vote;
+  std::vector<int64_t> key;
+  Status local = checks;
+  if (local.ok()) local = vote_on_state(comm, state, &vote);
+  if (local.ok()) local = vote_on_encryption(comm, encryption, &key);
+  vote.words.resize(internal_plan::kFingerprintWords, 0);
+  key.resize(internal_plan::kFingerprintWords + 1, 0);
+  std::vector<int64_t> words = vote.words;
+  words.insert(words.end(), key.begin(), key.end());
+  words.push_back(opening->incremental ? 1 : 0);
+  const internal_comm::ComparedWords compared =
+      internal_comm::agree_words(comm, local, words, {opening->checksum ? 1 : 0});
+  // Every branch below is taken by every rank alike: they all hold the same `compared`.
+  if (compared.failed) return agree(comm, local);
+  const std::size_t state_end = vote.words.size(), key_end = state_end + key.size();
+  if (!compared.all_same(0, state_end)) return explain_state_mismatch(comm, vote);
+  if (!compared.all_same(state_end, key_end)) return invalid_argument(kDifferentKeys);
+  if (!compared.same[key_end]) return invalid_argument("save: incremental must be the same on every rank");
+  opening->checksum = compared.maxima[0] == 1;
+  if (!encryption.enabled()) return Status();
+  return share_salt(comm, encryption, salt, cipher);
 }
 
 Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
@@ -121,22 +221,21 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   if (local.ok() && root.empty()) local = invalid_argument("empty root directory");
   if (local.ok() && state.rank() != comm.rank())
     local = invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(rank_prefix(comm))));
 
   // Plan: once the ranks agree that their state dicts match, rank 0 plans for all from
   // its own layouts (which give every rank's boxes): removes replicas, balances, lays
   // out files. Everything the index needs from `state` is taken now, so the caller may
   // change the state dict (not the tensor bytes) once the data is written or staged.
-  DISTCKPT_RETURN_IF_ERROR(agree_on_state(comm, state));
-  DISTCKPT_RETURN_IF_ERROR(agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
-  if (spec.agree_on_checksum)
-    frame.options.checksum = comm.allreduce_one(options.checksum ? 1 : 0, ReduceOp::kMax) == 1;
-  // Incremental or not, on every rank alike (the base is rank 0's to choose).
-  std::vector<int64_t> incremental{options.incremental ? 1 : 0, options.incremental ? -1 : 0};
-  comm.allreduce(incremental, ReduceOp::kMax);
-  if (incremental[0] != -incremental[1])
-    return invalid_argument("save '" + spec.name + "': incremental must be the same on every rank");
-  frame.incremental = incremental[0] == 1;
+  // One allreduce agrees on the checks, the state, encryption and the flags below.
+  Opening opening;
+  opening.checksum = options.checksum;
+  opening.incremental = options.incremental;
+  DISTCKPT_RETURN_IF_ERROR(agree_to_open(comm, local.with_context(rank_prefix(comm)), state, options.encryption,
+                                         &opening, &frame.salt, &frame.cipher));
+  // Checksums are on unless every rank turned them off; incremental is every rank's
+  // alike (the base is rank 0's to choose).
+  if (spec.agree_on_checksum) frame.options.checksum = opening.checksum;
+  frame.incremental = opening.incremental;
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
@@ -159,8 +258,12 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
     // An exception after the tmp entry was made: it goes.
     if (!local.ok() && !frame.entry.tmp.empty() && fs.exists(frame.entry.tmp)) discard_entry(fs, frame.entry);
   }
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  comm.broadcast_string(frame.entry.tmp, 0);
+  if (spec.scatter_writes) {
+    DISTCKPT_RETURN_IF_ERROR(scatter_plan(comm, local, &frame));
+  } else {
+    DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+    comm.broadcast_string(frame.entry.tmp, 0);
+  }
   frame.entry.root = root;
   frame.entry.name = spec.name;
   frame.entry.path = frame.result.path;

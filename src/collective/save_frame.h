@@ -2,8 +2,10 @@
 // write strategy of an engine; the strategies here share this frame):
 //
 //   open_save   (collective) the checks every rank makes, agreement that the state
-//               dicts match and on encryption, the plan on rank 0, the index's common
-//               fields, the temporary entry in the root;
+//               dicts match and on encryption (one allreduce: agree_to_open), the plan
+//               on rank 0, the index's common fields, the temporary entry in the root,
+//               and rank 0's outcome sent to all (sharded: with each rank's write list,
+//               in one scatter);
 //   ...         the strategy writes (sharded: save.cc; gathered onto one writer:
 //               save_gathered.cc; HDF5 hyperslabs: save_hdf5.cc; in the background:
 //               async.cc);
@@ -53,6 +55,11 @@ struct SaveFrame {
   // before the agreement that follows (an incremental save releases the references
   // lock there). May be null.
   std::function<void()> after_commit;
+  // Sharded saves (FrameSpec::scatter_writes): this rank's write list, in file order, as
+  // rank 0 planned it; or why rank 0's message could not be read (a bug), carried to the
+  // write agreement rather than returned early.
+  std::vector<internal_plan::WriteItem> my_writes;
+  Status my_writes_error;
   // Where this node keeps files to overwrite (the local tier's spares,
   // storage/spare_files.h); empty: every data file is new.
   std::string spare_dir;
@@ -72,6 +79,9 @@ struct FrameSpec {
   // Whether this strategy can reference a base's chunks (SaveOptions::incremental):
   // sharded native saves only; the others refuse incremental (kInvalidArgument).
   bool references_allowed = false;
+  // Whether rank 0 sends each rank its write list (frame.my_writes) with the plan's
+  // outcome, in the one scatter that ends open_save (sharded saves).
+  bool scatter_writes = false;
   // The format of the entry committed, when not the options' (a per-rank .ckpt set is
   // committed as a native directory).
   std::optional<Format> entry_format;
@@ -91,6 +101,22 @@ Status agree_or_discard(Comm& comm, const SaveFrame& frame, const Status& local)
 // returns (called on rank 0 only; sealed when encrypted), a single file as written.
 Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& written,
                               const std::function<Result<proto::Index>()>& final_index);
+
+// What the opening of a save decides besides success (agree_to_open).
+struct Opening {
+  bool checksum = true;      // in: this rank's option; out: on unless every rank turned it off
+  bool incremental = false;  // in: this rank's option; must be the same on every rank
+};
+
+// Collective, one allreduce (and, when encrypting, the salt's round): `checks` (this
+// rank's own checks of its options), agree_on_state and agree_on_encryption's questions,
+// and the flags of `opening`, asked together. Errors, identical on all ranks: the lowest
+// failing rank's `checks` (or its failure to describe its state or read its key), then
+// those of agree_on_state, agree_on_encryption, and kInvalidArgument for an incremental
+// flag that differs.
+Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, const Encryption& encryption,
+                     Opening* opening, std::string* salt,
+                     std::shared_ptr<const internal_transform::CheckpointCipher>* cipher);
 
 // Collective: every rank's state dict lists the same tensors, dtypes, shapes and layouts
 // in the same order (so rank 0 can plan for all from its own). One allreduce of

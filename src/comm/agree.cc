@@ -12,15 +12,33 @@ Status agree(Comm& comm, const Status& local) {
 }
 
 Compared agree_same(Comm& comm, const Status& local, const std::vector<int64_t>& words) {
+  const ComparedWords compared = agree_words(comm, local, words);
+  Compared c;
+  c.failed = compared.failed;
+  c.same = compared.all_same(0, words.size());
+  return c;
+}
+
+bool ComparedWords::all_same(std::size_t begin, std::size_t end) const {
+  for (std::size_t i = begin; i < end && i < same.size(); ++i)
+    if (!same[i]) return false;
+  return true;
+}
+
+ComparedWords agree_words(Comm& comm, const Status& local, const std::vector<int64_t>& words,
+                          const std::vector<int64_t>& maxima) {
+  // Everything is a minimum: max(x) = ~min(~x), for any 64-bit x (no overflow, unlike -x).
   std::vector<int64_t> v{local.ok() ? 0 : -1};
   v.insert(v.end(), words.begin(), words.end());
   for (int64_t x : words) v.push_back(~x);
+  for (int64_t x : maxima) v.push_back(~x);
   comm.allreduce(v, ReduceOp::kMin);
-  Compared c;
+  ComparedWords c;
   c.failed = v[0] < 0;
-  c.same = true;
   const std::size_t n = words.size();
-  for (std::size_t i = 0; i < n; ++i) c.same = c.same && v[1 + i] == words[i] && ~v[1 + n + i] == words[i];
+  c.same.resize(n);
+  for (std::size_t i = 0; i < n; ++i) c.same[i] = v[1 + i] == words[i] && ~v[1 + n + i] == words[i];
+  for (std::size_t i = 0; i < maxima.size(); ++i) c.maxima.push_back(~v[1 + 2 * n + i]);
   return c;
 }
 

@@ -1,6 +1,7 @@
 // Agreement on the outcome of a collective step, and on values every rank must share.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -23,5 +24,20 @@ struct Compared {
   bool same = false;    // `words` are equal on every rank
 };
 Compared agree_same(Comm& comm, const Status& local, const std::vector<int64_t>& words);
+
+// Collective, one allreduce: agree_same for several questions at once. `same[i]` says
+// whether words[i] is equal on every rank (the caller groups them); `maxima` (the same
+// length on every rank) come back as their maximum over the ranks. Each extra round
+// costs a save a scheduling delay per rank on a loaded node and a network round trip
+// between nodes, so the opening of a save asks everything in this one.
+struct ComparedWords {
+  bool failed = false;
+  std::vector<bool> same;
+  std::vector<int64_t> maxima;
+  // Whether words[begin, end) are all the same on every rank.
+  bool all_same(std::size_t begin, std::size_t end) const;
+};
+ComparedWords agree_words(Comm& comm, const Status& local, const std::vector<int64_t>& words,
+                          const std::vector<int64_t>& maxima = {});
 
 }  // namespace distckpt::internal_comm
