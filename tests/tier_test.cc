@@ -502,6 +502,26 @@ TEST_F(TierTest, RefusedSetups) {
       },
       2);
   EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/x"));
+  // One node's leader cannot make its node id (a file where its directory goes): every
+  // rank gets that leader's error, which names its rank and directory.
+  fs::create_directories(tmp_.path() + "/local");
+  std::ofstream(tmp_.path() + "/local/node1") << "not a directory";
+  std::vector<std::string> messages(6);
+  run_local_ranks(
+      6,
+      [&](Comm& comm) {
+        Model m(comm.rank(), 1, 6);
+        SaveOptions o;
+        o.name = "y";
+        const Status st = save_local(comm, m.state, root(), o, {local(), "auto"}).status();
+        messages[static_cast<std::size_t>(comm.rank())] = st.to_string();
+      },
+      2);
+  for (const std::string& message : messages) {
+    EXPECT_EQ(message, messages[0]);
+    EXPECT_NE(message.find("rank 2: local tier '" + tmp_.path() + "/local/node1'"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/y"));
 }
 
 // ---- the manager's policy ----

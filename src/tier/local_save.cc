@@ -357,32 +357,46 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
       DISTCKPT_RETURN_IF_ERROR(parity_groups(nodes.count, red).status());
     return Status();
   });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  // One allreduce: the checks, the state dicts and encryption (checksums are always on
+  // here, and incremental was refused above).
+  internal_collective::Opening opening;
+  DISTCKPT_RETURN_IF_ERROR(
+      internal_collective::agree_to_open(comm, local, state, options.encryption, &opening, &frame.salt, &frame.cipher));
   // After a collective, so after every leader's cleanup of a save that failed: the
   // mappings of its removed files give their pages back before this save needs them.
   internal_storage::prune_write_mappings();
-  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
-  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_encryption(comm, options.encryption, &frame.salt, &frame.cipher));
 
-  std::string node_id;
+  // Each node's id, in one allgather that carries a leader's failure too (a status code
+  // byte, then the id or the message): every rank then decides alike, with no agreement.
+  std::string node_id(1, static_cast<char>(StatusCode::kOk));
   if (leader) {
     auto id = ensure_node_id(fs, tier.dir);
-    if (id.ok()) node_id = *id;
-    else local = id.status().with_context(where + ": local tier '" + tier.dir + "'");
+    if (id.ok()) {
+      node_id += *id;
+    } else {
+      const Status failed = id.status().with_context(where + ": local tier '" + tier.dir + "'");
+      node_id = std::string(1, static_cast<char>(failed.code())) + failed.message();
+    }
   }
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   const std::vector<std::string> ids = comm.allgather(leader ? node_id : std::string());
   std::vector<std::string> node_ids(static_cast<std::size_t>(nodes.count)), hosts(node_ids.size());
+  for (int r = 0; r < comm.size(); ++r) {  // the lowest failing leader's error, as agree() gives
+    const std::string& id = ids[static_cast<std::size_t>(r)];
+    if (!id.empty() && id[0] != static_cast<char>(StatusCode::kOk))
+      return Status(static_cast<StatusCode>(static_cast<unsigned char>(id[0])), id.substr(1));
+  }
   for (int n = 0; n < nodes.count; ++n) {
-    node_ids[static_cast<std::size_t>(n)] = ids[static_cast<std::size_t>(nodes.leader(n))];
+    const std::string& id = ids[static_cast<std::size_t>(nodes.leader(n))];
+    if (id.empty()) return internal_error("local save: no node id from rank " + std::to_string(nodes.leader(n)));
+    node_ids[static_cast<std::size_t>(n)] = id.substr(1);
     hosts[static_cast<std::size_t>(n)] = comm.node_name(nodes.leader(n));
   }
-  for (int a = 0; a < nodes.count && local.ok(); ++a)
+  for (int a = 0; a < nodes.count; ++a)
     for (int b = a + 1; b < nodes.count; ++b)
       if (node_ids[static_cast<std::size_t>(a)] == node_ids[static_cast<std::size_t>(b)])
-        local = invalid_argument("local tier '" + tier.dir + "' is the same directory on " + hosts[static_cast<std::size_t>(a)] +
-                                 " and " + hosts[static_cast<std::size_t>(b)] + " (same node id): it must be node-local");
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+        return invalid_argument("local tier '" + tier.dir + "' is the same directory on " +
+                                hosts[static_cast<std::size_t>(a)] + " and " + hosts[static_cast<std::size_t>(b)] +
+                                " (same node id): it must be node-local");
 
   std::string tmp_name, plan_bytes;
   if (me == 0) {
@@ -414,8 +428,7 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
       return Status();
     });
   }
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  if (me == 0) {
+  if (me == 0 && local.ok()) {
     std::shared_ptr<FileSystem> fs_handle = frame.fs;
     auto claim = [fs_handle, root] { return internal_catalog::claim_commit_seq(*fs_handle, root); };
     try {
@@ -430,15 +443,24 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
       ls.commit_seq = now.get_future();
     }
   }
-  comm.broadcast_string(tmp_name, 0);
-  comm.broadcast_string(plan_bytes, 0);
+  // One broadcast: rank 0's outcome of the plan (only rank 0 worked since the last
+  // agreement, so its outcome is everyone's): a status code byte, then its message, or
+  // the temporary name, a NUL and the placed index.
+  std::string planned(1, static_cast<char>(local.code()));
+  if (me == 0) planned += local.ok() ? tmp_name + '\0' + plan_bytes : local.message();
+  comm.broadcast_string(planned, 0);
+  if (!planned.empty() && planned[0] != static_cast<char>(StatusCode::kOk))
+    return Status(static_cast<StatusCode>(static_cast<unsigned char>(planned[0])), planned.substr(1));
+  const std::size_t nul = planned.find('\0', 1);  // none: a malformed message, an error agreed below
+  tmp_name = nul == std::string::npos ? std::string() : planned.substr(1, nul - 1);
+  plan_bytes = nul == std::string::npos ? std::string() : planned.substr(nul + 1);
   std::vector<std::string> parts;
   if (me == 0)
     for (const auto& w : frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
   std::string my_writes = comm.scatter(parts, 0);
   proto::Index& placed = ls.placed;
   local = guarded(where, [&]() -> Status {
-    if (!placed.ParseFromString(plan_bytes)) return internal_error("the plan does not parse");
+    if (tmp_name.empty() || !placed.ParseFromString(plan_bytes)) return internal_error("the plan does not parse");
     DISTCKPT_ASSIGN_OR_RETURN(session.mine, internal_plan::decode_writes(my_writes));
     return Status();
   });
