@@ -240,6 +240,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The median of each repeat's limit / our time: each pair ran minutes apart at most, so
+// a drift of the machine between repeats moves both sides of a ratio alike.
+double paired_ratio(const std::vector<double>& limit, const std::vector<double>& ours) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < limit.size() && i < ours.size(); ++i)
+    if (ours[i] > 0) ratios.push_back(limit[i] / ours[i]);
+  return median(ratios);
+}
+
 // The reference the targets are measured against, in the same run and directory: one
 // process writes `bytes` sequentially in 4 MiB blocks through the page cache (like
 // `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
@@ -558,6 +567,8 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["limit_read_s"] = lr;
       j["save_vs_limit"] = opt(do_save, save_s > 0 ? lw / save_s : 0);
       j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
+      j["save_vs_limit_paired"] = opt(do_save, paired_ratio(runs.limit_write, runs.save));
+      j["load_vs_limit_paired"] = opt(do_load, paired_ratio(runs.limit_read, runs.load));
     }
     j["bounce_io"] = distckpt::internal_base::bounce_io();
     j["peak_rss_bytes"] = runs.peak_rss;
@@ -626,6 +637,9 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
         std::printf("  %.3f/%.3f", runs.limit_read[i], runs.load[i]);
       std::printf("\n");
     }
+    std::printf("median of the per-repeat ratios: save_vs_limit_paired %.2f  load_vs_limit_paired %.2f\n",
+                do_save ? paired_ratio(runs.limit_write, runs.save) : 0.0,
+                do_load ? paired_ratio(runs.limit_read, runs.load) : 0.0);
   }
   // The first repeat is this process's first save and load: a restore is always a
   // process's first load, and it pays what later repeats no longer do (fresh memory the
