@@ -574,7 +574,7 @@ TEST_P(LocalCheckpointTest, OpeningQuestionsAreToldApart) {
                      opts.incremental = comm.rank() == odd;
                      return save(comm, m.state, root(), opts).status();
                    }),
-                   "incremental must be the same on every rank");
+                   "save 'incremental': incremental must be the same on every rank");
   const auto statuses = run(world, [&](Comm& comm) {
     Model m(comm.rank(), world);
     std::vector<float> extra(3);

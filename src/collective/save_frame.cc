@@ -188,7 +188,8 @@ Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, c
   const std::size_t state_end = vote.words.size(), key_end = state_end + key.size();
   if (!compared.all_same(0, state_end)) return explain_state_mismatch(comm, vote);
   if (!compared.all_same(state_end, key_end)) return invalid_argument(kDifferentKeys);
-  if (!compared.same[key_end]) return invalid_argument("save: incremental must be the same on every rank");
+  if (!compared.same[key_end])
+    return invalid_argument("save '" + opening->name + "': incremental must be the same on every rank");
   opening->checksum = compared.maxima[0] == 1;
   if (!encryption.enabled()) return Status();
   return share_salt(comm, encryption, salt, cipher);
@@ -228,6 +229,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   // change the state dict (not the tensor bytes) once the data is written or staged.
   // One allreduce agrees on the checks, the state, encryption and the flags below.
   Opening opening;
+  opening.name = spec.name;
   opening.checksum = options.checksum;
   opening.incremental = options.incremental;
   DISTCKPT_RETURN_IF_ERROR(agree_to_open(comm, local.with_context(rank_prefix(comm)), state, options.encryption,

@@ -104,6 +104,7 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
 
 // What the opening of a save decides besides success (agree_to_open).
 struct Opening {
+  std::string name;          // the checkpoint's, for messages
   bool checksum = true;      // in: this rank's option; out: on unless every rank turned it off
   bool incremental = false;  // in: this rank's option; must be the same on every rank
 };
@@ -111,9 +112,11 @@ struct Opening {
 // Collective, one allreduce (and, when encrypting, the salt's round): `checks` (this
 // rank's own checks of its options), agree_on_state and agree_on_encryption's questions,
 // and the flags of `opening`, asked together. Errors, identical on all ranks: the lowest
-// failing rank's `checks` (or its failure to describe its state or read its key), then
-// those of agree_on_state, agree_on_encryption, and kInvalidArgument for an incremental
-// flag that differs.
+// failing rank's `checks` (or its failure to describe its state or read its key: with
+// every question in one round, an invalid key on one rank is reported before state
+// dicts that differ, where separate rounds reported the state first), then those of
+// agree_on_state, agree_on_encryption, and kInvalidArgument for an incremental flag
+// that differs.
 Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, const Encryption& encryption,
                      Opening* opening, std::string* salt,
                      std::shared_ptr<const internal_transform::CheckpointCipher>* cipher);

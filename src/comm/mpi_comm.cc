@@ -162,6 +162,10 @@ class MpiComm final : public Comm {
   std::string scatter(const std::vector<std::string>& parts, int root) override {
     Watched watched(watchdog_, "scatter");
     std::vector<int> sizes;
+    if (rank_ == root && parts.size() != static_cast<std::size_t>(size_)) {  // a bug in the caller
+      std::fprintf(stderr, "distckpt: scatter of %zu parts over %d ranks\n", parts.size(), size_);
+      MPI_Abort(MPI_COMM_WORLD, 70);
+    }
     if (rank_ == root)
       for (const auto& p : parts) sizes.push_back(checked_count(static_cast<int64_t>(p.size())));
     int mysize = 0;

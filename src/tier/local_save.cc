@@ -360,6 +360,7 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
   // One allreduce: the checks, the state dicts and encryption (checksums are always on
   // here, and incremental was refused above).
   internal_collective::Opening opening;
+  opening.name = options.name;
   DISTCKPT_RETURN_IF_ERROR(
       internal_collective::agree_to_open(comm, local, state, options.encryption, &opening, &frame.salt, &frame.cipher));
   // After a collective, so after every leader's cleanup of a save that failed: the
