@@ -35,7 +35,7 @@ constexpr const char* kDifferentKeys = "save: the ranks do not all encrypt with 
 // of that description.
 struct StateVote {
   std::string description;
-  std::vector<int64_t> words;
+  std::vector<int64_t> words = std::vector<int64_t>(internal_plan::kFingerprintWords, 0);
 };
 Status vote_on_state(const Comm& comm, const StateDict& state, StateVote* vote) {
   Status local = guarded(rank_prefix(comm) + ": describe", [&]() -> Status {
@@ -112,34 +112,27 @@ Status share_salt(Comm& comm, const Encryption& enc, std::string* salt_out,
 // and this, only rank 0 works, so its outcome is everyone's: one message replaces an
 // agreement, a broadcast and the scatter of the write lists. A message this rank cannot
 // read (a bug) becomes frame->my_writes_error, reported by the write agreement.
-// Part of rank r: a status code byte; then its message, or the entry's path, a NUL and
-// the write list (internal_plan::encode_writes).
+// Part of rank r: rank 0's outcome (internal_comm::pack_outcome) with the entry's path,
+// a NUL and the write list (internal_plan::encode_writes).
 Status scatter_plan(Comm& comm, const Status& planned, SaveFrame* frame) {
   std::vector<std::string> parts;
   if (comm.rank() == 0) {
     const auto& writes = frame->plan.writes;
     for (int r = 0; r < comm.size(); ++r) {
-      std::string part(1, static_cast<char>(planned.code()));
-      if (!planned.ok()) {
-        part += planned.message();
-      } else {
-        part += frame->entry.tmp;
-        part.push_back('\0');
-        const auto at = static_cast<std::size_t>(r);
-        if (at < writes.size()) part += internal_plan::encode_writes(writes[at]);
-      }
-      parts.push_back(std::move(part));
+      const auto at = static_cast<std::size_t>(r);
+      const std::string list = at < writes.size() ? internal_plan::encode_writes(writes[at]) : std::string();
+      parts.push_back(internal_comm::pack_outcome(planned, frame->entry.tmp + '\0' + list));
     }
   }
-  const std::string mine = comm.scatter(parts, 0);
-  const auto code = mine.empty() ? StatusCode::kOk : static_cast<StatusCode>(static_cast<unsigned char>(mine[0]));
-  if (code != StatusCode::kOk) return Status(code, mine.substr(1));  // rank 0's error, the same on every rank
-  const std::size_t nul = mine.find('\0', 1);
+  std::string mine;
+  // Rank 0's error, the same on every rank.
+  DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(comm.scatter(parts, 0), &mine));
+  const std::size_t nul = mine.find('\0');
   if (nul == std::string::npos) {
     frame->my_writes_error = internal_error(rank_prefix(comm) + ": a malformed plan message from rank 0");
     return Status();
   }
-  frame->entry.tmp = mine.substr(1, nul - 1);
+  frame->entry.tmp = mine.substr(0, nul);
   auto writes = internal_plan::decode_writes(mine.substr(nul + 1));
   if (writes.ok()) frame->my_writes = std::move(writes).value();
   else frame->my_writes_error = writes.status().with_context(rank_prefix(comm));
@@ -171,13 +164,11 @@ Status agree_on_state(Comm& comm, const StateDict& state) {
 Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, const Encryption& encryption,
                      Opening* opening, std::string* salt,
                      std::shared_ptr<const internal_transform::CheckpointCipher>* cipher) {
-  StateVote vote;
-  std::vector<int64_t> key;
+  StateVote vote;  // both sized for the allreduce, even when a check fails first
+  std::vector<int64_t> key(internal_plan::kFingerprintWords + 1, 0);
   Status local = checks;
   if (local.ok()) local = vote_on_state(comm, state, &vote);
   if (local.ok()) local = vote_on_encryption(comm, encryption, &key);
-  vote.words.resize(internal_plan::kFingerprintWords, 0);
-  key.resize(internal_plan::kFingerprintWords + 1, 0);
   std::vector<int64_t> words = vote.words;
   words.insert(words.end(), key.begin(), key.end());
   words.push_back(opening->incremental ? 1 : 0);

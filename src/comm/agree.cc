@@ -2,13 +2,25 @@
 
 namespace distckpt::internal_comm {
 
+std::string pack_outcome(const Status& outcome, const std::string& payload) {
+  return std::string(1, static_cast<char>(outcome.code())) + (outcome.ok() ? payload : outcome.message());
+}
+
+Status unpack_outcome(const std::string& message, std::string* payload) {
+  if (message.empty() || message[0] == static_cast<char>(StatusCode::kOk)) {
+    if (payload != nullptr) *payload = message.empty() ? std::string() : message.substr(1);
+    return Status();
+  }
+  return Status(static_cast<StatusCode>(static_cast<unsigned char>(message[0])), message.substr(1));
+}
+
 Status agree(Comm& comm, const Status& local) {
   const int64_t first_failed = comm.allreduce_one(local.ok() ? comm.size() : comm.rank(), ReduceOp::kMin);
   if (first_failed == comm.size()) return Status();
   std::string wire;
-  if (comm.rank() == first_failed) wire = std::string(1, static_cast<char>(local.code())) + local.message();
+  if (comm.rank() == first_failed) wire = pack_outcome(local, std::string());
   comm.broadcast_string(wire, static_cast<int>(first_failed));
-  return Status(static_cast<StatusCode>(static_cast<unsigned char>(wire[0])), wire.substr(1));
+  return unpack_outcome(wire);
 }
 
 Compared agree_same(Comm& comm, const Status& local, const std::vector<int64_t>& words) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "distckpt/comm.h"
@@ -14,6 +15,14 @@ namespace distckpt::internal_comm {
 // Status: ok if all were ok, else the error of the lowest failing rank. A rank that
 // failed must still call this, so nobody waits forever in a later collective.
 Status agree(Comm& comm, const Status& local);
+
+// One message for a collective that carries an agreement with its data: a status code
+// byte, then the error's message, or the payload when ok (what agree() broadcasts, and
+// what a rank that alone decides, such as rank 0 with its plan, sends with its data).
+std::string pack_outcome(const Status& outcome, const std::string& payload);
+// The Status packed in `message` (an empty message: ok, no payload); *payload gets the
+// payload when ok. Local.
+Status unpack_outcome(const std::string& message, std::string* payload = nullptr);
 
 // Collective, one allreduce: did every rank succeed (`local`), and does every rank hold
 // the same `words` (the same length on every rank)? Every rank gets the same answer.

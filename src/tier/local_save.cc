@@ -369,27 +369,20 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
 
   // Each node's id, in one allgather that carries a leader's failure too (a status code
   // byte, then the id or the message): every rank then decides alike, with no agreement.
-  std::string node_id(1, static_cast<char>(StatusCode::kOk));
+  std::string node_id;
   if (leader) {
     auto id = ensure_node_id(fs, tier.dir);
-    if (id.ok()) {
-      node_id += *id;
-    } else {
-      const Status failed = id.status().with_context(where + ": local tier '" + tier.dir + "'");
-      node_id = std::string(1, static_cast<char>(failed.code())) + failed.message();
-    }
+    node_id = internal_comm::pack_outcome(id.status().with_context(where + ": local tier '" + tier.dir + "'"),
+                                          id.ok() ? *id : std::string());
   }
   const std::vector<std::string> ids = comm.allgather(leader ? node_id : std::string());
   std::vector<std::string> node_ids(static_cast<std::size_t>(nodes.count)), hosts(node_ids.size());
-  for (int r = 0; r < comm.size(); ++r) {  // the lowest failing leader's error, as agree() gives
-    const std::string& id = ids[static_cast<std::size_t>(r)];
-    if (!id.empty() && id[0] != static_cast<char>(StatusCode::kOk))
-      return Status(static_cast<StatusCode>(static_cast<unsigned char>(id[0])), id.substr(1));
-  }
+  for (const std::string& id : ids)  // the lowest failing leader's error, as agree() gives
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(id));
   for (int n = 0; n < nodes.count; ++n) {
-    const std::string& id = ids[static_cast<std::size_t>(nodes.leader(n))];
+    std::string& id = node_ids[static_cast<std::size_t>(n)];
+    (void)internal_comm::unpack_outcome(ids[static_cast<std::size_t>(nodes.leader(n))], &id);
     if (id.empty()) return internal_error("local save: no node id from rank " + std::to_string(nodes.leader(n)));
-    node_ids[static_cast<std::size_t>(n)] = id.substr(1);
     hosts[static_cast<std::size_t>(n)] = comm.node_name(nodes.leader(n));
   }
   for (int a = 0; a < nodes.count; ++a)
@@ -445,15 +438,13 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
     }
   }
   // One broadcast: rank 0's outcome of the plan (only rank 0 worked since the last
-  // agreement, so its outcome is everyone's): a status code byte, then its message, or
-  // the temporary name, a NUL and the placed index.
-  std::string planned(1, static_cast<char>(local.code()));
-  if (me == 0) planned += local.ok() ? tmp_name + '\0' + plan_bytes : local.message();
+  // agreement, so its outcome is everyone's), packed with the temporary name, a NUL and
+  // the placed index.
+  std::string planned = me == 0 ? internal_comm::pack_outcome(local, tmp_name + '\0' + plan_bytes) : std::string();
   comm.broadcast_string(planned, 0);
-  if (!planned.empty() && planned[0] != static_cast<char>(StatusCode::kOk))
-    return Status(static_cast<StatusCode>(static_cast<unsigned char>(planned[0])), planned.substr(1));
-  const std::size_t nul = planned.find('\0', 1);  // none: a malformed message, an error agreed below
-  tmp_name = nul == std::string::npos ? std::string() : planned.substr(1, nul - 1);
+  DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(planned, &planned));
+  const std::size_t nul = planned.find('\0');  // none: a malformed message, an error agreed below
+  tmp_name = nul == std::string::npos ? std::string() : planned.substr(0, nul);
   plan_bytes = nul == std::string::npos ? std::string() : planned.substr(nul + 1);
   std::vector<std::string> parts;
   if (me == 0)
