@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
+#include <atomic>
+#include <functional>
 
 #include "comm/local_comm.h"
 #include "distckpt/checkpoint.h"
@@ -705,6 +708,74 @@ TEST(BadInput, DamagedHdf5AndMissingDatasets) {
   fs::resize_file(cut, fs::file_size(cut) / 2);
   Status st = open_index(cut);
   EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+}
+
+// libhdf5 reads .h5 files in a program of its own (distckpt-hdf5-reader), started by
+// posix_spawn. A forked child read them before: with ranks as threads, it inherited an
+// allocator lock another thread held and hung (CI, GCC 12's AddressSanitizer). Here
+// threads describe files while others allocate and free large blocks.
+TEST(Hdf5Reader, ThreadsReadFilesWhileOthersAllocate) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "m";
+  options.format = Format::kHdf5;
+  ASSERT_TRUE(save_model(1, dir.path(), options).ok());
+  const std::string path = dir.path() + "/m.h5";
+  std::atomic<bool> done{false};
+  std::vector<std::thread> allocators;
+  for (int t = 0; t < 2; ++t)
+    allocators.emplace_back([&done, t] {
+      // Blocks of every size (small ones and mmap'ed ones), from call stacks of every
+      // depth: AddressSanitizer records each new stack under a lock.
+      std::size_t size = 64u << t;
+      unsigned depth = 1;
+      std::function<void(unsigned)> allocate_at = [&](unsigned d) {
+        if (d > 0) return allocate_at(d - 1);
+        std::vector<char> block(size, 1);
+      };
+      while (!done.load()) {
+        allocate_at(depth);
+        depth = depth % 64 + 1;
+        size = size >= (8u << 20) ? 64 : size * 2;
+      }
+    });
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      for (int i = 0; i < 12 && errors[t].empty(); ++i) {
+        Status st = open_index(path);
+        if (!st.ok()) errors[t] = st.to_string();
+      }
+    });
+  for (auto& r : readers) r.join();
+  done = true;
+  for (auto& a : allocators) a.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(Hdf5Reader, AMissingOrForeignReaderIsAClearError) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "m";
+  options.format = Format::kHdf5;
+  ASSERT_TRUE(save_model(1, dir.path(), options).ok());
+  const std::string path = dir.path() + "/m.h5";
+  struct RestoreEnv {
+    ~RestoreEnv() { ::unsetenv("DISTCKPT_HDF5_READER"); }
+  } restore;
+  ::setenv("DISTCKPT_HDF5_READER", (dir.path() + "/no-reader").c_str(), 1);
+  Status st = open_index(path);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
+  EXPECT_NE(st.message().find("DISTCKPT_HDF5_READER='" + dir.path() + "/no-reader'"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.to_string();
+  // A program that answers nothing: the file is not called good.
+  ::setenv("DISTCKPT_HDF5_READER", "/bin/false", 1);
+  st = open_index(path);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+  EXPECT_NE(st.message().find("/bin/false exited 1"), std::string::npos) << st.to_string();
+  ::unsetenv("DISTCKPT_HDF5_READER");
+  EXPECT_TRUE(open_index(path).ok());
 }
 
 TEST(Listing, SingleFilesAreCheckpointsAndResolveFollowsCommits) {

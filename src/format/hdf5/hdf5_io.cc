@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -412,34 +414,99 @@ namespace {
 bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string_view("\x89HDF\r\n\x1a\n", 8); }
 
 // libhdf5 parses a damaged or hostile file at the risk of crashing or looping (its
-// decoders trust what they read). So it reads the file in a child process: a crash, or
-// no answer within kParseSeconds, becomes kCorruption here instead of taking the
-// caller (a training job's rank 0, `distckpt ls`) down with it.
+// decoders trust what they read). So a separate program, distckpt-hdf5-reader, reads
+// the file: its crash, or no answer within kParseSeconds, becomes kCorruption here
+// instead of taking the caller (a training job's rank 0, `distckpt ls`) down with it.
+//
+// It is started with posix_spawn, which execs at once, not fork alone. A forked copy
+// of a threaded process inherits every lock another thread held at the fork: with
+// ranks as threads, GCC 12's AddressSanitizer allocator hung a child (its fork takes
+// no allocator lock), and libhdf5 state another thread was changing, or MPI calls in
+// libhdf5's first initialization, hang it too. Nor does a training process of many
+// GiB, with memory registered for RDMA, copy its page tables (Open MPI warns against
+// fork there).
 constexpr int kParseSeconds = 60;
+// The request and answer format between this file and the reader program: both sides
+// are built from this file, and the reader refuses any other number.
+constexpr const char* kReaderProtocol = "1";
+
+std::string encode_reader_answer(const Result<proto::Index>& index) {
+  if (index.ok()) return "I" + index->SerializeAsString();
+  return "S" + std::string(1, static_cast<char>(index.status().code())) + index.status().message();
+}
+
+// The reader program's path: $DISTCKPT_HDF5_READER, else this build tree's, else an
+// installed one: in libexec/distckpt/ beside the running program's bin/ (an install
+// moved elsewhere), or where the install was configured to go.
+Result<std::string> hdf5_reader_path(const std::string& where) {
+  if (const char* env = std::getenv("DISTCKPT_HDF5_READER"); env != nullptr && *env != '\0') {
+    if (::access(env, X_OK) == 0) return std::string(env);
+    return not_found(where + ": DISTCKPT_HDF5_READER='" + env + "' is not an executable program: " +
+                     std::strerror(errno));
+  }
+  std::vector<std::string> candidates = {DISTCKPT_HDF5_READER_BUILD_PATH};
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    const std::string program(self, static_cast<std::size_t>(n));
+    const std::size_t slash = program.rfind('/');
+    if (slash != std::string::npos)
+      candidates.push_back(program.substr(0, slash) + "/../libexec/distckpt/distckpt-hdf5-reader");
+  }
+  candidates.push_back(DISTCKPT_HDF5_READER_INSTALL_PATH);
+  std::string tried;
+  for (const std::string& candidate : candidates) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    tried += (tried.empty() ? "" : ", ") + candidate;
+  }
+  return not_found(where + ": its reader program distckpt-hdf5-reader is at none of " + tried +
+                   " (set DISTCKPT_HDF5_READER to where it is)");
+}
+
+// Starts the reader with its standard output on `out_fd`, standard input /dev/null and
+// no other inherited descriptor; signals the caller ignores are default again there.
+Result<pid_t> spawn_reader(const std::string& program, const std::string& path, const std::string& file_name,
+                           int out_fd, const std::string& where) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  if (::posix_spawn_file_actions_init(&actions) != 0) return io_error(where + ": posix_spawn: out of memory");
+  if (::posix_spawnattr_init(&attr) != 0) {
+    ::posix_spawn_file_actions_destroy(&actions);
+    return io_error(where + ": posix_spawn: out of memory");
+  }
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) sigaddset(&defaults, sig);
+  int err = ::posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  if (err == 0) err = ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (err == 0) err = ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+  if (err == 0) err = ::posix_spawnattr_setsigmask(&attr, &none);
+  if (err == 0) err = ::posix_spawnattr_setsigdefault(&attr, &defaults);
+  if (err == 0) err = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> argv = {const_cast<char*>("distckpt-hdf5-reader"), const_cast<char*>("--protocol"),
+                             const_cast<char*>(kReaderProtocol), const_cast<char*>(path.c_str()),
+                             const_cast<char*>(file_name.c_str()), nullptr};
+  pid_t child = -1;
+  if (err == 0) err = ::posix_spawn(&child, program.c_str(), &actions, &attr, argv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
+  if (err != 0) return io_error(where + ": cannot start its reader " + program + ": " + std::strerror(err));
+  return child;
+}
 
 Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::string& file_name) {
+  const std::string where = "hdf5 '" + path + "'";
+  DISTCKPT_ASSIGN_OR_RETURN(std::string program, hdf5_reader_path(where));
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return io_error("hdf5 '" + path + "': pipe: " + std::strerror(errno));
-  const pid_t child = ::fork();
-  if (child < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return io_error("hdf5 '" + path + "': fork: " + std::strerror(errno));
-  }
-  if (child == 0) {  // only this thread exists here: no locks to wait for, no MPI calls
-    ::close(fds[0]);
-    std::string out;
-    auto index = hdf5_index(path, file_name);
-    if (index.ok()) out = "I" + index->SerializeAsString();
-    else out = "S" + std::string(1, static_cast<char>(index.status().code())) + index.status().message();
-    for (std::size_t done = 0; done < out.size();) {
-      const ssize_t w = ::write(fds[1], out.data() + done, out.size() - done);
-      if (w <= 0) ::_exit(3);
-      done += static_cast<std::size_t>(w);
-    }
-    ::_exit(0);
-  }
+  if (::pipe2(fds, O_CLOEXEC) != 0) return io_error(where + ": pipe: " + std::strerror(errno));
+  Result<pid_t> spawned = spawn_reader(program, path, file_name, fds[1], where);
   ::close(fds[1]);
+  if (!spawned.ok()) {
+    ::close(fds[0]);
+    return spawned.status();
+  }
+  const pid_t child = *spawned;
   std::string in;
   char buf[65536];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kParseSeconds);
@@ -464,15 +531,22 @@ Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::str
   int wstatus = 0;
   while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
   }
-  const std::string where = "hdf5 '" + path + "'";
   if (timed_out) return corruption(where + ": HDF5 found no end to it in " + std::to_string(kParseSeconds) + " s");
   if (WIFSIGNALED(wstatus))
     return corruption(where + ": libhdf5 crashed reading it (signal " + std::to_string(WTERMSIG(wstatus)) +
                       "): a damaged or hostile file");
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2)
+    return internal_error(where + ": the reader " + program +
+                          " refused the request (exit 2): a reader from another build? (DISTCKPT_HDF5_READER)");
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || in.empty())
-    return corruption(where + ": reading it failed (the reader exited " + std::to_string(WEXITSTATUS(wstatus)) + ")");
-  if (in[0] == 'S' && in.size() >= 2)
-    return Status(static_cast<StatusCode>(static_cast<unsigned char>(in[1])), in.substr(2));
+    return corruption(where + ": reading it failed (the reader " + program + " exited " +
+                      std::to_string(WEXITSTATUS(wstatus)) + ")");
+  if (in[0] == 'S' && in.size() >= 2) {
+    const int code = static_cast<unsigned char>(in[1]);
+    if (code == 0 || code > static_cast<int>(StatusCode::kAborted))
+      return internal_error(where + ": the reader answered an unknown status code " + std::to_string(code));
+    return Status(static_cast<StatusCode>(code), in.substr(2));
+  }
   proto::Index index;
   if (in[0] != 'I' || !index.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))
     return internal_error(where + ": the reader's answer does not parse");
@@ -541,6 +615,32 @@ Result<std::unique_ptr<SequentialWriter>> open_hdf5_writer(FileSystem& fs, const
 constexpr std::string_view kHdf5Extensions[] = {".h5", ".hdf5"};
 
 }  // namespace
+
+int hdf5_reader_main(int argc, char** argv) {
+  if (argc != 5 || std::string_view(argv[1]) != "--protocol") {
+    std::fprintf(stderr, "usage: distckpt-hdf5-reader --protocol %s FILE NAME (distckpt starts it; see hdf5_io.h)\n",
+                 kReaderProtocol);
+    return 2;
+  }
+  if (std::string_view(argv[2]) != kReaderProtocol) {
+    std::fprintf(stderr, "distckpt-hdf5-reader: asked for protocol %s, speaks %s: a reader from another build\n",
+                 argv[2], kReaderProtocol);
+    return 2;
+  }
+  // The answer goes to the pipe alone: whatever a library prints goes to stderr.
+  const int answer_fd = ::dup(STDOUT_FILENO);
+  if (answer_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 3;
+  const std::string out = encode_reader_answer(hdf5_index(argv[3], argv[4]));
+  for (std::size_t done = 0; done < out.size();) {
+    const ssize_t w = ::write(answer_fd, out.data() + done, out.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return 3;
+    done += static_cast<std::size_t>(w);
+  }
+  // No exit-time work after the answer is out (libhdf5's teardown of what a hostile file
+  // built), so that the exit status is the answer's.
+  ::_exit(0);
+}
 
 const FormatDriver& hdf5_driver() {
   static const FormatDriver kRow{

@@ -23,6 +23,13 @@ namespace distckpt::internal_format {
 // distckpt writes; kCorruption for a file HDF5 cannot open or a dataset without data.
 Result<proto::Index> hdf5_index(const std::string& path, const std::string& file_name);
 
+// The reader program's whole work (distckpt-hdf5-reader, src/format/hdf5/reader_main.cc):
+// `--protocol N FILE NAME` writes hdf5_index(FILE, NAME), encoded, to its stdout. Loads,
+// `verify` and `ls` of an .h5 file start it (hdf5_io.cc says why a separate program), from
+// $DISTCKPT_HDF5_READER, this build tree or the install's libexec/distckpt/. Returns the
+// exit status: 0 when the answer (an index or an error) is out, 2 for a bad request.
+int hdf5_reader_main(int argc, char** argv);
+
 // Local check: can `name` be an HDF5 dataset path (no empty, "." or ".." component)?
 Status check_hdf5_name(const std::string& name);
 
