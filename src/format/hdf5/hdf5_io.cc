@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "base/strings.h"
@@ -495,7 +496,64 @@ Result<pid_t> spawn_reader(const std::string& program, const std::string& path, 
   return child;
 }
 
+// The reader's last answer in this process, kept with the identity and change times of
+// the file it read: `verify`, `inspect` and a load of one file start the reader once. A
+// file changed since (written, truncated, replaced) is read again. One answer, so the
+// memory kept is one index.
+struct FileVersion {
+  std::string path, file_name;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileVersion&) const = default;
+};
+
+std::optional<FileVersion> file_version(const std::string& path, const std::string& file_name) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileVersion{path,
+                     file_name,
+                     st.st_dev,
+                     st.st_ino,
+                     st.st_size,
+                     st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                     st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+}
+
+struct LastAnswer {
+  std::mutex mu;
+  std::optional<FileVersion> version;
+  Result<proto::Index> answer = internal_error("no answer yet");
+};
+
+LastAnswer& last_answer() {
+  static LastAnswer* last = new LastAnswer();  // never destroyed: readers may run at exit
+  return *last;
+}
+
+Result<proto::Index> spawned_hdf5_index(const std::string& path, const std::string& file_name, bool& answered);
+
 Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::string& file_name) {
+  const std::optional<FileVersion> before = file_version(path, file_name);
+  LastAnswer& last = last_answer();
+  if (before) {
+    std::lock_guard<std::mutex> lock(last.mu);
+    if (last.version == before) return last.answer;
+  }
+  bool answered = false;
+  Result<proto::Index> answer = spawned_hdf5_index(path, file_name, answered);
+  if (answered && before && file_version(path, file_name) == before) {
+    std::lock_guard<std::mutex> lock(last.mu);
+    last.version = before;
+    last.answer = answer;
+  }
+  return answer;
+}
+
+// One start of the reader. `answered`: the reader answered (an index or the error it
+// found), as opposed to crashing, timing out or not starting, which may not repeat.
+Result<proto::Index> spawned_hdf5_index(const std::string& path, const std::string& file_name, bool& answered) {
   const std::string where = "hdf5 '" + path + "'";
   DISTCKPT_ASSIGN_OR_RETURN(std::string program, hdf5_reader_path(where));
   int fds[2];
@@ -545,11 +603,13 @@ Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::str
     const int code = static_cast<unsigned char>(in[1]);
     if (code == 0 || code > static_cast<int>(StatusCode::kAborted))
       return internal_error(where + ": the reader answered an unknown status code " + std::to_string(code));
+    answered = true;
     return Status(static_cast<StatusCode>(code), in.substr(2));
   }
   proto::Index index;
   if (in[0] != 'I' || !index.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))
     return internal_error(where + ": the reader's answer does not parse");
+  answered = true;
   return index;
 }
 
