@@ -10,7 +10,7 @@
 #     process per tool and file;
 #   in-process: the same three calls per file in one `hostile batch` process: a process
 #     start costs 0.35 s under the sanitizers (the 942 of them took 9 minutes there), and
-#     the plain build's run takes 23 s instead of 59. A crash or hang is reported for its
+#     the plain build's run takes 21 s instead of 59. A crash or hang is reported for its
 #     file and tool, and the batch goes on after it. With CLI_EVERY, every CLI_EVERY-th
 #     file also goes through the binaries, as in `processes`.
 set -uo pipefail

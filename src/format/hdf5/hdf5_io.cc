@@ -558,6 +558,16 @@ Result<proto::Index> spawned_hdf5_index(const std::string& path, const std::stri
   DISTCKPT_ASSIGN_OR_RETURN(std::string program, hdf5_reader_path(where));
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return io_error(where + ": pipe: " + std::strerror(errno));
+  if (fds[1] <= STDERR_FILENO) {  // a caller without stdin, stdout or stderr: keep clear of them
+    const int moved = ::fcntl(fds[1], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    const int saved_errno = errno;
+    ::close(fds[1]);
+    if (moved < 0) {
+      ::close(fds[0]);
+      return io_error(where + ": fcntl: " + std::strerror(saved_errno));
+    }
+    fds[1] = moved;
+  }
   Result<pid_t> spawned = spawn_reader(program, path, file_name, fds[1], where);
   ::close(fds[1]);
   if (!spawned.ok()) {
