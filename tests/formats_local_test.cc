@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 #include <atomic>
+#include <optional>
 #include <chrono>
 #include <functional>
 
@@ -768,8 +769,22 @@ TEST(Hdf5Reader, AMissingOrForeignReaderIsAClearError) {
   ASSERT_TRUE(save_model(1, dir.path(), options).ok());
   const std::string path = dir.path() + "/m.h5";
   struct RestoreEnv {
-    ~RestoreEnv() { ::unsetenv("DISTCKPT_HDF5_READER"); }
+    std::optional<std::string> before;
+    RestoreEnv() {
+      if (const char* v = std::getenv("DISTCKPT_HDF5_READER")) before = v;
+    }
+    ~RestoreEnv() {
+      if (before) ::setenv("DISTCKPT_HDF5_READER", before->c_str(), 1);
+      else ::unsetenv("DISTCKPT_HDF5_READER");
+    }
   } restore;
+  // A file changed within the last second is read again each time (a write in the same
+  // timestamp tick could go unseen): the answer is kept only after that.
+  ASSERT_TRUE(open_index(path).ok());
+  ::setenv("DISTCKPT_HDF5_READER", (dir.path() + "/no-reader").c_str(), 1);
+  EXPECT_EQ(open_index(path).code(), StatusCode::kNotFound);
+  ::unsetenv("DISTCKPT_HDF5_READER");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   ASSERT_TRUE(open_index(path).ok());
   ::setenv("DISTCKPT_HDF5_READER", (dir.path() + "/no-reader").c_str(), 1);
   // The reader's answer for this version of the file is kept: no reader is started.
@@ -788,6 +803,28 @@ TEST(Hdf5Reader, AMissingOrForeignReaderIsAClearError) {
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
     EXPECT_NE(st.message().find("/bin/false exited 1"), std::string::npos) << st.to_string();
   }
+  // Programs that are not this build's reader: one that refuses the request (a reader of
+  // another protocol), one that crashes, one that answers and writes to stderr after.
+  auto script = [&](const std::string& name, const std::string& body) {
+    const std::string file = dir.path() + "/" + name;
+    std::ofstream(file) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(file, fs::perms::owner_all);
+    return file;
+  };
+  ::setenv("DISTCKPT_HDF5_READER", script("refuses", "echo 'speaks protocol 9' >&2; exit 2").c_str(), 1);
+  st = open_index(path);
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.to_string();
+  EXPECT_NE(st.message().find("refused the request (exit 2)"), std::string::npos) << st.to_string();
+  ::setenv("DISTCKPT_HDF5_READER", script("crashes", "kill -SEGV $$").c_str(), 1);
+  st = open_index(path);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+  EXPECT_NE(st.message().find("crashed reading it (signal 11)"), std::string::npos) << st.to_string();
+  // The real reader with no stderr: the answer still reaches the caller whole.
+  const std::string real = DISTCKPT_TEST_HDF5_READER;  // this build's (tests/CMakeLists.txt)
+  ::setenv("DISTCKPT_HDF5_READER", script("no-stderr", "exec 2>&-; exec '" + real + "' \"$@\"").c_str(), 1);
+  fs::last_write_time(path, fs::last_write_time(path) + std::chrono::seconds(1));
+  st = open_index(path);
+  EXPECT_TRUE(st.ok()) << st.to_string();
   ::unsetenv("DISTCKPT_HDF5_READER");
   EXPECT_TRUE(open_index(path).ok());
 }

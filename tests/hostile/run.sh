@@ -2,8 +2,8 @@
 # Damaged and hostile files against every reader: `distckpt verify`, `inspect`, `ls` and
 # the library's load() (tests/hostile/hostile.cc makes them from the golden fixtures:
 # truncations at every structural boundary of every format, empty files, wrong magics,
-# huge counts, random flips, and hostile index fields under a valid CRC). Every file runs
-# under `timeout 10`. Fails on any crash (a signal), any hang, and any acceptance of a
+# huge counts, random flips, and hostile index fields under a valid CRC). Every call on a
+# file has 10 s. Fails on any crash (a signal), any hang, and any acceptance of a
 # case its class says must be refused (see hostile.cc).
 # Usage: run.sh BUILD_DIR WORK_DIR [processes|in-process [CLI_EVERY]]
 #   processes (default): each file through the `distckpt` binary and `hostile load`, one
@@ -65,13 +65,13 @@ through_binaries() {  # EVERY
     [ "$key" != - ] && keyargs=(--key-file "$key")
     loadkey=()
     [ "$key" != - ] && loadkey=("$key")
-    timeout 10 "$dc" verify "${keyargs[@]}" "$path" >/dev/null 2>&1
+    timeout 10 "$dc" verify "${keyargs[@]}" "$path" </dev/null >/dev/null 2>&1
     rc=$?
     check "$name" verify "$(must_refuse "$class" verify)" "$rc"
-    timeout 10 "$hostile" load "$path" "${loadkey[@]}" >/dev/null 2>&1
+    timeout 10 "$hostile" load "$path" "${loadkey[@]}" </dev/null >/dev/null 2>&1
     rc=$?
     check "$name" load "$(must_refuse "$class" load)" "$rc"
-    timeout 10 "$dc" inspect "${keyargs[@]}" "$path" >/dev/null 2>&1
+    timeout 10 "$dc" inspect "${keyargs[@]}" "$path" </dev/null >/dev/null 2>&1
     rc=$?
     check "$name" inspect "$(must_refuse "$class" inspect)" "$rc"
   done <"$manifest"
@@ -152,10 +152,10 @@ done
 # A sanitizer's report from a program the tools started (the HDF5 reader's: its abort is
 # only the file's kCorruption to the tool that asked) is a defect in distckpt's code too.
 reports=$(cat "$work/batch.stderr" "$work/ls.stderr" 2>/dev/null |
-          grep -cE "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:")
+          grep -cE "ERROR: (Address|Leak)Sanitizer|(ERROR|WARNING): ThreadSanitizer|runtime error:")
 if [ "$reports" -gt 0 ]; then
   echo "FAIL: $reports sanitizer report(s) in the tools' stderr:"
-  cat "$work/batch.stderr" "$work/ls.stderr" 2>/dev/null | grep -E -A30 "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:" | head -80
+  cat "$work/batch.stderr" "$work/ls.stderr" 2>/dev/null | grep -E -A30 "ERROR: (Address|Leak)Sanitizer|(ERROR|WARNING): ThreadSanitizer|runtime error:" | head -80
   crashes=$((crashes + reports))
 fi
 echo "hostile: $files files, $crashes crashes, $hangs hangs, $accepted accepted"

@@ -10,8 +10,9 @@ cmake --install "$build" --prefix "$work/prefix" > "$work.install.log"
 cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work.configure.log"
 cmake --build "$work/build" > "$work.build.log"
 mpirun --allow-run-as-root --oversubscribe -np 2 "$work/build/consumer" "$work/ckpt"
-# The installed HDF5 reader (libexec/distckpt/) reads an .h5 file for the installed tool.
+# The installed HDF5 reader (libexec/distckpt/) reads an .h5 file for the installed tool,
+# which finds it beside its bin/ before the build tree's.
 reader="$work/prefix/libexec/distckpt/distckpt-hdf5-reader"
 test -x "$reader" || { echo "install_consumer: no $reader"; exit 1; }
 "$work/prefix/bin/distckpt" convert "$work/ckpt/consumer" "$work/model" --to hdf5 > /dev/null
-DISTCKPT_HDF5_READER="$reader" "$work/prefix/bin/distckpt" verify "$work/model.h5"
+"$work/prefix/bin/distckpt" verify "$work/model.h5"

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -429,43 +430,62 @@ bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string
 constexpr int kParseSeconds = 60;
 // The request and answer format between this file and the reader program: both sides
 // are built from this file, and the reader refuses any other number.
-constexpr const char* kReaderProtocol = "1";
+constexpr const char* kReaderProtocol = "2";
+
+// An answer: its length (8 bytes, little-endian), then "I" and the serialized index, or
+// "S", the status code's byte and the message.
+constexpr std::size_t kAnswerPrefix = 8;
 
 std::string encode_reader_answer(const Result<proto::Index>& index) {
-  if (index.ok()) return "I" + index->SerializeAsString();
-  return "S" + std::string(1, static_cast<char>(index.status().code())) + index.status().message();
+  std::string body = index.ok() ? "I" + index->SerializeAsString()
+                                : "S" + std::string(1, static_cast<char>(index.status().code())) + index.status().message();
+  const uint64_t length = body.size();
+  std::string out(kAnswerPrefix, '\0');
+  std::memcpy(out.data(), &length, kAnswerPrefix);
+  return out + body;
 }
 
-// The reader program's path: $DISTCKPT_HDF5_READER, else this build tree's, else an
-// installed one: in libexec/distckpt/ beside the running program's bin/ (an install
-// moved elsewhere), or where the install was configured to go.
+// A program found (not named by the user) is started only if it is the user's or root's
+// and no other user may change it: a build tree's path compiled in may no longer be the
+// same directory.
+bool trusted_program(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) return false;
+  return (st.st_uid == 0 || st.st_uid == ::geteuid()) && (st.st_mode & S_IWOTH) == 0;
+}
+
+// The reader program's path: $DISTCKPT_HDF5_READER; else an installed program's own
+// (libexec/distckpt/ beside its bin/, wherever the install was moved); else this build
+// tree's; else where the install was configured to go.
 Result<std::string> hdf5_reader_path(const std::string& where) {
   if (const char* env = std::getenv("DISTCKPT_HDF5_READER"); env != nullptr && *env != '\0') {
     if (::access(env, X_OK) == 0) return std::string(env);
+    const int saved_errno = errno;
     return not_found(where + ": DISTCKPT_HDF5_READER='" + env + "' is not an executable program: " +
-                     std::strerror(errno));
+                     std::strerror(saved_errno));
   }
-  std::vector<std::string> candidates = {DISTCKPT_HDF5_READER_BUILD_PATH};
+  std::vector<std::string> candidates;
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
     const std::string program(self, static_cast<std::size_t>(n));
     const std::size_t slash = program.rfind('/');
     if (slash != std::string::npos)
-      candidates.push_back(program.substr(0, slash) + "/../libexec/distckpt/distckpt-hdf5-reader");
+      candidates.push_back(program.substr(0, slash) + "/" + DISTCKPT_HDF5_READER_FROM_BINDIR);
   }
+  candidates.push_back(DISTCKPT_HDF5_READER_BUILD_PATH);
   candidates.push_back(DISTCKPT_HDF5_READER_INSTALL_PATH);
   std::string tried;
   for (const std::string& candidate : candidates) {
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (trusted_program(candidate)) return candidate;
     tried += (tried.empty() ? "" : ", ") + candidate;
   }
   return not_found(where + ": its reader program distckpt-hdf5-reader is at none of " + tried +
-                   " (set DISTCKPT_HDF5_READER to where it is)");
+                   " (or not executable, or writable by other users; set DISTCKPT_HDF5_READER to where it is)");
 }
 
 // Starts the reader with its standard output on `out_fd`, standard input /dev/null and
-// no other inherited descriptor; signals the caller ignores are default again there.
+// no other inherited descriptor beside stderr; no signal ignored or blocked.
 Result<pid_t> spawn_reader(const std::string& program, const std::string& path, const std::string& file_name,
                            int out_fd, const std::string& where) {
   posix_spawn_file_actions_t actions;
@@ -477,8 +497,7 @@ Result<pid_t> spawn_reader(const std::string& program, const std::string& path, 
   }
   sigset_t none, defaults;
   sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) sigaddset(&defaults, sig);
+  sigfillset(&defaults);  // every signal the caller ignores is default again there
   int err = ::posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   if (err == 0) err = ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   if (err == 0) err = ::posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
@@ -541,9 +560,18 @@ Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::str
     std::lock_guard<std::mutex> lock(last.mu);
     if (last.version == before) return last.answer;
   }
+  // Kept: an index, or damage the reader found; not an error that may pass (a missing
+  // file, the reader out of memory). Nor the answer for a file changed within the last
+  // second, which a write in the same timestamp tick could change unseen.
   bool answered = false;
   Result<proto::Index> answer = spawned_hdf5_index(path, file_name, answered);
-  if (answered && before && file_version(path, file_name) == before) {
+  const bool lasting = answer.ok() || answer.status().code() == StatusCode::kCorruption ||
+                       answer.status().code() == StatusCode::kUnsupported;
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const bool settled =
+      before && now.tv_sec * 1000000000LL + now.tv_nsec - std::max(before->mtime_ns, before->ctime_ns) > 1000000000LL;
+  if (answered && lasting && settled && file_version(path, file_name) == before) {
     std::lock_guard<std::mutex> lock(last.mu);
     last.version = before;
     last.answer = answer;
@@ -575,49 +603,76 @@ Result<proto::Index> spawned_hdf5_index(const std::string& path, const std::stri
     return spawned.status();
   }
   const pid_t child = *spawned;
+  // The answer is complete when its length prefix says so, not at end of file: a fork
+  // another thread made meanwhile (a data loader's worker) may hold the pipe open.
   std::string in;
   char buf[65536];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kParseSeconds);
+  auto ms_left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  };
+  auto complete = [&] {
+    if (in.size() < kAnswerPrefix) return false;
+    uint64_t length = 0;
+    std::memcpy(&length, in.data(), kAnswerPrefix);
+    return in.size() - kAnswerPrefix >= length;
+  };
   bool timed_out = false;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
+  while (!complete()) {
+    const auto left = ms_left();
+    if (left <= 0) {
       timed_out = true;
       break;
     }
     struct pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
+    const int ready = ::poll(&p, 1, static_cast<int>(left));
+    if (ready <= 0) continue;  // EINTR, or the deadline (checked above)
     const ssize_t n = ::read(fds[0], buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     in.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fds[0]);
-  if (timed_out) ::kill(child, SIGKILL);
+  // Reaped within the same deadline (the reader exits right after its answer).
   int wstatus = 0;
-  while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+  bool reaped = false, gone = false;  // gone: reaped by no one we can ask (SIGCHLD ignored)
+  while (!timed_out && !reaped && !gone) {
+    const pid_t r = ::waitpid(child, &wstatus, WNOHANG);
+    if (r == child) reaped = true;
+    else if (r < 0 && errno != EINTR) gone = true;
+    else if (ms_left() <= 0) timed_out = true;
+    else if (r == 0) ::usleep(1000);
+  }
+  if (!reaped && !gone) {
+    ::kill(child, SIGKILL);
+    while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+    }
   }
   if (timed_out) return corruption(where + ": HDF5 found no end to it in " + std::to_string(kParseSeconds) + " s");
-  if (WIFSIGNALED(wstatus))
-    return corruption(where + ": libhdf5 crashed reading it (signal " + std::to_string(WTERMSIG(wstatus)) +
-                      "): a damaged or hostile file");
-  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2)
-    return internal_error(where + ": the reader " + program +
-                          " refused the request (exit 2): a reader from another build? (DISTCKPT_HDF5_READER)");
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || in.empty())
-    return corruption(where + ": reading it failed (the reader " + program + " exited " +
-                      std::to_string(WEXITSTATUS(wstatus)) + ")");
-  if (in[0] == 'S' && in.size() >= 2) {
-    const int code = static_cast<unsigned char>(in[1]);
+  if (!complete()) {
+    if (reaped && WIFSIGNALED(wstatus))
+      return corruption(where + ": libhdf5 crashed reading it (signal " + std::to_string(WTERMSIG(wstatus)) +
+                        "): a damaged or hostile file");
+    if (reaped && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2)
+      return internal_error(where + ": the reader " + program +
+                            " refused the request (exit 2): a reader from another build? (DISTCKPT_HDF5_READER)");
+    return corruption(where + ": reading it failed (the reader " + program +
+                      (reaped && WIFEXITED(wstatus) ? " exited " + std::to_string(WEXITSTATUS(wstatus))
+                                                    : std::string(" ended without an answer")) +
+                      ")");
+  }
+  const std::string_view answer = std::string_view(in).substr(kAnswerPrefix);
+  if (answer.size() >= 2 && answer[0] == 'S') {
+    const int code = static_cast<unsigned char>(answer[1]);
+    static_assert(static_cast<int>(StatusCode::kAborted) == 11, "the last StatusCode: update the check below");
     if (code == 0 || code > static_cast<int>(StatusCode::kAborted))
       return internal_error(where + ": the reader answered an unknown status code " + std::to_string(code));
     answered = true;
-    return Status(static_cast<StatusCode>(code), in.substr(2));
+    return Status(static_cast<StatusCode>(code), std::string(answer.substr(2)));
   }
   proto::Index index;
-  if (in[0] != 'I' || !index.ParseFromArray(in.data() + 1, static_cast<int>(in.size() - 1)))
+  if (answer.empty() || answer[0] != 'I' ||
+      !index.ParseFromArray(answer.data() + 1, static_cast<int>(answer.size() - 1)))
     return internal_error(where + ": the reader's answer does not parse");
   answered = true;
   return index;
@@ -697,9 +752,22 @@ int hdf5_reader_main(int argc, char** argv) {
                  argv[2], kReaderProtocol);
     return 2;
   }
-  // The answer goes to the pipe alone: whatever a library prints goes to stderr.
-  const int answer_fd = ::dup(STDOUT_FILENO);
+  // Limits of its own, should its caller be gone: killed with the thread that started
+  // it, and by an alarm past the caller's deadline; and the first to go when memory runs
+  // out, not the training process beside it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) return 3;  // the caller died before the line above
+  ::alarm(kParseSeconds + 10);
+  if (FILE* oom = std::fopen("/proc/self/oom_score_adj", "w")) {
+    std::fputs("1000", oom);
+    std::fclose(oom);
+  }
+  // The answer goes to the pipe alone (a descriptor above stderr), and whatever a library
+  // prints to stderr, which is /dev/null if the caller had none.
+  if (::fcntl(STDERR_FILENO, F_GETFD) < 0 && ::open("/dev/null", O_WRONLY) != STDERR_FILENO) return 3;
+  const int answer_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
   if (answer_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 3;
+  H5PLset_loading_state(0);  // no filter plugin is loaded for a file's sake
   const std::string out = encode_reader_answer(hdf5_index(argv[3], argv[4]));
   for (std::size_t done = 0; done < out.size();) {
     const ssize_t w = ::write(answer_fd, out.data() + done, out.size() - done);
