@@ -67,12 +67,15 @@ Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::stri
   Status local;
   if (comm.rank() == 0) {
     local = internal_base::guarded(where + ": lay out", [&]() -> Status {
-      const proto::Index& meta = frame.plan.index;
-      DISTCKPT_ASSIGN_OR_RETURN(auto writer, internal_format::Hdf5Writer::create(frame.entry.target(), meta,
-                                                                                internal_format::metadata_json(meta)));
-      DISTCKPT_ASSIGN_OR_RETURN(offsets, writer->data_offsets());
-      DISTCKPT_RETURN_IF_ERROR(writer->finish());
-      return options.fsync ? frame.fs->sync_file(frame.entry.target()) : Status();
+      auto lay_out = [&]() -> Status {
+        const proto::Index& meta = frame.plan.index;
+        DISTCKPT_ASSIGN_OR_RETURN(auto writer, internal_format::Hdf5Writer::create(frame.entry.target(), meta,
+                                                                                  internal_format::metadata_json(meta)));
+        DISTCKPT_ASSIGN_OR_RETURN(offsets, writer->data_offsets());
+        DISTCKPT_RETURN_IF_ERROR(writer->finish());
+        return options.fsync ? frame.fs->sync_file(frame.entry.target()) : Status();
+      };
+      return lay_out().with_context(where + ": lay out");  // the error names rank 0
     });
     for (const auto& w : frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
   }

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -178,6 +179,41 @@ herr_t visit_object(hid_t, const char* name, const H5O_info_t* info, void* data)
 
 }  // namespace
 
+namespace {
+
+// Closing a file this process writes. H5Fclose flushes the metadata, and when that fails
+// (a full disk), libhdf5 1.10 can never close the file: its metadata cache stays in a
+// state every later flush refuses ("slist already enabled?"), and its teardown at exit
+// or at MPI_Finalize crashed the process (SIGSEGV in H5F__close_cb) after the error was
+// reported. So finish() reserves the metadata's places in the file first (fallocate),
+// and where that fails, or the file is closed unfinished, the close writes to memory.
+
+// Points the file's descriptor at an anonymous memory file: what libhdf5 writes from
+// then on (its metadata, at close) goes nowhere.
+void divert_to_memory(hid_t file) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return;
+  const int discard = ::memfd_create("distckpt-hdf5-discard", MFD_CLOEXEC);
+  if (discard < 0) return;
+  ::dup3(discard, *static_cast<int*>(handle), O_CLOEXEC);
+  ::close(discard);
+}
+
+herr_t close_written_file(hid_t file, std::string* error, bool discard) {
+  if (discard) divert_to_memory(file);
+  if (H5Fclose(file) < 0) {
+    if (error != nullptr) *error = hdf5_message();
+    return -1;
+  }
+  return 0;
+}
+
+// As the file handle's closer, when a save fails before finish(): the metadata is not
+// wanted, and a full disk must not break the file object (see Hdf5Writer::finish).
+herr_t close_written_file(hid_t file) { return close_written_file(file, nullptr, true); }
+
+}  // namespace
+
 struct Hdf5Writer::Handles {
   Id file;
   std::vector<Id> datasets;
@@ -216,7 +252,7 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   H5Pset_obj_track_times(fcpl.get(), 0);
   // The file exists already, created owner-only by the catalog (catalog/commit.h): HDF5
   // would create it with the umask's mode.
-  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+  w->h_->file = Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), close_written_file);
   if (!w->h_->file.ok()) return io_error(where + ": cannot create: " + hdf5_message());
   w->h_->dxpl = Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
@@ -264,6 +300,39 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
 }
 
 Hdf5Writer::~Hdf5Writer() = default;
+
+Status Hdf5Writer::reserve_metadata_space() {
+  const hid_t file = h_->file.get();
+  const std::string where = "hdf5 '" + path_ + "'";
+  hsize_t end = 0;
+  void* handle = nullptr;
+  if (H5Fget_filesize(file, &end) < 0 || H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr)
+    return io_error(where + ": " + hdf5_message());
+  const int fd = *static_cast<int*>(handle);
+  std::vector<std::pair<uint64_t, uint64_t>> data;  // [offset, end) of each dataset's bytes
+  for (int t = 0; t < meta_.tensors_size(); ++t) {
+    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
+    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
+    const haddr_t at = bytes > 0 ? H5Dget_offset(h_->datasets[static_cast<std::size_t>(t)].get()) : HADDR_UNDEF;
+    if (at != HADDR_UNDEF) data.emplace_back(at, at + bytes);
+  }
+  std::sort(data.begin(), data.end());
+  auto reserve = [&](uint64_t from, uint64_t to) -> Status {
+    if (to <= from) return Status();
+    // The size stays: libhdf5 trims the file to its end of allocation at close, as far
+    // as its own writes took it (a few KiB the close frees stay reserved past the end).
+    if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(to - from)) == 0)
+      return Status();
+    if (errno == EOPNOTSUPP || errno == ENOSYS) return Status();  // cannot reserve here: flushed as before
+    return io_error(where + ": reserving room for its metadata: " + std::strerror(errno));
+  };
+  uint64_t at = 0;
+  for (const auto& [from, to] : data) {
+    DISTCKPT_RETURN_IF_ERROR(reserve(at, std::min<uint64_t>(from, end)));
+    at = std::max(at, to);
+  }
+  return reserve(at, end);
+}
 
 Result<std::vector<uint64_t>> Hdf5Writer::data_offsets() const {
   DISTCKPT_RETURN_IF_ERROR(deferred_);
@@ -337,11 +406,16 @@ Status Hdf5Writer::finish() {
       keep(write_string_attr(file, key.c_str(), std::get<std::string>(value)));
     }
   }
+  // Closed explicitly to see the error: closing flushes the metadata, into places
+  // reserved first (see close_written_file); without them, the file is given up.
+  const Status reserved = reserve_metadata_space();
+  keep(reserved);
   h_->datasets.clear();
   h_->types.clear();
   h_->dxpl.reset();
-  // Closed explicitly to see the error: closing flushes the metadata.
-  if (H5Fclose(h_->file.release()) < 0) keep(io_error(where + ": close failed: " + hdf5_message()));
+  std::string close_error;
+  if (close_written_file(h_->file.release(), &close_error, !reserved.ok()) < 0)
+    keep(io_error(where + ": writing its metadata failed: " + close_error));
   return st.with_context(where);
 }
 

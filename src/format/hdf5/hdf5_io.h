@@ -56,6 +56,9 @@ class Hdf5Writer {
 
  private:
   Hdf5Writer() = default;
+  // Allocates the file's space outside the datasets' bytes (its metadata's places), so
+  // that a full disk is found before libhdf5 flushes (hdf5_io.cc says why).
+  Status reserve_metadata_space();
   struct Handles;
   std::unique_ptr<Handles> h_;
   std::string path_;
