@@ -184,7 +184,9 @@ enospc)
     if [ "$np" -eq 0 ]; then run_op 0 convert "$mnt/root/prev" "$mnt/root/conv" hdf5
     else run_op "$np" save hdf5 sharded "$mnt/root" m 1
     fi
-    [ "$rc" -lt 128 ] || { fail "ended by signal $((rc - 128))"; continue; }
+    if [ "$rc" -ge 128 ] || grep -Eq "exited on signal|Segmentation fault" "$log"; then
+      fail "a process ended by a signal (exit $rc)"; continue
+    fi
     check_failed "$rc" "$secs" "$([ "$np" -eq 0 ] && echo 1 || echo "$np")" "No space left on device" &&
       check_intact "$([ "$np" -eq 0 ] && echo 1 || echo "$np")" && pass
   done

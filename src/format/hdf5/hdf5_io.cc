@@ -186,16 +186,21 @@ namespace {
 // state every later flush refuses ("slist already enabled?"), and its teardown at exit
 // or at MPI_Finalize crashed the process (SIGSEGV in H5F__close_cb) after the error was
 // reported. So finish() reserves the metadata's places in the file first (fallocate),
-// and where that fails, or the file is closed unfinished, the close writes to memory.
+// and where that fails, or the file is closed unfinished or after an error, the close
+// writes to memory. Where fallocate is not supported (NFS, older Lustre) the metadata
+// is flushed unreserved, as before.
 
 // Points the file's descriptor at an anonymous memory file: what libhdf5 writes from
 // then on (its metadata, at close) goes nowhere.
 void divert_to_memory(hid_t file) {
   void* handle = nullptr;
   if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) return;
-  const int discard = ::memfd_create("distckpt-hdf5-discard", MFD_CLOEXEC);
-  if (discard < 0) return;
-  ::dup3(discard, *static_cast<int*>(handle), O_CLOEXEC);
+  int discard = ::memfd_create("distckpt-hdf5-discard", MFD_CLOEXEC);
+  if (discard < 0) discard = ::open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (discard < 0) discard = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (discard < 0) return;  // nothing to divert to: the close writes the real file
+  while (::dup3(discard, *static_cast<int*>(handle), O_CLOEXEC) < 0 && (errno == EINTR || errno == EBUSY)) {
+  }
   ::close(discard);
 }
 
@@ -245,6 +250,11 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // 1.8 object headers allow attributes over 64 KiB (the metadata of large models).
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  // The POSIX driver, named: the file's descriptor is used below (reserve_metadata_space,
+  // close_written_file). No sieve buffer: a small write held there would be written only
+  // when its dataset closes, where libhdf5 ignores a failure (a full disk lost bytes).
+  H5Pset_fapl_sec2(fapl.get());
+  H5Pset_sieve_buf_size(fapl.get(), 0);
   // No clock in the bytes (object modification times), so equal content gives equal
   // files (reproducible published files): off for the root group, the groups and the
   // datasets alike.
@@ -301,7 +311,19 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
 
 Hdf5Writer::~Hdf5Writer() = default;
 
-Status Hdf5Writer::reserve_metadata_space() {
+std::vector<std::pair<uint64_t, uint64_t>> Hdf5Writer::data_ranges() const {
+  std::vector<std::pair<uint64_t, uint64_t>> data;  // [offset, end) of each dataset's bytes
+  for (int t = 0; t < meta_.tensors_size() && static_cast<std::size_t>(t) < h_->datasets.size(); ++t) {
+    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
+    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
+    const haddr_t at = bytes > 0 ? H5Dget_offset(h_->datasets[static_cast<std::size_t>(t)].get()) : HADDR_UNDEF;
+    if (at != HADDR_UNDEF) data.emplace_back(at, at + bytes);
+  }
+  std::sort(data.begin(), data.end());
+  return data;
+}
+
+Status Hdf5Writer::reserve_metadata_space(std::vector<std::pair<uint64_t, uint64_t>> data) {
   const hid_t file = h_->file.get();
   const std::string where = "hdf5 '" + path_ + "'";
   hsize_t end = 0;
@@ -309,29 +331,40 @@ Status Hdf5Writer::reserve_metadata_space() {
   if (H5Fget_filesize(file, &end) < 0 || H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr)
     return io_error(where + ": " + hdf5_message());
   const int fd = *static_cast<int*>(handle);
-  std::vector<std::pair<uint64_t, uint64_t>> data;  // [offset, end) of each dataset's bytes
-  for (int t = 0; t < meta_.tensors_size(); ++t) {
-    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
-    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
-    const haddr_t at = bytes > 0 ? H5Dget_offset(h_->datasets[static_cast<std::size_t>(t)].get()) : HADDR_UNDEF;
-    if (at != HADDR_UNDEF) data.emplace_back(at, at + bytes);
-  }
-  std::sort(data.begin(), data.end());
+  bool unsupported = false;
   auto reserve = [&](uint64_t from, uint64_t to) -> Status {
-    if (to <= from) return Status();
-    // The size stays: libhdf5 trims the file to its end of allocation at close, as far
-    // as its own writes took it (a few KiB the close frees stay reserved past the end).
-    if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(to - from)) == 0)
+    if (to <= from || unsupported) return Status();
+    while (::fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(to - from)) != 0) {
+      if (errno == EINTR) continue;
+      if (errno == ENOSPC || errno == EDQUOT)
+        return io_error(where + ": reserving room for its metadata: " + std::strerror(errno));
+      unsupported = true;  // NFS, older Lustre, FUSE...: flushed unreserved, as before
       return Status();
-    if (errno == EOPNOTSUPP || errno == ENOSYS) return Status();  // cannot reserve here: flushed as before
-    return io_error(where + ": reserving room for its metadata: " + std::strerror(errno));
+    }
+    return Status();
   };
   uint64_t at = 0;
   for (const auto& [from, to] : data) {
     DISTCKPT_RETURN_IF_ERROR(reserve(at, std::min<uint64_t>(from, end)));
     at = std::max(at, to);
   }
-  return reserve(at, end);
+  DISTCKPT_RETURN_IF_ERROR(reserve(at, end));
+  // The close also places heap blocks (dense links and attributes: a group of more than 8
+  // tensors, the metadata attribute over 64 KiB) past today's end: room for them too.
+  reserved_end_ = end + kCloseSlack + 2 * meta_json_.size() + 512 * static_cast<uint64_t>(meta_.tensors_size());
+  return reserve(std::max<uint64_t>(at, end), reserved_end_);
+}
+
+void Hdf5Writer::trim_reserved_tail() {
+  // The room reserved past the file's final end is given back (ext4 and XFS keep it).
+  if (reserved_end_ == 0) return;
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) < reserved_end_)
+    (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size,
+                      static_cast<off_t>(reserved_end_ - static_cast<uint64_t>(st.st_size)));
+  ::close(fd);
 }
 
 Result<std::vector<uint64_t>> Hdf5Writer::data_offsets() const {
@@ -406,16 +439,20 @@ Status Hdf5Writer::finish() {
       keep(write_string_attr(file, key.c_str(), std::get<std::string>(value)));
     }
   }
-  // Closed explicitly to see the error: closing flushes the metadata, into places
-  // reserved first (see close_written_file); without them, the file is given up.
-  const Status reserved = reserve_metadata_space();
-  keep(reserved);
+  // The datasets' places are read before they close; each close is checked.
+  std::vector<std::pair<uint64_t, uint64_t>> data = data_ranges();
+  for (Id& dataset : h_->datasets)
+    if (H5Dclose(dataset.release()) < 0) keep(io_error(where + ": closing a dataset: " + hdf5_message()));
   h_->datasets.clear();
   h_->types.clear();
   h_->dxpl.reset();
+  // Closed explicitly to see the error: closing flushes the metadata, into places
+  // reserved first (see close_written_file). After any error the file is given up.
+  if (st.ok()) keep(reserve_metadata_space(std::move(data)));
   std::string close_error;
-  if (close_written_file(h_->file.release(), &close_error, !reserved.ok()) < 0)
+  if (close_written_file(h_->file.release(), &close_error, !st.ok()) < 0)
     keep(io_error(where + ": writing its metadata failed: " + close_error));
+  if (st.ok()) trim_reserved_tail();
   return st.with_context(where);
 }
 

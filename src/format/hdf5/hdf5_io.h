@@ -56,9 +56,16 @@ class Hdf5Writer {
 
  private:
   Hdf5Writer() = default;
-  // Allocates the file's space outside the datasets' bytes (its metadata's places), so
-  // that a full disk is found before libhdf5 flushes (hdf5_io.cc says why).
-  Status reserve_metadata_space();
+  // [offset, end) of each dataset's bytes, sorted.
+  std::vector<std::pair<uint64_t, uint64_t>> data_ranges() const;
+  // Allocates the file's space outside `data` (its metadata's places) and some past its
+  // end for what the close places there, so that a full disk is found before libhdf5
+  // flushes (hdf5_io.cc says why).
+  Status reserve_metadata_space(std::vector<std::pair<uint64_t, uint64_t>> data);
+  // Gives back what was reserved past the closed file's end.
+  void trim_reserved_tail();
+  static constexpr uint64_t kCloseSlack = 256 * 1024;
+  uint64_t reserved_end_ = 0;
   struct Handles;
   std::unique_ptr<Handles> h_;
   std::string path_;
