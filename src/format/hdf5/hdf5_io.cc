@@ -311,11 +311,16 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
 
 Hdf5Writer::~Hdf5Writer() = default;
 
+uint64_t Hdf5Writer::dataset_bytes(int tensor) const {
+  uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(tensor).dtype()));
+  for (int64_t d : meta_.tensors(tensor).global_shape()) bytes *= static_cast<uint64_t>(d);
+  return bytes;
+}
+
 std::vector<std::pair<uint64_t, uint64_t>> Hdf5Writer::data_ranges() const {
   std::vector<std::pair<uint64_t, uint64_t>> data;  // [offset, end) of each dataset's bytes
   for (int t = 0; t < meta_.tensors_size() && static_cast<std::size_t>(t) < h_->datasets.size(); ++t) {
-    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
-    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
+    const uint64_t bytes = dataset_bytes(t);
     const haddr_t at = bytes > 0 ? H5Dget_offset(h_->datasets[static_cast<std::size_t>(t)].get()) : HADDR_UNDEF;
     if (at != HADDR_UNDEF) data.emplace_back(at, at + bytes);
   }
@@ -372,9 +377,7 @@ Result<std::vector<uint64_t>> Hdf5Writer::data_offsets() const {
   std::vector<uint64_t> offsets;
   for (int t = 0; t < meta_.tensors_size(); ++t) {
     const hid_t dset = h_->datasets[static_cast<std::size_t>(t)].get();
-    uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(t).dtype()));
-    for (int64_t d : meta_.tensors(t).global_shape()) bytes *= static_cast<uint64_t>(d);
-    const haddr_t at = bytes > 0 ? H5Dget_offset(dset) : 0;
+    const haddr_t at = dataset_bytes(t) > 0 ? H5Dget_offset(dset) : 0;
     if (at == HADDR_UNDEF)
       return io_error("hdf5 '" + path_ + "': tensor '" + meta_.tensors(t).name() + "': its storage has no offset");
     offsets.push_back(static_cast<uint64_t>(at));

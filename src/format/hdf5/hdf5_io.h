@@ -56,6 +56,8 @@ class Hdf5Writer {
 
  private:
   Hdf5Writer() = default;
+  // The byte size of tensor `tensor`'s dataset (its global shape).
+  uint64_t dataset_bytes(int tensor) const;
   // [offset, end) of each dataset's bytes, sorted.
   std::vector<std::pair<uint64_t, uint64_t>> data_ranges() const;
   // Allocates the file's space outside `data` (its metadata's places) and some past its
