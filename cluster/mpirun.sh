@@ -20,7 +20,7 @@
 #                        network README "Several nodes" suggests 10/5/3.)
 #   net.ipv4.tcp_retries2 (set per host by netns.sh) bounds the time a connection with
 #                        unacknowledged data waits for a dead peer (keepalive only
-#                        covers idle ones): 5 retries, about 13 s, instead of ~15 min.
+#                        covers idle ones): 3 retries, about 3 s, instead of ~15 min.
 #   DISTCKPT_PEER_TIMEOUT_S  distckpt's own bound on the time a rank waits for its peers
 #                        in a collective after its own work is done (README "Several
 #                        nodes"); the caller sets it, this script only passes it on.
