@@ -178,7 +178,9 @@ enospc)
   # or in MPI_Finalize (SIGSEGV) after reporting the error: now the error, and no crash.
   for np in 0 2; do
     case="enospc hdf5 metadata, np$np"
-    fresh_tmpfs 40 "$([ "$np" -eq 0 ] && echo 1 || echo "$np")" 1 || continue
+    ranks=$np
+    [ "$np" -eq 0 ] && ranks=1  # np0: the CLI's convert, one process
+    fresh_tmpfs 40 "$ranks" 1 || continue
     avail_kib=$(df -k --output=avail "$mnt" | tail -1)
     dd if=/dev/zero of="$mnt/filler2" bs=4k count=$((avail_kib / 4 - 4)) status=none 2>/dev/null
     if [ "$np" -eq 0 ]; then run_op 0 convert "$mnt/root/prev" "$mnt/root/conv" hdf5
@@ -187,8 +189,7 @@ enospc)
     if [ "$rc" -ge 128 ] || grep -Eq "exited on signal|Segmentation fault" "$log"; then
       fail "a process ended by a signal (exit $rc)"; continue
     fi
-    check_failed "$rc" "$secs" "$([ "$np" -eq 0 ] && echo 1 || echo "$np")" "No space left on device" &&
-      check_intact "$([ "$np" -eq 0 ] && echo 1 || echo "$np")" && pass
+    check_failed "$rc" "$secs" "$ranks" "No space left on device" && check_intact "$ranks" && pass
   done
   case="enospc publish"
   fresh_tmpfs 40 1 3 || true
