@@ -1,7 +1,7 @@
 // The node-local tier: checkpoints kept on each node's own storage (a local disk, or
 // tmpfs such as /dev/shm), protected by the layout's replicas and by partner copies or
 // parity across nodes, committed with a record in the global root, and drained to the
-// global root in the background. DESIGN.md ("The tier protocol") has the steps.
+// global root in the background. docs/DESIGN.md ("The tier protocol") has the steps.
 //
 //   save_local   (collective) each node writes one copy of every distinct chunk its
 //                ranks hold, plus the redundancy; the record commits it;

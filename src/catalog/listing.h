@@ -11,9 +11,11 @@
 
 namespace distckpt::internal_catalog {
 
-// The commit sequence number for the next save under `root`: 1 + that of `latest`'s
-// target, or 1 + the highest among committed checkpoints when there is no valid
-// pointer (first save, pointer lost). Rank 0 only.
+// The lowest commit sequence number the committed checkpoints under `root` leave free:
+// 1 + that of `latest`'s target, or 1 + the highest among committed checkpoints when
+// there is no valid pointer (first save, pointer lost). A save takes its number from
+// claim_commit_seq (claims.h), which also counts numbers handed out to saves still in
+// flight. Rank 0 only.
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
 
 // The `latest` pointer's content: one checkpoint name (validate_checkpoint_name),
