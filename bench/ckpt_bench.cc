@@ -31,7 +31,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 #include <array>
@@ -249,11 +251,6 @@ double paired_ratio(const std::vector<double>& limit, const std::vector<double>&
   return median(ratios);
 }
 
-// The reference the targets are measured against, in the same run and directory: one
-// process writes `bytes` sequentially in 4 MiB blocks through the page cache (like
-// `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
-// as cold as a load after a direct-I/O save; tmpfs keeps it, being memory), then reads
-// it back. Rank 0 does the I/O; the others wait. Returns {write_s, read_s}.
 // The limit of the storage under `dir`, measured by fio in the same run (--compare-limit):
 // one job per rank writing that rank's bytes (`rank_bytes[r]`) in 8 MiB blocks into a new
 // file (no preallocation), with O_DIRECT where the file system takes it and an fsync at
@@ -261,6 +258,12 @@ double paired_ratio(const std::vector<double>& limit, const std::vector<double>&
 // once, cold (fio invalidates each file's cache first): the unique bytes, once. Times are
 // the slowest job's runtime (fio's own start-up excluded). Rank 0 runs fio; {-1, -1}
 // everywhere when it cannot (fio missing or failing: the message says why).
+// Whether `dir` is on tmpfs or ramfs.
+bool memory_file_system(const std::string& dir) {
+  struct statfs s;
+  return ::statfs(dir.c_str(), &s) == 0 && (s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC);
+}
+
 std::array<double, 2> fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root) {
   std::array<double, 2> t{-1, -1};
   MPI_Barrier(MPI_COMM_WORLD);
@@ -313,6 +316,11 @@ std::array<double, 2> fio_limit(const std::string& dir, const std::vector<uint64
   return t;
 }
 
+// --compare-dd's reference, in the same run and directory: one
+// process writes `bytes` sequentially in 4 MiB blocks through the page cache (like
+// `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
+// as cold as a load after a direct-I/O save; tmpfs keeps it, being memory), then reads
+// it back. Rank 0 does the I/O; the others wait. Returns {write_s, read_s}.
 std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root) {
   std::array<double, 2> t{0, 0};
   MPI_Barrier(MPI_COMM_WORLD);
@@ -347,6 +355,10 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
   std::vector<double> limit_write, limit_read;  // --compare-limit (fio)
+  // --compare-limit on a memory file system with replicas: fio's read of the bytes each
+  // rank needs (limit_read counts the unique bytes once).
+  std::vector<double> limit_read_needed;
+  uint64_t bytes_landed = 0;  // the state of all ranks: what a load lands in memory
   std::vector<double> load_read, load_exchange;  // where a load's time goes (max over ranks)
   std::vector<double> blocking, memcpy_s;  // --async
   std::optional<distckpt::SaveResult> saved;
@@ -569,6 +581,10 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
       j["save_vs_limit_paired"] = opt(do_save, paired_ratio(runs.limit_write, runs.save));
       j["load_vs_limit_paired"] = opt(do_load, paired_ratio(runs.limit_read, runs.load));
+      if (!runs.limit_read_needed.empty()) {
+        j["limit_read_needed_s"] = median(runs.limit_read_needed);
+        j["load_vs_needed_read"] = opt(do_load, load_s > 0 ? median(runs.limit_read_needed) / load_s : 0);
+      }
     }
     j["bounce_io"] = distckpt::internal_base::bounce_io();
     j["peak_rss_bytes"] = runs.peak_rss;
@@ -640,6 +656,11 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
     std::printf("median of the per-repeat ratios: save_vs_limit_paired %.2f  load_vs_limit_paired %.2f\n",
                 do_save ? paired_ratio(runs.limit_write, runs.save) : 0.0,
                 do_load ? paired_ratio(runs.limit_read, runs.load) : 0.0);
+    if (!runs.limit_read_needed.empty())
+      std::printf("fio read of what the load lands (every rank's state, %.3f GB, one job per rank): %.3f s  ->  "
+                  "load_vs_needed_read %.2f\n",
+                  static_cast<double>(runs.bytes_landed) / 1e9, median(runs.limit_read_needed),
+                  load_s > 0 ? median(runs.limit_read_needed) / load_s : 0.0);
   }
   // The first repeat is this process's first save and load: a restore is always a
   // process's first load, and it pays what later repeats no longer do (fresh memory the
@@ -1072,7 +1093,8 @@ int run(int rank, int world, int argc, char** argv) {
   app.add_flag("--compare-limit", a.compare_limit,
                "in each repeat, the storage's limit by fio in the same directory: one job per rank writing its "
                "bytes (8 MiB blocks, O_DIRECT where allowed, end fsync), then a cold read of the unique bytes; "
-               "prints save_vs_limit and load_vs_limit (medians)");
+               "prints save_vs_limit and load_vs_limit (medians); on tmpfs or ramfs with replicas, also fio's "
+               "read of every rank's state, one job per rank (load_vs_needed_read)");
   app.add_flag("--compare-dd", a.compare_dd,
                "also time a dd-like sequential write+fsync and read of the same bytes in --dir, each run");
   try {
@@ -1202,6 +1224,24 @@ int run(int rank, int world, int argc, char** argv) {
       if (t[0] < 0 || t[1] < 0) return kExitError;
       runs.limit_write.push_back(t[0]);
       runs.limit_read.push_back(t[1]);
+      // A load lands every rank's whole state (w.rank_bytes) in its memory. On a memory file
+      // system no storage read is saved by sharing (the page cache is the storage): each
+      // replica's bytes are copied once, from the file or from another replica, so a load
+      // with replicas moves more than the unique bytes that limit_read reads. fio reading
+      // what each rank holds, one job per rank, is the reference for that work.
+      if (a.mode != "save" && memory_file_system(a.dir)) {
+        uint64_t held = w.rank_bytes;
+        std::vector<uint64_t> needs(static_cast<std::size_t>(world));
+        MPI_Allgather(&held, 1, MPI_UINT64_T, needs.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+        uint64_t landed = 0;
+        for (uint64_t n : needs) landed += n;
+        runs.bytes_landed = landed;
+        if (landed > bytes_unique) {
+          const auto n = fio_limit(a.dir, needs, root);
+          if (n[1] < 0) return kExitError;
+          runs.limit_read_needed.push_back(n[1]);
+        }
+      }
     }
     if (a.compare_dd) {
       const auto t = dd_reference(a.dir, bytes_unique, root);
