@@ -11,11 +11,10 @@
 
 namespace distckpt::internal_catalog {
 
-// The lowest commit sequence number the committed checkpoints under `root` leave free:
-// 1 + that of `latest`'s target, or 1 + the highest among committed checkpoints when
-// there is no valid pointer (first save, pointer lost). A save takes its number from
-// claim_commit_seq (claims.h), which also counts numbers handed out to saves still in
-// flight. Rank 0 only.
+// 1 + the commit sequence number of `latest`'s target, or of the highest committed
+// checkpoint when there is no valid pointer (first save, pointer lost): the floor that
+// claim_commit_seq (claims.h), where a save takes its number, raises with its counter of
+// numbers handed out. Rank 0 only.
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root);
 
 // The `latest` pointer's content: one checkpoint name (validate_checkpoint_name),

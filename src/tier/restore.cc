@@ -222,7 +222,7 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     Status st = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
       internal_format::ChunkCheck check;
-      check.crc = index.transforms().checksum() == "crc32c";
+      check.crc = internal_format::has_chunk_checksums(index);
       check.cipher = c.global ? a.global_cipher.get() : a.record_cipher.get();
       check.file_identity = index.files(c.file).name();
       check.where = "'" + path + "'";
