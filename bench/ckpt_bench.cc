@@ -31,9 +31,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <linux/magic.h>
 #include <sys/resource.h>
-#include <sys/vfs.h>
 
 #include <algorithm>
 #include <array>
@@ -53,6 +51,7 @@
 #include "distckpt/distckpt.h"
 #include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
 #include "base/bounce.h"  // internal: whether buffered I/O bounces, reported
+#include "storage/memory_fs.h"  // internal: tmpfs or ramfs, for --compare-limit
 #include "proc_status.h"
 #include "workload.h"
 
@@ -251,12 +250,6 @@ double paired_ratio(const std::vector<double>& limit, const std::vector<double>&
   return median(ratios);
 }
 
-// Whether `dir` is on tmpfs or ramfs.
-bool memory_file_system(const std::string& dir) {
-  struct statfs s;
-  return ::statfs(dir.c_str(), &s) == 0 && (s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC);
-}
-
 // The limit of the storage under `dir`, measured by fio in the same run (--compare-limit):
 // one job per rank writing `rank_bytes[r]` in 8 MiB blocks into a new file (no
 // preallocation), with O_DIRECT where the file system takes it and an fsync at the end;
@@ -356,8 +349,8 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
   std::vector<double> limit_write, limit_read;  // --compare-limit (fio)
-  // --compare-limit on a memory file system with replicas: fio's read of the bytes each
-  // rank needs (limit_read counts the unique bytes once).
+  // --compare-limit on a memory file system with replicas: fio's read of every rank's
+  // state (limit_read counts the unique bytes once).
   std::vector<double> limit_read_needed;
   uint64_t bytes_landed = 0;  // the state of all ranks: what a load lands in memory
   std::vector<double> load_read, load_exchange;  // where a load's time goes (max over ranks)
@@ -1204,6 +1197,29 @@ int run(int rank, int world, int argc, char** argv) {
   // The baseline of peak_extra: the state and the generator are resident by now.
   distckpt::bench::reset_peak_rss();
   const uint64_t rss_at_start = distckpt::bench::proc_status()["VmRSS"];
+  // --compare-limit's second reference. A load lands every rank's whole state
+  // (w.rank_bytes) in its memory. On a memory file system no storage read is saved by
+  // sharing (the page cache is the storage): each replica's bytes are copied once, from
+  // the file or from another replica, so a load with replicas moves more than the unique
+  // bytes that limit_read reads. fio reading every rank's state, one job per rank, is the
+  // reference for that work (`states`, empty where it is not run). Only where replicas add
+  // at least a quarter: unsplit tensors (norms, biases) are held by every TP rank too, a
+  // few percent that do not need another fio run. Rank 0 decides, so that ranks on
+  // different mounts cannot part ways at a collective.
+  std::vector<uint64_t> states;
+  if (a.compare_limit && a.mode != "save") {
+    std::error_code ignored;  // the first save would make it; statfs needs it now
+    if (root) std::filesystem::create_directories(a.dir, ignored);
+    int memory_fs = root && distckpt::internal_storage::in_memory_file_system(a.dir) ? 1 : 0;
+    MPI_Bcast(&memory_fs, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (memory_fs != 0) {
+      uint64_t held = w.rank_bytes;
+      states.resize(static_cast<std::size_t>(world));
+      MPI_Allgather(&held, 1, MPI_UINT64_T, states.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+      for (uint64_t n : states) runs.bytes_landed += n;
+      if (runs.bytes_landed < bytes_unique + bytes_unique / 4) states.clear();
+    }
+  }
   std::string cache_dropped = "no";
   uint64_t disk_bytes = 0;
   for (int i = 0; i < a.repeat; ++i) {
@@ -1228,29 +1244,11 @@ int run(int rank, int world, int argc, char** argv) {
       if (t[0] < 0 || t[1] < 0) return kExitError;
       runs.limit_write.push_back(t[0]);
       runs.limit_read.push_back(t[1]);
-      // A load lands every rank's whole state (w.rank_bytes) in its memory. On a memory file
-      // system no storage read is saved by sharing (the page cache is the storage): each
-      // replica's bytes are copied once, from the file or from another replica, so a load
-      // with replicas moves more than the unique bytes that limit_read reads. fio reading
-      // what each rank holds, one job per rank, is the reference for that work. Only where
-      // replicas add at least a quarter: unsplit tensors (norms, biases) are held by every
-      // TP rank too, a few percent that do not need another fio run. Rank 0 decides, so that
-      // ranks on different mounts cannot part ways at a collective.
-      int memory_fs = root && a.mode != "save" && memory_file_system(a.dir) ? 1 : 0;
-      MPI_Bcast(&memory_fs, 1, MPI_INT, 0, MPI_COMM_WORLD);
-      if (memory_fs != 0) {
-        uint64_t held = w.rank_bytes;
-        std::vector<uint64_t> needs(static_cast<std::size_t>(world));
-        MPI_Allgather(&held, 1, MPI_UINT64_T, needs.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
-        uint64_t landed = 0;
-        for (uint64_t n : needs) landed += n;
-        runs.bytes_landed = landed;
-        if (landed >= bytes_unique + bytes_unique / 4) {
-          // An optional reference: when fio cannot write these files (a small tmpfs), the
-          // run goes on without it (fio_limit printed why).
-          const auto n = fio_limit(a.dir, needs, root);
-          if (n[1] >= 0) runs.limit_read_needed.push_back(n[1]);
-        }
+      if (!states.empty()) {
+        // An optional reference: when fio cannot write these files (a small tmpfs), the run
+        // goes on without it (fio_limit printed why).
+        const auto n = fio_limit(a.dir, states, root);
+        if (n[1] >= 0) runs.limit_read_needed.push_back(n[1]);
       }
     }
     if (a.compare_dd) {

@@ -20,10 +20,20 @@
 #include "base/bounce.h"
 #include "base/strings.h"
 #include "distckpt/filesystem.h"
+#include "storage/memory_fs.h"
 #include "storage/write_maps.h"
 
 namespace distckpt {
+
+// Writes from the caller's buffers are faster there than direct ones (README "Benchmark").
+bool internal_storage::in_memory_file_system(const std::string& dir) {
+  struct statfs s;
+  if (::statfs(dir.empty() ? "." : dir.c_str(), &s) != 0) return false;
+  return s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC;
+}
+
 namespace {
+using internal_storage::in_memory_file_system;
 
 Status errno_status(const std::string& op, const std::string& path, int err) {
   return io_error(op + " '" + path + "': " + std::strerror(err));
@@ -177,15 +187,6 @@ class ReadRing {
   io_uring ring_{};
   bool ready_ = false;
 };
-
-// Whether `dir` is on a memory file system (tmpfs, ramfs), where O_DIRECT brings nothing:
-// the page cache is the storage, so a direct write only adds the staging copy (measured
-// in README "Benchmark": writes from the caller's buffers are faster there).
-bool in_memory_file_system(const std::string& dir) {
-  struct statfs s;
-  if (::statfs(dir.empty() ? "." : dir.c_str(), &s) != 0) return false;
-  return s.f_type == TMPFS_MAGIC || s.f_type == RAMFS_MAGIC;
-}
 
 class PosixReadableFile final : public ReadableFile {
  public:
