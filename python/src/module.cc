@@ -8,12 +8,14 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "distckpt/distckpt.h"
+#include "comm/agree.h"
 #include "tools/reader.h"
 
 namespace py = pybind11;
@@ -65,6 +67,27 @@ auto without_gil(F&& call) {
   return call();
 }
 
+// Runs `prepare`, the checks and conversions of a collective call's arguments made here
+// before the call (a read-only tensor, a key of the wrong length, an unknown format or
+// option), and agrees on their outcome over `comm` (one allreduce). A rank whose
+// arguments fail alone, say a key read from a file on its node, would otherwise raise
+// while the others wait in the call's first collective until the peer watchdog ends the
+// job. That rank raises its own exception; the others raise DistckptError naming it.
+template <typename F>
+void agreed_arguments(Comm& comm, F&& prepare) {
+  Status local;
+  std::exception_ptr raised;
+  try {
+    prepare();
+  } catch (const std::exception& e) {  // py::error_already_set and pybind11's own errors
+    local = invalid_argument("rank " + std::to_string(comm.rank()) + ": " + e.what());
+    raised = std::current_exception();
+  }
+  const Status all = without_gil([&] { return internal_comm::agree(comm, local); });
+  if (raised) std::rethrow_exception(raised);
+  check(all);
+}
+
 // ---- MPI and communicators ----
 
 // Whether this module called MPI_Init_thread (then it calls MPI_Finalize at exit).
@@ -81,12 +104,13 @@ class PyComm {
   int rank() { return get().rank(); }
   int size() { return get().size(); }
   void close() {
-    if (users_ > 0) throw py::value_error("Comm.close: a CheckpointManager still uses this Comm (close it first)");
+    if (users_ > 0)
+      throw py::value_error("Comm.close: a CheckpointManager or AsyncCheckpointer still uses this Comm (close it first)");
     py::gil_scoped_release unlocked;
     comm_.reset();  // frees the duplicated communicator: before MPI_Finalize
   }
   bool closed() const { return !comm_; }
-  // A manager keeps a pointer to the Comm: it may not be closed under it.
+  // A manager or an async checkpointer keeps a pointer to the Comm: it may not be closed under it.
   void add_user() { ++users_; }
   void drop_user() { --users_; }
 
@@ -246,11 +270,13 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   o.name = name;
   o.step = step;
   o.epoch = epoch;
-  o.format = format_from(format);
   o.fsync = fsync;
   o.update_latest = update_latest;
-  if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
   Comm& native = comm.get();
+  agreed_arguments(native, [&] {
+    o.format = format_from(format);
+    if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
+  });
   Result<SaveResult> r = without_gil([&] { return save(native, state.get(), root, o); });
   SaveResult s = take(std::move(r));
   py::dict d;
@@ -268,12 +294,14 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
 }
 
 py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key) {
-  if (!state.readonly().empty())
-    type_error("load: tensor '" + state.readonly().front() + "' is read-only (loads write into every tensor)");
   LoadOptions o;
   o.strict = strict;
-  o.key = key_from(key);
   Comm& native = comm.get();
+  agreed_arguments(native, [&] {
+    if (!state.readonly().empty())
+      type_error("load: tensor '" + state.readonly().front() + "' is read-only (loads write into every tensor)");
+    o.key = key_from(key);
+  });
   Result<LoadResult> r = without_gil([&] { return load(native, state.get(), path, o); });
   LoadResult l = take(std::move(r));
   py::dict d;
@@ -506,10 +534,11 @@ py::dict outcome_dict(const StepOutcome& o) {
 class PyManager {
  public:
   PyManager(py::object comm, py::object state, const py::dict& config) : comm_(comm), state_(state) {
-    CheckpointConfig c = make_config(config);
     PyComm& pc = comm.cast<PyComm&>();
     PyStateDict& ps = state.cast<PyStateDict&>();
     Comm& native_comm = pc.get();
+    CheckpointConfig c;
+    agreed_arguments(native_comm, [&] { c = make_config(config); });
     manager_ = take(without_gil([&] { return CheckpointManager::create(native_comm, ps.get(), std::move(c)); }));
     pc.add_user();
   }
@@ -538,8 +567,10 @@ class PyManager {
   }
   py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict) {
     PyStateDict& ps = state_.cast<PyStateDict&>();
-    if (!ps.readonly().empty())
-      type_error("resume: tensor '" + ps.readonly().front() + "' is read-only (a resume writes into every tensor)");
+    agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
+      if (!ps.readonly().empty())
+        type_error("resume: tensor '" + ps.readonly().front() + "' is read-only (a resume writes into every tensor)");
+    });
     ResumeOptions o;
     o.target = target;
     o.step = step_;
@@ -584,17 +615,17 @@ class PyManager {
 
 class PyAsync {
  public:
-  PyAsync(PyComm& comm, std::size_t staging_bytes, bool refuse_when_busy) {
+  // `comm` stays in use (it agrees on save_async's arguments): it may not be closed first.
+  PyAsync(py::object comm, std::size_t staging_bytes, bool refuse_when_busy) : comm_(comm) {
     AsyncOptions o;
     o.staging_bytes = staging_bytes;
     o.refuse_when_busy = refuse_when_busy;
-    const MPI_Comm source = comm.source();
+    PyComm& pc = comm.cast<PyComm&>();
+    const MPI_Comm source = pc.source();
     async_ = take(without_gil([&] { return make_async_checkpointer(source, o); }));  // collective
+    pc.add_user();
   }
-  ~PyAsync() {
-    py::gil_scoped_release unlocked;
-    async_.reset();  // waits for a save in flight
-  }
+  ~PyAsync() { close(); }
   AsyncCheckpointer& get() {
     if (!async_) throw py::value_error("this AsyncCheckpointer was closed");
     return *async_;
@@ -605,9 +636,11 @@ class PyAsync {
     o.name = name;
     o.step = step;
     o.epoch = epoch;
-    o.format = format_from(format);
-    if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
     AsyncCheckpointer& async = get();
+    agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
+      o.format = format_from(format);
+      if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
+    });
     check(without_gil([&] { return async.save_async(state.get(), root, o); }));
   }
   py::dict wait() {
@@ -626,12 +659,17 @@ class PyAsync {
     check(without_gil([&] { return async.end(); }));
   }
   void close() {
-    py::gil_scoped_release unlocked;
-    async_.reset();
+    if (!async_) return;
+    {
+      py::gil_scoped_release unlocked;
+      async_.reset();  // waits for a save in flight
+    }
+    comm_.cast<PyComm&>().drop_user();
   }
   bool closed() const { return !async_; }
 
  private:
+  py::object comm_;
   std::unique_ptr<AsyncCheckpointer> async_;
 };
 
@@ -718,7 +756,7 @@ PYBIND11_MODULE(_distckpt, m) {
       .def_property_readonly("closed", &PyManager::closed);
 
   py::class_<PyAsync>(m, "_Async")
-      .def(py::init<PyComm&, std::size_t, bool>())
+      .def(py::init<py::object, std::size_t, bool>())
       .def("save_async", &PyAsync::save_async)
       .def("wait", &PyAsync::wait)
       .def("in_flight", &PyAsync::in_flight)

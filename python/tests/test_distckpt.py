@@ -183,6 +183,35 @@ def test_errors_are_exceptions(comm, shared_dir):
     comm.barrier()
 
 
+def test_arguments_that_fail_on_one_rank_fail_the_call_on_every_rank(comm, shared_dir):
+    # A key read per node, a read-only array or an unknown format on the last rank alone:
+    # that rank raises its own error, the others an error naming it, and nobody waits.
+    size, rank = comm.size, comm.rank
+    odd = rank == size - 1
+    w = np.ones((2, 3), np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    key = b"k" * (31 if odd else 32)
+    own, named = (distckpt.DistckptError, "key"), (distckpt.DistckptError, f"rank {size - 1}")
+    with pytest.raises(own[0] if odd else named[0], match=own[1] if odd else named[1]):
+        distckpt.save(comm, state, shared_dir, "k1", key=key)
+    distckpt.save(comm, state, shared_dir, "k2")
+    ro = np.ones((2, 3), np.float32)
+    ro.flags.writeable = not odd
+    with pytest.raises(TypeError if odd else distckpt.DistckptError, match="read-only" if odd else named[1]):
+        distckpt.load(comm, distckpt.StateDict(comm, {"w": ro}), os.path.join(shared_dir, "k2"))
+    with pytest.raises(distckpt.DistckptError, match=own[1] if odd else named[1]):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, enc_key=key)
+    with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20) as ckpt:
+        with pytest.raises(ValueError if odd else distckpt.DistckptError, match="format" if odd else named[1]):
+            ckpt.save_async(state, shared_dir, "k3", format="zip" if odd else "native")
+        ckpt.save_async(state, shared_dir, "k4")
+        assert ckpt.wait()["bytes_written"] == w.nbytes
+    with pytest.raises(ValueError, match="AsyncCheckpointer still uses"):
+        with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20):
+            comm._native.close()
+    comm.barrier()
+
+
 def plain_safetensors(path, tensors):
     """A safetensors file written by hand, as any writer of the format would."""
     header, offset, blobs = {}, 0, []
