@@ -248,23 +248,31 @@ TEST(Names, TheCatalogsOwnNamesAreNotCheckpointNames) {
 TEST(Stats, AppendedWholeThroughTheFileSystemAndATornLineIsTolerated) {
   TempDir dir;
   FileSystem& fsys = *posix_filesystem();
-  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), R"({"step":1})").ok());
+  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), {{"step", 1}}).ok());
   // A crash mid-append: the last line has no newline.
   {
     std::ofstream out(dir.path() + "/stats.jsonl", std::ios::app);
     out << R"({"step":2,"na)";
   }
-  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), R"({"step":3})").ok());
+  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), {{"step", 3}}).ok());
   auto lines = internal_manager::read_stats_lines(fsys, dir.path());
   ASSERT_TRUE(lines.ok());
   EXPECT_EQ(*lines, (std::vector<std::string>{R"({"step":1})", R"({"step":3})"}));
+  // A string that is not UTF-8 (a directory named in Latin-1) is written, not thrown.
+  ASSERT_TRUE(internal_manager::append_stats_line(fsys, dir.path(), {{"path", "/data/caf\xe9"}}).ok());
+  lines = internal_manager::read_stats_lines(fsys, dir.path());
+  ASSERT_TRUE(lines.ok());
+  ASSERT_EQ(lines->size(), 3u);
+  EXPECT_EQ(lines->back(), "{\"path\":\"/data/caf\xef\xbf\xbd\"}");
   EXPECT_EQ(fs::status(dir.path() + "/stats.jsonl").permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
   // Through the FileSystem: a full disk is reported, not ignored.
   internal_storage::FaultSpec spec;
   spec.write_budget = 0;
   internal_storage::FaultFileSystem full(posix_filesystem(), spec);
-  EXPECT_NE(internal_manager::append_stats_line(full, dir.path(), "{}").message().find("No space left"),
+  EXPECT_NE(internal_manager::append_stats_line(full, dir.path(), nlohmann::ordered_json::object())
+                .message()
+                .find("No space left"),
             std::string::npos);
 }
 

@@ -591,7 +591,8 @@ TEST(Manager, SavedNetworkIsWhatSavesWrite) {
 // Caffe2's upload hook: rank 0 uploads each committed checkpoint off the training
 // thread, in commit order; retention keeps a checkpoint while its upload is pending;
 // outcomes (a failure too) reach every rank at the next call and stats.jsonl; end()
-// waits for the queue. A command is spawned with the path as its last argument.
+// waits for the queue. Only rank 0 sets the hook, as only its hook runs. A command is
+// spawned with the path as its last argument.
 TEST(Manager, UploadHookRunsInOrderOffTheLoopAndNeverFails) {
   TempDir dir;
   std::mutex mu;
@@ -604,7 +605,7 @@ TEST(Manager, UploadHookRunsInOrderOffTheLoopAndNeverFails) {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = base_config(dir.path());
     c.keep_max = 1;
-    c.upload = [&](const std::string& path) -> Status {
+    if (comm.rank() == 0) c.upload = [&](const std::string& path) -> Status {
       {
         std::lock_guard<std::mutex> lock(mu);
         calls.push_back(path);

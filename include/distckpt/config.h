@@ -228,7 +228,8 @@ struct CheckpointConfig : SaveSettings {
   // Outcomes go to stats.jsonl ("event":"upload") and to the next manager call
   // (StepOutcome::uploaded / upload_errors, identical on every rank); a failed upload is
   // never fatal. The callback runs on the uploader's thread: it must be thread-safe with
-  // respect to the training loop, and an exception from it counts as a failure.
+  // respect to the training loop, and an exception from it counts as a failure. Only rank
+  // 0's upload/upload_command is used: the other ranks may leave them unset.
   std::function<Status(const std::string& path)> upload;
   std::vector<std::string> upload_command;
   int upload_queue = 4;

@@ -264,7 +264,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
         j["linked"] = linked;  // a second name of this step's save: no byte written again
         j["removed"] = removed;
         j["unix_ms"] = internal_manager::unix_ms_now();
-        (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
+        (void)internal_manager::append_stats_line(*fs, cfg.directory, j);
       }
     }
   }

@@ -242,7 +242,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     gc_removed.clear();
     j["warnings"] = warnings;
     j["unix_ms"] = internal_manager::unix_ms_now();
-    if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j.dump()); !st.ok() && root())
+    if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j); !st.ok() && root())
       std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
   }
   comm->broadcast_string(removed, 0);
@@ -446,8 +446,10 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
                                            bool epoch_end) {
   Result<StepOutcome> out = impl_->end(step, epoch, metrics, epoch_end);
-  if (!out.ok() || impl_->finished || (!impl_->cfg.upload && impl_->cfg.upload_command.empty())) return out;
-  // The uploads of this run, waited for (up to upload_wait_s) and reported.
+  if (!out.ok() || impl_->finished) return out;
+  // The uploads of this run, waited for (up to upload_wait_s) and reported. Every rank
+  // takes part in the collection (one broadcast) whatever its own config says: only rank
+  // 0's hook runs, and the other ranks may leave theirs unset.
   if (impl_->uploader && !impl_->uploader->drain(impl_->cfg.upload_wait_s))
     std::fprintf(stderr, "distckpt: %s: end: uploads still pending after %g s\n", impl_->where().c_str(),
                  impl_->cfg.upload_wait_s);
@@ -610,7 +612,7 @@ void CheckpointManager::Impl::collect_uploads() {
       if (!r.status.ok()) j["error"] = r.status.to_string();
       j["upload_s"] = r.seconds;
       j["unix_ms"] = internal_manager::unix_ms_now();
-      (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
+      (void)internal_manager::append_stats_line(*fs, cfg.directory, j);
       std::string line = r.status.ok() ? "+" + r.path : "-" + r.status.to_string();
       for (char& c : line)
         if (c == '\n') c = ' ';

@@ -199,7 +199,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
     j["bytes_read"] = loaded.bytes_read;
     internal_manager::add_resume_lists(j, result);
     j["unix_ms"] = internal_manager::unix_ms_now();
-    (void)internal_manager::append_stats_line(*impl.fs, dir, j.dump());
+    (void)internal_manager::append_stats_line(*impl.fs, dir, j);
   }
   impl.last_saved_step = result.step;
   impl.current_step = result.step;

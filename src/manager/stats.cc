@@ -29,9 +29,9 @@ void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed)
   line["filtered_out"] = resumed.filtered_out;
 }
 
-Status append_stats_line(FileSystem& fs, const std::string& directory, const std::string& line) {
+Status append_stats_line(FileSystem& fs, const std::string& directory, const nlohmann::ordered_json& record) {
   const std::string path = stats_path(directory);
-  std::string text = line + "\n";
+  std::string text = record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   // A crash mid-append leaves a last line without its newline: end it, so that this
   // line is not glued to it (readers skip the torn one).
   if (auto size = fs.file_size(path); size.ok() && *size > 0) {

@@ -13,10 +13,12 @@
 
 namespace distckpt::internal_manager {
 
-// Appends `line` and a newline to the directory's statistics file. A last line that a
-// crash left torn (no newline) is ended first, so that the new line stays whole.
-// Failures are returned for the caller to report: statistics never fail a save.
-Status append_stats_line(FileSystem& fs, const std::string& directory, const std::string& line);
+// Appends `record` as one JSON line to the directory's statistics file. A last line that
+// a crash left torn (no newline) is ended first, so that the new line stays whole.
+// Invalid UTF-8 in a string (a directory named in Latin-1) is written as U+FFFD, never
+// thrown: rank 0 writes these between collectives. Failures are returned for the caller
+// to report: statistics never fail a save.
+Status append_stats_line(FileSystem& fs, const std::string& directory, const nlohmann::ordered_json& record);
 
 // Milliseconds since the Unix epoch: every line's "unix_ms".
 int64_t unix_ms_now();

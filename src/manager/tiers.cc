@@ -88,7 +88,7 @@ Status CheckpointManager::Impl::after_local_commit(const LocalSaveResult& saved,
     j["removed"] = removed;
     j["warnings"] = warnings;
     j["unix_ms"] = internal_manager::unix_ms_now();
-    if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j.dump()); !st.ok())
+    if (Status st = internal_manager::append_stats_line(*fs, cfg.directory, j); !st.ok())
       std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
   }
 
@@ -312,7 +312,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
                     {"lost_chunks", restored->sources.lost_chunks}};
     internal_manager::add_resume_lists(j, result);
     j["unix_ms"] = internal_manager::unix_ms_now();
-    (void)internal_manager::append_stats_line(*fs, cfg.directory, j.dump());
+    (void)internal_manager::append_stats_line(*fs, cfg.directory, j);
   }
   comm->broadcast_string(resumed_series, 0);
   series = resumed_series;
