@@ -275,6 +275,26 @@ TEST_P(AsyncLocalTest, RefusedWhileBusyOnEveryRank) {
   EXPECT_FALSE(fs::exists(root() + "/second"));
 }
 
+// Ranks that ask for different formats would run different protocols (a gather for a
+// single file, a sharded write otherwise): every rank is refused alike, nothing waits.
+TEST_P(AsyncLocalTest, FormatsThatDifferAcrossRanksAreRefusedOnEveryRank) {
+  if (GetParam() < 2) GTEST_SKIP() << "needs two ranks to differ";
+  run_async(GetParam(), small_staging(), [&](int rank, AsyncCheckpointer& ckpt, Comm& comm) {
+    Model m(rank, comm.size(), 7.0f);
+    SaveOptions o = named("mixed");
+    if (rank == 1) o.format = Format::kSafetensors;
+    const Status st = ckpt.save_async(m.state, root(), o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("format and integrated must be the same on every rank"), std::string::npos)
+        << st.to_string();
+    ASSERT_TRUE(ckpt.save_async(m.state, root(), named("after")).ok());
+    ASSERT_TRUE(ckpt.wait().ok());
+    expect_loads(comm, "after", 7.0f);
+  });
+  EXPECT_FALSE(fs::exists(root() + "/mixed"));
+  EXPECT_FALSE(fs::exists(root() + "/mixed.safetensors"));
+}
+
 TEST_P(AsyncLocalTest, DestroyingWithASaveInFlightCompletesIt) {
   run_async(GetParam(), small_staging(), [&](int rank, AsyncCheckpointer& ckpt, Comm& comm) {
     Model m(rank, comm.size(), 6.0f);

@@ -271,6 +271,30 @@ TEST_P(TierParityTest, ALostNodeIsRebuiltFromParity) {
 
 INSTANTIATE_TEST_SUITE_P(Codes, TierParityTest, ::testing::Values("xor:3", "rs:2+1", "rs:1+2"));
 
+// A record (CRC-protected only, when not encrypted) whose files claim sizes that sum past
+// 2^62 on one node: refused as corruption, before a parity segment or a rebuild's
+// offsets could be computed from a sum that wrapped.
+TEST_F(TierTest, ARecordWhoseStreamSumWouldWrapIsCorruption) {
+  save_at(6, 2, 1, 6, "xor:3", 3);
+  auto record = internal_tier::read_record(*posix_filesystem(), internal_tier::record_path(root(), "s3"));
+  ASSERT_TRUE(record.ok()) << record.status().to_string();
+  proto::Index hostile = *record;
+  int changed = 0;
+  for (int f = 0; f < hostile.files_size(); ++f) {
+    proto::TierFile* tf = hostile.mutable_tier()->mutable_files(f);
+    if (tf->copies(0).node() != 0 || tf->solo_bytes() == 0) continue;
+    const uint64_t huge = (uint64_t{1} << 62) - static_cast<uint64_t>(changed);  // each alone is allowed
+    hostile.mutable_files(f)->set_size(huge);
+    tf->mutable_copies(0)->set_bytes(huge);
+    tf->set_solo_bytes(huge);
+    ++changed;
+  }
+  ASSERT_GE(changed, 2) << "node 0 should hold two ranks' files";
+  const Status st = internal_tier::validate_placement(hostile, "rec");
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+  EXPECT_NE(st.message().find("sum to more than 2^62 bytes"), std::string::npos) << st.to_string();
+}
+
 TEST_F(TierTest, CorruptLocalFileIsLostNotData) {
   save_at(6, 2, 3, 2, "auto", 4);
   // Flip a byte in node 0's first data file.
@@ -499,6 +523,16 @@ TEST_F(TierTest, RefusedSetups) {
         auto shared = save_local(comm, m.state, root(), o, {tmp_.path() + "/same", "auto"});
         EXPECT_EQ(shared.status().code(), StatusCode::kInvalidArgument);
         EXPECT_NE(shared.status().message().find("node-local"), std::string::npos) << shared.status().to_string();
+        // Another redundancy (or recycling) on one rank would send it into other exchanges.
+        LocalTier odd{local(), comm.rank() == 3 ? "partner" : "auto"};
+        auto mixed = save_local(comm, m.state, root(), o, odd);
+        EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(mixed.status().message().find("redundancy and recycle must be the same on every rank"),
+                  std::string::npos)
+            << mixed.status().to_string();
+        LocalTier recycling{local(), "auto", comm.rank() == 4};
+        auto recycled = save_local(comm, m.state, root(), o, recycling);
+        EXPECT_EQ(recycled.status().code(), StatusCode::kInvalidArgument) << recycled.status().to_string();
       },
       2);
   EXPECT_FALSE(fs::exists(root() + "/.distckpt/tier/x"));

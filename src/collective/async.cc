@@ -11,7 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <system_error>
+#include <exception>
 #include <thread>
 
 #include "base/guard.h"
@@ -52,6 +52,8 @@ class AsyncCheckpointer::Impl {
     DISTCKPT_RETURN_IF_ERROR(prepare("save_async"));
     // Single files (and integrated native ones) are gathered and written from a copy of
     // this rank's slices, in the background, by save() on the background communicator.
+    // Every rank takes the same branch.
+    DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_save_shape(*fg_, options));
     if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
       return save_gathered_async(state, root, options);
 
@@ -77,16 +79,7 @@ class AsyncCheckpointer::Impl {
       session.frame.result.write_s = stage_s + write_timer.seconds();
       settle(internal_collective::finish_save(*bg_, session, crcs));
     };
-    // Shared, so that it is still here to run when the thread cannot be created.
-    auto task = std::make_shared<decltype(finish)>(std::move(finish));
-    try {
-      worker_ = std::thread([task] { (*task)(); });
-    } catch (const std::system_error&) {
-      // No thread to be had on this rank: finish here, synchronously. The other ranks'
-      // background threads meet this one in finish_save's collectives, so every rank
-      // still gets the same result (from wait()), only later than usual.
-      (*task)();
-    }
+    run_in_background(std::move(finish));
     return Status();
   }
 
@@ -117,11 +110,7 @@ class AsyncCheckpointer::Impl {
     auto finish = [this, copy, root, options]() {
       settle(save(*bg_, copy->state, root, options));
     };
-    try {
-      worker_ = std::thread(finish);
-    } catch (const std::system_error&) {
-      finish();  // as in save_async: the other ranks' threads meet this one
-    }
+    run_in_background(std::move(finish));
     return Status();
   }
 
@@ -158,13 +147,26 @@ class AsyncCheckpointer::Impl {
       pending_ = job->finish(*bg_, crcs);
       running_ = false;
     };
-    auto task = std::make_shared<decltype(finish)>(std::move(finish));
-    try {
-      worker_ = std::thread([task] { (*task)(); });
-    } catch (const std::system_error&) {
-      (*task)();
-    }
+    run_in_background(std::move(finish));
     return Status();
+  }
+
+  // Runs `finish` on the worker thread or, when this rank can have no thread (or no
+  // memory for its state), here, synchronously: the other ranks' background threads meet
+  // this one in the save's collectives, so every rank still gets the same result (from
+  // wait()), only later than usual. Nothing thrown escapes to leave them waiting.
+  template <typename F>
+  void run_in_background(F finish) {
+    std::shared_ptr<F> task;  // shared, so that it is still here to run if the thread is not
+    try {
+      task = std::make_shared<F>(std::move(finish));  // moved from only once allocated
+      worker_ = std::thread([task] { (*task)(); });
+    } catch (const std::exception&) {
+      if (task)
+        (*task)();
+      else
+        finish();
+    }
   }
 
   // What starts every background save: a save in flight is waited for (or refused), and

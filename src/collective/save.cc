@@ -339,17 +339,8 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
 
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
   using namespace internal_collective;
-  // Every rank takes the same branch: ranks that disagree on the format or on
-  // integrated must not wait for each other in different protocols.
-  // (integrated as set: unset, false or true, since a refusal below depends on it.)
-  const std::vector<int64_t> mine{static_cast<int64_t>(save_shape(options)), static_cast<int64_t>(options.format),
-                                  options.integrated ? (*options.integrated ? 2 : 1) : 0};
-  std::vector<int64_t> highest = mine;
-  for (int64_t v : mine) highest.push_back(-v);
-  comm.allreduce(highest, ReduceOp::kMax);
-  for (std::size_t i = 0; i < mine.size(); ++i)
-    if (highest[i] != -highest[mine.size() + i])
-      return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
+  // Every rank takes the same branch.
+  DISTCKPT_RETURN_IF_ERROR(agree_save_shape(comm, options));
   if (options.format == Format::kSafetensors && options.integrated == false)
     return invalid_argument("save '" + options.name +
                             "': integrated=false with safetensors (a safetensors file holds whole tensors; per-rank "

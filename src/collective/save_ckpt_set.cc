@@ -34,6 +34,18 @@ SaveShape save_shape(const SaveSettings& settings) {
   return SaveShape::kSharded;
 }
 
+Status agree_save_shape(Comm& comm, const SaveOptions& options) {
+  const std::vector<int64_t> mine{static_cast<int64_t>(save_shape(options)), static_cast<int64_t>(options.format),
+                                  options.integrated ? (*options.integrated ? 2 : 1) : 0};
+  std::vector<int64_t> highest = mine;
+  for (int64_t v : mine) highest.push_back(-v);
+  comm.allreduce(highest, ReduceOp::kMax);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    if (highest[i] != -highest[mine.size() + i])
+      return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
+  return Status();
+}
+
 std::string_view entry_extension(const SaveSettings& settings) {
   return save_shape(settings) == SaveShape::kOneFile ? internal_format::driver(settings.format).extension
                                                      : std::string_view();

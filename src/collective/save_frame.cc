@@ -172,6 +172,7 @@ Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, c
   std::vector<int64_t> words = vote.words;
   words.insert(words.end(), key.begin(), key.end());
   words.push_back(opening->incremental ? 1 : 0);
+  words.insert(words.end(), opening->same_words.begin(), opening->same_words.end());
   const internal_comm::ComparedWords compared =
       internal_comm::agree_words(comm, local, words, {opening->checksum ? 1 : 0});
   // Every branch below is taken by every rank alike: they all hold the same `compared`.
@@ -181,6 +182,8 @@ Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, c
   if (!compared.all_same(state_end, key_end)) return invalid_argument(kDifferentKeys);
   if (!compared.same[key_end])
     return invalid_argument("save '" + opening->name + "': incremental must be the same on every rank");
+  if (!compared.all_same(key_end + 1, words.size()))
+    return invalid_argument("save '" + opening->name + "': " + opening->same_what + " must be the same on every rank");
   opening->checksum = compared.maxima[0] == 1;
   if (!encryption.enabled()) return Status();
   return share_salt(comm, encryption, salt, cipher);

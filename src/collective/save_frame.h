@@ -107,6 +107,10 @@ struct Opening {
   std::string name;          // the checkpoint's, for messages
   bool checksum = true;      // in: this rank's option; out: on unless every rank turned it off
   bool incremental = false;  // in: this rank's option; must be the same on every rank
+  // in: more options that must be the same on every rank (the local tier's redundancy),
+  // as words of the same count on every rank, and what they are, for the message.
+  std::vector<int64_t> same_words;
+  std::string same_what;
 };
 
 // Collective, one allreduce (and, when encrypting, the salt's round): `checks` (this
@@ -116,7 +120,7 @@ struct Opening {
 // every question in one round, an invalid key on one rank is reported before state
 // dicts that differ, where separate rounds reported the state first), then those of
 // agree_on_state, agree_on_encryption, and kInvalidArgument for an incremental flag
-// that differs.
+// or same_words that differ.
 Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, const Encryption& encryption,
                      Opening* opening, std::string* salt,
                      std::shared_ptr<const internal_transform::CheckpointCipher>* cipher);

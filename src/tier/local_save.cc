@@ -361,6 +361,9 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
   // here, and incremental was refused above).
   internal_collective::Opening opening;
   opening.name = options.name;
+  // Ranks that chose another redundancy or recycling would part ways at its collectives.
+  opening.same_words = {static_cast<int64_t>(red.kind), red.k, red.m, tier_in.recycle ? 1 : 0};
+  opening.same_what = "the local tier's redundancy and recycle";
   DISTCKPT_RETURN_IF_ERROR(
       internal_collective::agree_to_open(comm, local, state, options.encryption, &opening, &frame.salt, &frame.cipher));
   // After a collective, so after every leader's cleanup of a save that failed: the

@@ -123,6 +123,17 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
       return bad("file '" + index.files(f).name() + "': " + std::to_string(primaries) +
                  " own copies, or the own copy is not listed first");
   }
+  // A node's stream (its files' solo bytes end to end) is what parity covers. Each is
+  // bounded like a file, so that no sum of them, segment size or rebuild offset wraps.
+  constexpr uint64_t kMaxStream = uint64_t{1} << 62;
+  std::vector<uint64_t> stream_sums(static_cast<std::size_t>(p.nodes_size()), 0);
+  for (int n = 0; n < p.nodes_size(); ++n)
+    for (int f : stream_files(index, n)) {
+      uint64_t& sum = stream_sums[static_cast<std::size_t>(n)];
+      if (p.files(f).solo_bytes() > kMaxStream - sum)
+        return bad("node " + std::to_string(n) + "'s files sum to more than 2^62 bytes");
+      sum += p.files(f).solo_bytes();
+    }
   auto parsed = parse_redundancy(p.redundancy());
   if (!parsed.ok()) return bad(parsed.status().message());
   const Redundancy r = *parsed;

@@ -98,7 +98,8 @@ struct Attempt {
 };
 
 std::string copy_file_path(const Attempt& a, const LocalTier& tier, const std::string& root, const Copy& c) {
-  // (A drained copy never references other checkpoints' files; resolved the one way anyway.)
+  // (A drained copy never references other checkpoints' files. Global copies are read
+  // through a FileCache, with its checks; this path names them in messages.)
   if (c.global) return internal_format::data_file_location(a.global, root + "/" + a.name, c.file);
   const std::string file = a.record.files(c.file).name();
   if (c.kind == kRebuilt) return tier.dir + "/" + a.name + "/rebuilt/" + file;
@@ -195,6 +196,9 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
   std::map<int, Held> data;
   std::vector<int64_t> failed(a.copies.size(), 0);
   std::vector<char> scratch;
+  // The global copy's files as a load opens them: sizes checked against its index, its
+  // subdirectories real ones, a referenced checkpoint the one referenced.
+  internal_format::FileCache global_files(fs, root + "/" + a.name, a.global);
   for (const auto& [copy, reader] : reader_of) {
     if (reader != me) continue;
     const Copy& c = a.copies[static_cast<std::size_t>(copy)];
@@ -220,12 +224,16 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
       held.bytes = held.owned.get();
     }
     Status st = guarded("restore: rank " + std::to_string(me), [&]() -> Status {
-      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
       internal_format::ChunkCheck check;
       check.crc = internal_format::has_chunk_checksums(index);
       check.cipher = c.global ? a.global_cipher.get() : a.record_cipher.get();
       check.file_identity = index.files(c.file).name();
       check.where = "'" + path + "'";
+      if (c.global) {
+        DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, global_files.get(static_cast<uint32_t>(c.file)));
+        return internal_format::read_chunk(*file, t, c.chunk, held.bytes, check, scratch);
+      }
+      DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
       return internal_format::read_chunk(*file, t, c.chunk, held.bytes, check, scratch);
     });
     counters->sources.storage_read += t.chunks(c.chunk).length();
@@ -420,6 +428,7 @@ Status rebuild(Comm& comm, FileSystem& fs, Attempt& a, const LocalTier& tier, co
           std::size_t at = 0;
           for (int f : stream_files(a.record, static_cast<int>(g.nodes(pos)))) {
             const uint64_t n = a.record.tier().files(f).solo_bytes();
+            if (n > bytes.size() - at) return internal_error("a rebuilt stream is shorter than its files");
             DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tier.dir + "/" + a.name + "/rebuilt/" + a.record.files(f).name()));
             DISTCKPT_RETURN_IF_ERROR(file->write_at(bytes.data() + at, static_cast<std::size_t>(n), 0));
             DISTCKPT_RETURN_IF_ERROR(file->close());
