@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/text.h"
 #include "catalog/names.h"
 #include "format/describe.h"
 #include "format/stored.h"
@@ -102,6 +103,8 @@ TEST(IndexTest, SemanticValidation) {
       {[](proto::Index& i) { *i.add_tensors() = i.tensors(0); }, "appears twice"},
       {[](proto::Index& i) { i.set_world_size(0); }, "world size"},
       {[](proto::Index& i) { i.set_world_size(int64_t{1} << 30); }, "world size"},
+      // The next save takes the highest commit number + 1: none may be near 2^64.
+      {[](proto::Index& i) { i.set_commit_seq(~uint64_t{0}); }, "commit number 18446744073709551615"},
       // Layouts: compact rank runs must lie in the world, lists must match dev_mat.
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_layout()->set_ranks_first(-1); }, "bad ranks_first"},
       {[](proto::Index& i) { i.mutable_tensors(0)->mutable_layout()->set_ranks_first(1); }, "bad ranks_first"},
@@ -184,6 +187,19 @@ TEST(IndexTest, CheckpointNames) {
   for (const char* bad : {"", "a/b", "latest", "..", ".", "x.tmp-1"})
     EXPECT_EQ(internal_catalog::validate_checkpoint_name(bad).code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(data_file_name(3), "data-00003.bin");
+}
+
+// Names from files reach terminals: C0 and C1 controls (U+009B starts a control
+// sequence on some terminals) are not printable and are escaped; other UTF-8 stays.
+TEST(Text, ControlCharactersOfBothRangesAreEscaped) {
+  using internal_base::is_printable_utf8;
+  using internal_base::printable;
+  EXPECT_TRUE(is_printable_utf8("caf\xc3\xa9 \xc2\xa0x"));  // é and a no-break space
+  EXPECT_FALSE(is_printable_utf8("a\x1b[31m"));
+  EXPECT_FALSE(is_printable_utf8("a\xc2\x9b" "31m"));
+  EXPECT_FALSE(is_printable_utf8("\xc2\x80"));
+  EXPECT_FALSE(is_printable_utf8("\xff"));
+  EXPECT_EQ(printable("a\x1b]0;x\x07\xc2\x9b" "31m\xc3\xa9\xff"), "a\\x1b]0;x\\x07\\u009b31m\xc3\xa9\\xff");
 }
 
 }  // namespace

@@ -26,6 +26,12 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i) {
   return n;
 }
 
+// Whether the sequence of length n at s[i] is a C1 control (U+0080-U+009F, UTF-8 C2 80
+// to C2 9F): some terminals take U+009B as the escape that starts a control sequence.
+bool is_c1_control(std::string_view s, std::size_t i, std::size_t n) {
+  return n == 2 && static_cast<unsigned char>(s[i]) == 0xC2 && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
+}
+
 }  // namespace
 
 bool is_valid_utf8(std::string_view s) {
@@ -38,9 +44,13 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 bool is_printable_utf8(std::string_view s) {
-  for (unsigned char c : s)
-    if (c < 0x20 || c == 0x7F) return false;
-  return is_valid_utf8(s);
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F)) || is_c1_control(s, i, n)) return false;
+    i += n;
+  }
+  return true;
 }
 
 std::string printable(std::string_view s) {
@@ -53,6 +63,11 @@ std::string printable(std::string_view s) {
       std::snprintf(buf, sizeof(buf), "\\x%02x", c);
       out += buf;
       ++i;
+    } else if (is_c1_control(s, i, n)) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(s[i + 1]));
+      out += buf;
+      i += n;
     } else {
       out.append(s.substr(i, n));
       i += n;

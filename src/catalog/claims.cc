@@ -38,9 +38,11 @@ Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root) {
   uint64_t next = next_commit_seq(fs, root);
   if (auto text = read_whole_file(fs, counter, 64); text.ok()) {
     try {
-      next = std::max<uint64_t>(next, std::stoull(*text) + 1);
+      // A damaged counter (or one near 2^64, which would wrap): the checkpoints themselves
+      // say how far the numbers went (each at most 2^62, as validate_index holds them).
+      const uint64_t counted = std::stoull(*text);
+      if (counted <= (uint64_t{1} << 62)) next = std::max<uint64_t>(next, counted + 1);
     } catch (const std::exception&) {
-      // A damaged counter: the checkpoints themselves say how far the numbers went.
     }
   }
   const std::string tmp = make_tmp_name(root + "/" + kMetaDir, "seq");

@@ -58,7 +58,16 @@ Result<Shape> parse_list(const std::string& text, const std::string& what) {
 }
 
 int fail(const Status& st, int code = 1) {
-  std::cerr << "distckpt: " << st.to_string() << "\n";
+  // Messages name what files hold (tensor names, dtypes): escaped line by line, so that a
+  // hostile file cannot drive the terminal.
+  std::cerr << "distckpt: ";
+  const std::string text = st.to_string();
+  for (std::size_t begin = 0; begin <= text.size();) {
+    const std::size_t end = std::min(text.find('\n', begin), text.size());
+    std::cerr << (begin > 0 ? "\n" : "") << internal_base::printable(std::string_view(text).substr(begin, end - begin));
+    begin = end + 1;
+  }
+  std::cerr << "\n";
   return code;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "base/text.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 
@@ -68,16 +69,20 @@ Status attach_tensors(proto::Index& index, std::map<std::string, proto::Tensor> 
   }
   for (const auto& m : meta->tensors()) {
     auto it = found.find(m.name());
-    if (it == found.end()) return corruption("'" + path + "': tensor '" + m.name() + "' is described but not stored");
+    if (it == found.end())
+      return corruption("'" + path + "': tensor '" + internal_base::printable(m.name()) + "' is described but not stored");
     proto::Tensor& t = it->second;
     if (t.dtype() != m.dtype() ||
         !std::equal(t.global_shape().begin(), t.global_shape().end(), m.global_shape().begin(), m.global_shape().end()))
-      return corruption("'" + path + "': tensor '" + m.name() + "': the stored dtype or shape disagrees with its description");
+      return corruption("'" + path + "': tensor '" + internal_base::printable(m.name()) +
+                        "': the stored dtype or shape disagrees with its description");
     *t.mutable_layout() = m.layout();
     *index.add_tensors() = std::move(t);
     found.erase(it);
   }
-  if (!found.empty()) return corruption("'" + path + "': tensor '" + found.begin()->first + "' is stored but not described");
+  if (!found.empty())
+    return corruption("'" + path + "': tensor '" + internal_base::printable(found.begin()->first) +
+                      "' is stored but not described");
   // The description came from the file too (layouts, world size...): the reader's result
   // passes every check a native index passes, whoever calls it (read_stored_index checks
   // again; the fuzz targets call the readers directly).

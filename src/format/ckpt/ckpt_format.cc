@@ -5,6 +5,7 @@
 #include <set>
 
 #include "base/strings.h"
+#include "base/text.h"
 #include "format/ckpt/ms_ckpt.h"
 #include "format/describe.h"
 #include "format/format.h"
@@ -137,7 +138,7 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     std::size_t j = i + 1;
     while (j < scan.records.size() && scan.records[j].tag == scan.records[i].tag) ++j;
     const CkptRecord& first = scan.records[i];
-    const std::string where = "'" + path + "': tensor '" + first.tag + "'";
+    const std::string where = "'" + path + "': tensor '" + internal_base::printable(first.tag) + "'";
     if (!seen.insert(first.tag).second) return corruption(where + " appears in two separate runs of records");
     if (info_keys.count(first.tag)) {  // distckpt's copy of an info value
       order.push_back(first.tag);
@@ -183,7 +184,7 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
       continue;
     }
     const auto dtype = ms_type_from_name(first.type);
-    if (!dtype) return corruption(where + ": unknown tensor_type '" + first.type + "'");
+    if (!dtype) return corruption(where + ": unknown tensor_type '" + internal_base::printable(first.type) + "'");
     const Shape shape = scalar ? Shape{} : first.dims;
     if (first.type == "str") return corruption(where + ": a str record is not a tensor");
     const auto count = internal_layout::checked_num_elements(shape);

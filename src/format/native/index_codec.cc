@@ -187,6 +187,10 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   const std::string where = "index '" + path + "'";
   if (index.world_size() < 1 || index.world_size() > kMaxWorldSize)
     return corruption(where + ": world size " + std::to_string(index.world_size()));
+  // Commit numbers order a root's checkpoints (latest, retention) and the next save takes
+  // the highest + 1: one near 2^64 would wrap it to 0 and pin itself as the newest.
+  if (index.commit_seq() > (uint64_t{1} << 62))
+    return corruption(where + ": commit number " + std::to_string(index.commit_seq()));
   // What this build cannot read, it refuses: a checksum it does not know would be read as
   // "no checksum", a compression as plain bytes (a silently wrong load).
   const std::string& checksum = index.transforms().checksum();
@@ -246,13 +250,13 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   }
   std::set<std::string> names;
   for (const auto& t : index.tensors()) {
-    const std::string tw = where + ": tensor '" + t.name() + "'";
+    const std::string tw = where + ": tensor '" + printable(t.name()) + "'";
     if (t.name().empty()) return corruption(where + ": tensor with an empty name");
     if (!is_printable_utf8(t.name()))
       return corruption(where + ": tensor name '" + printable(t.name()) + "' has control characters or invalid UTF-8");
     if (!names.insert(t.name()).second) return corruption(tw + " appears twice");
     const auto dtype = dtype_from_name(t.dtype());
-    if (!dtype) return corruption(tw + ": unknown dtype '" + t.dtype() + "'");
+    if (!dtype) return corruption(tw + ": unknown dtype '" + printable(t.dtype()) + "'");
     if (static_cast<std::size_t>(t.global_shape_size()) > internal_layout::kMaxDims)
       return corruption(tw + ": " + std::to_string(t.global_shape_size()) + " dims (at most " +
                         std::to_string(internal_layout::kMaxDims) + ")");

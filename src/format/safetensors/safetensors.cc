@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "base/text.h"
 #include "format/describe.h"
 #include "format/format.h"
 #include "format/metadata_json.h"
@@ -149,7 +150,7 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
   std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> ranges;
   for (const auto& [name, v] : j.items()) {
     if (name == kMetadataKey) continue;
-    const std::string tw = where + ": tensor '" + name + "'";
+    const std::string tw = where + ": tensor '" + internal_base::printable(name) + "'";
     if (!v.is_object()) return corruption(tw + ": not an object");
     auto dt = v.find("dtype");
     auto sh = v.find("shape");
@@ -158,7 +159,7 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
         !off->is_array() || off->size() != 2)
       return corruption(tw + ": needs a string dtype, a shape array and two data_offsets");
     const auto dtype = st_dtype_from_name(dt->get<std::string>());
-    if (!dtype) return corruption(tw + ": unknown dtype '" + dt->get<std::string>() + "'");
+    if (!dtype) return corruption(tw + ": unknown dtype '" + internal_base::printable(dt->get<std::string>()) + "'");
     Shape shape;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
