@@ -9,7 +9,7 @@ seconds=${2:-30}
 out=${3:-$(mktemp -d)}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-for target in index ckpt safetensors hdf5_meta latest; do
+for target in index ckpt safetensors hdf5_meta latest tier_record; do
   corpus="$out/corpus-$target"
   rm -rf "$corpus" && cp -r "$here/corpus/$target" "$corpus"
   log="$out/fuzz_$target.log"

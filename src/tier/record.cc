@@ -7,7 +7,6 @@
 
 #include "format/native/index_codec.h"
 #include "storage/spare_files.h"
-#include "tier/streams.h"
 #include "transform/cipher.h"
 
 namespace distckpt::internal_tier {
@@ -125,15 +124,16 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
   }
   // A node's stream (its files' solo bytes end to end) is what parity covers. Each is
   // bounded like a file, so that no sum of them, segment size or rebuild offset wraps.
+  // One pass over the files (a file's stream is its primary copy's node, checked above).
   constexpr uint64_t kMaxStream = uint64_t{1} << 62;
-  std::vector<uint64_t> stream_sums(static_cast<std::size_t>(p.nodes_size()), 0);
-  for (int n = 0; n < p.nodes_size(); ++n)
-    for (int f : stream_files(index, n)) {
-      uint64_t& sum = stream_sums[static_cast<std::size_t>(n)];
-      if (p.files(f).solo_bytes() > kMaxStream - sum)
-        return bad("node " + std::to_string(n) + "'s files sum to more than 2^62 bytes");
-      sum += p.files(f).solo_bytes();
-    }
+  std::vector<uint64_t> streams(static_cast<std::size_t>(p.nodes_size()), 0);
+  for (const auto& tf : p.files()) {
+    if (tf.solo_bytes() == 0) continue;
+    const uint32_t n = tf.copies(0).node();
+    uint64_t& sum = streams[n];
+    if (tf.solo_bytes() > kMaxStream - sum) return bad("node " + std::to_string(n) + "'s files sum to more than 2^62 bytes");
+    sum += tf.solo_bytes();
+  }
   auto parsed = parse_redundancy(p.redundancy());
   if (!parsed.ok()) return bad(parsed.status().message());
   const Redundancy r = *parsed;
@@ -144,7 +144,6 @@ Status validate_placement(const proto::Index& index, const std::string& path) {
   if (p.data_segments() != static_cast<uint32_t>(r.k) || p.parity_segments() != static_cast<uint32_t>(r.m))
     return bad("segment counts differ from " + r.to_string());
   std::set<uint32_t> grouped;
-  const std::vector<uint64_t> streams = stream_lengths(index);
   for (const auto& g : p.groups()) {
     if (g.nodes_size() < r.k + r.m) return bad("a parity group of " + std::to_string(g.nodes_size()) + " nodes");
     if (g.parity_crc32c_size() != g.nodes_size()) return bad("parity checksums per group node");
