@@ -19,6 +19,7 @@
 #include "catalog/names.h"
 #include "catalog/owner.h"
 #include "distckpt/inspect.h"
+#include "format/native/index_codec.h"
 #include "manager/stats.h"
 #include "storage/fault_fs.h"
 #include "test_util.h"
@@ -166,6 +167,28 @@ TEST(Claims, CommitNumbersAreNeverHandedOutTwice) {
   // The counter is one small file; the lock is gone.
   EXPECT_TRUE(fs::is_regular_file(dir.path() + "/" + kMetaDir + "/seq"));
   EXPECT_FALSE(fs::exists(dir.path() + "/" + kMetaDir + "/seq.lock"));
+}
+
+// A counter near 2^64 (damaged or forged) is ignored, not wrapped to 0; the last number a
+// reader accepts is never handed out past.
+TEST(Claims, ACounterPastTheLimitIsIgnoredAndNumbersNeverWrap) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  ASSERT_TRUE(claim_commit_seq(fsys, dir.path()).ok());  // makes the counter
+  const std::string counter = dir.path() + "/" + kMetaDir + "/seq";
+  for (const char* text : {"18446744073709551615\n", "4611686018427387904\n", "garbage\n"}) {
+    write_text(counter, text);
+    auto n = claim_commit_seq(fsys, dir.path());
+    ASSERT_TRUE(n.ok()) << text << n.status().to_string();
+    EXPECT_EQ(*n, 1u) << text;  // no checkpoint in the root: numbering starts again at 1
+  }
+  write_text(counter, std::to_string(internal_format::kCommitSeqLimit - 2) + "\n");
+  auto last = claim_commit_seq(fsys, dir.path());
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_EQ(*last, internal_format::kCommitSeqLimit - 1);
+  auto past = claim_commit_seq(fsys, dir.path());
+  EXPECT_EQ(past.status().code(), StatusCode::kCorruption) << past.status().to_string();
+  EXPECT_NE(past.status().message().find("exhausted"), std::string::npos) << past.status().to_string();
 }
 
 TEST(Claims, SeriesPrefixesAreClaimedOncePerJob) {

@@ -68,8 +68,9 @@ struct LocalSaveResult {
 // it with a record in `root` (options.fs; native format only, no single-file options).
 // Until the record is committed nothing is listed. Encryption, CRC32C (always on at this
 // tier), fsync and direct I/O follow `options`. Errors: those of save(), plus
-// kInvalidArgument for an unknown redundancy or too few nodes; on any error no record
-// is committed and every node's temporary directory is removed.
+// kInvalidArgument for an unknown redundancy, too few nodes, or a `tier` whose
+// redundancy or recycle differs between ranks; on any error no record is committed and
+// every node's temporary directory is removed.
 Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std::string& root,
                                    const SaveOptions& options, const LocalTier& tier);
 

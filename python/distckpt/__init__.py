@@ -204,12 +204,6 @@ class StateDict:
         return self._native.keys()
 
 
-def _key(key):
-    if key is None:
-        return None
-    return bytes(key)
-
-
 def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None,
          incremental=False, incremental_base=""):
     """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...).
@@ -218,12 +212,12 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
     checkpoint `latest` names) instead of writing them again (bytes_referenced says how many).
     """
     return _distckpt._save(comm._native, state._native, str(root), name, step, epoch, format, fsync, update_latest,
-                           _key(key), incremental, incremental_base)
+                           key, incremental, incremental_base)
 
 
 def load(comm, state, path, strict=True, key=None):
     """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout."""
-    return _distckpt._load(comm._native, state._native, str(path), strict, _key(key))
+    return _distckpt._load(comm._native, state._native, str(path), strict, key)
 
 
 def remove_checkpoint(root, name):
@@ -241,12 +235,12 @@ def list_checkpoints(root):
 
 def verify(path, key=None, deep=False):
     """Reads every chunk of the checkpoint at `path` and checks it; raises on the first failure."""
-    return _distckpt._verify(str(path), _key(key), deep)
+    return _distckpt._verify(str(path), key, deep)
 
 
 def convert(src, dst, format, key=None):
     """Writes the checkpoint `src` as `dst` in `format` (native, ckpt, safetensors, hdf5); returns the path."""
-    return _distckpt._convert(str(src), str(dst), format, _key(key))
+    return _distckpt._convert(str(src), str(dst), format, key)
 
 
 # CheckpointManager's options: the canonical name, then the names MindSpore's
@@ -275,7 +269,7 @@ _OPTIONS = {
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
 }
 _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "save_best": _as_list, "rule": _as_list,
-            "greater_keys": _as_list, "less_keys": _as_list, "upload_command": _as_list, "enc_key": lambda v: None if v is None else bytes(v)}
+            "greater_keys": _as_list, "less_keys": _as_list, "upload_command": _as_list}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
 
 
@@ -355,7 +349,7 @@ class AsyncCheckpointer(_Closing):
         _live_comms.add(self)
 
     def save_async(self, state, root, name, step=-1, epoch=-1, format="native", key=None):
-        self._native.save_async(state._native, str(root), name, step, epoch, format, _key(key))
+        self._native.save_async(state._native, str(root), name, step, epoch, format, key)
 
     def wait(self):
         """The save in flight's result (a dict), once committed; raises its failure."""
@@ -371,7 +365,7 @@ class AsyncCheckpointer(_Closing):
 
 def publish(src, format="safetensors", only=None, directory="", key=None):
     """Writes the checkpoint `src` as one shareable file (MMEngine's publish_model); returns its path."""
-    return _distckpt._publish(str(src), format, list(only or []), str(directory), _key(key))
+    return _distckpt._publish(str(src), format, list(only or []), str(directory), key)
 
 
 def _numpy_dtype(name):
@@ -383,7 +377,7 @@ class Reader:
     """One checkpoint in any format (native, .ckpt, safetensors, .h5), read in this process."""
 
     def __init__(self, path, key=None):
-        self._native = _distckpt._Reader(str(path), _key(key))
+        self._native = _distckpt._Reader(str(path), key)
         self._tensors = self._native.tensors()
         self.bytes_read = 0
 

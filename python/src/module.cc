@@ -69,7 +69,8 @@ auto without_gil(F&& call) {
 
 // Runs `prepare`, the checks and conversions of a collective call's arguments made here
 // before the call (a read-only tensor, a key of the wrong length, an unknown format or
-// option), and agrees on their outcome over `comm` (one allreduce). A rank whose
+// option), and agrees on their outcome over `comm` (one allreduce, and a broadcast of
+// the error when a rank failed). A rank whose
 // arguments fail alone, say a key read from a file on its node, would otherwise raise
 // while the others wait in the call's first collective until the peer watchdog ends the
 // job. That rank raises its own exception; the others raise DistckptError naming it.
@@ -247,9 +248,16 @@ py::dict info_dict(const std::map<std::string, InfoValue>& info) {
   return d;
 }
 
+// A key: bytes, bytearray or memoryview (anything with the buffer protocol), never str or
+// int (bytes(32) would be 32 zero bytes: a key nobody chose). Raises TypeError or, for a
+// wrong length, DistckptError.
 std::shared_ptr<const EncryptionKey> key_from(const py::object& key) {
   if (key.is_none()) return nullptr;
-  const std::string bytes = key.cast<std::string>();
+  if (!PyObject_CheckBuffer(key.ptr()))
+    throw py::type_error(std::string("a key is bytes, bytearray or memoryview, not ") + Py_TYPE(key.ptr())->tp_name);
+  auto raw = py::reinterpret_steal<py::object>(PyBytes_FromObject(key.ptr()));
+  if (!raw) throw py::error_already_set();
+  const std::string bytes = raw.cast<std::string>();
   return std::make_shared<const EncryptionKey>(take(EncryptionKey::from_bytes(bytes)));
 }
 
@@ -567,7 +575,9 @@ class PyManager {
   }
   py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict) {
     PyStateDict& ps = state_.cast<PyStateDict&>();
+    CheckpointManager* manager = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
+      manager = &get();  // closed on one rank only: the others must not resume alone
       if (!ps.readonly().empty())
         type_error("resume: tensor '" + ps.readonly().front() + "' is read-only (a resume writes into every tensor)");
     });
@@ -576,7 +586,7 @@ class PyManager {
     o.step = step_;
     o.epoch = epoch;
     o.strict = strict;
-    Result<ResumeResult> r = without_gil([&, &self = get()] { return self.resume(o); });
+    Result<ResumeResult> r = without_gil([&] { return manager->resume(o); });
     ResumeResult rr = take(std::move(r));
     py::dict d;
     d["resumed"] = rr.resumed;
@@ -636,12 +646,13 @@ class PyAsync {
     o.name = name;
     o.step = step;
     o.epoch = epoch;
-    AsyncCheckpointer& async = get();
+    AsyncCheckpointer* async = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
+      async = &get();
       o.format = format_from(format);
       if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
     });
-    check(without_gil([&] { return async.save_async(state.get(), root, o); }));
+    check(without_gil([&] { return async->save_async(state.get(), root, o); }));
   }
   py::dict wait() {
     Result<SaveResult> r = without_gil([&, &self = get()] { return self.wait(); });

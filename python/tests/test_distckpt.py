@@ -201,6 +201,14 @@ def test_arguments_that_fail_on_one_rank_fail_the_call_on_every_rank(comm, share
         distckpt.load(comm, distckpt.StateDict(comm, {"w": ro}), os.path.join(shared_dir, "k2"))
     with pytest.raises(distckpt.DistckptError, match=own[1] if odd else named[1]):
         distckpt.CheckpointManager(comm, state, directory=shared_dir, enc_key=key)
+    # A key is bytes: text or a number (bytes(32) would be 32 zero bytes) is refused.
+    for wrong in ("k" * 32, 32):
+        with pytest.raises(TypeError if odd else distckpt.DistckptError, match="bytes" if odd else named[1]):
+            distckpt.save(comm, state, shared_dir, "k5", key=wrong if odd else b"k" * 32)
+    with distckpt.CheckpointManager(comm, distckpt.StateDict(comm, {"w": ro}), directory=shared_dir,
+                                    prefix="ro") as manager:
+        with pytest.raises(TypeError if odd else distckpt.DistckptError, match="read-only" if odd else named[1]):
+            manager.resume()
     with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20) as ckpt:
         with pytest.raises(ValueError if odd else distckpt.DistckptError, match="format" if odd else named[1]):
             ckpt.save_async(state, shared_dir, "k3", format="zip" if odd else "native")

@@ -8,6 +8,7 @@
 #include "catalog/listing.h"
 #include "catalog/names.h"
 #include "catalog/owner.h"
+#include "format/native/index_codec.h"
 
 namespace distckpt::internal_catalog {
 
@@ -38,13 +39,18 @@ Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root) {
   uint64_t next = next_commit_seq(fs, root);
   if (auto text = read_whole_file(fs, counter, 64); text.ok()) {
     try {
-      // A damaged counter (or one near 2^64, which would wrap): the checkpoints themselves
-      // say how far the numbers went (each at most 2^62, as validate_index holds them).
+      // A damaged counter (or one past the limit, which could wrap): the checkpoints
+      // themselves say how far the numbers went.
       const uint64_t counted = std::stoull(*text);
-      if (counted <= (uint64_t{1} << 62)) next = std::max<uint64_t>(next, counted + 1);
+      if (counted < internal_format::kCommitSeqLimit) next = std::max<uint64_t>(next, counted + 1);
     } catch (const std::exception&) {
     }
   }
+  // Only where a checkpoint holds the highest number a reader accepts: no save may take
+  // a number its own checks would refuse.
+  if (next >= internal_format::kCommitSeqLimit)
+    return corruption("root '" + root + "': commit numbers are exhausted (a checkpoint holds " +
+                      std::to_string(next - 1) + ")");
   const std::string tmp = make_tmp_name(root + "/" + kMetaDir, "seq");
   Status st = write_file_synced(fs, tmp, std::to_string(next) + "\n");
   if (st.ok()) st = fs.rename(tmp, counter);

@@ -16,7 +16,8 @@ namespace distckpt::internal_catalog {
 // A fresh commit sequence number for a save into `root`, never handed out before (to
 // this job or another): above every committed checkpoint's, `latest`'s target's and
 // every number handed out so far (a counter in <root>/.distckpt/seq, moved under the
-// root's sequence lock). Rank 0 / a local tool.
+// root's sequence lock). Rank 0 / a local tool. kCorruption when the next number would
+// reach kCommitSeqLimit (index_codec.h), which only a forged checkpoint can bring about.
 Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root);
 
 // The series prefix of a run: the prefix already claimed by the same job (a requeued

@@ -149,6 +149,28 @@ if bad:
     sys.exit(1)
 PY
 done
+# Names from a file reach the terminal escaped: a safetensors header whose tensor name
+# holds an OSC and a CSI (C0 ESC, C1 U+009B) and an unknown dtype. The tools' messages
+# name them as \x1b and \u009b, never as raw control bytes.
+python3 - "$work/escape.safetensors" <<'PY'
+import json, struct, sys
+name = "w\x1b]0;owned\x07\u009b31m"
+header = json.dumps({name: {"dtype": "Q\x1b[2J", "shape": [1], "data_offsets": [0, 4]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+PY
+for tool in verify inspect; do
+  timeout 10 "$dc" "$tool" "$work/escape.safetensors" >/dev/null 2>"$work/escape.err"
+  rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
+    echo "FAIL $tool escape.safetensors: exit $rc (a refusal expected)"; accepted=$((accepted + 1))
+  elif LC_ALL=C grep -q $'\x1b\|\x07\|\xc2\x9b' "$work/escape.err"; then
+    echo "FAIL $tool escape.safetensors: raw control bytes in its message:"; cat -v "$work/escape.err"
+    accepted=$((accepted + 1))
+  elif ! grep -qF '\x1b' "$work/escape.err"; then
+    echo "FAIL $tool escape.safetensors: the name is not in its message, escaped:"; cat -v "$work/escape.err"
+    accepted=$((accepted + 1))
+  fi
+done
 # A sanitizer's report from a program the tools started (the HDF5 reader's: its abort is
 # only the file's kCorruption to the tool that asked) is a defect in distckpt's code too.
 reports=$(cat "$work/batch.stderr" "$work/ls.stderr" 2>/dev/null |

@@ -64,7 +64,8 @@ Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std:
   for (std::size_t k = i; k < j; ++k) {
     const CkptRecord& r = scan.records[k];
     if (r.type != kCkptEncryptedType || r.dims != first.dims)
-      return corruption(where + ": an encrypted file's record of type '" + r.type + "' or other dims");
+      return corruption(where + ": an encrypted file's record of type '" + internal_base::printable(r.type) +
+                        "' or other dims");
     const auto [begin, end] = ranges[k - i];
     const std::vector<Box> boxes =
         *count == 0 ? std::vector<Box>{full_box(shape)} : internal_layout::flat_range_to_boxes(shape, begin, end);

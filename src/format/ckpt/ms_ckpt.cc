@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/strings.h"
+#include "base/text.h"
 #include "format/ckpt/wire.h"
 #include "format/describe.h"
 #include "format/format.h"
@@ -38,8 +39,8 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
     const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
     auto add_dim = [&](uint64_t v) -> Status {
-      if (v > (uint64_t{1} << 62)) return c.error("tensor '" + r.tag + "': dim " + std::to_string(static_cast<int64_t>(v)) + " is negative or too large");
-      if (r.dims.size() >= kMaxDims) return c.error("tensor '" + r.tag + "': more than 64 dims");
+      if (v > (uint64_t{1} << 62)) return c.error("tensor '" + internal_base::printable(r.tag) + "': dim " + std::to_string(static_cast<int64_t>(v)) + " is negative or too large");
+      if (r.dims.size() >= kMaxDims) return c.error("tensor '" + internal_base::printable(r.tag) + "': more than 64 dims");
       r.dims.push_back(static_cast<int64_t>(v));
       return Status();
     };
@@ -60,9 +61,9 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
       DISTCKPT_ASSIGN_OR_RETURN(r.type, c.bytes(n, kMaxTypeBytes));
       *has_type = true;
     } else if (field == 3 && wire == 2) {
-      if (*has_content) return c.error("tensor '" + r.tag + "': tensor_content appears twice in one record");
+      if (*has_content) return c.error("tensor '" + internal_base::printable(r.tag) + "': tensor_content appears twice in one record");
       DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
-      if (n > end - c.pos()) return c.error("tensor '" + r.tag + "': tensor_content of " + std::to_string(n) + " bytes runs past its record");
+      if (n > end - c.pos()) return c.error("tensor '" + internal_base::printable(r.tag) + "': tensor_content of " + std::to_string(n) + " bytes runs past its record");
       r.content_offset = c.pos();
       r.content_bytes = n;
       if (n <= 64 || (r.type == "str" && n <= kMaxStrBytes)) {  // info values: kept
@@ -75,7 +76,7 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
       DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
     }
   }
-  if (c.pos() != end) return c.error("tensor '" + r.tag + "' overruns its length");
+  if (c.pos() != end) return c.error("tensor '" + internal_base::printable(r.tag) + "' overruns its length");
   return Status();
 }
 
@@ -100,7 +101,7 @@ Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r) {
   }
   if (c.pos() != end) return c.error("record overruns its length");
   if (!has_tag || !has_tensor || !has_type || !has_content)
-    return c.error("record '" + r.tag + "' lacks a required field (tag, tensor, tensor_type or tensor_content)");
+    return c.error("record '" + internal_base::printable(r.tag) + "' lacks a required field (tag, tensor, tensor_type or tensor_content)");
   return Status();
 }
 

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "base/strings.h"
+#include "base/text.h"
 #include "format/describe.h"
 #include "format/format.h"
 #include "format/metadata_json.h"
@@ -495,7 +496,7 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
   std::map<std::string, proto::Tensor> found;
   std::vector<std::pair<haddr_t, std::string>> order;
   for (const std::string& name : visit.datasets) {
-    const std::string tw = where + ": dataset '" + name + "'";
+    const std::string tw = where + ": dataset '" + internal_base::printable(name) + "'";
     Id dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     if (!dset.ok()) return corruption(tw + ": " + hdf5_message());
     Id type(H5Dget_type(dset.get()), H5Tclose);

@@ -189,7 +189,7 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     return corruption(where + ": world size " + std::to_string(index.world_size()));
   // Commit numbers order a root's checkpoints (latest, retention) and the next save takes
   // the highest + 1: one near 2^64 would wrap it to 0 and pin itself as the newest.
-  if (index.commit_seq() > (uint64_t{1} << 62))
+  if (index.commit_seq() >= kCommitSeqLimit)
     return corruption(where + ": commit number " + std::to_string(index.commit_seq()));
   // What this build cannot read, it refuses: a checksum it does not know would be read as
   // "no checksum", a compression as plain bytes (a silently wrong load).

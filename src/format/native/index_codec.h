@@ -56,9 +56,13 @@ Status check_reference_identity(FileSystem& fs, const std::string& root, const p
 bool is_framed_index(const std::string& bytes);
 // Reads <dir>/index.pb and parses it.
 Result<proto::Index> read_index(FileSystem& fs, const std::string& dir);
+// Every commit number is below this (validate_index refuses others): the next one, the
+// highest + 1, can be checked against it and never wraps.
+inline constexpr uint64_t kCommitSeqLimit = uint64_t{1} << 62;
 // Semantic checks: known dtypes, non-negative dims without overflow, chunks inside
 // the tensor and inside their file, lengths that match the box, file names confined
-// to the checkpoint directory, the distinct chunks covering each tensor.
+// to the checkpoint directory, the distinct chunks covering each tensor, a commit
+// number below kCommitSeqLimit.
 Status validate_index(const proto::Index& index, const std::string& path);
 
 // The native format's row of the format table (format.h).

@@ -189,7 +189,9 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
   std::string reacher;
   for (const auto& [range, name] : ranges) {
     if (range.first == range.second) continue;  // empty tensors take no bytes
-    if (range.first < reach) return corruption(where + ": tensors '" + reacher + "' and '" + name + "' overlap");
+    if (range.first < reach)
+      return corruption(where + ": tensors '" + internal_base::printable(reacher) + "' and '" +
+                        internal_base::printable(name) + "' overlap");
     reach = range.second;
     reacher = name;
   }
