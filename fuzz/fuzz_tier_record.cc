@@ -16,6 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (bytes.rfind("DCKPTIDX", 0) != 0) bytes = internal_format::frame_payload(bytes);
   auto record = internal_format::parse_index(bytes, "fuzz/record");
   if (!record.ok() || !internal_tier::validate_placement(*record, "fuzz/record").ok()) return 0;
+  fuzz::check_accepted(*record);  // the index part, as every reader's result
   const proto::TierPlacement& p = record->tier();
   std::vector<u128> exact(static_cast<std::size_t>(p.nodes_size()), 0);
   for (int n = 0; n < p.nodes_size(); ++n)

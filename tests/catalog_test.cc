@@ -186,6 +186,18 @@ TEST(Claims, ACounterPastTheLimitIsIgnoredAndNumbersNeverWrap) {
   auto last = claim_commit_seq(fsys, dir.path());
   ASSERT_TRUE(last.ok()) << last.status().to_string();
   EXPECT_EQ(*last, internal_format::kCommitSeqLimit - 1);
+  // A counter alone cannot exhaust the numbers (at the last one, it is not believed)...
+  auto again = claim_commit_seq(fsys, dir.path());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(*again, 1u);
+  // ... a (forged) checkpoint that holds the last one does: refused, never wrapped.
+  proto::Index forged;
+  forged.set_name("forged");
+  forged.set_world_size(1);
+  forged.set_commit_seq(internal_format::kCommitSeqLimit - 1);
+  fs::create_directories(dir.path() + "/forged");
+  write_text(dir.path() + "/forged/" + internal_format::kIndexFileName, internal_format::frame_index(forged));
+  write_text(dir.path() + "/latest", "forged\n");
   auto past = claim_commit_seq(fsys, dir.path());
   EXPECT_EQ(past.status().code(), StatusCode::kCorruption) << past.status().to_string();
   EXPECT_NE(past.status().message().find("exhausted"), std::string::npos) << past.status().to_string();

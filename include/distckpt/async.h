@@ -56,7 +56,8 @@ class AsyncCheckpointer {
                                                            std::unique_ptr<Comm> background,
                                                            const AsyncOptions& options = {});
 
-  // Waits for a save in flight (see end()); its result is dropped.
+  // Local (no collective of its own): waits for a save in flight, which the other ranks'
+  // background threads finish with this one (see end()); its result is dropped.
   ~AsyncCheckpointer();
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
   AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
@@ -91,6 +92,8 @@ class AsyncCheckpointer {
   // wait_local() reports it (wait() gives its SaveResult part). Errors as save_async.
   Status save_local_async(const StateDict& state, const std::string& root, const SaveOptions& options,
                           const LocalTier& tier);
+  // wait() for a save_local_async: its LocalSaveResult (not collective, as wait()).
+  // kNotFound when no save is in flight or unreported; its errors as wait().
   Result<LocalSaveResult> wait_local();
 
   // Whether a save is in flight on this rank (local: ranks may briefly disagree).
@@ -98,6 +101,7 @@ class AsyncCheckpointer {
 
   // Completes the save in flight, if any, and returns its outcome (or that of the last
   // save if it failed and was not reported yet); ok when there is nothing to report.
+  // Not collective, as wait(): the outcome is the same on every rank that calls it.
   Status end();
 
  private:

@@ -22,7 +22,8 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Number of distinct nodes (shared-memory domains) the ranks run on.
+  // Number of distinct nodes (shared-memory domains) the ranks run on. Local (known
+  // since the Comm was made), cannot fail.
   virtual int node_count() const { return 1; }
   // The node (0 .. node_count()-1) that `rank` runs on: ranks of one node share memory,
   // bytes between nodes cross the network. Not collective; any rank may ask.
@@ -87,7 +88,9 @@ class Comm {
     // Comm), every rank calls it.
     virtual void wait() = 0;
   };
-  // The default keeps what is posted and hands it all to transfer() in wait().
+  // Local: a new exchange (owned by the caller) whose messages pair with those the
+  // other ranks post; see Exchange. The default keeps what is posted and hands it all
+  // to transfer() in wait().
   virtual std::unique_ptr<Exchange> start_exchange();
 
   // Helpers built on the primitives (collective).

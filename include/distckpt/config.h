@@ -237,7 +237,9 @@ struct CheckpointConfig : SaveSettings {
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;
-  // The name template in effect: name_template, or filename_tmpl translated to it.
+  // The helpers below are local and thread-safe (const reads of the config), like
+  // validate(). The name template in effect: name_template, or filename_tmpl translated
+  // to it; cannot fail.
   std::string effective_name_template() const;
   // The rule for best_metric after inference (kGreater or kLess); kInvalidArgument
   // when it cannot be inferred.
@@ -245,7 +247,9 @@ struct CheckpointConfig : SaveSettings {
   // The rule for `metric` given `rule` (kAuto: inferred from the name with greater_keys
   // and less_keys, as MMEngine does); kInvalidArgument when it cannot be inferred.
   Result<CompareRule> rule_for(const std::string& metric, CompareRule rule) const;
-  // The rule of save_best's i-th metric (or of the metric "auto" became, i = 0).
+  // The rule of save_best's i-th metric (or of the metric "auto" became, i = 0): the i-th
+  // rule given, the only one, or kAuto past their end; kInvalidArgument when it cannot
+  // be inferred.
   Result<CompareRule> save_best_rule(std::size_t i, const std::string& metric) const;
 };
 

@@ -19,6 +19,9 @@ inline constexpr DType kAllDTypes[] = {
     DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kUInt8,   DType::kUInt16,
     DType::kUInt32,  DType::kUInt64,  DType::kBool};
 
+// The functions below are local, thread-safe and cannot fail; names are views of static
+// storage, valid for the life of the program.
+
 // Bytes per element (bool is one byte).
 std::size_t dtype_size(DType t);
 // Canonical lower-case name: "float32", "bfloat16", "uint64", "bool", ...

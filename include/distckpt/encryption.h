@@ -30,13 +30,15 @@ namespace distckpt {
 // decrypting).
 enum class EncryptionMode { kNone, kAesGcm, kAesCbc, kSm4Cbc };
 
-// "none", "AES-GCM", "AES-CBC", "SM4-CBC" (MindSpore's enc_mode names).
+// "none", "AES-GCM", "AES-CBC", "SM4-CBC" (MindSpore's enc_mode names). Both name
+// functions are local, thread-safe and cannot fail; names are views of static storage.
 std::string_view encryption_mode_name(EncryptionMode mode);
 // Inverse of encryption_mode_name, case-insensitive; nullopt for anything else.
 std::optional<EncryptionMode> encryption_mode_from_name(std::string_view name);
 
 // Key bytes, wiped from memory when destroyed. Copyable (each copy is wiped); any
-// thread. Never printed: messages about a key name its source, not its bytes.
+// thread; every function is local (a key read per rank is compared across ranks by the
+// save that uses it). Never printed: messages about a key name its source, not its bytes.
 class EncryptionKey {
  public:
   // kInvalidArgument unless `bytes` has 16, 24 or 32 bytes.
@@ -56,6 +58,7 @@ class EncryptionKey {
   ~EncryptionKey();
 
   std::size_t size() const { return bytes_.size(); }
+  // The key's bytes, owned by this object and valid while it lives (then wiped).
   const unsigned char* data() const { return bytes_.data(); }
 
  private:
@@ -71,7 +74,8 @@ struct Encryption {
   EncryptionMode mode = EncryptionMode::kAesGcm;
   std::shared_ptr<const EncryptionKey> key;
   bool enabled() const { return key != nullptr; }
-  // OK, or kInvalidArgument for a key with mode kNone or CBC without a key.
+  // Local, any thread. OK, or kInvalidArgument for a key with mode kNone or CBC without
+  // a key.
   Status validate() const;
 };
 

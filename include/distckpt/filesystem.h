@@ -4,6 +4,14 @@
 // (short writes, ENOSPC, EIO on fsync, crashes at chosen points). Custom
 // implementations must be thread-safe: distinct files may be used from different
 // threads at once. Every call returns a Status naming the path and the operation.
+//
+// Every call here is local (no MPI). A FileSystem may be used by any number of threads
+// at once. A file object is used by one thread at a time, except ReadableFile::read_at,
+// read_batch and size, which (like pread) any number of threads may call at once on one
+// file. Buffers passed in are borrowed for the call. Errors, unless a function says
+// more: kIoError with the errno's text for a failed system call, kNotFound where the
+// path (or a directory on it) does not exist, kAlreadyExists for create_dir of an
+// existing directory.
 #pragma once
 
 #include <cstdint>

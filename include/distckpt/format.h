@@ -18,7 +18,8 @@ namespace distckpt {
 // are loaded by load() into any layout, each rank reading its slice.
 enum class Format { kNative, kCkpt, kSafetensors, kHdf5 };
 
-// "native", "ckpt", "safetensors", "hdf5". Local, thread-safe.
+// "native", "ckpt", "safetensors", "hdf5". The name functions of this header are local,
+// thread-safe and cannot fail; names are views of static storage.
 std::string_view format_name(Format format);
 // Inverse of format_name (also accepts "h5"); nullopt for anything else.
 std::optional<Format> format_from_name(std::string_view name);

@@ -11,6 +11,9 @@
 //
 // Every call is collective over the manager's communicator: all ranks call it, in the
 // same order, from the thread that owns the communicator, and get the same result.
+// The exceptions say so in their comments: save_after_exception (called by the rank
+// that caught, which meets the others in their manager calls), last_exception_save, the
+// signal functions, series_prefix and the destructor.
 // Every decision that depends on time, signals or the file system is taken on rank 0
 // and broadcast. The state dict is borrowed: its buffers must stay valid and hold the
 // state of the step passed to step_end while the call runs.
@@ -119,10 +122,12 @@ class CheckpointManager {
   // communicators), else on one created with AsyncCheckpointer::create() from `comm`'s
   // MPI communicator (kUnsupported on every rank without MPI_THREAD_MULTIPLE, or for a
   // Comm without MPI). `async` without async_save is kInvalidArgument.
+  // `comm` and `state` are borrowed and must outlive the manager; `async` is owned by it.
   static Result<std::unique_ptr<CheckpointManager>> create(Comm& comm, StateDict& state, CheckpointConfig config,
                                                            std::unique_ptr<AsyncCheckpointer> async = nullptr);
-  // Waits for a save still in flight (its retention and statistics are then skipped:
-  // call end() first).
+  // Local (no collective of its own): waits for a save still in flight, which the other
+  // ranks' background threads finish with this one. Its retention and statistics are
+  // then skipped and a failure of it is not reported: call end() first.
   ~CheckpointManager();
 
   // Collective. Called after each training step: saves when the policy says so (or
@@ -135,6 +140,10 @@ class CheckpointManager {
   // step ends an epoch, and then `epoch` is the number of completed epochs (by_epoch
   // counts these, MMEngine's epoch + 1). Nothing periodic is saved at 0. Saves made by a
   // call with epoch_end carry the info value epoch_end = true.
+  // Errors (on every rank alike), for step_end, end and save_now: a failed save's error
+  // (kIoError, kAlreadyExists...) with on_failure kStop; with kContinue the failure is in
+  // StepOutcome::save_error and the call succeeds. kAborted after an exception save
+  // (run(), save_after_exception), naming the rank that threw.
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
   // Collective. Completes a save in flight, then saves the final state (save_last)
@@ -196,12 +205,15 @@ class CheckpointManager {
   // Local, any thread, once per process: SIGUSR1 and SIGTERM (what Slurm and mpirun
   // send before killing a job) set a flag that the next step_end sees (on any rank)
   // and turns into a breakpoint save on every rank. Async-signal-safe handler.
+  // kIoError naming the signal when sigaction fails.
   static Status install_signal_handlers();
-  // Local: whether this process received one of those signals; clear_signal() forgets
-  // it (after the stop was handled, or in tests).
+  // Local, any thread (an atomic flag); cannot fail: whether this process received one
+  // of those signals; clear_signal() forgets it (after the stop was handled, or in tests).
   static bool signal_received();
   static void clear_signal();
 
+  // Local, cannot fail: the series this manager names its saves in (create()'s choice,
+  // or the one resume() adopted). Owned by the manager.
   const std::string& series_prefix() const;
   // The config in effect: name_template made from filename_tmpl, directory joined to
   // out_dir.

@@ -31,12 +31,14 @@ struct MpiCommOptions {
 // so distckpt's collectives never match messages of the caller's own traffic on
 // `comm`; it frees it on destruction (which must happen before MPI_Finalize).
 // MPI must be initialised. Call from the thread that makes MPI calls. With a peer
-// timeout the Comm runs one watchdog thread (started at its first collective).
+// timeout the Comm runs one watchdog thread (started at its first collective). An MPI
+// error (MPI_Comm_dup's too) is fatal to the job, as MPI's default error handler makes it.
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const MpiCommOptions& options = {});
 
 // Collective over `comm` (duplicated twice: the loop's side and the background
 // thread's). Fails on every rank with kUnsupported when MPI provides less than
-// MPI_THREAD_MULTIPLE, kIoError when the staging memory cannot be allocated.
+// MPI_THREAD_MULTIPLE, kIoError when the staging memory cannot be allocated. Call from
+// the thread that makes MPI calls; the checkpointer's own thread uses its duplicate.
 Result<std::unique_ptr<AsyncCheckpointer>> make_async_checkpointer(MPI_Comm comm, const AsyncOptions& options = {});
 
 template <>

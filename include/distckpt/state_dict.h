@@ -4,7 +4,8 @@
 // TensorLayout::boxes_of), a pointer to a row-major buffer of that box's elements.
 // The caller keeps the buffers alive and unmodified during save/load. Entries keep
 // insertion order, which is also the order of the checkpoint's index.
-// Not thread-safe; build it on one thread.
+// Every function here is local (building a dict involves no other rank; a save or load
+// then compares the dicts across ranks). Not thread-safe; build it on one thread.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ namespace distckpt {
 
 // An info value: int, float, bool or string (epoch_num, step_num, user values).
 using InfoValue = std::variant<int64_t, double, bool, std::string>;
+// The value as text (as a .ckpt or safetensors file stores it). Local, any thread,
+// cannot fail.
 std::string info_value_to_string(const InfoValue& v);
 
 struct TensorEntry {
@@ -44,7 +47,8 @@ class StateDict {
   // an empty name, or a missing buffer.
   Status add_tensor(const std::string& name, DType dtype, void* data, const TensorLayout& layout);
   // Adds a tensor whose layout gives this rank several boxes (explicit form): one
-  // buffer per box, in the order of layout.boxes_of(rank).
+  // buffer per box, in the order of layout.boxes_of(rank). kInvalidArgument as above,
+  // or for a buffer count other than the rank's box count.
   Status add_tensor(const std::string& name, DType dtype, std::vector<void*> buffers,
                     const TensorLayout& layout);
 

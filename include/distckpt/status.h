@@ -4,6 +4,9 @@
 // the component, the operation, the rank, the path and the tensor involved, e.g.
 //   "load: rank 3: tensor 'blocks.2.weight': chunk 5 of data-00001.bin: crc32c ..."
 // Collective functions return the same Status on every rank (see checkpoint.h).
+// Everything in this header is local; a Status or Result is a value, safe to use from one
+// thread at a time like any value (const access from several). The helpers below cannot
+// fail (short of memory for the message).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,8 @@ enum class StatusCode : int {
   kAborted = 11,         // given up: another rank failed, or ranks did not answer in time
 };
 
-// Stable lower-case name of a code ("invalid argument", "corruption", ...).
+// Stable lower-case name of a code ("invalid argument", "corruption", ...): static
+// storage, never null.
 const char* status_code_name(StatusCode code);
 
 class [[nodiscard]] Status {
@@ -81,7 +85,7 @@ class [[nodiscard]] Result {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);
   }
-  // Precondition: ok().
+  // Precondition: ok(); otherwise std::bad_variant_access is thrown (a caller's bug).
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }

@@ -138,6 +138,9 @@ Result<DrainResult> drain(Comm& comm, const std::string& root, const LocalTier& 
                           const SaveOptions& options);
 
 // Local tier records of `root` (rank 0 or a local tool; reads the global root only).
+// Local, any thread. An empty list where the root has no records; errors: those of
+// listing the records' directory (kIoError); a record that does not parse is left out,
+// as ls leaves damaged entries out of the committed.
 struct TierRecordInfo {
   std::string name;
   int64_t step = -1, epoch = -1;

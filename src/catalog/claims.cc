@@ -39,15 +39,15 @@ Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root) {
   uint64_t next = next_commit_seq(fs, root);
   if (auto text = read_whole_file(fs, counter, 64); text.ok()) {
     try {
-      // A damaged counter (or one past the limit, which could wrap): the checkpoints
-      // themselves say how far the numbers went.
+      // A damaged counter (or one at the last number, or past it): the checkpoints
+      // themselves say how far the numbers went, so that only a checkpoint can exhaust them.
       const uint64_t counted = std::stoull(*text);
-      if (counted < internal_format::kCommitSeqLimit) next = std::max<uint64_t>(next, counted + 1);
+      if (counted < internal_format::kCommitSeqLimit - 1) next = std::max<uint64_t>(next, counted + 1);
     } catch (const std::exception&) {
     }
   }
-  // Only where a checkpoint holds the highest number a reader accepts: no save may take
-  // a number its own checks would refuse.
+  // Only where a checkpoint holds the highest number a reader accepts (a forged one): no
+  // save may take a number its own checks would refuse.
   if (next >= internal_format::kCommitSeqLimit)
     return corruption("root '" + root + "': commit numbers are exhausted (a checkpoint holds " +
                       std::to_string(next - 1) + ")");

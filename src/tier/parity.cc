@@ -4,6 +4,8 @@
 
 #include <isa-l/erasure_code.h>
 
+#include "base/text.h"
+
 namespace distckpt::internal_tier {
 
 int Redundancy::group_nodes() const {
@@ -42,7 +44,9 @@ bool parse_int(const std::string& text, int lo, int hi, int* out) {
 Result<Redundancy> parse_redundancy(const std::string& text) {
   Redundancy r;
   const auto bad = [&](const std::string& why) {
-    return invalid_argument("redundancy '" + text + "': " + why +
+    // The text may come from a record on disk: escaped, and cut short.
+    const std::string shown = internal_base::printable(text.substr(0, 64)) + (text.size() > 64 ? "..." : "");
+    return invalid_argument("redundancy '" + shown + "': " + why +
                             " (expected none, auto, partner, xor:K with K >= 2, or rs:K+M)");
   };
   if (text == "none") r.kind = Redundancy::Kind::kNone;

@@ -158,12 +158,14 @@ name = "w\x1b]0;owned\x07\u009b31m"
 header = json.dumps({name: {"dtype": "Q\x1b[2J", "shape": [1], "data_offsets": [0, 4]}}).encode()
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + b"\0" * 4)
 PY
+[ $? -eq 0 ] || { echo "FAIL: could not write escape.safetensors"; accepted=$((accepted + 1)); }
 for tool in verify inspect; do
   timeout 10 "$dc" "$tool" "$work/escape.safetensors" >/dev/null 2>"$work/escape.err"
   rc=$?
+  cat "$work/escape.err" >>"$work/ls.stderr"  # scanned for sanitizer reports below
   if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
     echo "FAIL $tool escape.safetensors: exit $rc (a refusal expected)"; accepted=$((accepted + 1))
-  elif LC_ALL=C grep -q $'\x1b\|\x07\|\xc2\x9b' "$work/escape.err"; then
+  elif LC_ALL=C grep -q $'[\x1b\x07\x9b]' "$work/escape.err"; then
     echo "FAIL $tool escape.safetensors: raw control bytes in its message:"; cat -v "$work/escape.err"
     accepted=$((accepted + 1))
   elif ! grep -qF '\x1b' "$work/escape.err"; then

@@ -136,7 +136,8 @@ Result<proto::Index> safetensors_index(const ReadableFile& file, uint64_t size, 
   if (auto m = j.find(kMetadataKey); m != j.end()) {
     if (!m->is_object()) return corruption(where + ": __metadata__ is not an object");
     for (const auto& [k, v] : m->items())
-      if (!v.is_string()) return corruption(where + ": __metadata__['" + k + "'] is not a string");
+      if (!v.is_string())
+        return corruption(where + ": __metadata__['" + internal_base::printable(k) + "'] is not a string");
     if (auto d = m->find(kSafetensorsMetaKey); d != m->end()) {
       DISTCKPT_ASSIGN_OR_RETURN(meta, parse_metadata_json(d->get<std::string>(), where + ": __metadata__['distckpt']"));
     }
