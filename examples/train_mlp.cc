@@ -43,6 +43,7 @@ struct Config {
   std::string dir;
   bool resume = false;
   std::string resume_from;  // a checkpoint name under --dir (e.g. an exception save)
+  bool fall_back = false;   // a damaged checkpoint to resume from: try older ones
   std::string format = "native";
   bool integrated = false, per_rank = false;
   int keep_max = 0;           // 0: keep every checkpoint
@@ -521,6 +522,8 @@ int run(int argc, char** argv, int rank, int world) {
   app.add_flag("--resume", cfg.resume, "resume from the newest committed checkpoint in --dir");
   app.add_option("--resume-from", cfg.resume_from,
                  "resume from this checkpoint of --dir (a name, e.g. step-24_exception), verified first");
+  app.add_flag("--fall-back", cfg.fall_back,
+               "with --resume: when the newest checkpoint is damaged, resume from the newest undamaged older one");
   app.add_option("--format", cfg.format, "checkpoint format: native, ckpt, safetensors or hdf5")
       ->check(CLI::IsMember({"native", "ckpt", "safetensors", "hdf5"}));
   auto* integrated = app.add_flag("--integrated", cfg.integrated, "native: full tensors gathered into one file");
@@ -690,6 +693,7 @@ int run(int argc, char** argv, int rank, int world) {
     distckpt::ResumeOptions which;
     which.target = cfg.resume_from;
     which.epoch = cfg.resume_epoch;
+    which.fall_back_to_previous = cfg.fall_back;
     auto resumed = (*manager)->resume(which);
     if (!resumed.ok()) {
       if (rank == 0) std::fprintf(stderr, "resume failed: %s\n", resumed.status().to_string().c_str());
@@ -699,6 +703,8 @@ int run(int argc, char** argv, int rank, int world) {
     } else {
       step = resumed->step;
       if (rank == 0) std::printf("resumed from %s\n", resumed->path.c_str());
+      if (rank == 0 && cfg.local_dir.empty())
+        for (const auto& damaged : resumed->skipped) std::printf("passed over %s (damaged)\n", damaged.c_str());
       if (rank == 0 && !cfg.local_dir.empty()) {
         const auto& src = resumed->sources;
         std::printf("restore sources: local=%llu peer=%llu parity=%llu global=%llu (parity_read=%llu lost_chunks=%llu)\n",

@@ -106,6 +106,22 @@ TEST(LayoutTest, OverflowingShapesAndUnknownDtypes) {
   EXPECT_NE(sd.add_tensor("x", DType::kFloat32, nullptr, *l).message().find("box(es)"), std::string::npos);
 }
 
+// A tensor whose memory moved (a framework reallocating a parameter) gets new buffers;
+// the count must match the rank's boxes, and a refused change leaves the entry as it was.
+TEST(LayoutTest, SetBuffersFollowsMovedMemory) {
+  StateDict sd(1);
+  auto l = TensorLayout::from_device_matrix({4, 2}, {2}, {0, -1});
+  ASSERT_TRUE(l.ok());
+  float before[4] = {}, after[4] = {};
+  ASSERT_TRUE(sd.add_tensor("w", DType::kFloat32, before, *l).ok());
+  ASSERT_TRUE(sd.set_buffers("w", {after}).ok());
+  EXPECT_EQ(sd.tensors()[0].buffers, (std::vector<void*>{after}));
+  EXPECT_EQ(sd.set_buffers("w", {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sd.set_buffers("w", {nullptr}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sd.set_buffers("v", {after}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(sd.tensors()[0].buffers, (std::vector<void*>{after}));
+}
+
 TEST(LayoutTest, ExplicitBoxesIrregular) {
   // 10 rows over 3 ranks: [0,3) [3,6) [6,10).
   auto l = TensorLayout::from_boxes({10, 4}, {{Box{{0, 0}, {3, 4}}}, {Box{{3, 0}, {3, 4}}}, {Box{{6, 0}, {4, 4}}}});

@@ -324,6 +324,15 @@ TEST(Manager, MMEngineFilenameTemplateAndOutDir) {
   refused([](auto& c) { c.filename_tmpl = "a/iter_{}"; }, "without '/'");
   refused([](auto& c) { c.filename_tmpl = "iter_{}"; c.name_template = "{prefix}-{step}"; }, "both set");
   refused([](auto& c) { c.out_dir = "/o"; c.directory = "/"; }, "no name");
+  // An out_dir that is the work directory itself is not joined (MMEngine's rule).
+  TempDir same;
+  expect_all_ok(run_ranks(1, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 1);
+    CheckpointConfig c = base_config(same.path() + "/exp1/");
+    c.out_dir = same.path() + "/exp1";
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    return m->config().directory == same.path() + "/exp1/" ? Status() : internal_error(m->config().directory);
+  }));
   refused([](auto& c) { c.save_begin = -1; }, "save_begin");
 }
 
@@ -906,6 +915,43 @@ TEST(Manager, ResumeFreshDamagedAndFallback) {
   }));
 }
 
+// A single file (safetensors here) cut short: resolving `latest` finds it damaged. The
+// refusal says how to fall back, and the fallback takes the newest undamaged one.
+TEST(Manager, ResumeFallsBackPastATruncatedSingleFile) {
+  TempDir dir;
+  auto config = [&] {
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 0;
+    c.format = Format::kSafetensors;
+    return c;
+  };
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    for (int s = 1; s <= 3; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    return Status();
+  }));
+  const std::string newest = dir.path() + "/run-0_3.safetensors";
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2), want(comm.rank(), 2);
+    model.zero();
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, config()));
+    auto refused = m->resume();
+    if (refused.status().code() != StatusCode::kCorruption ||
+        refused.status().message().find("fall_back_to_previous") == std::string::npos ||
+        refused.status().message().find("run-0_3.safetensors") == std::string::npos)
+      return internal_error("damaged: " + refused.status().to_string());
+    ResumeOptions o;
+    o.fall_back_to_previous = true;
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(o));
+    if (!r.resumed || r.step != 2 || r.skipped != std::vector<std::string>{newest})
+      return internal_error("fallback to " + std::to_string(r.step) + " past " + std::to_string(r.skipped.size()));
+    return model.buffers == want.buffers ? Status() : internal_error("state differs after the fallback");
+  }));
+}
+
 TEST(Manager, FailedSavesStopOrContinueAlikeOnEveryRank) {
   for (OnSaveFailure policy : {OnSaveFailure::kStop, OnSaveFailure::kContinue}) {
     TempDir dir;
@@ -1165,6 +1211,24 @@ TEST(Publish, EndPublishesTheLastAndTheBestAsContentNamedFiles) {
     return Status();
   }));
   for (const auto& p : published) EXPECT_TRUE(fs::exists(p)) << p;
+  // Without save_last (MMEngine's after_train), only the best is published.
+  TempDir other;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(other.path());
+    c.save_every_steps = 2;
+    c.best_metric = "loss";
+    c.publish_at_end = true;
+    c.save_last = false;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    const double losses[] = {0, 0.9, 0.5, 0.7, 0.6};
+    for (int64_t s = 1; s <= 4; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0, {{"loss", losses[s]}}).status());
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->end(4, 0));
+    if (out.published.size() != 1 || out.published[0].find("/run-0_2-") == std::string::npos)
+      return internal_error("published " + std::to_string(out.published.size()) +
+                            (out.published.empty() ? "" : ": " + out.published[0]));
+    return Status();
+  }));
 }
 
 TEST(Publish, ReproducibleIdempotentAndRefusesBadRequests) {

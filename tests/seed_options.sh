@@ -10,7 +10,9 @@
 #  4. distckpt convert --exclude/--rename selects and renames as a load does;
 #  5. MindSpore's integrated_save=False (--format ckpt --no-integrated) on 4 ranks: one
 #     .ckpt per rank in each set, listed as one checkpoint, a crashed run resumes to the
-#     same state, and the set loads onto 2 ranks (DP1 x TP2) and converts to one file.
+#     same state, and the set loads onto 2 ranks (DP1 x TP2) and converts to one file;
+#  6. a truncated newest checkpoint: --resume refuses it, --fall-back resumes from the one
+#     before (the manager's fall_back_to_previous).
 # Usage: seed_options.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1
@@ -83,4 +85,25 @@ for r in 0 1 2 3; do [ -f "$work/set2/step-8/rank_$r/step-8.ckpt" ] || { echo "r
 grep -q "restored step 8 fingerprint $straight" "$work/set4.log" || { cat "$work/set4.log"; echo "not loaded onto 2 ranks"; exit 1; }
 "$build/distckpt" convert "$work/set2/step-8" "$work/merged" --to ckpt
 "$build/distckpt" verify "$work/merged.ckpt"
+
+# 6. A truncated newest checkpoint (safetensors): --resume refuses it, saying how to fall
+#    back; --fall-back resumes from the one before and ends where a run that never
+#    stopped ends.
+fb_args=(--dp 1 --tp 2 --save-every 4 --format safetensors --keep-max 0)
+"${mpirun[@]}" -np 2 "$build/train_mlp" "${fb_args[@]}" --steps 12 --dir "$work/fb" > "$work/fb.log" 2>&1
+truncate -s 4096 "$work/fb/step-12.safetensors"
+rc=0
+"${mpirun[@]}" -np 2 "$build/train_mlp" "${fb_args[@]}" --steps 16 --dir "$work/fb" --resume > "$work/fb2.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q "step-12.safetensors.*fall_back_to_previous" "$work/fb2.log" ||
+  { cat "$work/fb2.log"; echo "a damaged newest checkpoint was not refused"; exit 1; }
+"${mpirun[@]}" -np 2 "$build/train_mlp" "${fb_args[@]}" --steps 16 --dir "$work/fb" --resume --fall-back \
+  > "$work/fb3.log" 2>&1
+"${mpirun[@]}" -np 2 "$build/train_mlp" "${fb_args[@]}" --steps 16 --dir "$work/fb-straight" > "$work/fb4.log" 2>&1
+grep -q "resumed from $work/fb/step-8.safetensors" "$work/fb3.log" &&
+  grep -q "passed over $work/fb/step-12.safetensors (damaged)" "$work/fb3.log" ||
+  { cat "$work/fb3.log"; echo "--fall-back did not resume from step 8"; exit 1; }
+fell=$(awk '/^final step 16/ {print $5}' "$work/fb3.log")
+straight=$(awk '/^final step 16/ {print $5}' "$work/fb4.log")
+echo "fall back past a truncated file: straight $straight, resumed $fell"
+[ -n "$fell" ] && [ "$fell" = "$straight" ] || { echo "MISMATCH"; exit 1; }
 echo "seed options: ok"

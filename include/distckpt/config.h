@@ -52,9 +52,10 @@ struct CheckpointConfig : SaveSettings {
   // by_epoch) s >= save_begin with (s - save_begin) % every == 0, s being the number
   // of completed steps passed to step_end. Negative: refused.
   int64_t save_begin = 0;
-  // Caffe2's checkpoint_every_epochs: also save at the step_end calls with epoch_end =
-  // true whose epoch (completed epochs) is a multiple of N, whatever the step policy
-  // (0: not by epochs). Not with by_epoch, which already counts epochs.
+  // Caffe2's JobRunner checkpoints after every epoch (N = 1): also save at the step_end
+  // calls with epoch_end = true whose epoch (completed epochs) is a multiple of N,
+  // whatever the step policy (0: not by epochs). Not with by_epoch, which already counts
+  // epochs.
   int64_t save_every_epochs = 0;
   // Caffe2's JobRunner saves epoch 0 before training: resume() finding nothing to resume
   // from saves the initial state as step 0, epoch 0, at the end of "epoch 0" (so that
@@ -115,7 +116,8 @@ struct CheckpointConfig : SaveSettings {
   // ---- naming (the format, and every other way of writing, are the SaveSettings) ----
   std::string directory;                            // the checkpoint root (required)
   // MMEngine's out_dir: checkpoints go to out_dir/basename(directory), as MMEngine joins
-  // out_dir with the work directory's name ("" : directory itself).
+  // out_dir with the work directory's name ("" or the directory itself, trailing '/'
+  // aside: directory itself).
   std::string out_dir;
   std::string prefix = "ckpt";                      // no '/', printable
   std::string name_template = "{prefix}-{epoch}_{step}";  // must contain {step} or {epoch}
@@ -210,7 +212,8 @@ struct CheckpointConfig : SaveSettings {
   double exception_save_timeout_s = 60;
 
   // ---- publishing (MMEngine's published_keys; see publish_checkpoint) ----
-  // end() also exports the final checkpoint and the best: save_best's best copies when
+  // end() also exports the final checkpoint (with save_last, as MMEngine: this run's
+  // last save, else its series' newest) and the best: save_best's best copies when
   // save_best is set, else best_metric's best one; each as one file named with its
   // SHA-256, beside the checkpoints.
   bool publish_at_end = false;

@@ -52,6 +52,13 @@ class StateDict {
   Status add_tensor(const std::string& name, DType dtype, std::vector<void*> buffers,
                     const TensorLayout& layout);
 
+  // Points a tensor at new buffers of the same boxes (its memory was reallocated, say
+  // by a framework moving a parameter to new storage), in the order of
+  // layout.boxes_of(rank). Dtype and layout stay. kNotFound for an unknown name;
+  // kInvalidArgument for a buffer count other than the rank's box count, or a null
+  // buffer for a non-empty box (the entry is then unchanged).
+  Status set_buffers(const std::string& name, std::vector<void*> buffers);
+
   // Adds or replaces an info value. kInvalidArgument on an empty key.
   // One overload per kind, so that a double never silently binds to an integer.
   Status set_info(const std::string& key, InfoValue value);

@@ -49,6 +49,21 @@ Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<v
   return Status();
 }
 
+Status StateDict::set_buffers(const std::string& name, std::vector<void*> buffers) {
+  const int i = find(name);
+  if (i < 0) return not_found("state dict: rank " + std::to_string(rank_) + ": no tensor '" + name + "'");
+  TensorEntry& entry = tensors_[i];
+  const std::string where = "state dict: rank " + std::to_string(rank_) + ": tensor '" + name + "'";
+  if (buffers.size() != entry.boxes.size())
+    return invalid_argument(where + ": the layout gives this rank " + std::to_string(entry.boxes.size()) +
+                            " box(es) but " + std::to_string(buffers.size()) + " buffer(s) were passed");
+  for (std::size_t b = 0; b < buffers.size(); ++b)
+    if (buffers[b] == nullptr && entry.boxes[b].num_elements() > 0)
+      return invalid_argument(where + ": null buffer for box " + entry.boxes[b].to_string());
+  entry.buffers = std::move(buffers);
+  return Status();
+}
+
 Status StateDict::set_info(const std::string& key, InfoValue value) {
   if (key.empty()) return invalid_argument("state dict: empty info key");
   if (!internal_base::is_printable_utf8(key))

@@ -136,7 +136,7 @@ Status CheckpointConfig::validate() const {
     if (p.empty()) return bad("best_prefixes contains an empty prefix (it would match everything)");
   if (prefix.empty() || prefix.find('/') != std::string::npos || !internal_base::is_printable_utf8(prefix))
     return bad("prefix '" + internal_base::printable(prefix) + "' must be non-empty printable text without '/'");
-  if (!out_dir.empty()) {
+  if (!out_dir.empty() && out_dir != directory) {
     std::string d = directory;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
     const std::size_t slash = d.rfind('/');

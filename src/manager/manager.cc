@@ -322,9 +322,13 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
     impl.cfg.name_template = impl.cfg.effective_name_template();
     impl.cfg.filename_tmpl.clear();
     if (!impl.cfg.out_dir.empty()) {
-      std::string d = impl.cfg.directory;
-      while (d.size() > 1 && d.back() == '/') d.pop_back();
-      impl.cfg.directory = impl.cfg.out_dir + "/" + internal_base::base_name(d);
+      auto trimmed = [](std::string d) {
+        while (d.size() > 1 && d.back() == '/') d.pop_back();
+        return d;
+      };
+      const std::string d = trimmed(impl.cfg.directory);
+      // MMEngine joins only an out_dir other than the work directory.
+      if (trimmed(impl.cfg.out_dir) != d) impl.cfg.directory = impl.cfg.out_dir + "/" + internal_base::base_name(d);
       impl.cfg.out_dir.clear();
     }
   }
@@ -493,13 +497,14 @@ Result<StepOutcome> CheckpointManager::Impl::end(int64_t step, int64_t epoch, co
   DISTCKPT_RETURN_IF_ERROR(impl.background_failed(background, &out));
   // A failed final save (kContinue) publishes nothing: "the final checkpoint" is not there.
   if (!impl.cfg.publish_at_end || !out.save_error.ok()) return out;
-  // The final checkpoint (this run's last save, else the newest) and the best one.
+  // The final checkpoint (with save_last, as MMEngine: this run's last save, else the
+  // series' newest, never another job's) and the best one.
   std::vector<std::string> sources;
   if (impl.root()) {
-    std::string last = impl.last_saved_path;
-    if (last.empty()) {
+    std::string last = impl.cfg.save_last ? impl.last_saved_path : "";
+    if (impl.cfg.save_last && last.empty()) {
       auto newest = resolve_checkpoint(impl.cfg.directory, {.fs = impl.fs});
-      if (newest.ok()) last = *newest;
+      if (newest.ok() && impl.names.matches(impl.series, internal_base::base_name(*newest))) last = *newest;
     }
     if (!last.empty()) sources.push_back(last);
     // The best: save_best's copies when there are (MMEngine publishes those), else

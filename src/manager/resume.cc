@@ -126,7 +126,17 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
         if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
         else if (newest.ok() && committed.empty()) return Status();  // only exception saves: a fresh start
         else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
-        else if (!newest.ok() && !options.fall_back_to_previous) return newest.status().with_context("resume");
+        else if (!newest.ok() && !options.fall_back_to_previous)
+          return Status(newest.status().code(), "resume: " + newest.status().message() +
+                                                    (newest.status().code() == StatusCode::kCorruption
+                                                         ? " (or set fall_back_to_previous to use an older one)"
+                                                         : ""));
+        // Falling back: the damaged checkpoint `latest` names is the first passed over.
+        else if (!newest.ok() && newest.status().code() == StatusCode::kCorruption) {
+          const std::string pointer = internal_catalog::read_latest_pointer(*impl.fs, dir);
+          for (const auto& e : listing.entries)
+            if (e.state == EntryState::kBroken && e.name == pointer) skipped = dir + "/" + e.name;
+        }
       }
       for (const auto& e : committed) {
         const std::string path = dir + "/" + e.name;
