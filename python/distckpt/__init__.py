@@ -136,7 +136,11 @@ _NUMPY_DTYPES = {
 
 
 def _torch_view(name, t):
-    """(address, nbytes, dtype name, readonly, owner) of a torch tensor, or TypeError."""
+    """(address, nbytes, dtype name, readonly, owner, shape) of a torch tensor, or TypeError.
+    The owner is the tensor and its storage: a tensor given new storage later (p.data = ...,
+    share_memory_(), set_()) leaves the old one alive until the StateDict follows it."""
+    if t.layout != _torch_strided(t):
+        raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
     if t.device.type != "cpu":
         raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
     # Row-major and dense, from its strides: the bytes at data_ptr() are the tensor.
@@ -149,7 +153,13 @@ def _torch_view(name, t):
     dtype = str(t.dtype).replace("torch.", "")
     if dtype not in _NUMPY_DTYPES and dtype != "bfloat16":
         raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
-    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, t
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, (t, storage), list(t.shape)
+
+
+def _torch_strided(t):
+    import torch
+    return torch.strided
 
 
 def _numpy_view(name, a, dtype):
@@ -160,15 +170,27 @@ def _numpy_view(name, a, dtype):
     if not view.c_contiguous:
         raise TypeError(f"tensor '{name}' is not C-contiguous (use numpy.ascontiguousarray)")
     arr = _np.asarray(a)
+    if not arr.dtype.isnative:  # the name ("float32") would hide the byte order
+        raise TypeError(f"tensor '{name}': dtype {arr.dtype.str} is not in this machine's byte order "
+                        f"(use a.astype(a.dtype.newbyteorder('=')))")
     kind = arr.dtype.name
-    if dtype is None:
-        if kind not in _NUMPY_DTYPES:
-            raise TypeError(f"tensor '{name}': dtype {arr.dtype} is not supported")
-        dtype = kind
-    elif dtype == "bfloat16" and arr.dtype.itemsize != 2:
-        raise TypeError(f"tensor '{name}': bfloat16 needs 2-byte elements (a uint16 view), not {arr.dtype}")
+    if kind not in _NUMPY_DTYPES:
+        raise TypeError(f"tensor '{name}': dtype {arr.dtype} is not supported")
+    if dtype is not None and dtype != kind:
+        # Only the bits of a 2-byte integer array may be declared bfloat16 (numpy has none).
+        if dtype != "bfloat16":
+            raise TypeError(f"tensor '{name}': dtypes may only declare a uint16 or int16 array 'bfloat16', "
+                            f"not {arr.dtype} '{dtype}'")
+        if kind not in ("uint16", "int16"):
+            raise TypeError(f"tensor '{name}': bfloat16 is declared for the bits in a uint16 or int16 array, "
+                            f"not {arr.dtype}")
     address = arr.__array_interface__["data"][0] if arr.size else 0
-    return address, arr.nbytes, dtype, view.readonly, a
+    return address, arr.nbytes, dtype or kind, view.readonly, a, list(arr.shape)
+
+
+def _plain(value):
+    """A numpy scalar (np.int64(3), np.bool_(True), np.float32(0.5)) as the Python value."""
+    return value.item() if isinstance(value, _np.generic) else value
 
 
 class StateDict:
@@ -176,7 +198,10 @@ class StateDict:
 
     tensors: name -> numpy array or torch tensor (this rank's slice, C-contiguous, CPU).
     layouts: name -> TensorLayout; a tensor without one is replicated on every rank.
-    dtypes: name -> dtype name, to store a numpy uint16 array as "bfloat16".
+    dtypes: name -> "bfloat16", to store a numpy uint16 (or int16) array's bits as bfloat16.
+    Each array's shape is its box of the layout. A torch tensor given new storage of the
+    same shape and dtype (p.data = ..., share_memory_()) is followed at the next save or
+    load; one whose shape or dtype changed is refused then.
     info: name -> int, float, bool or str (saved with the checkpoint, rank 0's).
     Zero-copy: the StateDict refers to the tensors' memory and keeps them alive.
     """
@@ -185,20 +210,25 @@ class StateDict:
         self._native = _distckpt._StateDict(comm.rank)
         layouts = layouts or {}
         dtypes = dtypes or {}
-        unknown = set(layouts) - set(tensors)
-        if unknown:
-            raise TypeError(f"layouts name tensors that are not in the state: {sorted(unknown)}")
+        for what, names in (("layouts", layouts), ("dtypes", dtypes)):
+            unknown = set(names) - set(tensors)
+            if unknown:
+                raise TypeError(f"{what} name tensors that are not in the state: {sorted(unknown)}")
         for name, value in tensors.items():
-            if hasattr(value, "data_ptr") and hasattr(value, "is_contiguous"):
-                address, nbytes, dtype, readonly, owner = _torch_view(name, value)
+            torch_tensor = hasattr(value, "data_ptr") and hasattr(value, "is_contiguous")
+            if torch_tensor:
+                if name in dtypes:
+                    raise TypeError(f"tensor '{name}': dtypes applies to numpy arrays (a torch tensor has its own)")
+                address, nbytes, dtype, readonly, owner, shape = _torch_view(name, value)
             else:
-                address, nbytes, dtype, readonly, owner = _numpy_view(name, value, dtypes.get(name))
+                address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
             layout = layouts.get(name)
             if layout is None:
-                layout = TensorLayout.replicated(list(getattr(value, "shape")), comm.size)
-            self._native._add(name, dtype, address, nbytes, layout._native, owner, readonly)
+                layout = TensorLayout.replicated(shape, comm.size)
+            self._native._add(name, dtype, address, nbytes, shape, layout._native, owner, readonly,
+                              value if torch_tensor else None)
         for key, value in (info or {}).items():
-            self._native._set_info(key, value)
+            self._native._set_info(key, _plain(value))
 
     def keys(self):
         return self._native.keys()
@@ -215,9 +245,10 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
                            key, incremental, incremental_base)
 
 
-def load(comm, state, path, strict=True, key=None):
-    """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout."""
-    return _distckpt._load(comm._native, state._native, str(path), strict, key)
+def load(comm, state, path, strict=True, key=None, cast_floats=False):
+    """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout.
+    cast_floats: a floating tensor stored in another floating dtype is converted (else refused)."""
+    return _distckpt._load(comm._native, state._native, str(path), strict, key, cast_floats)
 
 
 def remove_checkpoint(root, name):
@@ -250,15 +281,30 @@ def _keep_all_is_zero(v):  # MMEngine's max_keep_ckpts=-1 keeps every checkpoint
     return 0 if v is not None and v < 0 else v
 
 
+def _never_is_zero(v):  # MMEngine's interval=-1 never saves periodically: our 0
+    return 0 if v is not None and v < 0 else v
+
+
+def _none_is_zero(v):  # MindSpore: None or 0 leaves a policy unset (off), never our default
+    return 0 if v is None else v
+
+
 def _as_list(v):
+    if v is None:  # MMEngine's default for save_best, rule and the key lists: not set
+        return None
     return [v] if isinstance(v, str) else list(v)
+
+
+def _path(v):  # os.PathLike (pathlib.Path) as well as str
+    import os
+    return os.fspath(v) if isinstance(v, os.PathLike) else v
 
 
 _OPTIONS = {
     "directory": [], "out_dir": [], "prefix": [], "name_template": [], "filename_tmpl": [],
     "save_every_steps": ["save_checkpoint_steps", "interval"],
     "save_every_seconds": ["save_checkpoint_seconds"],
-    "save_every_epochs": ["checkpoint_every_epochs"],
+    "save_every_epochs": [],
     "by_epoch": [], "save_begin": [], "save_last": [],
     "keep_max": ["keep_checkpoint_max", "max_keep_ckpts"],
     "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
@@ -268,8 +314,11 @@ _OPTIONS = {
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
 }
-_CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "save_best": _as_list, "rule": _as_list,
-            "greater_keys": _as_list, "less_keys": _as_list, "upload_command": _as_list}
+_CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
+            "save_checkpoint_steps": _none_is_zero, "save_checkpoint_seconds": _none_is_zero,
+            "keep_checkpoint_max": _none_is_zero, "keep_checkpoint_per_n_minutes": _none_is_zero,
+            "save_best": _as_list, "rule": _as_list, "greater_keys": _as_list, "less_keys": _as_list,
+            "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
 
 
@@ -284,6 +333,8 @@ def _canonical_config(kwargs):
             raise TypeError(f"CheckpointManager: '{given_as[name]}' and '{key}' both set the same option ({name})")
         given_as[name] = key
         value = _CONVERT.get(key, _CONVERT.get(name, lambda v: v))(value)
+        if name == "append_info" and value is not None:
+            value = {k: _plain(v) for k, v in dict(value).items()}
         if value is not None:
             config[name] = value
     return config
@@ -310,8 +361,13 @@ class CheckpointManager(_Closing):
     def save_now(self, step, epoch=0, metrics=None, suffix=""):
         return self._native.save_now(step, epoch, dict(metrics or {}), suffix)
 
-    def resume(self, target="", step=-1, epoch=-1, strict=True):
-        return self._native.resume(target, step, epoch, strict)
+    def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None):
+        """Collective. Loads the newest committed checkpoint (or `target`, or the newest of
+        `step` / ending `epoch`) into the state, verified first. A damaged one raises
+        CorruptionError unless fall_back_to_previous, which takes the newest undamaged older
+        one (the passed-over paths in the result's "skipped"). `only`: tensor names."""
+        return self._native.resume(str(target), step, epoch, strict, fall_back_to_previous, verify,
+                                   list(only or []))
 
     def best_checkpoint(self, metric=""):
         return self._native.best_checkpoint(metric)
@@ -322,6 +378,22 @@ class CheckpointManager(_Closing):
     @property
     def series_prefix(self):
         return self._native.series_prefix()
+
+    @staticmethod
+    def install_signal_handlers():
+        """Local, once per process: SIGUSR1 and SIGTERM (what Slurm and mpirun send before
+        killing a job) set a flag that the next step_end sees on any rank and turns into a
+        breakpoint save on every rank; its result then has "stop": True. Replaces Python's
+        handlers of those two signals."""
+        _distckpt._install_signal_handlers()
+
+    @staticmethod
+    def signal_received():
+        return _distckpt._signal_received()
+
+    @staticmethod
+    def clear_signal():
+        _distckpt._clear_signal()
 
     def run(self, loop):
         """Runs loop(); with exception_save, an exception escaping it is saved as a
@@ -382,11 +454,11 @@ class Reader:
         self.bytes_read = 0
 
     def keys(self):
-        return list(self._native.keys())
+        return list(self._open().keys())
 
     @property
     def info(self):
-        return self._native.meta()
+        return self._open().meta()
 
     def dtype(self, name):
         return self._tensors[name][0]
@@ -403,7 +475,7 @@ class Reader:
             raise KeyError(f"no tensor '{name}' in this checkpoint")
         offset, shape = (list(box[0]), list(box[1]))
         out = _np.empty(shape, dtype=_numpy_dtype(self._tensors[name][0]))
-        self.bytes_read += self._native.read_into(name, offset, shape, out.reshape(-1).view(_np.uint8), bool(check))
+        self.bytes_read += self._open().read_into(name, offset, shape, out.reshape(-1).view(_np.uint8), bool(check))
         return out
 
     def tensor(self, name):
@@ -440,11 +512,20 @@ class Reader:
             target.copy_(self.to_torch(name))
         return missing, unexpected
 
+    def _open(self):
+        if self._native is None:
+            raise ValueError("this Reader was closed")
+        return self._native
+
+    def close(self):
+        """Releases the checkpoint's files (idempotent); later reads raise ValueError."""
+        self._native = None
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        pass
+        self.close()
 
 
 def open(path, key=None):  # noqa: A001 - the package's reader, as h5py.File / safetensors.safe_open

@@ -190,10 +190,22 @@ TensorLayout layout_from_boxes(const std::vector<int64_t>& shape,
 // An info value from Python: bool, int, float or str (bool first: it is an int too).
 InfoValue to_info_value(const std::string& key, py::handle value) {
   if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
-  if (py::isinstance<py::int_>(value)) return value.cast<int64_t>();
+  if (py::isinstance<py::int_>(value)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) type_error("info '" + key + "': " + std::string(py::str(value)) + " is outside int64");
+    if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return static_cast<int64_t>(v);
+  }
   if (py::isinstance<py::float_>(value)) return value.cast<double>();
   if (py::isinstance<py::str>(value)) return value.cast<std::string>();
   type_error("info '" + key + "': int, float, bool or str, not " + std::string(py::str(value.get_type())));
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
 }
 
 // A StateDict whose buffers belong to Python objects: it holds a reference to each, so
@@ -202,9 +214,12 @@ class PyStateDict {
  public:
   explicit PyStateDict(int rank) : state_(rank) {}
   StateDict& get() { return state_; }
-  // A tensor by address: `owner` keeps the memory alive; `readonly` refuses loads into it.
+  // A tensor by address: `owner` keeps the memory alive; `readonly` refuses loads into it;
+  // `shape` must be the rank's box. `movable` (a torch tensor, else None) may be given new
+  // storage later: refresh() follows it.
   void add(const std::string& name, const std::string& dtype, uintptr_t address, uint64_t nbytes,
-           const TensorLayout& layout, py::object owner, bool readonly) {
+           const std::vector<int64_t>& shape, const TensorLayout& layout, py::object owner, bool readonly,
+           py::object movable) {
     const auto dt = dtype_from_name(dtype);
     if (!dt) type_error("tensor '" + name + "': unknown dtype '" + dtype + "'");
     const std::vector<Box> boxes = layout.boxes_of(state_.rank());
@@ -216,6 +231,11 @@ class PyStateDict {
       type_error("tensor '" + name + "': " + std::to_string(nbytes) + " bytes on rank " + std::to_string(state_.rank()) +
                  ", but its layout gives this rank " + (boxes.empty() ? std::string("no box") : boxes[0].to_string()) +
                  " of " + std::string(dtype_name(*dt)) + " (" + std::to_string(want) + " bytes)");
+    // The same bytes in another shape (a transposed weight, a flat array) would be saved
+    // and loaded scrambled: the array's shape is the box's.
+    if (!boxes.empty() && Shape(shape.begin(), shape.end()) != boxes[0].shape)
+      type_error("tensor '" + name + "': shape " + shape_text(shape) + " on rank " + std::to_string(state_.rank()) +
+                 ", but its layout gives this rank the box " + boxes[0].to_string());
     void* data = boxes.empty() ? nullptr : reinterpret_cast<void*>(address);
     if (data == nullptr && want > 0) type_error("tensor '" + name + "': null data");
     // A zero-size box still needs a non-null buffer.
@@ -223,6 +243,28 @@ class PyStateDict {
     check(state_.add_tensor(name, *dt, data, layout));
     owners_.push_back(std::move(owner));
     if (readonly) readonly_.push_back(name);
+    if (!movable.is_none() && !boxes.empty())
+      movable_.push_back(Movable{name, std::move(movable), address, nbytes, dtype, shape, owners_.size() - 1});
+  }
+  // Follows torch tensors given new storage since they were added (same shape and
+  // dtype); raises TypeError naming one whose shape, dtype or density changed. The
+  // GIL is held. Cheap when nothing moved: one data_ptr() per torch tensor.
+  void refresh() {
+    for (Movable& m : movable_) {
+      if (m.tensor.attr("data_ptr")().cast<uintptr_t>() == m.address) continue;
+      py::tuple view = py::module_::import("distckpt").attr("_torch_view")(m.name, m.tensor);
+      const auto address = view[0].cast<uintptr_t>();
+      const auto nbytes = view[1].cast<uint64_t>();
+      const auto dtype = view[2].cast<std::string>();
+      const auto shape = view[5].cast<std::vector<int64_t>>();
+      if (dtype != m.dtype || shape != m.shape || nbytes != m.nbytes)
+        type_error("tensor '" + m.name + "' changed since the StateDict was made: " + m.dtype + " " +
+                   shape_text(m.shape) + ", now " + dtype + " " + shape_text(shape) + " (make a new StateDict)");
+      if (address == 0 && nbytes > 0) type_error("tensor '" + m.name + "': null data");
+      check(state_.set_buffers(m.name, {reinterpret_cast<void*>(address)}));
+      owners_[m.owner] = view[4];  // the new storage lives, the old one may go
+      m.address = address;
+    }
   }
   void set_info(const std::string& key, py::handle value) { check(state_.set_info(key, to_info_value(key, value))); }
   const std::vector<std::string>& readonly() const { return readonly_; }
@@ -236,6 +278,16 @@ class PyStateDict {
   StateDict state_;
   std::vector<py::object> owners_;
   std::vector<std::string> readonly_;
+  struct Movable {
+    std::string name;
+    py::object tensor;
+    uintptr_t address;
+    uint64_t nbytes;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::size_t owner;  // index into owners_
+  };
+  std::vector<Movable> movable_;
   char empty_ = 0;
 };
 
@@ -282,6 +334,7 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   o.update_latest = update_latest;
   Comm& native = comm.get();
   agreed_arguments(native, [&] {
+    state.refresh();
     o.format = format_from(format);
     if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
   });
@@ -301,11 +354,14 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   return d;
 }
 
-py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key) {
+py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key,
+                    bool cast_floats) {
   LoadOptions o;
   o.strict = strict;
+  o.cast_floats = cast_floats;
   Comm& native = comm.get();
   agreed_arguments(native, [&] {
+    state.refresh();
     if (!state.readonly().empty())
       type_error("load: tensor '" + state.readonly().front() + "' is read-only (loads write into every tensor)");
     o.key = key_from(key);
@@ -445,80 +501,85 @@ CheckpointConfig make_config(const py::dict& kw) {
       if (r == "auto") return CompareRule::kAuto;
       throw py::value_error("rule: 'greater', 'less' or 'auto', not '" + r + "'");
     };
-    if (k == "directory") c.directory = v.cast<std::string>();
-    else if (k == "out_dir") c.out_dir = v.cast<std::string>();
-    else if (k == "prefix") c.prefix = v.cast<std::string>();
-    else if (k == "name_template") c.name_template = v.cast<std::string>();
-    else if (k == "filename_tmpl") c.filename_tmpl = v.cast<std::string>();
-    else if (k == "save_every_steps") c.save_every_steps = v.cast<int64_t>();
-    else if (k == "save_every_seconds") c.save_every_seconds = v.cast<double>();
-    else if (k == "save_every_epochs") c.save_every_epochs = v.cast<int64_t>();
-    else if (k == "by_epoch") c.by_epoch = v.cast<bool>();
-    else if (k == "save_begin") c.save_begin = v.cast<int64_t>();
-    else if (k == "save_last") c.save_last = v.cast<bool>();
-    else if (k == "keep_max") c.keep_max = v.cast<int>();
-    else if (k == "keep_per_n_minutes") c.keep_per_n_minutes = v.cast<double>();
-    else if (k == "best_metric") c.best_metric = v.cast<std::string>();
-    else if (k == "keep_best") c.keep_best = v.cast<int>();
-    else if (k == "save_best") c.save_best = v.cast<std::vector<std::string>>();
-    else if (k == "rule") {
-      c.save_best_rules.clear();
-      for (const auto& r : v.cast<std::vector<std::string>>()) c.save_best_rules.push_back(rule_of(r));
-    } else if (k == "greater_keys") c.greater_keys = v.cast<std::vector<std::string>>();
-    else if (k == "less_keys") c.less_keys = v.cast<std::vector<std::string>>();
-    else if (k == "format") c.format = format_from(v.cast<std::string>());
-    else if (k == "integrated") c.integrated = v.cast<bool>();
-    else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
-    else if (k == "fsync") c.fsync = v.cast<bool>();
-    else if (k == "async_save") c.async_save = v.cast<bool>();
-    else if (k == "incremental") c.incremental = v.cast<bool>();
-    else if (k == "exception_save") c.exception_save = v.cast<bool>();
-    else if (k == "job_id") c.job_id = v.cast<std::string>();
-    else if (k == "on_failure") {
-      const std::string f = v.cast<std::string>();
-      if (f != "stop" && f != "continue") throw py::value_error("on_failure: 'stop' or 'continue', not '" + f + "'");
-      c.on_failure = f == "stop" ? OnSaveFailure::kStop : OnSaveFailure::kContinue;
-    } else if (k == "enc_key") {
-      c.encryption.key = key_from(py::reinterpret_borrow<py::object>(v));
-    } else if (k == "enc_mode") {
-      auto mode = encryption_mode_from_name(v.cast<std::string>());
-      if (!mode) throw py::value_error("enc_mode: 'AES-GCM', 'AES-CBC' or 'SM4-CBC'");
-      c.encryption.mode = *mode;
-    } else if (k == "append_info") {
-      for (auto kv : v.cast<py::dict>()) {
-        const std::string key = kv.first.cast<std::string>();
-        c.append_info[key] = to_info_value(key, kv.second);
-      }
-    } else if (k == "local_dir") c.local.dir = v.cast<std::string>();
-    else if (k == "redundancy") c.local.redundancy = v.cast<std::string>();
-    else if (k == "local_every_steps") c.local_every_steps = v.cast<int64_t>();
-    else if (k == "global_every") c.global_every = v.cast<int>();
-    else if (k == "keep_local") c.keep_local = v.cast<int>();
-    else if (k == "keep_global") c.keep_global = v.cast<int>();
-    else if (k == "upload_command") c.upload_command = v.cast<std::vector<std::string>>();
-    else if (k == "upload_queue") c.upload_queue = v.cast<int>();
-    else if (k == "upload_wait_s") c.upload_wait_s = v.cast<double>();
-    else if (k == "upload") {
-      // The hook runs on the uploader's thread: it takes the GIL; an exception is printed
-      // with its traceback and counts as a failed upload, never raised. The Python
-      // object is released under the GIL, whichever thread drops the last copy.
-      std::shared_ptr<py::object> hook(new py::object(py::reinterpret_borrow<py::object>(v)), [](py::object* o) {
-        py::gil_scoped_acquire locked;
-        delete o;
-      });
-      c.upload = [hook](const std::string& path) -> Status {
-        py::gil_scoped_acquire locked;
-        try {
-          (*hook)(path);
-          return Status();
-        } catch (py::error_already_set& e) {
-          const std::string what = e.what();
-          e.restore();
-          PyErr_Print();  // the traceback, on stderr
-          return io_error("upload hook for '" + path + "' raised: " + what);
+    try {
+      if (k == "directory") c.directory = v.cast<std::string>();
+      else if (k == "out_dir") c.out_dir = v.cast<std::string>();
+      else if (k == "prefix") c.prefix = v.cast<std::string>();
+      else if (k == "name_template") c.name_template = v.cast<std::string>();
+      else if (k == "filename_tmpl") c.filename_tmpl = v.cast<std::string>();
+      else if (k == "save_every_steps") c.save_every_steps = v.cast<int64_t>();
+      else if (k == "save_every_seconds") c.save_every_seconds = v.cast<double>();
+      else if (k == "save_every_epochs") c.save_every_epochs = v.cast<int64_t>();
+      else if (k == "by_epoch") c.by_epoch = v.cast<bool>();
+      else if (k == "save_begin") c.save_begin = v.cast<int64_t>();
+      else if (k == "save_last") c.save_last = v.cast<bool>();
+      else if (k == "keep_max") c.keep_max = v.cast<int>();
+      else if (k == "keep_per_n_minutes") c.keep_per_n_minutes = v.cast<double>();
+      else if (k == "best_metric") c.best_metric = v.cast<std::string>();
+      else if (k == "keep_best") c.keep_best = v.cast<int>();
+      else if (k == "save_best") c.save_best = v.cast<std::vector<std::string>>();
+      else if (k == "rule") {
+        c.save_best_rules.clear();
+        for (const auto& r : v.cast<std::vector<std::string>>()) c.save_best_rules.push_back(rule_of(r));
+      } else if (k == "greater_keys") c.greater_keys = v.cast<std::vector<std::string>>();
+      else if (k == "less_keys") c.less_keys = v.cast<std::vector<std::string>>();
+      else if (k == "format") c.format = format_from(v.cast<std::string>());
+      else if (k == "integrated") c.integrated = v.cast<bool>();
+      else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
+      else if (k == "fsync") c.fsync = v.cast<bool>();
+      else if (k == "async_save") c.async_save = v.cast<bool>();
+      else if (k == "incremental") c.incremental = v.cast<bool>();
+      else if (k == "exception_save") c.exception_save = v.cast<bool>();
+      else if (k == "job_id") c.job_id = v.cast<std::string>();
+      else if (k == "on_failure") {
+        const std::string f = v.cast<std::string>();
+        if (f != "stop" && f != "continue") throw py::value_error("on_failure: 'stop' or 'continue', not '" + f + "'");
+        c.on_failure = f == "stop" ? OnSaveFailure::kStop : OnSaveFailure::kContinue;
+      } else if (k == "enc_key") {
+        c.encryption.key = key_from(py::reinterpret_borrow<py::object>(v));
+      } else if (k == "enc_mode") {
+        auto mode = encryption_mode_from_name(v.cast<std::string>());
+        if (!mode) throw py::value_error("enc_mode: 'AES-GCM', 'AES-CBC' or 'SM4-CBC'");
+        c.encryption.mode = *mode;
+      } else if (k == "append_info") {
+        for (auto kv : v.cast<py::dict>()) {
+          const std::string key = kv.first.cast<std::string>();
+          c.append_info[key] = to_info_value(key, kv.second);
         }
-      };
-    } else throw py::type_error("CheckpointManager: unknown option '" + k + "'");
+      } else if (k == "local_dir") c.local.dir = v.cast<std::string>();
+      else if (k == "redundancy") c.local.redundancy = v.cast<std::string>();
+      else if (k == "local_every_steps") c.local_every_steps = v.cast<int64_t>();
+      else if (k == "global_every") c.global_every = v.cast<int>();
+      else if (k == "keep_local") c.keep_local = v.cast<int>();
+      else if (k == "keep_global") c.keep_global = v.cast<int>();
+      else if (k == "upload_command") c.upload_command = v.cast<std::vector<std::string>>();
+      else if (k == "upload_queue") c.upload_queue = v.cast<int>();
+      else if (k == "upload_wait_s") c.upload_wait_s = v.cast<double>();
+      else if (k == "upload") {
+        // The hook runs on the uploader's thread: it takes the GIL; an exception is printed
+        // with its traceback and counts as a failed upload, never raised. The Python
+        // object is released under the GIL, whichever thread drops the last copy.
+        std::shared_ptr<py::object> hook(new py::object(py::reinterpret_borrow<py::object>(v)), [](py::object* o) {
+          py::gil_scoped_acquire locked;
+          delete o;
+        });
+        c.upload = [hook](const std::string& path) -> Status {
+          py::gil_scoped_acquire locked;
+          try {
+            (*hook)(path);
+            return Status();
+          } catch (py::error_already_set& e) {
+            const std::string what = e.what();
+            e.restore();
+            PyErr_Print();  // the traceback, on stderr
+            return io_error("upload hook for '" + path + "' raised: " + what);
+          }
+        };
+      } else throw py::type_error("CheckpointManager: unknown option '" + k + "'");
+    } catch (const py::cast_error&) {  // pybind11's own message names neither option nor type
+      type_error("CheckpointManager: option '" + k + "': a value of the wrong type (" +
+                 std::string(Py_TYPE(v.ptr())->tp_name) + " " + std::string(py::repr(v)).substr(0, 80) + ")");
+    }
   }
   return c;
 }
@@ -558,6 +619,10 @@ class PyManager {
   template <typename F>
   py::dict step(F&& call) {
     CheckpointManager& self = get();
+    // Local: no agreement here, since a rank that threw in the loop meets the others in
+    // the manager's own step synchronization (save_after_exception). A tensor changed on
+    // one rank raises here as an exception of the loop would (run() saves and reports it).
+    state_.cast<PyStateDict&>().refresh();
     Result<StepOutcome> r = without_gil([&] { return call(self); });
     return outcome_dict(take(std::move(r)));
   }
@@ -571,13 +636,21 @@ class PyManager {
     return step([&](CheckpointManager& m) { return m.save_now(step_, epoch, metrics, suffix); });
   }
   py::dict save_after_exception(const std::string& what) {
-    return step([&](CheckpointManager& m) { return m.save_after_exception(what); });
+    CheckpointManager& self = get();
+    try {  // best effort: a tensor that cannot be followed keeps its old (live) storage
+      state_.cast<PyStateDict&>().refresh();
+    } catch (const std::exception&) {
+    }
+    Result<StepOutcome> r = without_gil([&] { return self.save_after_exception(what); });
+    return outcome_dict(take(std::move(r)));
   }
-  py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict) {
+  py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict, bool fall_back, bool verify,
+                  const std::vector<std::string>& only) {
     PyStateDict& ps = state_.cast<PyStateDict&>();
     CheckpointManager* manager = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
       manager = &get();  // closed on one rank only: the others must not resume alone
+      ps.refresh();
       if (!ps.readonly().empty())
         type_error("resume: tensor '" + ps.readonly().front() + "' is read-only (a resume writes into every tensor)");
     });
@@ -586,6 +659,9 @@ class PyManager {
     o.step = step_;
     o.epoch = epoch;
     o.strict = strict;
+    o.fall_back_to_previous = fall_back;
+    o.verify = verify;
+    o.only = only;
     Result<ResumeResult> r = without_gil([&] { return manager->resume(o); });
     ResumeResult rr = take(std::move(r));
     py::dict d;
@@ -596,6 +672,9 @@ class PyManager {
     d["info"] = info_dict(rr.info);
     d["missing_in_checkpoint"] = rr.missing_in_checkpoint;
     d["unexpected_in_checkpoint"] = rr.unexpected_in_checkpoint;
+    d["filtered_out"] = rr.filtered_out;
+    d["skipped"] = rr.skipped;
+    d["saved_at_start"] = rr.saved_at_start;
     return d;
   }
   std::string best_checkpoint(const std::string& metric) {
@@ -649,6 +728,7 @@ class PyAsync {
     AsyncCheckpointer* async = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
       async = &get();
+      state.refresh();
       o.format = format_from(format);
       if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
     });
@@ -743,11 +823,15 @@ PYBIND11_MODULE(_distckpt, m) {
   py::class_<PyStateDict>(m, "_StateDict")
       .def(py::init<int>())
       .def("_add", &PyStateDict::add)
+      .def("_refresh", &PyStateDict::refresh)
       .def("_set_info", &PyStateDict::set_info)
       .def("keys", &PyStateDict::keys);
 
   m.def("_save", &save_state);
   m.def("_load", &load_state);
+  m.def("_install_signal_handlers", [] { check(CheckpointManager::install_signal_handlers()); });
+  m.def("_signal_received", [] { return CheckpointManager::signal_received(); });
+  m.def("_clear_signal", [] { CheckpointManager::clear_signal(); });
   m.def("_list_checkpoints", &list_root);
   m.def("_remove_checkpoint", &remove_from_root);
   m.def("_verify", &verify_path);

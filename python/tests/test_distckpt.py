@@ -482,3 +482,129 @@ def test_incremental_saves_reference_unchanged_tensors(comm, shared_dir):
         assert [s["bytes_written"] for s in stats[1:]] == [head.nbytes * size] * 2
         assert all(s["bytes_logical"] == 2 * head.nbytes * size for s in stats)
     comm.barrier()
+
+
+def test_state_dicts_refuse_bytes_they_would_store_wrong(comm, shared_dir):
+    size, rank = comm.size, comm.rank
+    layout = split_rows([2 * size, 3], size)
+    # Another byte order: the dtype's name ("float32") would hide it.
+    with pytest.raises(TypeError, match="'w'.*byte order"):
+        distckpt.StateDict(comm, {"w": np.zeros((2, 3), ">f4")}, {"w": layout})
+    # The array's shape is its box, not only its byte count (a transposed or flat array).
+    with pytest.raises(TypeError, match=r"'w': shape \(3, 2\).*box"):
+        distckpt.StateDict(comm, {"w": np.zeros((3, 2), np.float32)}, {"w": layout})
+    with pytest.raises(TypeError, match=r"'w': shape \(6,\)"):
+        distckpt.StateDict(comm, {"w": np.zeros(6, np.float32)}, {"w": layout})
+    # dtypes only declares the bits of a 2-byte integer array bfloat16, for tensors that exist.
+    with pytest.raises(TypeError, match="not in the state"):
+        distckpt.StateDict(comm, {"w": np.zeros((2, 3), np.uint16)}, {"w": layout}, dtypes={"x": "bfloat16"})
+    for wrong, declared in ((np.int32, "float32"), (np.float16, "bfloat16"), (np.float32, "bfloat16")):
+        with pytest.raises(TypeError, match="'w'"):
+            distckpt.StateDict(comm, {"w": np.zeros((2, 3), wrong)}, {"w": layout}, dtypes={"w": declared})
+    with pytest.raises(TypeError, match="not supported"):
+        distckpt.StateDict(comm, {"w": np.zeros((2, 3), object)}, {"w": layout}, dtypes={"w": "float64"})
+    distckpt.StateDict(comm, {"w": np.zeros((2, 3), np.int16)}, {"w": layout}, dtypes={"w": "bfloat16"})
+    # numpy scalars are info values; an int past int64 is refused by key.
+    w = np.full((2, 3), rank, np.float32)
+    state = distckpt.StateDict(comm, {"w": w}, {"w": layout},
+                               info={"seed": np.int64(3), "flag": np.bool_(True), "lr": np.float32(0.5)})
+    saved = distckpt.save(comm, state, shared_dir, "a")
+    info = distckpt.load(comm, state, saved["path"])["info"]
+    assert info["seed"] == 3 and info["flag"] is True and info["lr"] == 0.5
+    with pytest.raises(TypeError, match="info 'big'.*int64"):
+        distckpt.StateDict(comm, {"w": w}, {"w": layout}, info={"big": 2 ** 64 - 1})
+    # A manager option of the wrong type names the option; paths may be pathlib.Path.
+    with pytest.raises(TypeError, match="option 'keep_max'.*str"):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, keep_max="3")
+    with pytest.raises(TypeError, match="option 'save_every_steps'.*float"):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=2.0)
+    import pathlib
+    with distckpt.CheckpointManager(comm, state, directory=pathlib.Path(shared_dir) / "p") as m:
+        assert m.step_end(1)["saved"]
+    # A closed reader has let go of its files.
+    r = distckpt.open(pathlib.Path(saved["path"]))
+    with r:
+        assert r.keys() == ["w"]
+    with pytest.raises(ValueError, match="closed"):
+        r.tensor("w")
+
+
+def test_seed_option_values_mean_what_they_mean_in_the_seeds():
+    canonical = distckpt._canonical_config
+    # MindSpore: None (or 0) leaves a policy off, so seconds decide and minutes keep.
+    assert canonical(dict(save_checkpoint_steps=None, save_checkpoint_seconds=60)) == \
+        {"save_every_steps": 0, "save_every_seconds": 60}
+    assert canonical(dict(keep_checkpoint_max=None, keep_checkpoint_per_n_minutes=5)) == \
+        {"keep_max": 0, "keep_per_n_minutes": 5}
+    # MMEngine: interval=-1 never saves periodically, max_keep_ckpts=-1 keeps all, and
+    # save_best, rule and the key lists default to None.
+    assert canonical(dict(interval=-1, max_keep_ckpts=-1, save_best=None, rule=None, greater_keys=None,
+                          less_keys=None)) == {"save_every_steps": 0, "keep_max": 0}
+
+
+def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/setup.sh installs it)")
+    size = comm.size
+    p = torch.zeros(2, 3)
+    state = distckpt.StateDict(comm, {"p": p}, {"p": split_rows([2 * size, 3], size)})
+    p.data = torch.full((2, 3), 7.0)  # a framework reallocating a parameter
+    distckpt.save(comm, state, shared_dir, "a")
+    assert (distckpt.open(os.path.join(shared_dir, "a")).tensor("p") == 7.0).all()
+    p.set_(torch.zeros(2, 3))
+    distckpt.load(comm, state, os.path.join(shared_dir, "a"))
+    assert (p == 7.0).all()  # loaded into the new storage
+    with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
+        p.data = torch.full((2, 3), 9.0)
+        saved = m.step_end(1)
+        assert (distckpt.open(saved["path"]).tensor("p") == 9.0).all()
+        # A new shape is refused: by the rank itself in a manager step (as an exception of
+        # the loop), and on every rank in a save, the others naming it.
+        p.data = torch.zeros(3, 2)
+        with pytest.raises(TypeError, match="'p' changed since the StateDict was made"):
+            m.step_end(2)
+        p.data = torch.zeros(2, 3)
+    if comm.rank == 0:
+        p.data = torch.zeros(6)
+    with pytest.raises(TypeError if comm.rank == 0 else distckpt.DistckptError, match="rank 0|'p' changed"):
+        distckpt.save(comm, state, shared_dir, "b")
+
+
+def test_resume_falls_back_past_a_damaged_newest_when_asked(comm, shared_dir):
+    size = comm.size
+    w = np.zeros((2, 3), np.float32)
+    state = distckpt.StateDict(comm, {"w": w}, {"w": split_rows([2 * size, 3], size)})
+    config = dict(directory=shared_dir, prefix="run", name_template="{prefix}-{step}", format="safetensors",
+                  keep_max=0)
+    with distckpt.CheckpointManager(comm, state, **config) as m:
+        for step in (1, 2, 3):
+            w[...] = step
+            m.step_end(step)
+    newest = os.path.join(shared_dir, "run-3.safetensors")
+    comm.barrier()
+    if comm.rank == 0:
+        os.truncate(newest, os.path.getsize(newest) // 2)
+    comm.barrier()
+    with distckpt.CheckpointManager(comm, state, **config) as m:
+        with pytest.raises(distckpt.CorruptionError, match="fall_back_to_previous"):
+            m.resume()
+        resumed = m.resume(fall_back_to_previous=True)
+        assert resumed["step"] == 2 and resumed["skipped"] == [newest]
+        assert (w == 2).all()
+
+
+def test_a_signal_to_one_rank_is_a_breakpoint_save_on_every_rank(comm, shared_dir):
+    import signal
+    size = comm.size
+    w = np.full((2, 3), comm.rank, np.float32)
+    state = distckpt.StateDict(comm, {"w": w}, {"w": split_rows([2 * size, 3], size)})
+    distckpt.CheckpointManager.install_signal_handlers()
+    try:
+        with distckpt.CheckpointManager(comm, state, directory=shared_dir, prefix="run", save_every_steps=100) as m:
+            assert not m.step_end(1)["stop"]
+            if comm.rank == size - 1:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                assert distckpt.CheckpointManager.signal_received()
+            out = m.step_end(2)
+            assert out["stop"] and out["saved"] and out["path"].endswith("_breakpoint")
+    finally:
+        distckpt.CheckpointManager.clear_signal()
