@@ -343,6 +343,38 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
   EXPECT_EQ(by_tag.at("empty")->tensor().tensor_content(), "");
 }
 
+// An empty string is numpy's '' (one NUL code unit, as np.array('').tobytes()): MindSpore's
+// reader cannot make a numpy U0 array from a record without content. It reads back as "".
+TEST(MindSporeCkpt, AnEmptyStringIsOneNulCodeUnit) {
+  TempDir dir;
+  std::string path;
+  expect_all_ok(run_ranks(1, [&](Comm& comm) -> Status {
+    StateDict state(comm.rank());
+    float w = 1;
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("w", DType::kFloat32, &w, *TensorLayout::from_device_matrix({1}, {1}, {-1})));
+    DISTCKPT_RETURN_IF_ERROR(state.set_info("note", std::string()));
+    SaveOptions o;
+    o.name = "m";
+    o.format = Format::kCkpt;
+    DISTCKPT_ASSIGN_OR_RETURN(SaveResult saved, save(comm, state, dir.path(), o));
+    path = saved.path;
+    DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded, load(comm, state, path, {}));
+    return info_value_to_string(loaded.info.at("note")).empty() ? Status() : internal_error("note reads back non-empty");
+  }));
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Checkpoint ck;
+  ASSERT_TRUE(ck.ParseFromString(bytes.substr(0, bytes.size() - 17)));
+  bool seen = false;
+  for (const auto& v : ck.value())
+    if (v.tag() == "note") {
+      seen = true;
+      EXPECT_EQ(v.tensor().tensor_type(), "str");
+      EXPECT_EQ(v.tensor().tensor_content(), std::string(4, '\0'));
+    }
+  EXPECT_TRUE(seen);
+}
+
 // MindSpore's integrated_save=False: NAME/rank_<r>/NAME.ckpt, each a MindSpore file of
 // that rank's slices; with remove_redundancy each distinct slice is in one file only.
 TEST(MindSporePerRankSet, EachRankFileIsMindSporesAndHoldsItsSlices) {

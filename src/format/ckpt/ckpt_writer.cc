@@ -144,6 +144,9 @@ class CkptWriter final : public SequentialWriter {
           break;
         default:
           content = utf8_to_utf32le(v.string_value());
+          // numpy's '' is one NUL code unit (np.array('').tobytes()); MindSpore's reader
+          // refuses a 0-byte str record (numpy cannot make a U0 array).
+          if (content.empty()) content.assign(4, '\0');
           type = "str";
           break;
       }

@@ -27,10 +27,17 @@ constexpr std::pair<DType, std::string_view> kStTypes[] = {
 constexpr const char* kMetadataKey = "__metadata__";
 
 
-// `relative`: each tensor's offset from the start of the data.
+// `relative`: each tensor's offset from the start of the data. Entries are listed in
+// data order: MindSpore's reader (2.5+, _fast_safe_open) requires each entry to start
+// where the one before it ended.
 std::string header_json(const proto::Index& meta, const std::vector<uint64_t>& relative) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (int i = 0; i < meta.tensors_size(); ++i) {
+  std::vector<int> by_offset(static_cast<std::size_t>(meta.tensors_size()));
+  for (std::size_t i = 0; i < by_offset.size(); ++i) by_offset[i] = static_cast<int>(i);
+  // At one offset, empty tensors come before the one that has bytes there.
+  auto key = [&](int i) { return std::make_pair(relative[static_cast<std::size_t>(i)], tensor_bytes(meta.tensors(i)) > 0); };
+  std::stable_sort(by_offset.begin(), by_offset.end(), [&](int a, int b) { return key(a) < key(b); });
+  for (int i : by_offset) {
     const proto::Tensor& t = meta.tensors(i);
     const uint64_t begin = relative[static_cast<std::size_t>(i)];
     j[t.name()] = {{"dtype", st_dtype_name(*dtype_from_name(t.dtype()))},
