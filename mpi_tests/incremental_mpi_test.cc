@@ -329,6 +329,11 @@ TEST_F(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
     auto verified = verify_checkpoint(tmp.path() + "/step-2");
     ASSERT_FALSE(verified.ok());
     EXPECT_EQ(verified.status().code(), StatusCode::kCorruption);
+    // ls says so too (the identity check verify and load make), and never calls it latest.
+    auto replaced = list_checkpoints(tmp.path());
+    ASSERT_TRUE(replaced.ok());
+    for (const auto& e : replaced->entries)
+      if (e.name == "step-2") EXPECT_EQ(e.state, EntryState::kBroken) << e.detail;
     // Removed by hand instead (rm -rf): ls says step-2 is damaged, resume refuses it.
     fs::remove_all(tmp.path() + "/step-1");
     auto listing = list_checkpoints(tmp.path());
@@ -338,6 +343,44 @@ TEST_F(IncrementalMpiTest, ReplacedOrRemovedBasesAreCaughtNotLoaded) {
         EXPECT_EQ(e.state, EntryState::kBroken);
         EXPECT_NE(e.detail.find("missing"), std::string::npos) << e.detail;
       }
+    EXPECT_EQ(resolve_checkpoint(tmp.path()).status().code(), StatusCode::kCorruption);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A damaged chunk in a referenced file is reported with that file's own path (the
+// checkpoint that references it may have a file of the same name); a base that lost its
+// index makes ls list what references it as damaged.
+TEST_F(IncrementalMpiTest, DamageInABaseIsNamedWhereItIs) {
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-1")).ok());
+  version[0] = 1;
+  m.fill(version);
+  ASSERT_TRUE(save(*comm, m.state, tmp.path(), incremental("step-2")).ok());
+  if (world_rank() == 0) {
+    for (const auto& e : fs::directory_iterator(tmp.path() + "/step-1")) {
+      if (e.path().filename().string().rfind("data-", 0) != 0) continue;
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      const auto size = static_cast<std::streamoff>(fs::file_size(e.path()));
+      for (std::streamoff at = 0; at < size; at += 64) {  // inside every chunk, whatever the gaps
+        f.seekp(at);
+        f.put('\x5a');
+      }
+    }
+    auto verified = verify_checkpoint(tmp.path() + "/step-2");
+    ASSERT_EQ(verified.status().code(), StatusCode::kCorruption) << verified.status().to_string();
+    EXPECT_NE(verified.status().message().find("/step-1/data-"), std::string::npos) << verified.status().to_string();
+    EXPECT_NE(verified.status().message().find("(referenced)"), std::string::npos) << verified.status().to_string();
+    fs::remove(tmp.path() + "/step-1/index.pb");
+    auto listing = list_checkpoints(tmp.path());
+    ASSERT_TRUE(listing.ok());
+    bool seen = false;
+    for (const auto& e : listing->entries)
+      if (e.name == "step-2") {
+        seen = true;
+        EXPECT_EQ(e.state, EntryState::kBroken);
+        EXPECT_NE(e.detail.find("no readable index"), std::string::npos) << e.detail;
+      }
+    EXPECT_TRUE(seen);
     EXPECT_EQ(resolve_checkpoint(tmp.path()).status().code(), StatusCode::kCorruption);
   }
   MPI_Barrier(MPI_COMM_WORLD);

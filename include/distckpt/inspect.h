@@ -105,7 +105,9 @@ struct VerifyOptions : InspectOptions {
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
   bool deep = false;    // every file was evicted from the cache before being read
-  bool checksums = true;  // the checkpoint records checksums (false: sizes and structure only)
+  // The checkpoint records checksums, per chunk (CRC32C) or per file (a .ckpt's CRC-32
+  // footer); false: sizes and structure only.
+  bool checksums = true;
   bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
   // What was checked, in words: "sizes and every chunk's CRC32C", "sizes and the file's
   // CRC-32 footer", "structure only: hdf5 carries no checksums", ...

@@ -2,6 +2,7 @@
 #include "catalog/listing.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "base/strings.h"
@@ -68,6 +69,7 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
   DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(root));
   RootListing listing;
   std::vector<CheckpointEntry> committed, other;
+  std::map<std::pair<std::string, uint64_t>, Status> identities;  // referenced checkpoints, checked
   for (const auto& e : entries) {
     // Directories are native checkpoints; files only in a single-file format.
     if (!e.is_dir && !is_checkpoint_file_name(e.name)) continue;
@@ -123,6 +125,8 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     }
     // An incremental checkpoint whose referenced files are gone (removed by hand,
     // bypassing retirement) cannot load: listed as damaged, never resumed from.
+    // So is one whose referenced checkpoint lost its index or was replaced (what
+    // verify and load check: check_reference_identity), read once per listing.
     std::string dangling;
     for (const auto& f : index->files()) {
       if (f.checkpoint().empty()) continue;
@@ -130,6 +134,14 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       auto size = fs->file_size(path);
       if (!size.ok() || *size != f.size()) {
         dangling = "it references '" + path + "', which is " + (size.ok() ? "of another size" : "missing");
+        break;
+      }
+      auto known = identities.find({f.checkpoint(), f.checkpoint_seq()});
+      if (known == identities.end())
+        known = identities.emplace(std::make_pair(f.checkpoint(), f.checkpoint_seq()),
+                                   internal_format::check_reference_identity(*fs, root, f)).first;
+      if (!known->second.ok()) {
+        dangling = known->second.message();
         break;
       }
     }
@@ -207,10 +219,17 @@ Result<std::string> resolve_checkpoint(const std::string& path, const InspectOpt
     if (e.state != EntryState::kCommitted || (any_advancing && !e.advances_latest)) continue;
     if (newest == nullptr || internal_catalog::newer(e, *newest, listing.latest)) newest = &e;
   }
-  if (newest == nullptr)
+  if (newest == nullptr) {
+    // A native checkpoint's directory that lost its index is no empty root.
+    if (auto inside = fs->list_dir(path); inside.ok() && listing.entries.empty())
+      for (const auto& e : *inside)
+        if (!e.is_dir && internal_base::starts_with(e.name, "data-") && internal_base::ends_with(e.name, ".bin"))
+          return corruption("resolve: '" + path + "' holds data files but no " + kIndexFileName +
+                            ": a checkpoint that lost its index, or a save that never committed");
     return not_found("resolve: no committed checkpoint under '" + path + "'" +
                      (broken.empty() ? "" : " (damaged: " + broken + ")"));
-  return path + "/" + newest->name;
+  }
+  return internal_base::trim_trailing_slashes(path) + "/" + newest->name;
 }
 
 }  // namespace distckpt

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -21,7 +22,9 @@
 #include "distckpt/layout.h"
 #include "base/text.h"
 #include "catalog/gc.h"
+#include "catalog/names.h"
 #include "catalog/references.h"
+#include "format/native/file_names.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
@@ -145,6 +148,12 @@ int cmd_layout(const LayoutArgs& args) {
 }
 
 int cmd_ls(const std::string& root, bool as_json) {
+  // A checkpoint is no root: listing its files as entries would say it holds none.
+  if (std::filesystem::exists(root + "/" + internal_format::kIndexFileName) ||
+      (std::filesystem::is_regular_file(root) && internal_catalog::is_checkpoint_file_name(internal_base::base_name(root))))
+    return fail(invalid_argument("ls: '" + root + "' is a checkpoint, not a root (`distckpt inspect` describes it; " +
+                                 "`distckpt ls` lists the directory that holds it)"),
+                2);
   auto listing = list_checkpoints(root);
   if (!listing.ok()) return fail(listing.status());
   // The local tier's records (tier.h): shown only when the root has any, so that the
@@ -209,6 +218,7 @@ int cmd_ls(const std::string& root, bool as_json) {
                              {"step", r.step},
                              {"epoch", r.epoch},
                              {"commit_seq", r.commit_seq},
+                             {"format", "native"},  // local-tier saves are native
                              {"tiers", tiers_of(r.name, false)},
                              {"nodes", r.nodes},
                              {"redundancy", r.redundancy}});
@@ -266,11 +276,32 @@ Result<std::shared_ptr<const EncryptionKey>> load_key(const KeyArgs& args) {
   return std::shared_ptr<const EncryptionKey>();
 }
 
+// A root whose newest checkpoint is at the local tier only: this tool reads the global
+// root, so it says which checkpoint it uses instead (on stderr).
+void note_newer_local(const std::string& root, const std::string& resolved) {
+  if (resolved == root) return;  // a checkpoint was named
+  auto records = list_local_records(root);
+  if (!records.ok() || records->empty()) return;
+  auto listing = list_checkpoints(root);
+  uint64_t seq = 0;
+  if (listing.ok())
+    for (const auto& e : listing->entries)
+      if (e.state == EntryState::kCommitted && internal_base::trim_trailing_slashes(root) + "/" + e.name == resolved)
+        seq = e.commit_seq;
+  const TierRecordInfo& newest = records->front();
+  if (newest.global || newest.commit_seq <= seq) return;
+  std::fprintf(stderr,
+               "note: the newest checkpoint, %s (step %lld), is at the local tier only (its files are on the nodes "
+               "that saved it); using the newest global checkpoint, %s\n",
+               printable(newest.name).c_str(), static_cast<long long>(newest.step), printable(resolved).c_str());
+}
+
 int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
   if (!dir.ok()) return fail(dir.status());
+  note_newer_local(path, *dir);
   InspectOptions options;
   options.key = *key;
   auto info = read_checkpoint_info(*dir, options);
@@ -346,30 +377,14 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   return 0;
 }
 
-// A root whose newest checkpoint is at the local tier only: this tool reads the global
-// root, so it says which checkpoint it uses instead (on stderr).
-void note_newer_local(const std::string& root, const std::string& resolved) {
-  if (resolved == root) return;  // a checkpoint was named
-  auto records = list_local_records(root);
-  if (!records.ok() || records->empty()) return;
-  auto listing = list_checkpoints(root);
-  uint64_t seq = 0;
-  if (listing.ok())
-    for (const auto& e : listing->entries)
-      if (e.state == EntryState::kCommitted && root + "/" + e.name == resolved) seq = e.commit_seq;
-  const TierRecordInfo& newest = records->front();
-  if (newest.global || newest.commit_seq <= seq) return;
-  std::fprintf(stderr,
-               "note: the newest checkpoint, %s (step %lld), is at the local tier only (its files are on the nodes "
-               "that saved it); using the newest global checkpoint, %s\n",
-               printable(newest.name).c_str(), static_cast<long long>(newest.step), printable(resolved).c_str());
-}
-
 int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unchecked, const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
-  if (!dir.ok()) return fail(dir.status());
+  if (!dir.ok()) {  // the same shape as any failed verify, for scripts reading stdout
+    if (as_json) std::cout << dump(json{{"path", path}, {"ok", false}, {"error", dir.status().to_string()}}) << "\n";
+    return fail(dir.status());
+  }
   note_newer_local(path, *dir);
   VerifyOptions options;
   options.deep = deep;
@@ -415,12 +430,16 @@ int cmd_convert(const ConvertArgs& args) {
   // Resolved once: a root's `latest` may move while we decide.
   auto source = resolve_checkpoint(args.src);
   if (!source.ok()) return fail(source.status());
+  note_newer_local(args.src, *source);
   auto described = read_checkpoint_info(*source);  // no key needed to see whether it is encrypted
   if (!described.ok()) return fail(described.status());
   const std::string source_mode = described->encryption_mode == EncryptionMode::kNone
                                       ? ""
                                       : std::string(encryption_mode_name(described->encryption_mode));
   std::shared_ptr<const EncryptionKey> source_key = *key, copy_key = *enc_key;
+  if (!source_mode.empty() && !source_key)  // as verify, inspect and publish say it
+    return fail(Status(StatusCode::kAuthFailed, "convert: '" + *source + "' is encrypted (" + source_mode +
+                                                    "): its key is needed (--key-file or --key-env)"));
   if (source_mode.empty() && source_key) {
     // A plain source needs no key: with --enc-mode, --key-file encrypts the copy.
     if (copy_key || args.enc_mode.empty())
@@ -506,17 +525,31 @@ int cmd_publish(const PublishArgs& args) {
 
 int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
   int rc = 0;
+  FileSystem& fs = *posix_filesystem();
   for (const std::string& name : names) {
     Status st = remove_checkpoint(root, name);
-    if (!st.ok()) {
+    // A node-local copy of the name (tier.h) would be restored from at the next resume:
+    // its record goes too (after the global checkpoint, or alone for a local-only one);
+    // each node's files then go at the job's next local retention, as remove_local's.
+    const std::string record = internal_catalog::local_record_path(root, name);
+    const bool local = (st.ok() || st.code() == StatusCode::kNotFound) &&
+                       internal_catalog::validate_checkpoint_name(name).ok() && fs.exists(record);
+    if (local) {
+      if (Status gone = fs.remove_file(record); !gone.ok()) {
+        rc = fail(gone.with_context("rm '" + name + "': its node-local record"));
+        continue;
+      }
+    }
+    if (!st.ok() && !(local && st.code() == StatusCode::kNotFound)) {
       rc = fail(st);
       continue;
     }
-    const bool kept = internal_catalog::is_retired_entry(*posix_filesystem(), root, name);
-    std::printf("removed %s%s\n", printable(name).c_str(),
-                kept ? " (retired: keeps the data files later checkpoints reference, or that cannot be known: see "
-                       "below)"
-                     : "");
+    const bool kept = st.ok() && internal_catalog::is_retired_entry(fs, root, name);
+    std::printf("removed %s%s%s\n", printable(name).c_str(),
+                kept ? " (retired: the data files later checkpoints reference stay until none does)" : "",
+                !local ? ""
+                : st.ok() ? " and its node-local copy (the nodes' files go at the job's next local retention)"
+                          : " (node-local only: the nodes' files go at the job's next local retention)");
   }
   // Retired checkpoints that only the removed ones referenced go now, not at the next gc.
   auto swept = internal_catalog::sweep_retired(*posix_filesystem(), root);

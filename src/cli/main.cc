@@ -85,6 +85,19 @@ int main(int argc, char** argv) {
   gcc->add_option("--lease", gc.lease, "a remote owner whose heartbeat is older than this is gone (default 10m)");
   gcc->add_flag("--json", gc.json, "machine-readable output");
 
+  // CLI11 would call an unknown command a missing one ("A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found |= sub->get_name() == argv[1];
+    }
+    if (!found) {
+      std::fprintf(stderr, "distckpt: unknown command '%s' (commands: %s; --help for more)\n", argv[1], known.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "base/guard.h"
 #include "base/strings.h"
@@ -14,6 +15,7 @@
 #include "distckpt/inspect.h"
 #include "format/describe.h"
 #include "format/format.h"
+#include "format/native/file_names.h"
 #include "format/native/sealing.h"
 #include "format/sequential_writer.h"
 #include "plan/load_names.h"
@@ -61,6 +63,20 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     const std::string root = internal_base::dir_name(path);
     const std::string name = internal_base::base_name(path);
     DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(name));
+    // Never into a checkpoint's directory (the source's or another's): that directory is
+    // its checkpoint's alone, and retention or rm would remove the copy with it.
+    for (std::filesystem::path up = std::filesystem::absolute(root).lexically_normal(); !up.empty();
+         up = up.parent_path()) {
+      if (fs->exists((up / internal_format::kIndexFileName).string())) {
+        std::error_code no_cwd;
+        const auto cwd = std::filesystem::current_path(no_cwd);
+        const auto shown = no_cwd ? up : up.lexically_relative(cwd);  // as the caller named it, where it can
+        return invalid_argument("convert: the destination '" + path + "' is inside the checkpoint '" +
+                                (shown.empty() || *shown.begin() == ".." ? up : shown).string() +
+                                "' (a checkpoint's directory is its own: rm and retention remove it whole)");
+      }
+      if (up == up.root_path()) break;
+    }
 
     // The tensors converted: all, or those `only` selects (each entry must select one).
     // Each only/exclude entry must name a tensor: a typo would keep or drop silently.

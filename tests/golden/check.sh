@@ -39,6 +39,16 @@ dc=$build/distckpt
   run "$dc" inspect --key-file key.hex encrypted/step-5
   run "$dc" verify --json --key-file key.hex encrypted/step-5
   run "$dc" verify root
+  # Misuse: a checkpoint given as a root, a path that is not there (JSON all the same),
+  # a checkpoint directory without its index, a copy into a checkpoint's directory, an
+  # encrypted source without its key.
+  run "$dc" ls root/step-12
+  run "$dc" verify --json missing
+  mkdir -p noindex
+  cp root/step-12/data-* noindex/
+  run "$dc" inspect noindex
+  run "$dc" convert root/step-12 root/step-12/inner --to safetensors
+  run "$dc" convert encrypted/step-5 plain --to native
   # train_mlp: the same global state at every split.
   for shape in "2 2 4" "1 4 4" "4 1 4" "1 1 1"; do
     set -- $shape
