@@ -26,6 +26,12 @@ assert all("format" in e for e in entries.values()), "an entry without a format"
 out=$("$dc" rm "$work/root" step-20)
 echo "$out"
 grep -q "removed step-20 and its node-local copy" <<<"$out" || { echo "FAIL: the local copy was not named"; exit 1; }
+# A drain of step-15 in flight (its tmp entry in the root): the record stays.
+mkdir "$work/root/step-15.tmp-0123456789abcdef"
+rc=0
+"$dc" rm "$work/root" step-15 2> "$work/busy.err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "is in flight" "$work/busy.err" || { cat "$work/busy.err"; echo "FAIL: removed under a drain"; exit 1; }
+rmdir "$work/root/step-15.tmp-0123456789abcdef"
 out=$("$dc" rm "$work/root" step-15)
 echo "$out"
 grep -q "removed step-15 (node-local only" <<<"$out" || { echo "FAIL: a local-only checkpoint was not removed"; exit 1; }

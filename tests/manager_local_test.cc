@@ -1093,6 +1093,34 @@ TEST(ExceptionSave, AnExceptionBeforeAnyPeriodicSaveIsNeverResumedImplicitly) {
   }));
 }
 
+// abort_after_error: an error that leaves a rank's state unusable (the Python layer's
+// tensor that cannot be followed) meets the others as an exception does, at the same
+// step, and nothing is saved even with exception_save.
+TEST(ExceptionSave, AbortAfterErrorMeetsTheOthersAndSavesNothing) {
+  TempDir dir;
+  std::vector<StepOutcome> seen(3);
+  expect_all_ok(run_ranks(3, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 3);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, exception_config(dir.path())));
+    for (int64_t s = 1; s <= 6; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    if (comm.rank() == 2) {
+      DISTCKPT_ASSIGN_OR_RETURN(seen[2], m->abort_after_error("tensor 'w' moved"));
+    } else {
+      DISTCKPT_ASSIGN_OR_RETURN(seen[static_cast<std::size_t>(comm.rank())], m->step_end(6, 0));
+    }
+    // Finished on every rank: later calls fail locally, without communicating.
+    return m->step_end(7, 0).status().code() == StatusCode::kAborted ? Status() : internal_error("not finished");
+  }));
+  for (const StepOutcome& out : seen) {
+    EXPECT_TRUE(out.stop);
+    EXPECT_FALSE(out.saved);
+    EXPECT_EQ(out.exception_rank, 2);
+    EXPECT_EQ(out.exception, "tensor 'w' moved");
+    EXPECT_NE(out.save_error.message().find("cannot be saved"), std::string::npos) << out.save_error.to_string();
+  }
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"run-0_5"}));
+}
+
 TEST(ExceptionSave, OneRankThrowsWhileTheOthersAreInTheManager) {
   // Rank 1 throws during step 8 while ranks 0 and 2 finish it: their states are a step
   // ahead, so nothing is saved, and every rank learns why.

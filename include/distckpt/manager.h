@@ -11,8 +11,9 @@
 //
 // Every call is collective over the manager's communicator: all ranks call it, in the
 // same order, from the thread that owns the communicator, and get the same result.
-// The exceptions say so in their comments: save_after_exception (called by the rank
-// that caught, which meets the others in their manager calls), last_exception_save, the
+// The exceptions say so in their comments: save_after_exception and abort_after_error
+// (called by the rank that caught, which meets the others in their manager calls),
+// last_exception_save, the
 // signal functions, series_prefix and the destructor.
 // Every decision that depends on time, signals or the file system is taken on rank 0
 // and broadcast. The state dict is borrowed: its buffers must stay valid and hold the
@@ -182,6 +183,12 @@ class CheckpointManager {
   // catch on the rank(s) that caught (`what`: the exception's description), then
   // rethrow or abort. Returns the same outcome the other ranks get from step_end.
   Result<StepOutcome> save_after_exception(const std::string& what);
+  // As save_after_exception, but nothing is saved: for an error of this rank that
+  // leaves its state unusable (a tensor's memory it can no longer describe, say). The
+  // rank meets the others in their manager calls (exception_save_timeout_s), every rank
+  // gets stop with exception_rank and `what`, and the manager is finished. Returns
+  // kAborted when the others do not come in time.
+  Result<StepOutcome> abort_after_error(const std::string& what);
   // The outcome of the last exception save on this rank (kNotFound before any).
   Result<StepOutcome> last_exception_save() const;
 

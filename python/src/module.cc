@@ -616,13 +616,23 @@ class PyManager {
     if (!manager_) throw py::value_error("this CheckpointManager was closed");
     return *manager_;
   }
+  void refresh_or_abort(CheckpointManager& self) {
+    try {
+      state_.cast<PyStateDict&>().refresh();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      (void)without_gil([&] { return self.abort_after_error(what); });
+      throw;
+    }
+  }
   template <typename F>
   py::dict step(F&& call) {
     CheckpointManager& self = get();
-    // Local: no agreement here, since a rank that threw in the loop meets the others in
-    // the manager's own step synchronization (save_after_exception). A tensor changed on
-    // one rank raises here as an exception of the loop would (run() saves and reports it).
-    state_.cast<PyStateDict&>().refresh();
+    // No agreement of our own here: a rank that threw in the loop meets the others in the
+    // manager's step synchronization (save_after_exception). A tensor that cannot be
+    // followed on this rank ends the manager on every rank, nothing saved
+    // (abort_after_error: the others' call returns stop naming this rank), and raises.
+    refresh_or_abort(self);
     Result<StepOutcome> r = without_gil([&] { return call(self); });
     return outcome_dict(take(std::move(r)));
   }
@@ -637,9 +647,14 @@ class PyManager {
   }
   py::dict save_after_exception(const std::string& what) {
     CheckpointManager& self = get();
-    try {  // best effort: a tensor that cannot be followed keeps its old (live) storage
+    // A tensor that cannot be followed any more: its old address may be freed memory, so
+    // the exception is met without a save.
+    try {
       state_.cast<PyStateDict&>().refresh();
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      const std::string why = what + "; and " + e.what() + ": nothing saved";
+      Result<StepOutcome> r = without_gil([&] { return self.abort_after_error(why); });
+      return outcome_dict(take(std::move(r)));
     }
     Result<StepOutcome> r = without_gil([&] { return self.save_after_exception(what); });
     return outcome_dict(take(std::move(r)));

@@ -563,6 +563,18 @@ def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
         with pytest.raises(TypeError, match="'p' changed since the StateDict was made"):
             m.step_end(2)
         p.data = torch.zeros(2, 3)
+    # On one rank only: that rank raises and the others' call ends the manager (stop,
+    # naming it) instead of waiting for it; nothing is saved.
+    with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "one"), exception_save=True) as m:
+        m.step_end(1)
+        if comm.rank == 0:
+            p.data = torch.zeros(3, 2)
+            with pytest.raises(TypeError, match="'p' changed"):
+                m.step_end(2)
+            p.data = torch.zeros(2, 3)
+        else:
+            out = m.step_end(2)
+            assert out["stop"] and out["exception_rank"] == 0 and not out["saved"], out
     if comm.rank == 0:
         p.data = torch.zeros(6)
     with pytest.raises(TypeError if comm.rank == 0 else distckpt.DistckptError, match="rank 0|'p' changed"):
@@ -597,6 +609,7 @@ def test_a_signal_to_one_rank_is_a_breakpoint_save_on_every_rank(comm, shared_di
     size = comm.size
     w = np.full((2, 3), comm.rank, np.float32)
     state = distckpt.StateDict(comm, {"w": w}, {"w": split_rows([2 * size, 3], size)})
+    previous = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
     distckpt.CheckpointManager.install_signal_handlers()
     try:
         with distckpt.CheckpointManager(comm, state, directory=shared_dir, prefix="run", save_every_steps=100) as m:
@@ -608,3 +621,5 @@ def test_a_signal_to_one_rank_is_a_breakpoint_save_on_every_rank(comm, shared_di
             assert out["stop"] and out["saved"] and out["path"].endswith("_breakpoint")
     finally:
         distckpt.CheckpointManager.clear_signal()
+        for s, handler in previous.items():  # the rest of the run keeps its own handlers
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -220,6 +220,9 @@ Result<std::string> resolve_checkpoint(const std::string& path, const InspectOpt
     if (newest == nullptr || internal_catalog::newer(e, *newest, listing.latest)) newest = &e;
   }
   if (newest == nullptr) {
+    if (fs->exists(path + "/" + internal_format::kRetiredIndexFileName))
+      return not_found("resolve: '" + path + "' is a retired checkpoint (its files stay for later checkpoints "
+                       "that reference them): not loadable");
     // A native checkpoint's directory that lost its index is no empty root.
     if (auto inside = fs->list_dir(path); inside.ok() && listing.entries.empty())
       for (const auto& e : *inside)

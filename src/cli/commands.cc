@@ -534,6 +534,19 @@ int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
     const std::string record = internal_catalog::local_record_path(root, name);
     const bool local = (st.ok() || st.code() == StatusCode::kNotFound) &&
                        internal_catalog::validate_checkpoint_name(name).ok() && fs.exists(record);
+    // A drain (or save) of the name in flight reads the nodes' files and commits the
+    // global copy after this: the record stays (remove the checkpoint when it is done).
+    std::string busy;
+    if (local)
+      if (auto entries = fs.list_dir(root); entries.ok())
+        for (const auto& e : *entries)
+          if (internal_base::starts_with(e.name, name + ".tmp-")) busy = e.name;
+    if (!busy.empty()) {
+      rc = fail(Status(StatusCode::kAborted, "rm '" + name + "': '" + busy + "' is in flight in '" + root +
+                                                 "' (a drain or save of it): its node-local copy stays; remove it "
+                                                 "when that is done (or collected by distckpt gc)"));
+      continue;
+    }
     if (local) {
       if (Status gone = fs.remove_file(record); !gone.ok()) {
         rc = fail(gone.with_context("rm '" + name + "': its node-local record"));
@@ -548,8 +561,10 @@ int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
     std::printf("removed %s%s%s\n", printable(name).c_str(),
                 kept ? " (retired: the data files later checkpoints reference stay until none does)" : "",
                 !local ? ""
-                : st.ok() ? " and its node-local copy (the nodes' files go at the job's next local retention)"
-                          : " (node-local only: the nodes' files go at the job's next local retention)");
+                : st.ok() ? " and its node-local copy (its record: the nodes' files go at the next local "
+                            "retention of its series on those nodes)"
+                          : " (node-local only, its record: the nodes' files go at the next local retention of "
+                            "its series on those nodes)");
   }
   // Retired checkpoints that only the removed ones referenced go now, not at the next gc.
   auto swept = internal_catalog::sweep_retired(*posix_filesystem(), root);

@@ -21,6 +21,10 @@ Result<StepOutcome> CheckpointManager::Impl::after_exception(const Sync& s, cons
   // and the exception save still runs.
   out.background_error = finish_in_flight(&out);
   const std::string head = "exception save: rank " + std::to_string(s.failing_rank) + " threw (" + message + ")";
+  if (!s.may_save) {  // abort_after_error on a failing rank: its state cannot be saved
+    out.save_error = aborted(head + ": its state cannot be saved");
+    return out;
+  }
   if (s.min_step != s.max_step) {
     out.save_error = aborted(head + " while the ranks' states were at different steps (" + std::to_string(s.min_step) +
                              " to " + std::to_string(s.max_step) + "): no consistent state to save");
@@ -65,9 +69,18 @@ void CheckpointManager::run(const std::function<void()>& loop) {
 }
 
 Result<StepOutcome> CheckpointManager::save_after_exception(const std::string& what) {
-  Impl& impl = *impl_;
+  return impl_->meet_after_exception(what, /*may_save=*/true);
+}
+
+Result<StepOutcome> CheckpointManager::abort_after_error(const std::string& what) {
+  return impl_->meet_after_exception(what, /*may_save=*/false);
+}
+
+Result<StepOutcome> CheckpointManager::Impl::meet_after_exception(const std::string& what, bool may_save) {
+  Impl& impl = *this;
   DISTCKPT_RETURN_IF_ERROR(impl.check_usable());
-  const Impl::Sync sync = impl.sync(true, impl.cfg.exception_save_timeout_s);
+  // The failing rank says whether its state may be saved: the others follow (any "no" wins).
+  const Impl::Sync sync = impl.sync(true, impl.cfg.exception_save_timeout_s, may_save);
   if (sync.timed_out) {
     impl.finished = true;
     char seconds[32];

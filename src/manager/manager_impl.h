@@ -61,12 +61,14 @@ struct CheckpointManager::Impl {
     bool uploads_done = false;  // rank 0 has upload outcomes to report
     int64_t min_step = 0, max_step = 0;
     int failing_rank = -1;  // the lowest rank that threw
+    bool may_save = true;   // no failing rank called abort_after_error
   };
-  Sync sync(bool failing, double timeout_s) {
+  Sync sync(bool failing, double timeout_s, bool may_save = true) {
     std::vector<int64_t> v{stop_signal_pending() ? 1 : 0, 0, failing ? 1 : 0, -current_step, current_step,
                            failing ? -static_cast<int64_t>(comm->rank()) : INT64_MIN,
                            async && async->in_flight() ? 1 : 0,
-                           uploader && uploader->has_reports() ? 1 : 0};
+                           uploader && uploader->has_reports() ? 1 : 0,
+                           may_save ? 0 : 1};
     // Is a time-based save due (rank 0's clock decides for everyone)?
     const int64_t every_steps = tiered() ? cfg.local_every_steps : cfg.save_every_steps;
     const double every_seconds = tiered() ? cfg.local_every_seconds : cfg.save_every_seconds;
@@ -87,6 +89,7 @@ struct CheckpointManager::Impl {
     if (s.exception) s.failing_rank = static_cast<int>(-v[5]);
     s.async_busy = v[6] != 0;
     s.uploads_done = v[7] != 0;
+    s.may_save = v[8] == 0;
     return s;
   }
   Status check_usable() const {
@@ -120,6 +123,8 @@ struct CheckpointManager::Impl {
     uploads_failed.clear();
   }
   Result<StepOutcome> after_exception(const Sync& s, const std::string& what);
+  // save_after_exception and abort_after_error: meet the others as a failing rank.
+  Result<StepOutcome> meet_after_exception(const std::string& what, bool may_save);
   // The start of the calls without a StepOutcome (resume, publish, best_checkpoint):
   // meet the other ranks; kAborted naming the rank that threw, after its exception save.
   Status enter_plain(const char* call) {

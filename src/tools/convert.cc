@@ -67,7 +67,8 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     // its checkpoint's alone, and retention or rm would remove the copy with it.
     for (std::filesystem::path up = std::filesystem::absolute(root).lexically_normal(); !up.empty();
          up = up.parent_path()) {
-      if (fs->exists((up / internal_format::kIndexFileName).string())) {
+      if (fs->exists((up / internal_format::kIndexFileName).string()) ||
+          fs->exists((up / internal_format::kRetiredIndexFileName).string())) {
         std::error_code no_cwd;
         const auto cwd = std::filesystem::current_path(no_cwd);
         const auto shown = no_cwd ? up : up.lexically_relative(cwd);  // as the caller named it, where it can
