@@ -139,7 +139,8 @@ def _torch_view(name, t):
     """(address, nbytes, dtype name, readonly, owner, shape) of a torch tensor, or TypeError.
     The owner is the tensor and its storage: a tensor given new storage later (p.data = ...,
     share_memory_(), set_()) leaves the old one alive until the StateDict follows it."""
-    if t.layout != _torch_strided(t):
+    import torch  # a torch tensor was given: torch is there
+    if t.layout != torch.strided:
         raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
     if t.device.type != "cpu":
         raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
@@ -155,11 +156,6 @@ def _torch_view(name, t):
         raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
     storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
     return t.data_ptr(), t.element_size() * t.numel(), dtype, False, (t, storage), list(t.shape)
-
-
-def _torch_strided(t):
-    import torch
-    return torch.strided
 
 
 def _numpy_view(name, a, dtype):

@@ -244,7 +244,7 @@ class PyStateDict {
     owners_.push_back(std::move(owner));
     if (readonly) readonly_.push_back(name);
     if (!movable.is_none() && !boxes.empty())
-      movable_.push_back(Movable{name, std::move(movable), address, nbytes, dtype, shape, owners_.size() - 1});
+      movable_.push_back(Movable{name, std::move(movable), address, dtype, shape, owners_.size() - 1});
   }
   // Follows torch tensors given new storage since they were added (same shape and
   // dtype); raises TypeError naming one whose shape, dtype or density changed. The
@@ -257,7 +257,7 @@ class PyStateDict {
       const auto nbytes = view[1].cast<uint64_t>();
       const auto dtype = view[2].cast<std::string>();
       const auto shape = view[5].cast<std::vector<int64_t>>();
-      if (dtype != m.dtype || shape != m.shape || nbytes != m.nbytes)
+      if (dtype != m.dtype || shape != m.shape)  // the same bytes, then (a dense tensor)
         type_error("tensor '" + m.name + "' changed since the StateDict was made: " + m.dtype + " " +
                    shape_text(m.shape) + ", now " + dtype + " " + shape_text(shape) + " (make a new StateDict)");
       if (address == 0 && nbytes > 0) type_error("tensor '" + m.name + "': null data");
@@ -282,7 +282,6 @@ class PyStateDict {
     std::string name;
     py::object tensor;
     uintptr_t address;
-    uint64_t nbytes;
     std::string dtype;
     std::vector<int64_t> shape;
     std::size_t owner;  // index into owners_

@@ -17,20 +17,31 @@
 namespace distckpt {
 namespace {
 
-// Bytes [begin, end) of `file` must be zeros.
-Status check_gap(const ReadableFile& file, const std::string& path, uint64_t begin, uint64_t end, std::vector<char>& buf) {
-  constexpr uint64_t kPiece = 1 << 20;
+// Reads bytes [begin, end) of `file` into `buf` a piece at a time (at most 8 MiB held),
+// calling check(offset, piece length) after each read.
+template <typename Check>
+Status read_pieces(const ReadableFile& file, const std::string& path, uint64_t begin, uint64_t end,
+                   std::vector<char>& buf, Check&& check) {
+  constexpr uint64_t kPiece = 8 << 20;
   for (uint64_t at = begin; at < end;) {
     const std::size_t n = static_cast<std::size_t>(std::min(kPiece, end - at));
     buf.resize(n);
     DISTCKPT_RETURN_IF_ERROR(file.read_at(buf.data(), n, at).with_context("verify: '" + path + "'"));
+    DISTCKPT_RETURN_IF_ERROR(check(at, n));
+    at += n;
+  }
+  return Status();
+}
+
+// Bytes [begin, end) of `file` must be zeros.
+Status check_gap(const ReadableFile& file, const std::string& path, uint64_t begin, uint64_t end, std::vector<char>& buf) {
+  return read_pieces(file, path, begin, end, buf, [&](uint64_t at, std::size_t n) -> Status {
     const auto bad = std::find_if(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n), [](char c) { return c != 0; });
     if (bad != buf.begin() + static_cast<std::ptrdiff_t>(n))
       return corruption("verify: data file '" + path + "': byte " + std::to_string(at + static_cast<uint64_t>(bad - buf.begin())) +
                         ", between chunks, is not zero (the file was modified or damaged)");
-    at += n;
-  }
-  return Status();
+    return Status();
+  });
 }
 
 }  // namespace
@@ -136,13 +147,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
       // still read once, so that a read error of the storage is found and --deep means
       // what it says.
       if (meta.crc32_covered() == 0) {
-        constexpr uint64_t kPiece = 8 << 20;
-        for (uint64_t at = 0; at < size;) {
-          const std::size_t n = static_cast<std::size_t>(std::min(kPiece, size - at));
-          buf.resize(n);
-          DISTCKPT_RETURN_IF_ERROR((*file)->read_at(buf.data(), n, at).with_context("verify: '" + file_path + "'"));
-          at += n;
-        }
+        DISTCKPT_RETURN_IF_ERROR(read_pieces(**file, file_path, 0, size, buf, [](uint64_t, std::size_t) { return Status(); }));
         report.bytes_checked += size;
       }
       continue;
