@@ -1,7 +1,10 @@
 // The communicator's node map, the peer watchdog, and what depends on nodes (per-host
 // statistics, bytes sent between hosts by shared replica reads), without mpirun.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -46,13 +49,43 @@ TEST(PeerWatchdog, ExpiresOnceWhenACollectiveOutlastsTheLimit) {
 
 TEST(PeerWatchdog, ShortCollectivesAndIdleTimeNeverExpire) {
   std::atomic<int> calls{0};
-  PeerWatchdog dog(0.3, [&](const char*, double) { ++calls; });
-  for (int i = 0; i < 20; ++i) {  // 20 x 40 ms inside collectives: 0.8 s in all, each short
+  PeerWatchdog dog(1.0, [&](const char*, double) { ++calls; });
+  for (int i = 0; i < 40; ++i) {  // 40 x 40 ms inside collectives: 1.6 s in all, each short
     PeerWatchdog::Scope scope(dog, "barrier");
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // idle: outside any collective
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle: outside any collective
   EXPECT_EQ(calls.load(), 0);
+}
+
+// A job suspended (SIGSTOP, as Slurm's `scontrol suspend` does) for longer than the
+// limit while a rank waits in a collective, then continued: the stop is not waiting.
+TEST(PeerWatchdog, TimeTheProcessWasStoppedIsNotWaiting) {
+  std::atomic<int> calls{0};
+  PeerWatchdog dog(1.2, [&](const char*, double) { ++calls; });
+  {
+    PeerWatchdog::Scope scope(dog, "allreduce");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the watchdog thread is running
+    const pid_t self = ::getpid();
+    const pid_t waker = ::fork();
+    ASSERT_GE(waker, 0);
+    if (waker == 0) {  // the child continues its parent after 2.5 s: twice the limit
+      ::usleep(2'500'000);
+      ::kill(self, SIGCONT);
+      ::_exit(0);
+    }
+    ASSERT_EQ(::kill(self, SIGSTOP), 0);  // every thread stops here until the child's SIGCONT
+    int status = 0;
+    ASSERT_EQ(::waitpid(waker, &status, 0), waker);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a short real wait after the stop
+    EXPECT_EQ(calls.load(), 0) << "the 2.5 s the process was stopped counted as waiting for peers";
+  }
+  // The same watchdog still ends a real wait.
+  {
+    PeerWatchdog::Scope scope(dog, "barrier");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  }
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(PeerWatchdog, NoLimitNoThread) {

@@ -13,7 +13,8 @@ mkdir -p "$work"
   --dir "$work/ckpt" > "$work/run.log" 2>&1 &
 pid=$!
 # Wait until training is under way, then signal mpirun.
-for _ in $(seq 1 100); do grep -q "^step 10 " "$work/run.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 600); do grep -q "^step 10 " "$work/run.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "^step 10 " "$work/run.log" || { cat "$work/run.log"; kill "$pid"; echo "no step 10 within 60 s"; exit 1; }
 sleep 1
 kill -USR1 "$pid"
 rc=0

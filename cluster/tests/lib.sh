@@ -129,3 +129,9 @@ reference_fingerprint() {
 # The model of the multi-node tests: big enough that a save takes a moment (so that
 # a kill lands inside one), small enough for a 2-core machine.
 TRAIN_SHAPE=${TRAIN_SHAPE:---hidden 256 --in 64 --out 16}
+# distckpt's peer timeout (train_mlp --peer-timeout) in the jobs that lose a host: the
+# survivors' wait for it is part of each test's time, so it is short. The jobs nothing
+# kills keep the default (600 s), which only ends a real hang: with 5 s there, a healthy
+# resume on a busy 2-core CI machine ended itself when rank 0 spent over 5 s alone (the
+# final save's commit) while its peer waited. 10 s leaves the killed jobs that margin too.
+KILL_PEER_TIMEOUT=10

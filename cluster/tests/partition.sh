@@ -11,7 +11,7 @@
 #   partition.sh BUILD_DIR
 source "$(dirname "$0")/lib.sh" "$1" partition
 skip_unless_possible
-peer_timeout=5
+peer_timeout=$KILL_PEER_TIMEOUT
 
 cut_during_save() {  # NAME CUT_HOST HELD_HOST
   local name=$1 cut=$2 held=$3 root=$shared/partition/$1 before after rc cut_at
@@ -33,7 +33,7 @@ cut_during_save() {  # NAME CUT_HOST HELD_HOST
     for p in $(job_processes); do echo "$(date +%T.%N) $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"; done >>"$log_dir/$name.lingering"
     sleep 0.5
   done
-  wait_no_processes 30 || fail "$name: processes left 30 s after mpirun ended: $(job_processes | tr '\n' ' ')"
+  wait_no_processes 60 || fail "$name: processes left 60 s after mpirun ended: $(job_processes | tr '\n' ' ')"
   say "$name: no process left on any host $(elapsed "$cut_at") s after the cut"
   [ "$rc" -ne 0 ] || fail "$name: mpirun reported success"
   show_log "$name" 8

@@ -23,7 +23,7 @@ TRAIN_SHAPE=${TRAIN_SHAPE:---hidden 240 --in 64 --out 16}
 source "$(dirname "$0")/lib.sh" "$1" "tier_${2:?kills, parity or beyond}"
 skip_unless_possible
 mode=$2
-peer_timeout=5
+peer_timeout=$KILL_PEER_TIMEOUT  # in the jobs that lose hosts; the others keep the default
 local_dir=/dev/shm/ckpt  # inside each host: its own /dev/shm
 declare -A reference=()
 
@@ -54,7 +54,7 @@ resume_tier() {
   local name=$1 hosts=$2 np=$3 dp=$4 tp=$5 root=$6 step=$7 red=${8:-auto} started rc got want
   started=$(now)
   run_job "$name" "$hosts" "$np" "$build/train_mlp" --dp "$dp" --tp "$tp" --steps "$step" --local-dir "$local_dir" \
-    --local-every 5 --redundancy "$red" --log-every 100000 --peer-timeout "$peer_timeout" $TRAIN_SHAPE --resume \
+    --local-every 5 --redundancy "$red" --log-every 100000 $TRAIN_SHAPE --resume \
     --dir "/dck/shared/${root#"$shared"/}"
   rc=$?
   [ "$rc" -eq 0 ] || { show_log "$name"; fail "$name: the resume failed (status $rc)"; }
@@ -70,7 +70,7 @@ resume_tier() {
 train() {
   local name=$1 hosts=$2 np=$3 dp=$4 tp=$5 root=$6 steps=$7 red=$8 every=${9:-4}
   run_job "$name" "$hosts" "$np" "$build/train_mlp" --dp "$dp" --tp "$tp" --steps "$steps" --local-dir "$local_dir" \
-    --local-every 5 --global-every "$every" --redundancy "$red" --log-every 100000 --peer-timeout "$peer_timeout" \
+    --local-every 5 --global-every "$every" --redundancy "$red" --log-every 100000 \
     $TRAIN_SHAPE --dir "/dck/shared/${root#"$shared"/}" || { show_log "$name"; fail "$name: training failed"; }
 }
 
@@ -95,7 +95,7 @@ kill_round() {
   [ -s "$log_dir/$name.rc" ] && { show_log "$name"; fail "$name: the job ended before the kill"; }
   bash "$netns" kill "$victim"
   rc=$(wait_job "$name" 90) || { show_log "$name"; fail "$name: mpirun still running 90 s after the kill"; }
-  wait_no_processes 30 || fail "$name: processes left after the job: $(job_processes | tr '\n' ' ')"
+  wait_no_processes 60 || fail "$name: processes left after the job: $(job_processes | tr '\n' ' ')"
   [ "$rc" -ne 0 ] || fail "$name: mpirun reported success for a job that lost a host"
   if compgen -G "$root/*/index.pb" >/dev/null; then
     verify_all "$root" || fail "$name: a global checkpoint does not verify"
@@ -182,7 +182,7 @@ beyond)
   bash "$netns" kill h2
   bash "$netns" kill h3
   wait_job beyond 90 >/dev/null || fail "beyond: mpirun still running 90 s after the kill"
-  wait_no_processes 30 || fail "beyond: processes left"
+  wait_no_processes 60 || fail "beyond: processes left"
   bash "$netns" add h4 >/dev/null
   bash "$netns" add h5 >/dev/null
   newest=$(newest_step "$root")

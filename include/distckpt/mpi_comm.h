@@ -23,7 +23,9 @@ struct MpiCommOptions {
   // way leaves only its temporary entry, which garbage collection removes.
   // < 0: DISTCKPT_PEER_TIMEOUT_S from the environment when set, else 600 s. 0: no limit.
   // Set it above the longest imbalance a save or load can have between ranks (one
-  // rank's write time when the others have nothing to write).
+  // rank's write time when the others have nothing to write, rank 0's commit and its
+  // fsyncs). Time the process did not run (SIGSTOP, `scontrol suspend`, a paused VM)
+  // is not counted.
   double peer_timeout_s = -1;
 };
 

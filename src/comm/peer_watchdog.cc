@@ -44,12 +44,26 @@ void PeerWatchdog::watch() {
   // Checks a few times per limit (at most every half second): the overshoot is small
   // against the limit, and an idle job wakes this thread rarely.
   const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 4, 0.01, 0.5));
+  const auto period_ns = static_cast<int64_t>(period.count() * 1e9);
   const auto limit_ns = static_cast<int64_t>(timeout_s_ * 1e9);
+  // A wake-up this much later than asked means this process did not run in between:
+  // stopped (SIGSTOP, Slurm's `scontrol suspend`), or its machine paused (a VM's host
+  // busy elsewhere). The peers could not answer a rank that was not running, and they
+  // were most likely paused with it: that time is not counted as waiting for them.
+  constexpr int64_t kStalledNs = 500'000'000;
+  int64_t last_wake = now_ns();
+  int64_t credited_scope = 0;  // the `entered_ns_` the credit belongs to
+  int64_t credit_ns = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    const int64_t now = now_ns();
+    const int64_t late = now - last_wake - period_ns;
+    last_wake = now;
     const int64_t entered = entered_ns_.load(std::memory_order_acquire);
     if (entered == 0) continue;
-    const int64_t waited = now_ns() - entered;
+    if (credited_scope != entered) credited_scope = entered, credit_ns = 0;
+    if (late > kStalledNs) credit_ns += std::min(late, now - entered);
+    const int64_t waited = now - entered - credit_ns;
     if (waited < limit_ns) continue;
     const char* op = op_.load(std::memory_order_relaxed);
     lock.unlock();

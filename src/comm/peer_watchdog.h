@@ -6,6 +6,10 @@
 // set. The communicator marks each collective with a Scope; when one has lasted longer
 // than the limit, `expired` runs once on the watchdog's thread (in production it
 // aborts the job, so it need not return).
+//
+// Time this process did not run (stopped by SIGSTOP or `scontrol suspend`, or its
+// virtual machine paused) is not counted: the watchdog sees it as a wake-up more than
+// half a second late, and a suspended job resumed must not end itself for it.
 #pragma once
 
 #include <atomic>
