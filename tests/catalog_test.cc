@@ -30,6 +30,11 @@ namespace {
 namespace fs = std::filesystem;
 using distckpt::testing::TempDir;
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -236,6 +241,93 @@ TEST(Claims, LatestLockExcludesAndIsBrokenWhenItsOwnerDied) {
   fs::create_directories(lock);
   write_text(lock + "/" + kOwnerFile, dead_local_owner().to_json());
   EXPECT_TRUE(RootLock::acquire(fsys, dir.path(), "latest", 0.05).ok());
+}
+
+// A lock whose holder was on a host that died: its heartbeat stands still, and the next
+// job (a requeue, seconds later) breaks it after the silence instead of failing its save.
+TEST(Claims, ARemoteLockWhoseHeartbeatStandsStillIsBroken) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  const std::string lock = dir.path() + "/" + kMetaDir + "/seq.lock";
+  fs::create_directories(lock);
+  OwnerRecord remote = OwnerRecord::self();
+  remote.hostname = "node-that-died";
+  write_text(lock + "/" + kOwnerFile, remote.to_json());
+  write_text(lock + "/" + kHeartbeatFile, "1700000000000 7\n");
+  const auto start = std::chrono::steady_clock::now();
+  auto taken = RootLock::acquire(fsys, dir.path(), "seq", /*timeout_s=*/10, /*silence_s=*/0.6);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(taken.ok()) << taken.status().to_string();
+  EXPECT_GE(waited, 0.6);
+  EXPECT_LT(waited, 5);
+  EXPECT_TRUE((*taken)->still_held().ok());
+  // Nothing of the broken lock is left beside the new one.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path() + "/" + kMetaDir)) entries += e.path().filename() != "seq.lock";
+  EXPECT_EQ(entries, 0);
+}
+
+// A holder on another host that is alive (its heartbeat moves) is waited for, however
+// long it holds the lock: the waiter gives up at its timeout instead.
+TEST(Claims, ARemoteLockWhoseHeartbeatMovesIsNeverBroken) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  const std::string lock = dir.path() + "/" + kMetaDir + "/latest.lock";
+  fs::create_directories(lock);
+  OwnerRecord remote = OwnerRecord::self();
+  remote.hostname = "node-alive";
+  write_text(lock + "/" + kOwnerFile, remote.to_json());
+  std::atomic<bool> stop{false};
+  std::thread beating([&] {
+    for (int n = 0; !stop.load(); ++n) {
+      write_text(lock + "/" + kHeartbeatFile, "1700000000000 " + std::to_string(n) + "\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    }
+  });
+  auto taken = RootLock::acquire(fsys, dir.path(), "latest", /*timeout_s=*/4, /*silence_s=*/1.5);
+  stop = true;
+  beating.join();
+  EXPECT_EQ(taken.status().code(), StatusCode::kAborted);
+  EXPECT_NE(taken.status().message().find("stayed held"), std::string::npos) << taken.status().to_string();
+  EXPECT_TRUE(fs::exists(lock + "/" + kOwnerFile));
+}
+
+// A holder stalled past a waiter's silence learns that its lock was broken before it
+// publishes anything, and does not remove the new holder's lock when it lets go.
+TEST(Claims, AHolderWhoseLockWasBrokenKnowsItAndLeavesTheNewOne) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  auto held = RootLock::acquire(fsys, dir.path(), "seq", 1);
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE((*held)->still_held().ok());
+  const std::string lock = dir.path() + "/" + kMetaDir + "/seq.lock";
+  // What a waiter on another host does when this process is silent: aside, then a new lock.
+  fs::rename(lock, lock + ".aside");
+  fs::remove_all(lock + ".aside");
+  fs::create_directories(lock);
+  OwnerRecord other = OwnerRecord::self();
+  other.hostname = "node-new-holder";
+  write_text(lock + "/" + kOwnerFile, other.to_json());
+  const Status st = (*held)->still_held();
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_NE(st.message().find("was broken while held"), std::string::npos) << st.to_string();
+  held->reset();
+  EXPECT_TRUE(fs::exists(lock + "/" + kOwnerFile)) << "the new holder's lock was removed";
+}
+
+// While held, the holder's heartbeat moves (what waiters on other hosts watch).
+TEST(Claims, AHeldLockBeats) {
+  TempDir dir;
+  FileSystem& fsys = *posix_filesystem();
+  auto held = RootLock::acquire(fsys, dir.path(), "references", 1);
+  ASSERT_TRUE(held.ok());
+  const std::string beat = dir.path() + "/" + kMetaDir + "/references.lock/" + kHeartbeatFile;
+  const std::string first = read_text(beat);
+  EXPECT_FALSE(first.empty());
+  std::this_thread::sleep_for(std::chrono::duration<double>(kLockBeatSeconds * 2.5));
+  EXPECT_NE(read_text(beat), first);
+  held->reset();
+  EXPECT_FALSE(fs::exists(dir.path() + "/" + kMetaDir + "/references.lock"));
 }
 
 TEST(Listing, EmptyTruncatedAndForeignFilesFailClosed) {

@@ -14,14 +14,15 @@
 #   host_loss.sh BUILD_DIR phases     the host dies at each phase of a save, reached
 #                                     deterministically through kill points: data write
 #                                     (h2 dies; h1's ranks wait for it), commit rename,
-#                                     latest, retention (h1 dies: rank 0's host, where
-#                                     mpirun runs, as on the first node of an allocation)
+#                                     latest, retention, holding the root's commit-number
+#                                     lock (h1 dies: rank 0's host, where mpirun runs, as
+#                                     on the first node of an allocation)
 #   host_loss.sh BUILD_DIR random N   N deaths at random moments of random hosts; the
 #                                     seed is printed (DCK_SEED=... repeats a run)
 source "$(dirname "$0")/lib.sh" "$1" "host_loss_${2:?phases or random}"
 skip_unless_possible
 mode=$2
-peer_timeout=5  # distckpt's peer timeout in these jobs (train_mlp --peer-timeout)
+peer_timeout=$KILL_PEER_TIMEOUT  # in the jobs that lose a host (lib.sh says why)
 declare -A reference=()
 
 reference_at() {  # the uninterrupted DP2 x TP2 state at step $1, computed once per step
@@ -34,7 +35,7 @@ resume_and_check() {
   local name=$1 hosts=$2 np=$3 dp=$4 dir=$5 step=$6 started rc
   started=$(now)
   run_job "$name" "$hosts" "$np" "$build/train_mlp" --dp "$dp" --tp 2 --steps $((step + 2)) --save-every 0 \
-    --log-every 100000 --peer-timeout "$peer_timeout" $TRAIN_SHAPE --resume --dir "/dck/shared/${dir#"$shared"/}"
+    --log-every 100000 $TRAIN_SHAPE --resume --dir "/dck/shared/${dir#"$shared"/}"
   rc=$?
   [ "$rc" -eq 0 ] || { show_log "$name"; fail "$name: the resume failed (status $rc)"; }
   if [ "$step" -eq 0 ]; then
@@ -80,7 +81,7 @@ scenario() {
   say "$name: killed $victim${point:+ at $point} (committed then: ${before:-none})"
   rc=$(wait_job "$name" 90) || { show_log "$name"; fail "$name: mpirun still running 90 s after the kill"; }
   ended=$(elapsed "$killed")
-  wait_no_processes 30 || fail "$name: processes left 30 s after mpirun ended: $(job_processes | tr '\n' ' ')"
+  wait_no_processes 60 || fail "$name: processes left 60 s after mpirun ended: $(job_processes | tr '\n' ' ')"
   say "$name: mpirun ended $ended s after the kill (status $rc); no process left after $(elapsed "$killed") s"
   grep -E "waited .* for its peers|lost communication|paused at" "$log_dir/$name.log" | sort | uniq -c | head -5 |
     sed 's/^/    | /'
@@ -113,6 +114,11 @@ phases)
   scenario commit h1 commit-rename@2 h1    # rank 0 is about to rename the checkpoint into place
   scenario latest h1 commit-latest@2 h1    # committed, `latest` not yet moved
   scenario retention h1 retire-remove@1 h1  # the oldest is renamed to trash, not yet removed
+  # Rank 0's host dies holding the root's commit-number lock: the resumes' saves (on
+  # other hosts) break it once its heartbeat has stood still for 10 s.
+  scenario seq_lock h1 seq-locked@2 h1
+  grep -q "broke the lock .*seq.lock" "$log_dir/seq_lock.survivor.log" ||
+    fail "seq_lock: the survivor's save did not break the dead host's lock"
   ;;
 random)
   rounds=${3:-3}

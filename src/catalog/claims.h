@@ -13,6 +13,8 @@
 
 namespace distckpt::internal_catalog {
 
+class Heartbeat;  // owner.h
+
 // A fresh commit sequence number for a save into `root`, never handed out before (to
 // this job or another): above every committed checkpoint's, `latest`'s target's and
 // every number handed out so far (a counter in <root>/.distckpt/seq, moved under the
@@ -31,23 +33,42 @@ Status adopt_series(FileSystem& fs, const std::string& root, const std::string& 
 // Gives a claimed prefix back (a run that adopted another series). Best effort.
 void release_series(FileSystem& fs, const std::string& root, const std::string& prefix);
 
+// How often a lock's holder shows it is alive, and how long a waiter on another host
+// watches a lock's heartbeat stand still before it breaks the lock. The locks are held
+// for a few file operations and fsyncs; a holder whose host died must not block the
+// next job's saves for long (a requeued job starts within seconds).
+inline constexpr double kLockBeatSeconds = 1;
+inline constexpr double kLockSilenceSeconds = 10;
+
 // A short lock on something of a root: "latest" (read and moved under it, so that it
-// never goes back) or "seq" (the commit counter). Held by one process at a time; a lock
-// whose owner is provably gone (a dead local process, or a remote one after
-// kMinLeaseSeconds) is broken.
+// never goes back), "seq" (the commit counter) or "references". Held by one process at
+// a time. While held, a thread of the holder rewrites <lock>/kHeartbeatFile every
+// kLockBeatSeconds. A waiter breaks the lock when its owner is provably gone (a dead
+// process on this host), or, for an owner on another host, when the heartbeat's text
+// has not changed for `silence_s` of the waiter's own clock (no clocks are compared
+// across hosts; the file is opened and read each time, which NFS's close-to-open
+// consistency keeps fresh). A live holder on this host is never broken.
 class RootLock {
  public:
-  // Waits up to `timeout_s` for the lock: kAborted when it stays held.
+  // Waits up to `timeout_s` for the lock: kAborted when it stays held. The file system
+  // must outlive the lock.
   static Result<std::unique_ptr<RootLock>> acquire(FileSystem& fs, const std::string& root, const std::string& what,
-                                                   double timeout_s);
+                                                   double timeout_s, double silence_s = kLockSilenceSeconds);
   ~RootLock();
   RootLock(const RootLock&) = delete;
   RootLock& operator=(const RootLock&) = delete;
 
+  // OK while the lock is still this one's: a holder stalled past a waiter's silence
+  // (stopped, or its file system hung) may have had it broken. Checked before what the
+  // lock protects is made visible (a rename), so that two holders never both publish.
+  Status still_held() const;
+
  private:
-  RootLock(FileSystem& fs, std::string path) : fs_(fs), path_(std::move(path)) {}
+  RootLock(FileSystem& fs, std::string path, std::string owner_text);
   FileSystem& fs_;
   std::string path_;
+  std::string owner_text_;  // the record this process wrote into the lock
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 }  // namespace distckpt::internal_catalog

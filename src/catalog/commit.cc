@@ -57,6 +57,7 @@ Status move_latest(FileSystem& fs, const std::string& root, const std::string& n
     DISTCKPT_RETURN_IF_ERROR(file->write_at(text.data(), text.size(), 0));
     if (fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
     DISTCKPT_RETURN_IF_ERROR(file->close());
+    DISTCKPT_RETURN_IF_ERROR(lock->still_held());  // else another commit may be moving it
     DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_latest, root + "/" + kLatestFileName));
     if (fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
     return Status();

@@ -130,12 +130,22 @@ Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir) {
   return record;
 }
 
-Heartbeat::Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir) : fs_(std::move(fs)), dir_(std::move(dir)) {
+Heartbeat::Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir)
+    : owned_fs_(std::move(fs)), fs_(owned_fs_.get()), dir_(std::move(dir)) {
+  start();
+}
+
+Heartbeat::Heartbeat(FileSystem& fs, std::string dir, double interval_s)
+    : fs_(&fs), dir_(std::move(dir)), interval_s_(interval_s) {
+  start();
+}
+
+void Heartbeat::start() {
   beat();
   try {
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, std::chrono::duration<double>(kHeartbeatSeconds), [this] { return stopping_; })) {
+      while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stopping_; })) {
         lock.unlock();
         beat();
         lock.lock();
@@ -159,7 +169,9 @@ void Heartbeat::stop() {
 }
 
 void Heartbeat::beat() {
-  const std::string now = std::to_string(now_unix_ms()) + "\n";
+  // The count makes every beat's text new, whatever the clock does: a lock's waiter
+  // (claims.h) watches the text change.
+  const std::string now = std::to_string(now_unix_ms()) + " " + std::to_string(++beats_) + "\n";
   if (auto file = fs_->open_writable(dir_ + "/" + kHeartbeatFile); file.ok()) {
     (void)(*file)->write_at(now.data(), now.size(), 0);
     (void)(*file)->close();

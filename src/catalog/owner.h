@@ -57,6 +57,8 @@ Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir);
 class Heartbeat {
  public:
   Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir);
+  // Every `interval_s`, with a file system the caller keeps alive until stop().
+  Heartbeat(FileSystem& fs, std::string dir, double interval_s);
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -64,9 +66,13 @@ class Heartbeat {
   void stop();
 
  private:
+  void start();
   void beat();
-  std::shared_ptr<FileSystem> fs_;
+  std::shared_ptr<FileSystem> owned_fs_;
+  FileSystem* fs_;
   std::string dir_;
+  double interval_s_ = kHeartbeatSeconds;
+  uint64_t beats_ = 0;  // beat() runs on one thread at a time (the constructor's, then the thread's)
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
