@@ -311,6 +311,10 @@ TEST(Claims, AHolderWhoseLockWasBrokenKnowsItAndLeavesTheNewOne) {
   const Status st = (*held)->still_held();
   EXPECT_EQ(st.code(), StatusCode::kAborted);
   EXPECT_NE(st.message().find("was broken while held"), std::string::npos) << st.to_string();
+  // Its heartbeat does not beat into the new holder's lock (which would keep a dead
+  // new holder looking alive).
+  std::this_thread::sleep_for(std::chrono::duration<double>(kLockBeatSeconds * 2.5));
+  EXPECT_FALSE(fs::exists(lock + "/" + kHeartbeatFile));
   held->reset();
   EXPECT_TRUE(fs::exists(lock + "/" + kOwnerFile)) << "the new holder's lock was removed";
 }

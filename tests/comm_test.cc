@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -69,7 +70,15 @@ TEST(PeerWatchdog, TimeTheProcessWasStoppedIsNotWaiting) {
     const pid_t self = ::getpid();
     const pid_t waker = ::fork();
     ASSERT_GE(waker, 0);
-    if (waker == 0) {  // the child continues its parent after 2.5 s: twice the limit
+    if (waker == 0) {  // the child continues its parent 2.5 s (twice the limit) after it stopped
+      const std::string stat = "/proc/" + std::to_string(self) + "/stat";
+      for (int i = 0; i < 2000; ++i) {  // until the parent is stopped (state T), 20 s at most
+        std::ifstream in(stat);
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        const std::size_t paren = text.rfind(')');
+        if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') break;
+        ::usleep(10'000);
+      }
       ::usleep(2'500'000);
       ::kill(self, SIGCONT);
       ::_exit(0);

@@ -24,8 +24,8 @@ struct MpiCommOptions {
   // < 0: DISTCKPT_PEER_TIMEOUT_S from the environment when set, else 600 s. 0: no limit.
   // Set it above the longest imbalance a save or load can have between ranks (one
   // rank's write time when the others have nothing to write, rank 0's commit and its
-  // fsyncs). Time the process did not run (SIGSTOP, `scontrol suspend`, a paused VM)
-  // is not counted.
+  // fsyncs, and the 10 s rank 0 waits to break a root lock a dead host held). Time the
+  // process did not run (SIGSTOP, `scontrol suspend`, a paused VM) is not counted.
   double peer_timeout_s = -1;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "base/kill_point.h"
@@ -21,39 +22,62 @@ std::string series_dir(const std::string& root) { return root + "/" + kMetaDir +
 // milliseconds; a holder that died is seen by its silence, kLockSilenceSeconds, first).
 constexpr double kLockTimeout = 30;
 
-// A claim directory with this process's owner record (and the job id) in it; a lock's
-// record is not fsynced (it lives for milliseconds). `record` (optional) gets the record.
-Status make_claim(FileSystem& fs, const std::string& path, const std::string& job_id, bool durable = true,
-                  std::string* record = nullptr) {
+// A claim directory with this process's owner record (and the job id) in it.
+Status make_claim(FileSystem& fs, const std::string& path, const std::string& job_id) {
   DISTCKPT_RETURN_IF_ERROR(fs.create_dir(path));
   OwnerRecord me = OwnerRecord::self();
   if (!job_id.empty()) me.slurm_job_id = job_id;
-  Status st = write_owner(fs, path, me, durable);
+  Status st = write_owner(fs, path, me);
   if (!st.ok()) (void)fs.remove_all(path);
-  if (st.ok() && record != nullptr) *record = me.to_json();
   return st;
 }
 
-// What a waiter watches of a held lock: its owner's record and heartbeat, read afresh.
+// A lock directory with this process's owner record, not fsynced (a lock lives for a
+// few file operations); `*record` gets the record's text. kAlreadyExists when held, or
+// when the new directory was moved aside before its record was in (a waiter judged it
+// abandoned): then it is not this process's to remove, and the caller tries again.
+Status make_lock(FileSystem& fs, const std::string& path, std::string* record) {
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dir(path));
+  const OwnerRecord me = OwnerRecord::self();
+  Status st = write_owner(fs, path, me, /*sync=*/false);
+  if (st.ok()) {
+    *record = me.to_json();
+    return st;
+  }
+  if (!fs.exists(path)) return already_exists("lock '" + path + "' was moved aside as it was made");
+  (void)fs.remove_all(path);
+  return st;
+}
+
+// What a waiter watches of a held lock, read afresh: its owner's record and heartbeat.
 // Either changes while the holder is alive (a new holder, a new beat).
-std::string lock_sign_of_life(FileSystem& fs, const std::string& path) {
-  std::string sign;
-  if (auto owner = read_whole_file(fs, path + "/" + kOwnerFile, 4096); owner.ok()) sign = *owner;
-  sign += '\n';
-  if (auto beat = read_whole_file(fs, path + "/" + kHeartbeatFile, 256); beat.ok()) sign += *beat;
+struct LockSign {
+  std::string owner;  // "" when there is no record (yet)
+  std::string beat;
+  bool operator==(const LockSign&) const = default;
+};
+LockSign read_lock_sign(FileSystem& fs, const std::string& path) {
+  LockSign sign;
+  if (auto owner = read_whole_file(fs, path + "/" + kOwnerFile, 4096); owner.ok()) sign.owner = *owner;
+  if (auto beat = read_whole_file(fs, path + "/" + kHeartbeatFile, 256); beat.ok()) sign.beat = *beat;
   return sign;
 }
 
-// Breaks the lock at `path` whose owner wrote `stale_owner`: renamed aside first (one
-// waiter wins the rename), then removed. If what was renamed is another owner's (a
-// new holder took the lock in between), it is put back; that holder's still_held()
-// catches the moment it was away.
+// Breaks the lock at `path` whose owner record was `stale_owner` when it was judged
+// abandoned: renamed aside first (one waiter wins the rename), then removed, but only
+// if what was renamed is that lock. Another (a new holder took the lock in between) is
+// put back when nothing took its place, else left aside: never removed, and that
+// holder's still_held() fails before it publishes anything.
 void break_lock(FileSystem& fs, const std::string& path, const std::string& stale_owner) {
   const std::string aside = make_tmp_name(path.substr(0, path.rfind('/')), path.substr(path.rfind('/') + 1) + ".broken");
-  if (!fs.rename(path, aside).ok()) return;  // gone already, or another waiter's
+  if (!fs.rename_no_replace(path, aside).ok()) return;  // gone already, or another waiter's
   auto owner = read_whole_file(fs, aside + "/" + kOwnerFile, 4096);
-  if (owner.ok() && *owner != stale_owner && fs.rename(aside, path).ok()) return;
-  (void)fs.remove_all(aside);
+  const std::string found = owner.ok() ? *owner : std::string();
+  if (found == stale_owner) {
+    (void)fs.remove_all(aside);
+    return;
+  }
+  (void)fs.rename_no_replace(aside, path);
 }
 
 }  // namespace
@@ -130,13 +154,16 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root + "/" + kMetaDir));
   const std::string path = root + "/" + kMetaDir + "/" + what + ".lock";
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  // The remote holder's last sign of life as this waiter saw it, and since when.
-  std::string seen;
+  // The remote holder's last sign of life as this waiter saw it, since when, and when
+  // the waiter last looked: silence counts only while the waiter itself was looking.
+  std::optional<LockSign> seen;
   auto seen_since = Clock::now();
+  auto looked = Clock::now();
   auto next_look = Clock::now();
+  const auto look_gap = std::chrono::duration<double>(2 * kLockBeatSeconds);
   while (true) {
     std::string record;
-    Status st = make_claim(fs, path, "", /*durable=*/false, &record);
+    Status st = make_lock(fs, path, &record);
     if (st.ok()) return std::unique_ptr<RootLock>(new RootLock(fs, path, std::move(record)));
     if (st.code() != StatusCode::kAlreadyExists) return st;
     // Held: by a live process (wait), or by one that died holding it (break it).
@@ -151,18 +178,22 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
     // Another host's is watched a few times per heartbeat (reads, not a busy loop).
     const bool live_here = owner.ok() && owner->is_local();
     if (!live_here && now >= next_look) {
-      next_look = now + std::chrono::milliseconds(200);
-      std::string sign = lock_sign_of_life(fs, path);
-      if (sign != seen) {
+      LockSign sign = read_lock_sign(fs, path);
+      const auto after = Clock::now();
+      next_look = after + std::chrono::milliseconds(200);
+      // This waiter stopped, or its reads hung (the holder's beats may be stuck behind
+      // the same file system): the time it could not look is no one's silence.
+      const bool blind = after - looked > look_gap || after - now > look_gap;
+      looked = after;
+      if (!seen || sign != *seen || blind) {
         seen = std::move(sign);
-        seen_since = now;
-      } else if (std::chrono::duration<double>(now - seen_since).count() > silence_s) {
-        auto stale = read_whole_file(fs, path + "/" + kOwnerFile, 4096);
+        seen_since = after;
+      } else if (std::chrono::duration<double>(after - seen_since).count() > silence_s) {
         std::fprintf(stderr, "distckpt: broke the lock %s: its owner (%s) showed no sign of life for %g s\n",
                      path.c_str(), owner.ok() ? (owner->hostname + " pid " + std::to_string(owner->pid)).c_str() : "unknown",
                      silence_s);
-        break_lock(fs, path, stale.ok() ? *stale : std::string());
-        seen.clear();
+        break_lock(fs, path, seen->owner);
+        seen.reset();
         continue;
       }
     }
@@ -176,18 +207,31 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
 
 RootLock::RootLock(FileSystem& fs, std::string path, std::string owner_text)
     : fs_(fs), path_(std::move(path)), owner_text_(std::move(owner_text)) {
-  heartbeat_ = std::make_unique<Heartbeat>(fs_, path_, kLockBeatSeconds);
+  // It beats while the lock is its own: never into a successor's lock.
+  heartbeat_ = std::make_unique<Heartbeat>(fs_, path_, kLockBeatSeconds, [this] { return still_held().ok(); });
 }
 
 RootLock::~RootLock() {
-  heartbeat_.reset();  // no beat after the lock is gone (it would recreate nothing, but cost a call)
-  // Removed only while it is still ours: a broken lock may be another holder's now.
-  if (still_held().ok()) (void)fs_.remove_all(path_);
+  heartbeat_.reset();
+  // Removed while it is still ours: a broken lock may be another holder's now. A record
+  // that cannot be read (an I/O error) is tried again; still unreadable, the lock is
+  // removed all the same, since a lock left with this live process's record would stop
+  // every later save on this host.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
+    if (owner.ok()) {
+      if (*owner == owner_text_) (void)fs_.remove_all(path_);
+      return;
+    }
+    if (!fs_.exists(path_ + "/" + kOwnerFile)) return;  // gone, or a new holder's in the making
+  }
+  (void)fs_.remove_all(path_);
 }
 
 Status RootLock::still_held() const {
   auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
   if (owner.ok() && *owner == owner_text_) return Status();
+  if (!owner.ok() && fs_.exists(path_ + "/" + kOwnerFile)) return owner.status().with_context("lock " + path_);
   return aborted("the lock " + path_ + " was broken while held: this process showed no sign of life for " +
                  std::to_string(static_cast<int>(kLockSilenceSeconds)) + " s (stopped, or its file system hung)");
 }

@@ -47,7 +47,11 @@ inline constexpr double kLockSilenceSeconds = 10;
 // process on this host), or, for an owner on another host, when the heartbeat's text
 // has not changed for `silence_s` of the waiter's own clock (no clocks are compared
 // across hosts; the file is opened and read each time, which NFS's close-to-open
-// consistency keeps fresh). A live holder on this host is never broken.
+// consistency keeps fresh; the directory itself is looked up by name, so the root needs
+// the metadata ordering the README asks of it: not NFS with attribute or lookup caching).
+// A waiter that could not look for a while (stopped, or its reads hung) starts its
+// watch again. A live holder on this host is never broken. Holders of an older build do
+// not beat: during an upgrade, a lock of theirs held over 10 s may be broken.
 class RootLock {
  public:
   // Waits up to `timeout_s` for the lock: kAborted when it stays held. The file system

@@ -103,6 +103,7 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
   CommitResult result;
   const std::string final_path = root + "/" + name;
   internal_base::kill_point("commit-rename");
+  if (latest.before_rename) DISTCKPT_RETURN_IF_ERROR(latest.before_rename());
   // No-replace: another job that committed the same name meanwhile keeps its checkpoint.
   Status renamed = fs.rename_no_replace(tmp_path, final_path);
   if (renamed.code() == StatusCode::kAlreadyExists)
@@ -177,7 +178,7 @@ Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std:
 Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const proto::Index* index, bool fsync,
                                   bool update_latest) {
   if (entry.heartbeat) entry.heartbeat->stop();
-  const LatestUpdate latest{update_latest, entry.commit_seq};
+  const LatestUpdate latest{update_latest, entry.commit_seq, entry.before_rename};
   Result<CommitResult> committed = internal_error("commit: a checkpoint directory without its index");
   if (!entry.directory) {
     committed = install_checkpoint(fs, entry.root, entry.target(), entry.name, fsync, latest);

@@ -2,6 +2,7 @@
 // frame of every save: a temporary entry in the root, then its commit under its name.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,10 +19,13 @@ struct CommitResult {
   std::string warning;
 };
 
-// How a commit moves `latest` (step 4).
+// How a commit moves `latest` (step 4), and what it checks before its rename.
 struct LatestUpdate {
   bool update = true;       // move it at all (false: a side snapshot)
   uint64_t commit_seq = 0;  // the checkpoint's: `latest` moves only forward in it
+  // Optional, called right before the rename into place: a lock the commit relies on is
+  // still this process's (RootLock::still_held); an error fails the commit cleanly.
+  std::function<Status()> before_rename;
 };
 
 // Rank 0 only, after every rank's data files are fsynced and all ranks agreed.
@@ -51,6 +55,8 @@ struct Entry {
   uint64_t commit_seq = 0;  // the number it will be committed with (claimed: claims.h)
   // Refreshes the heartbeat while the entry is written (on the process that made it).
   std::shared_ptr<Heartbeat> heartbeat;
+  // LatestUpdate::before_rename of its commit (finish_entry).
+  std::function<Status()> before_rename;
   // What the writers write: the directory itself, or the single file in it.
   std::string target() const { return directory ? tmp : tmp + "/" + name; }
 };

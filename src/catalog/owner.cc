@@ -135,8 +135,8 @@ Heartbeat::Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir)
   start();
 }
 
-Heartbeat::Heartbeat(FileSystem& fs, std::string dir, double interval_s)
-    : fs_(&fs), dir_(std::move(dir)), interval_s_(interval_s) {
+Heartbeat::Heartbeat(FileSystem& fs, std::string dir, double interval_s, std::function<bool()> keep_beating)
+    : fs_(&fs), dir_(std::move(dir)), interval_s_(interval_s), keep_beating_(std::move(keep_beating)) {
   start();
 }
 
@@ -169,6 +169,10 @@ void Heartbeat::stop() {
 }
 
 void Heartbeat::beat() {
+  if (silenced_ || (keep_beating_ && !keep_beating_())) {
+    silenced_ = true;
+    return;
+  }
   // The count makes every beat's text new, whatever the clock does: a lock's waiter
   // (claims.h) watches the text change.
   const std::string now = std::to_string(now_unix_ms()) + " " + std::to_string(++beats_) + "\n";

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,15 +51,18 @@ Status write_owner(FileSystem& fs, const std::string& dir, const OwnerRecord& re
 // The record of the entry `dir`; kNotFound when it has none (an older build's entry).
 Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir);
 
-// Rewrites <dir>/kHeartbeatFile every kHeartbeatSeconds from a thread of its own until
-// stopped (or destroyed), so that collectors on other hosts see the owner alive by the
-// file's modification time. Failures are ignored: a missed heartbeat only makes the
-// entry look older.
+// Rewrites <dir>/kHeartbeatFile (the time and a count: new text every beat) from a
+// thread of its own until stopped (or destroyed): every kHeartbeatSeconds for a save in
+// flight, whose collectors on other hosts judge the file's modification time; every
+// kLockBeatSeconds for a root lock, whose waiters watch its text (claims.h). Failures
+// are ignored: a missed heartbeat only makes the entry look older.
 class Heartbeat {
  public:
   Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir);
-  // Every `interval_s`, with a file system the caller keeps alive until stop().
-  Heartbeat(FileSystem& fs, std::string dir, double interval_s);
+  // Every `interval_s`, with a file system the caller keeps alive until stop(), and
+  // while `keep_beating` (optional; called on the beating thread) says so: once it says
+  // no, no further beat is written.
+  Heartbeat(FileSystem& fs, std::string dir, double interval_s, std::function<bool()> keep_beating = {});
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -72,6 +76,8 @@ class Heartbeat {
   FileSystem* fs_;
   std::string dir_;
   double interval_s_ = kHeartbeatSeconds;
+  std::function<bool()> keep_beating_;
+  bool silenced_ = false;  // keep_beating_ said no (beating thread only)
   uint64_t beats_ = 0;  // beat() runs on one thread at a time (the constructor's, then the thread's)
   std::mutex mu_;
   std::condition_variable cv_;

@@ -92,9 +92,11 @@ namespace {
 // Step 3 of a retirement, for one retired checkpoint: its files that nothing references
 // go; the directory goes when none is left. Returns whether it is gone.
 // `*trash`: a directory renamed away, for the caller to remove once it released the lock.
-Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const std::string& name, const LiveFiles& live,
-                               uint64_t* kept_files, uint64_t* kept_bytes, std::vector<std::string>* trash,
-                               bool dry_run = false) {
+// `lock`: the references lock `live` was read under, checked before each removal (a
+// holder stalled past a waiter's silence may have lost it, and `live` with it).
+Result<bool> free_unreferenced(FileSystem& fs, const RootLock& lock, const std::string& root, const std::string& name,
+                               const LiveFiles& live, uint64_t* kept_files, uint64_t* kept_bytes,
+                               std::vector<std::string>* trash, bool dry_run = false) {
   const std::string dir = root + "/" + name;
   DISTCKPT_ASSIGN_OR_RETURN(auto children, fs.list_dir(dir));
   std::vector<std::string> dead;
@@ -113,6 +115,7 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
   if (dry_run) return !keeps;  // what would go, nothing touched
   if (keeps) {
     for (const std::string& d : dead) {
+      DISTCKPT_RETURN_IF_ERROR(lock.still_held());
       DISTCKPT_RETURN_IF_ERROR(fs.remove_all(dir + "/" + d));
       internal_base::kill_point("retire-free");
     }
@@ -121,6 +124,7 @@ Result<bool> free_unreferenced(FileSystem& fs, const std::string& root, const st
   // Nothing referenced: the directory goes the way retirement always removed one,
   // renamed away first so that no half-removed entry is ever seen under its name.
   const std::string renamed = make_trash_name(root, name);
+  DISTCKPT_RETURN_IF_ERROR(lock.still_held());
   DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(dir, renamed));
   (void)fs.sync_dir(root);
   trash->push_back(renamed);  // what is renamed away is no one's: removed outside the lock
@@ -162,12 +166,13 @@ Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::str
     internal_base::kill_point("retire-unlisted");
     if (!fs.exists(path + "/" + kReferencedMarker)) {
       // Step 2: never a base, so nothing references its files.
+      DISTCKPT_RETURN_IF_ERROR(lock->still_held());
       DISTCKPT_RETURN_IF_ERROR(rename_away(&trash));
     } else {
       // Step 3.
       DISTCKPT_ASSIGN_OR_RETURN(LiveFiles live, live_files(fs, root));
       uint64_t files = 0, bytes = 0;
-      DISTCKPT_RETURN_IF_ERROR(free_unreferenced(fs, root, name, live, &files, &bytes, &trash).status());
+      DISTCKPT_RETURN_IF_ERROR(free_unreferenced(fs, *lock, root, name, live, &files, &bytes, &trash).status());
     }
   }
   return remove_trash(trash);
@@ -191,7 +196,7 @@ Result<SweepReport> sweep_retired(FileSystem& fs, const std::string& root, bool 
     report.warnings.push_back("the references of '" + root + "/" + u +
                               "' cannot be read: no file of a retired checkpoint is freed until it is repaired or removed");
   for (const std::string& name : retired) {
-    auto gone = free_unreferenced(fs, root, name, live, &report.kept_files, &report.kept_bytes, &trash, dry_run);
+    auto gone = free_unreferenced(fs, **lock, root, name, live, &report.kept_files, &report.kept_bytes, &trash, dry_run);
     if (!gone.ok()) {
       report.warnings.push_back("retired checkpoint '" + root + "/" + name + "': " + gone.status().to_string());
       report.kept.push_back(name);

@@ -316,6 +316,9 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
     if (!frame.base_name.empty()) {
       DISTCKPT_ASSIGN_OR_RETURN(references_lock, internal_catalog::lock_references(*frame.fs, frame.root));
       frame.after_commit = [&references_lock] { references_lock.reset(); };
+      frame.entry.before_rename = [&references_lock] {
+        return references_lock ? references_lock->still_held() : Status();
+      };
       DISTCKPT_RETURN_IF_ERROR(check_references(*frame.fs, frame.root, frame.plan.index));
     }
     return frame.plan.index;
@@ -323,6 +326,7 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   auto result = close_save(comm, session.frame, crcs.status(), final_index);
   references_lock.reset();  // (an error before the commit: still held here)
   session.frame.after_commit = nullptr;
+  session.frame.entry.before_rename = nullptr;
   if (!incremental) return result;
   // Every rank took part in close_save: the figures rank 0 alone knows go to all.
   std::vector<int64_t> known{result.ok() ? static_cast<int64_t>(referenced) : 0};

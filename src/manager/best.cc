@@ -85,6 +85,7 @@ Status link_checkpoint(FileSystem& fs, const std::string& dir, const std::string
       return not_found("best copy of '" + source + "': it was retired or replaced meanwhile");
   }
   DISTCKPT_ASSIGN_OR_RETURN(internal_catalog::Entry entry, internal_catalog::begin_entry(fs, dir, name, true, who));
+  if (references_lock) entry.before_rename = [&references_lock] { return references_lock->still_held(); };
   Status st = [&]() -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> children, fs.list_dir(source));
     for (const auto& c : children) {

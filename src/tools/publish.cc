@@ -75,7 +75,8 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;
       }
-      auto committed = internal_catalog::install_checkpoint(*fs, directory, tmp, name, options.fsync, {.update = false});
+      auto committed = internal_catalog::install_checkpoint(*fs, directory, tmp, name, options.fsync,
+                                                            {.update = false, .commit_seq = 0, .before_rename = nullptr});
       if (!committed.ok() && committed.status().code() == StatusCode::kAlreadyExists && fs->exists(out.path)) {
         DISTCKPT_ASSIGN_OR_RETURN(out.already_published, same_file_there());
         return out;
