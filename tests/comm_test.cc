@@ -1,14 +1,16 @@
 // The communicator's node map, the peer watchdog, and what depends on nodes (per-host
 // statistics, bytes sent between hosts by shared replica reads), without mpirun.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -71,12 +73,18 @@ TEST(PeerWatchdog, TimeTheProcessWasStoppedIsNotWaiting) {
     const pid_t waker = ::fork();
     ASSERT_GE(waker, 0);
     if (waker == 0) {  // the child continues its parent 2.5 s (twice the limit) after it stopped
-      const std::string stat = "/proc/" + std::to_string(self) + "/stat";
+      // Only async-signal-safe calls in the child of a threaded parent: open/read/usleep.
+      char stat[64];
+      std::snprintf(stat, sizeof stat, "/proc/%d/stat", static_cast<int>(self));
       for (int i = 0; i < 2000; ++i) {  // until the parent is stopped (state T), 20 s at most
-        std::ifstream in(stat);
-        std::string text((std::istreambuf_iterator<char>(in)), {});
-        const std::size_t paren = text.rfind(')');
-        if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') break;
+        char text[512];
+        ssize_t n = -1;
+        if (const int fd = ::open(stat, O_RDONLY); fd >= 0) {
+          n = ::read(fd, text, sizeof text - 1);
+          ::close(fd);
+        }
+        const char* paren = n > 0 ? static_cast<const char*>(::memrchr(text, ')', static_cast<size_t>(n))) : nullptr;
+        if (paren != nullptr && paren + 2 < text + n && paren[2] == 'T') break;
         ::usleep(10'000);
       }
       ::usleep(2'500'000);

@@ -45,7 +45,8 @@ Status make_lock(FileSystem& fs, const std::string& path, std::string* record) {
     return st;
   }
   if (!fs.exists(path)) return already_exists("lock '" + path + "' was moved aside as it was made");
-  (void)fs.remove_all(path);
+  // Not removed: the directory at `path` may be a new holder's by now. Without a record
+  // or a heartbeat it is broken by the next waiter after the silence.
   return st;
 }
 
@@ -167,10 +168,11 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
     if (st.ok()) return std::unique_ptr<RootLock>(new RootLock(fs, path, std::move(record)));
     if (st.code() != StatusCode::kAlreadyExists) return st;
     // Held: by a live process (wait), or by one that died holding it (break it).
-    auto owner = read_owner(fs, path);
+    // (One read: the record judged is the record broken, never a later holder's.)
+    auto owner_text = read_whole_file(fs, path + "/" + kOwnerFile, 4096);
+    auto owner = owner_text.ok() ? OwnerRecord::from_json(*owner_text) : Result<OwnerRecord>(owner_text.status());
     if (owner.ok() && owner->is_local() && owner->local_process_gone()) {
-      auto dead = read_whole_file(fs, path + "/" + kOwnerFile, 4096);
-      break_lock(fs, path, dead.ok() ? *dead : std::string());
+      break_lock(fs, path, *owner_text);
       continue;
     }
     const auto now = Clock::now();
@@ -207,17 +209,24 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
 
 RootLock::RootLock(FileSystem& fs, std::string path, std::string owner_text)
     : fs_(fs), path_(std::move(path)), owner_text_(std::move(owner_text)) {
-  // It beats while the lock is its own: never into a successor's lock.
-  heartbeat_ = std::make_unique<Heartbeat>(fs_, path_, kLockBeatSeconds, [this] { return still_held().ok(); });
+  // It beats while the lock is its own, never into a successor's: a record that cannot
+  // be read skips one beat; another's record ends the beating for good.
+  heartbeat_ = std::make_unique<Heartbeat>(fs_, path_, kLockBeatSeconds, [this] {
+    if (lost_.load()) return false;
+    auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
+    if (owner.ok() && *owner != owner_text_) lost_.store(true);
+    return owner.ok() && *owner == owner_text_;
+  });
 }
 
 RootLock::~RootLock() {
   heartbeat_.reset();
-  // Removed while it is still ours: a broken lock may be another holder's now. A record
-  // that cannot be read (an I/O error) is tried again; still unreadable, the lock is
-  // removed all the same, since a lock left with this live process's record would stop
-  // every later save on this host.
+  // Removed only while it is still ours: a broken lock may be another holder's now. A
+  // record that cannot be read is tried again; still unreadable, the lock is left (its
+  // beats have stopped: any waiter, on this host too, breaks it after the silence).
+  if (lost_.load()) return;
   for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
     auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
     if (owner.ok()) {
       if (*owner == owner_text_) (void)fs_.remove_all(path_);
@@ -225,7 +234,8 @@ RootLock::~RootLock() {
     }
     if (!fs_.exists(path_ + "/" + kOwnerFile)) return;  // gone, or a new holder's in the making
   }
-  (void)fs_.remove_all(path_);
+  std::fprintf(stderr, "distckpt: lock %s: its record could not be read; left for the next waiter to break\n",
+               path_.c_str());
 }
 
 Status RootLock::still_held() const {

@@ -4,6 +4,7 @@
 // <root>/.distckpt/, each holding its maker's owner record (owner.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -72,7 +73,8 @@ class RootLock {
   FileSystem& fs_;
   std::string path_;
   std::string owner_text_;  // the record this process wrote into the lock
-  std::unique_ptr<Heartbeat> heartbeat_;
+  std::atomic<bool> lost_{false};  // the heartbeat read another's record in it
+  std::unique_ptr<Heartbeat> heartbeat_;  // last: stopped first
 };
 
 }  // namespace distckpt::internal_catalog

@@ -169,10 +169,7 @@ void Heartbeat::stop() {
 }
 
 void Heartbeat::beat() {
-  if (silenced_ || (keep_beating_ && !keep_beating_())) {
-    silenced_ = true;
-    return;
-  }
+  if (keep_beating_ && !keep_beating_()) return;
   // The count makes every beat's text new, whatever the clock does: a lock's waiter
   // (claims.h) watches the text change.
   const std::string now = std::to_string(now_unix_ms()) + " " + std::to_string(++beats_) + "\n";

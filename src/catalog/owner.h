@@ -59,9 +59,9 @@ Result<OwnerRecord> read_owner(FileSystem& fs, const std::string& dir);
 class Heartbeat {
  public:
   Heartbeat(std::shared_ptr<FileSystem> fs, std::string dir);
-  // Every `interval_s`, with a file system the caller keeps alive until stop(), and
-  // while `keep_beating` (optional; called on the beating thread) says so: once it says
-  // no, no further beat is written.
+  // Every `interval_s`, with a file system the caller keeps alive until stop(); a beat
+  // is skipped when `keep_beating` (optional; called before each beat, on the beating
+  // thread or, for the first, the constructor's) says no.
   Heartbeat(FileSystem& fs, std::string dir, double interval_s, std::function<bool()> keep_beating = {});
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
@@ -77,7 +77,6 @@ class Heartbeat {
   std::string dir_;
   double interval_s_ = kHeartbeatSeconds;
   std::function<bool()> keep_beating_;
-  bool silenced_ = false;  // keep_beating_ said no (beating thread only)
   uint64_t beats_ = 0;  // beat() runs on one thread at a time (the constructor's, then the thread's)
   std::mutex mu_;
   std::condition_variable cv_;

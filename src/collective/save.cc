@@ -303,6 +303,14 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
   if (incremental) all_marks = comm.gather(crcs.ok() ? session.marks : std::string(), 0);
   uint64_t referenced = 0;
   std::unique_ptr<internal_catalog::RootLock> references_lock;  // rank 0: held through the commit
+  // The frame's callbacks below refer to `references_lock`: cleared however this returns.
+  struct ClearCallbacks {
+    SaveFrame& frame;
+    ~ClearCallbacks() {
+      frame.after_commit = nullptr;
+      frame.entry.before_rename = nullptr;
+    }
+  } clear_callbacks{session.frame};
   auto final_index = [&]() -> Result<proto::Index> {
     if (!incremental) {
       DISTCKPT_RETURN_IF_ERROR(fill_checksums(session.frame, all_crcs, all_tags));
