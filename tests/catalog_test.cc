@@ -243,16 +243,22 @@ TEST(Claims, LatestLockExcludesAndIsBrokenWhenItsOwnerDied) {
   EXPECT_TRUE(RootLock::acquire(fsys, dir.path(), "latest", 0.05).ok());
 }
 
+// A lock `what` of `root` as a process on the host `hostname` holds it; returns its path.
+std::string forge_remote_lock(const std::string& root, const std::string& what, const std::string& hostname) {
+  const std::string lock = root + "/" + kMetaDir + "/" + what + ".lock";
+  fs::create_directories(lock);
+  OwnerRecord remote = OwnerRecord::self();
+  remote.hostname = hostname;
+  write_text(lock + "/" + kOwnerFile, remote.to_json());
+  return lock;
+}
+
 // A lock whose holder was on a host that died: its heartbeat stands still, and the next
 // job (a requeue, seconds later) breaks it after the silence instead of failing its save.
 TEST(Claims, ARemoteLockWhoseHeartbeatStandsStillIsBroken) {
   TempDir dir;
   FileSystem& fsys = *posix_filesystem();
-  const std::string lock = dir.path() + "/" + kMetaDir + "/seq.lock";
-  fs::create_directories(lock);
-  OwnerRecord remote = OwnerRecord::self();
-  remote.hostname = "node-that-died";
-  write_text(lock + "/" + kOwnerFile, remote.to_json());
+  const std::string lock = forge_remote_lock(dir.path(), "seq", "node-that-died");
   write_text(lock + "/" + kHeartbeatFile, "1700000000000 7\n");
   const auto start = std::chrono::steady_clock::now();
   auto taken = RootLock::acquire(fsys, dir.path(), "seq", /*timeout_s=*/10, /*silence_s=*/0.6);
@@ -272,11 +278,7 @@ TEST(Claims, ARemoteLockWhoseHeartbeatStandsStillIsBroken) {
 TEST(Claims, ARemoteLockWhoseHeartbeatMovesIsNeverBroken) {
   TempDir dir;
   FileSystem& fsys = *posix_filesystem();
-  const std::string lock = dir.path() + "/" + kMetaDir + "/latest.lock";
-  fs::create_directories(lock);
-  OwnerRecord remote = OwnerRecord::self();
-  remote.hostname = "node-alive";
-  write_text(lock + "/" + kOwnerFile, remote.to_json());
+  const std::string lock = forge_remote_lock(dir.path(), "latest", "node-alive");
   std::atomic<bool> stop{false};
   std::thread beating([&] {
     for (int n = 0; !stop.load(); ++n) {

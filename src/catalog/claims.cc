@@ -50,6 +50,11 @@ Status make_lock(FileSystem& fs, const std::string& path, std::string* record) {
   return st;
 }
 
+// A lock's owner record as written (compared as text: the holder knows its own).
+Result<std::string> read_owner_text(FileSystem& fs, const std::string& lock) {
+  return read_whole_file(fs, lock + "/" + kOwnerFile, 4096);
+}
+
 // What a waiter watches of a held lock, read afresh: its owner's record and heartbeat.
 // Either changes while the holder is alive (a new holder, a new beat).
 struct LockSign {
@@ -59,7 +64,7 @@ struct LockSign {
 };
 LockSign read_lock_sign(FileSystem& fs, const std::string& path) {
   LockSign sign;
-  if (auto owner = read_whole_file(fs, path + "/" + kOwnerFile, 4096); owner.ok()) sign.owner = *owner;
+  if (auto owner = read_owner_text(fs, path); owner.ok()) sign.owner = *owner;
   if (auto beat = read_whole_file(fs, path + "/" + kHeartbeatFile, 256); beat.ok()) sign.beat = *beat;
   return sign;
 }
@@ -72,7 +77,7 @@ LockSign read_lock_sign(FileSystem& fs, const std::string& path) {
 void break_lock(FileSystem& fs, const std::string& path, const std::string& stale_owner) {
   const std::string aside = make_tmp_name(path.substr(0, path.rfind('/')), path.substr(path.rfind('/') + 1) + ".broken");
   if (!fs.rename_no_replace(path, aside).ok()) return;  // gone already, or another waiter's
-  auto owner = read_whole_file(fs, aside + "/" + kOwnerFile, 4096);
+  auto owner = read_owner_text(fs, aside);
   const std::string found = owner.ok() ? *owner : std::string();
   if (found == stale_owner) {
     (void)fs.remove_all(aside);
@@ -169,7 +174,7 @@ Result<std::unique_ptr<RootLock>> RootLock::acquire(FileSystem& fs, const std::s
     if (st.code() != StatusCode::kAlreadyExists) return st;
     // Held: by a live process (wait), or by one that died holding it (break it).
     // (One read: the record judged is the record broken, never a later holder's.)
-    auto owner_text = read_whole_file(fs, path + "/" + kOwnerFile, 4096);
+    auto owner_text = read_owner_text(fs, path);
     auto owner = owner_text.ok() ? OwnerRecord::from_json(*owner_text) : Result<OwnerRecord>(owner_text.status());
     if (owner.ok() && owner->is_local() && owner->local_process_gone()) {
       break_lock(fs, path, *owner_text);
@@ -213,9 +218,10 @@ RootLock::RootLock(FileSystem& fs, std::string path, std::string owner_text)
   // be read skips one beat; another's record ends the beating for good.
   heartbeat_ = std::make_unique<Heartbeat>(fs_, path_, kLockBeatSeconds, [this] {
     if (lost_.load()) return false;
-    auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
-    if (owner.ok() && *owner != owner_text_) lost_.store(true);
-    return owner.ok() && *owner == owner_text_;
+    auto owner = read_owner_text(fs_, path_);
+    if (!owner.ok()) return false;  // this beat only
+    if (*owner != owner_text_) lost_.store(true);
+    return !lost_.load();
   });
 }
 
@@ -227,7 +233,7 @@ RootLock::~RootLock() {
   if (lost_.load()) return;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
-    auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
+    auto owner = read_owner_text(fs_, path_);
     if (owner.ok()) {
       if (*owner == owner_text_) (void)fs_.remove_all(path_);
       return;
@@ -239,7 +245,7 @@ RootLock::~RootLock() {
 }
 
 Status RootLock::still_held() const {
-  auto owner = read_whole_file(fs_, path_ + "/" + kOwnerFile, 4096);
+  auto owner = read_owner_text(fs_, path_);
   if (owner.ok() && *owner == owner_text_) return Status();
   if (!owner.ok() && fs_.exists(path_ + "/" + kOwnerFile)) return owner.status().with_context("lock " + path_);
   return aborted("the lock " + path_ + " was broken while held: this process showed no sign of life for " +
