@@ -44,7 +44,10 @@ veth_host() { echo "dck-$1"; }   # the switch's end of the host's link
 
 need_root() { [ "$(id -u)" -eq 0 ] || die "needs root (namespaces, mounts)"; }
 
-host_exists() { [ -e "/run/netns/dck-$1" ] || ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "dck-$1"; }
+# Lists are searched with awk reading to the end, never `| grep -q`: under pipefail, grep
+# leaving at its first match can kill the writer with SIGPIPE and fail a pipeline that matched.
+ns_exists() { ip netns list 2>/dev/null | awk -v n="$1" '$1 == n { found = 1 } END { exit !found }'; }
+host_exists() { [ -e "/run/netns/dck-$1" ] || ns_exists "dck-$1"; }
 
 write_hosts() {
   {
@@ -60,7 +63,7 @@ write_hosts() {
 make_switch() {  # and the directories every host binds
   mkdir -p "$base/shared" "$base/hosts" /dck/local /dck/shared
   chmod 1777 "$base/shared"
-  ip netns list | awk '{print $1}' | grep -qx "$switch" && return 0
+  ns_exists "$switch" && return 0
   ip netns add "$switch" || die "ip netns add $switch failed"
   ip -n "$switch" link add "$bridge" type bridge || die "cannot make a bridge"
   ip -n "$switch" link set "$bridge" up
@@ -203,7 +206,7 @@ check-clean)
   left=
   ns=$(ip netns list 2>/dev/null | awk '{print $1}' | grep '^dck-')
   [ -n "$ns" ] && left+=" namespaces: $ns;"
-  ip link show 2>/dev/null | grep -q "dck-" && left+=" links: $(ip -o link show | awk -F': ' '/dck-/{print $2}');"
+  ip -o link show 2>/dev/null | awk '/dck-/ { found = 1 } END { exit !found }' && left+=" links: $(ip -o link show | awk -F': ' '/dck-/{print $2}');"
   grep -q "$base" /proc/mounts && left+=" mounts: $(grep "$base" /proc/mounts | awk '{print $2}' | tr '\n' ' ');"
   [ -e "$base" ] && left+=" directory $base;"
   procs=$(pgrep -f "$base|/dck/shared|dck-cluster" | grep -v "^$$\$" || true)

@@ -56,7 +56,7 @@ saved_fingerprint() { awk -v s="$2" '$1 == "saved" && $3 == s { fp = $5 } END { 
 # A cluster already up (the CTest fixture) is used and left up, with fresh hosts;
 # otherwise the demo brings it up and takes it down.
 was_up=0
-ip netns list 2>/dev/null | grep -q "^dck-switch" && was_up=1
+ip netns list 2>/dev/null | awk '$1 == "dck-switch" { up = 1 } END { exit !up }' && was_up=1
 cleanup() {
   if [ "$was_up" = 1 ]; then bash "$NETNS" remove h4 >/dev/null 2>&1 || true
   else bash "$NETNS" down >/dev/null 2>&1 || true; fi

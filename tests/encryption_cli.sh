@@ -23,6 +23,9 @@ log=$work/all.log
 fail() { echo "FAIL: $*"; exit 1; }
 # Runs a command, keeping its output in the log; prints it.
 run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
+# `cmd | contains PATTERN`: grep -q that reads all its input first. Under pipefail a plain
+# `| grep -q` fails when it matches early and the writer then dies of SIGPIPE.
+contains() { local all; all=$(cat); grep -q "$@" <<<"$all"; }
 expect_fail() {  # expect_fail PATTERN CMD...: the command fails and says PATTERN
   local pattern=$1
   shift
@@ -48,41 +51,41 @@ for format in native ckpt; do
   expect_fail "authentication failed" "${mpirun[@]}" -np 2 "$build/train_mlp" --dp 1 --tp 2 --steps 6 \
     --save-every 0 --dir "$dir" --format "$format" --enc-key-file "$work/wrong" --resume
 
-  run "$cli" verify "$dir" --key-file "$key" | grep -q "every chunk authenticated" || fail "$format: verify with the key"
+  run "$cli" verify "$dir" --key-file "$key" | contains "every chunk authenticated" || fail "$format: verify with the key"
   expect_fail "its key is needed" "$cli" verify "$dir"
   expect_fail "authentication failed" "$cli" verify "$dir" --key-file "$work/wrong"
-  run "$cli" inspect "$dir" --key-env DISTCKPT_KEY_HEX | grep -q "encryption AES-256-GCM" || fail "$format: inspect"
+  run "$cli" inspect "$dir" --key-env DISTCKPT_KEY_HEX | contains "encryption AES-256-GCM" || fail "$format: inspect"
 done
-"$cli" inspect "$work/native" | tee -a "$log" | grep -q "tensors: sealed" || fail "inspect without the key lists tensors"
-"$cli" ls "$work/native" | tee -a "$log" | grep -q "committed" || fail "ls without the key"
+"$cli" inspect "$work/native" | tee -a "$log" | contains "tensors: sealed" || fail "inspect without the key lists tensors"
+"$cli" ls "$work/native" | tee -a "$log" | contains "committed" || fail "ls without the key"
 
 # Conversions: decrypt to safetensors; re-encrypt to native with another mode.
 newest=$(ls -d "$work"/native/step-* | sort -V | tail -1)
 expect_fail "pass --decrypt" "$cli" convert "$newest" "$work/p.safetensors" --to safetensors --key-file "$key"
 run "$cli" convert "$newest" "$work/plain.safetensors" --to safetensors --key-file "$key" --decrypt > /dev/null
-run "$cli" verify "$work/plain.safetensors" | grep -q "^OK" || fail "decrypted copy"
+run "$cli" verify "$work/plain.safetensors" | contains "^OK" || fail "decrypted copy"
 # A key given for a plain checkpoint: refused (a plain one in an encrypted one's place).
 expect_fail "not encrypted, but a key was given" "$cli" verify "$work/plain.safetensors" --key-file "$key"
 # A plain source: --key-file with --enc-mode encrypts the copy; --key-file alone is refused.
 run "$cli" convert "$work/plain.safetensors" "$work/enc-from-plain" --to native --key-file "$key" \
   --enc-mode AES-CBC > /dev/null
-run "$cli" inspect "$work/enc-from-plain" | grep -q "AES-256-CBC" || fail "encrypting a plain source"
+run "$cli" inspect "$work/enc-from-plain" | contains "AES-256-CBC" || fail "encrypting a plain source"
 expect_fail "the source is not encrypted" "$cli" convert "$work/plain.safetensors" "$work/x" --to native \
   --key-file "$key"
 # Converting an encrypted source keeps it encrypted by default (its mode and key).
 run "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key" > /dev/null
 expect_fail "its key is needed" "$cli" verify "$work/copy.ckpt"
-run "$cli" verify "$work/copy.ckpt" --key-file "$key" | grep -q "every chunk authenticated" || fail "re-encrypted .ckpt"
+run "$cli" verify "$work/copy.ckpt" --key-file "$key" | contains "every chunk authenticated" || fail "re-encrypted .ckpt"
 run "$cli" convert "$newest" "$work/cbc" --to native --key-file "$key" --enc-mode SM4-CBC \
-  --enc-key-file "$work/sm4" 2>&1 | grep -q converted || fail "re-encrypting convert"
+  --enc-key-file "$work/sm4" 2>&1 | contains converted || fail "re-encrypting convert"
 expect_fail "16-byte key" "$cli" convert "$newest" "$work/sm4ck" --to native --key-file "$key" --enc-mode SM4-CBC
-run "$cli" verify "$work/cbc" --key-file "$work/sm4" | grep -q "every chunk authenticated" || fail "re-encrypted copy"
+run "$cli" verify "$work/cbc" --key-file "$work/sm4" | contains "every chunk authenticated" || fail "re-encrypted copy"
 expect_fail "authentication failed" "$cli" verify "$work/cbc" --key-file "$key"
 expect_fail "cannot carry encryption" "$cli" convert "$newest" "$work/x.h5" --to hdf5 --key-file "$key" --enc-mode AES-GCM
 
 # ckpt_bench with a key: save and load, every element checked.
 run "${mpirun[@]}" -np 2 "$build/ckpt_bench" --size 8M --tp 2 --dir "$work/bench" --enc-key-file "$key" \
-  --enc-mode AES-CBC | grep -q "AES-CBC" || fail "ckpt_bench with a key"
+  --enc-mode AES-CBC | contains "AES-CBC" || fail "ckpt_bench with a key"
 
 # The key never appears in what the tools printed.
 if grep -q -i -- "$DISTCKPT_KEY_HEX" "$log"; then fail "the key was printed"; fi

@@ -25,7 +25,7 @@ line=$(grep "^signal received: saved" "$work/run.log") || { echo "no breakpoint 
 step=${line##*at step }; step=${step%%,*}
 saved=$(awk -v s="$step" '$1 == "saved" && $3 == s {print $5}' "$work/run.log")
 [ -n "$saved" ] || { echo "no fingerprint for step $step"; exit 1; }
-ls "$work/ckpt" | grep -q "_breakpoint$" || { echo "no *_breakpoint checkpoint"; exit 1; }
+compgen -G "$work/ckpt/*_breakpoint" >/dev/null || { echo "no *_breakpoint checkpoint"; exit 1; }
 "$build/distckpt" verify "$work/ckpt"
 restored=$("${mpirun[@]}" -np 4 "$build/train_mlp" --dp 1 --tp 4 --steps "$step" --save-every 0 --dir "$work/ckpt" \
            --resume | awk '/^restored step/ {print $5}')

@@ -17,8 +17,10 @@ for f in expected/*.bin; do
   h5dump -d "$name" -b FILE -o out.bin model.h5 > /dev/null
   cmp -s out.bin "$f" || { echo "h5dump: dataset $name differs from $f"; exit 1; }
 done
-h5dump -a /step_num model.h5 | grep -q "(0): 12" || { echo "h5dump: step_num attribute is not 12"; exit 1; }
-h5dump -a /layer0/w_float32/dtype model.h5 | grep -q '"float32"' || { echo "h5dump: dtype attribute missing"; exit 1; }
+attr=$(h5dump -a /step_num model.h5)
+grep -q "(0): 12" <<<"$attr" || { echo "h5dump: step_num attribute is not 12"; exit 1; }
+attr=$(h5dump -a /layer0/w_float32/dtype model.h5)
+grep -q '"float32"' <<<"$attr" || { echo "h5dump: dtype attribute missing"; exit 1; }
 echo "h5dump: $(ls expected | wc -l) datasets and attributes match"
 
 # Debian's interpreter, where python3-h5py installs (not a pyenv or venv one first in PATH).

@@ -67,7 +67,9 @@ fill_to() {  # leave about FREE MiB
 }
 
 # Checks an operation's output in $log: exit code, time, one identical error line per rank
-# naming the rank, the root's path and the errno text.
+# naming the rank, the root's path and the errno text. Lines are matched with here-strings,
+# never `echo | grep -q`: under pipefail, grep -q leaving early kills echo with SIGPIPE and
+# the pipeline fails although it matched (CI saw "no line from rank 0" beside rank 0's line).
 check_failed() {  # RC SECONDS NP ERRNO_TEXT
   local rc=$1 secs=$2 np=$3 text=$4
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && { fail "killed by timeout 120"; return 1; }
@@ -75,16 +77,16 @@ check_failed() {  # RC SECONDS NP ERRNO_TEXT
   [ "$secs" -le 60 ] || { fail "took ${secs} s (> 60 s)"; return 1; }
   local lines
   lines=$(grep -E '^rank [0-9]+: ' "$log" | sort)
-  [ "$(echo "$lines" | grep -c .)" -eq "$np" ] || { fail "expected $np rank lines"; return 1; }
-  for r in $(seq 0 $((np - 1))); do echo "$lines" | grep -q "^rank $r: " || { fail "no line from rank $r"; return 1; }; done
-  [ "$(echo "$lines" | sed -E 's/^rank [0-9]+: //' | sort -u | wc -l)" -eq 1 ] || { fail "ranks report different errors"; return 1; }
+  [ "$(grep -c . <<<"$lines")" -eq "$np" ] || { fail "expected $np rank lines"; return 1; }
+  for r in $(seq 0 $((np - 1))); do grep -q "^rank $r: " <<<"$lines" || { fail "no line from rank $r"; return 1; }; done
+  [ "$(sed -E 's/^rank [0-9]+: //' <<<"$lines" | sort -u | wc -l)" -eq 1 ] || { fail "ranks report different errors"; return 1; }
   local msg
-  msg=$(echo "$lines" | head -1)
-  echo "$msg" | grep -q "$text" || { fail "the error does not say '$text'"; return 1; }
+  msg=$(head -1 <<<"$lines")
+  grep -q "$text" <<<"$msg" || { fail "the error does not say '$text'"; return 1; }
   # A collective operation names the failing rank; a local tool (np 0) has none.
-  [ "$np_mode" = local ] || echo "$msg" | sed -E 's/^rank [0-9]+: //' | grep -Eq "rank [0-9]+" ||
+  [ "$np_mode" = local ] || grep -Eq "rank [0-9]+" <<<"${msg#rank * }" ||
     { fail "the error names no rank"; return 1; }
-  echo "$msg" | grep -q "$mnt" || { fail "the error names no path"; return 1; }
+  grep -q "$mnt" <<<"$msg" || { fail "the error names no path"; return 1; }
   return 0
 }
 # Nothing left behind under the root, and the previous checkpoint verifies and loads.
