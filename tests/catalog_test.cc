@@ -144,6 +144,47 @@ TEST(Gc, RemovesOnlyEntriesWhoseOwnerIsProvablyGone) {
   EXPECT_TRUE(fs::exists(fresh_remote));
 }
 
+// A lock a breaker set aside (it found a new holder in it and could not put it back, or
+// the breaker died half way) is collected by the same rules as a save's entry; the
+// catalog's own records are never touched.
+TEST(Gc, CollectsLocksSetAsideOnceTheirOwnerIsGone) {
+  TempDir dir;
+  const std::string root = dir.path();
+  const std::string meta = root + "/" + kMetaDir;
+  FileSystem& fsys = *posix_filesystem();
+  fs::create_directories(meta + "/tier");
+  write_text(meta + "/seq", "7\n");
+  const std::string dead_aside = make_entry(meta, "seq.lock.broken", dead_local_owner());
+  const std::string live_aside = make_entry(meta, "latest.lock.broken", OwnerRecord::self());
+  OwnerRecord remote = OwnerRecord::self();
+  remote.hostname = "node-elsewhere";
+  const std::string stale_aside = make_entry(meta, "references.lock.broken", remote);
+  write_text(stale_aside + "/" + kHeartbeatFile, "1700000000000 3\n");
+  age(stale_aside + "/" + kHeartbeatFile, std::chrono::hours(1));
+  const std::string counter_tmp = make_tmp_name(meta, "seq");  // a claim killed before its rename
+  write_text(counter_tmp, "8\n");
+  age(counter_tmp, std::chrono::hours(3));
+
+  auto done = collect_garbage(fsys, root, GcOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  std::set<std::string> removed;
+  for (const auto& e : done->removed) removed.insert(e.name.substr(0, e.name.find(".tmp-")));
+  EXPECT_EQ(removed, (std::set<std::string>{".distckpt/seq.lock.broken", ".distckpt/references.lock.broken"}));
+  EXPECT_FALSE(fs::exists(dead_aside));
+  EXPECT_FALSE(fs::exists(stale_aside));
+  EXPECT_TRUE(fs::exists(live_aside));   // its owner runs: it may still be judging it
+  EXPECT_TRUE(fs::exists(counter_tmp));  // no owner record: only by hand
+  EXPECT_TRUE(fs::exists(meta + "/seq"));
+  EXPECT_TRUE(fs::exists(meta + "/tier"));
+
+  GcOptions by_hand;
+  by_hand.older_than_s = 2 * 3600;
+  ASSERT_TRUE(collect_garbage(fsys, root, by_hand).ok());
+  EXPECT_FALSE(fs::exists(counter_tmp));
+  EXPECT_TRUE(fs::exists(live_aside));
+  EXPECT_TRUE(fs::exists(meta + "/seq"));
+}
+
 TEST(Gc, DurationsParse) {
   EXPECT_EQ(*parse_duration_s("30m"), 1800);
   EXPECT_EQ(*parse_duration_s("2h"), 7200);

@@ -54,7 +54,6 @@ Result<double> parse_duration_s(const std::string& text) {
 }
 
 Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const GcOptions& options) {
-  DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(root));
   GcReport report;
   std::optional<int64_t> now_ns;  // the file system's clock, asked once and only if needed
   auto age_s = [&](const std::string& path) -> std::optional<double> {
@@ -73,50 +72,63 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
     return static_cast<double>(*now_ns - *modified) / 1e9;
   };
   const double lease = std::max({options.lease_s, kMinLeaseSeconds, options.older_than_s.value_or(0)});
-  for (const auto& e : entries) {
-    if (!is_in_flight_name(e.name) || e.name.rfind(".distckpt-clock", 0) == 0) continue;
-    const std::string path = root + "/" + e.name;
-    GcEntry entry{e.name, "", false};
-    bool gone = false;
-    auto owner = e.is_dir ? read_owner(fs, path) : Result<OwnerRecord>(not_found("a file"));
-    if (owner.ok()) {
-      if (owner->is_local()) {
-        gone = owner->local_process_gone();
-        entry.reason = "owner pid " + std::to_string(owner->pid) + " on this host " +
-                       (gone ? "is gone" : "is running");
+  // The temporary entries of one directory: the root's (abandoned saves, retirement's
+  // trash) and the catalog's own (a lock a breaker set aside, a counter never renamed).
+  auto collect_in = [&](const std::string& dir, const std::string& shown_prefix) -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(dir));
+    for (const auto& e : entries) {
+      if (!is_in_flight_name(e.name) || e.name.rfind(".distckpt-clock", 0) == 0) continue;
+      const std::string path = dir + "/" + e.name;
+      GcEntry entry{shown_prefix + e.name, "", false};
+      bool gone = false;
+      auto owner = e.is_dir ? read_owner(fs, path) : Result<OwnerRecord>(not_found("a file"));
+      if (owner.ok()) {
+        if (owner->is_local()) {
+          gone = owner->local_process_gone();
+          entry.reason = "owner pid " + std::to_string(owner->pid) + " on this host " +
+                         (gone ? "is gone" : "is running");
+        } else {
+          // The heartbeat, else the record itself, says when the owner was last seen.
+          auto age = age_s(path + "/" + kHeartbeatFile);
+          if (!age) age = age_s(path + "/" + kOwnerFile);
+          gone = age && *age > lease;
+          entry.reason = "owner pid " + std::to_string(owner->pid) + " on host '" + owner->hostname + "': " +
+                         (age ? "last heartbeat " + seconds_text(*age) + " ago" : "no heartbeat readable") +
+                         (gone ? ", past the lease of " : ", within the lease of ") + seconds_text(lease);
+        }
+      } else if (owner.status().code() == StatusCode::kNotFound) {
+        // No owner record: an older build's entry, a retirement's trash, a pointer update.
+        const auto age = age_s(path);
+        gone = options.older_than_s && age && *age > *options.older_than_s;
+        entry.reason = "no owner record" + (age ? ", " + seconds_text(*age) + " old" : std::string()) +
+                       (options.older_than_s ? "" : ": collected only by hand (--older-than)");
       } else {
-        // The heartbeat, else the record itself, says when the owner was last seen.
-        auto age = age_s(path + "/" + kHeartbeatFile);
-        if (!age) age = age_s(path + "/" + kOwnerFile);
-        gone = age && *age > lease;
-        entry.reason = "owner pid " + std::to_string(owner->pid) + " on host '" + owner->hostname + "': " +
-                       (age ? "last heartbeat " + seconds_text(*age) + " ago" : "no heartbeat readable") +
-                       (gone ? ", past the lease of " : ", within the lease of ") + seconds_text(lease);
+        entry.reason = "owner record unreadable (" + owner.status().to_string() + ")";
       }
-    } else if (owner.status().code() == StatusCode::kNotFound) {
-      // No owner record: an older build's entry, a retirement's trash, a pointer update.
-      const auto age = age_s(path);
-      gone = options.older_than_s && age && *age > *options.older_than_s;
-      entry.reason = "no owner record" + (age ? ", " + seconds_text(*age) + " old" : std::string()) +
-                     (options.older_than_s ? "" : ": collected only by hand (--older-than)");
-    } else {
-      entry.reason = "owner record unreadable (" + owner.status().to_string() + ")";
-    }
-    if (!gone) {
-      report.kept.push_back(std::move(entry));
-      continue;
-    }
-    if (!options.dry_run) {
-      Status st = remove_entry(fs, path, e.is_dir);
-      if (!st.ok()) {
-        report.warnings.push_back("gc: " + st.to_string());
+      if (!gone) {
         report.kept.push_back(std::move(entry));
         continue;
       }
+      if (!options.dry_run) {
+        Status st = remove_entry(fs, path, e.is_dir);
+        if (!st.ok()) {
+          report.warnings.push_back("gc: " + st.to_string());
+          report.kept.push_back(std::move(entry));
+          continue;
+        }
+      }
+      entry.removed = !options.dry_run;
+      report.removed.push_back(std::move(entry));
     }
-    entry.removed = !options.dry_run;
-    report.removed.push_back(std::move(entry));
-  }
+    return Status();
+  };
+  DISTCKPT_RETURN_IF_ERROR(collect_in(root, ""));
+  // A lock set aside by a breaker that found a new holder in it and could not put it back
+  // (claims.cc), or one whose breaker died half way, holds its owner's record: collected by
+  // the same rules once that owner is gone. A missing catalog directory is no error.
+  const std::string meta = root + "/" + kMetaDir;
+  if (Status st = collect_in(meta, std::string(kMetaDir) + "/"); !st.ok() && st.code() != StatusCode::kNotFound)
+    report.warnings.push_back("gc: " + st.to_string());
   // Retired checkpoints that keep files for incremental saves (references.h): what no
   // checkpoint references any more goes (a dry run says which would).
   auto swept = sweep_retired(fs, root, options.dry_run);

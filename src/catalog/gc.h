@@ -1,5 +1,6 @@
 // Collecting what abandoned saves left in a root: temporary entries (".tmp-<id>") whose
-// owner is provably gone. A local owner (this host, this boot, this pid namespace) is
+// owner is provably gone, in the root and in its catalog directory (.distckpt: a root
+// lock a breaker set aside, claims.h). A local owner (this host, this boot, this pid namespace) is
 // gone when its process is; a remote one when its heartbeat is older than the lease, by
 // the file system's own clock. Entries without an owner record (older builds) are only
 // collected by hand, when older than `older_than`. Crash-safe: an entry's owner record
