@@ -20,6 +20,8 @@ Comm.world() does (MPI_THREAD_MULTIPLE) when no one did. Every Comm is closed be
 MPI_Finalize, also for a script that exits with one still open.
 """
 import atexit as _atexit
+import numbers as _numbers
+import os as _os
 import weakref as _weakref
 
 import numpy as _np
@@ -98,6 +100,109 @@ def _close_all():
     _distckpt._finalize_if_ours()
 
 
+# ---- Arguments ----
+# Each public call checks its arguments' types here and names the argument; pybind11's
+# own message lists the native function's positional types (arg0 ... arg11) instead.
+
+
+def _type_error(where, what, expected, value):
+    return TypeError(f"{where}: {what} must be {expected}, not {type(value).__name__}")
+
+
+def _comm_arg(where, comm):
+    if not isinstance(comm, Comm):
+        raise _type_error(where, "comm", "a distckpt.Comm (Comm.world() or Comm.from_mpi4py(...))", comm)
+    return comm._native
+
+
+def _state_arg(where, state):
+    if not isinstance(state, StateDict):
+        raise _type_error(where, "state", "a distckpt.StateDict", state)
+    return state._native
+
+
+def _path_arg(where, what, value):
+    """str or os.PathLike (pathlib.Path); bytes paths are decoded as the file system does."""
+    try:
+        path = _os.fspath(value)
+    except TypeError:
+        raise _type_error(where, what, "a path (str or os.PathLike)", value) from None
+    return _os.fsdecode(path) if isinstance(path, bytes) else path
+
+
+def _str_arg(where, what, value):
+    if not isinstance(value, str):
+        raise _type_error(where, what, "a str", value)
+    return value
+
+
+def _int_arg(where, what, value):
+    # numpy integers are Integral; a bool is an int to Python, but never meant as a step.
+    if not isinstance(value, _numbers.Integral) or isinstance(value, (bool, _np.bool_)):
+        raise _type_error(where, what, "an int", value)
+    return int(value)
+
+
+def _bool_arg(where, what, value):
+    # As pybind11 took them before: True/False, numpy's bool, or an int (0 is False).
+    if not isinstance(value, (bool, _np.bool_, _numbers.Integral)):
+        raise _type_error(where, what, "a bool", value)
+    return bool(value)
+
+
+def _names_arg(where, what, value):
+    """None or an iterable of str (a single str is one name, not its letters)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        raise _type_error(where, what, "a list of str", value) from None
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"{where}: {what} must be a list of str, and holds a {type(n).__name__}")
+    return names
+
+
+def _metrics_arg(where, metrics):
+    """None or a mapping of str to numbers (numpy and torch scalars too), as floats."""
+    if metrics is None:
+        return {}
+    if not hasattr(metrics, "items"):
+        raise _type_error(where, "metrics", "a dict of str to numbers", metrics)
+    out = {}
+    for k, v in metrics.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{where}: metrics keys must be str, not {type(k).__name__}")
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__float__"):
+            raise TypeError(f"{where}: metric '{k}' must be a number, not {type(v).__name__}")
+        out[k] = float(v)
+    return out
+
+
+def _ints_arg(where, what, value):
+    try:
+        items = list(value)
+    except TypeError:
+        raise _type_error(where, what, "a list of int", value) from None
+    return [_int_arg(where, f"{what}[{i}]", v) for i, v in enumerate(items)]
+
+
+def _agreed(comm_native, check):
+    """Runs check(), the type checks of a collective call's arguments, and returns what it
+    returned. A TypeError (or ValueError) is agreed over the communicator before it is raised, as the
+    native call agrees on its own checks: the other ranks are in that agreement (the
+    first step of save, load, save_async, resume and a manager's creation) and raise
+    DistckptError naming this rank, instead of waiting for it in the call."""
+    try:
+        return check()
+    except (TypeError, ValueError) as error:
+        _distckpt._agree_argument_error(comm_native, f"{type(error).__name__}: {error}")
+        raise
+
+
 class TensorLayout:
     """How a global tensor is split over ranks (MindSpore's device matrix, or boxes)."""
 
@@ -106,14 +211,23 @@ class TensorLayout:
 
     @classmethod
     def from_device_matrix(cls, shape, dev_mat, tensor_map, ranks=None):
-        return cls(_distckpt.TensorLayout._from_device_matrix(list(shape), list(dev_mat), list(tensor_map),
-                                                              list(ranks or [])))
+        where = "TensorLayout.from_device_matrix"
+        return cls(_distckpt.TensorLayout._from_device_matrix(
+            _ints_arg(where, "shape", shape), _ints_arg(where, "dev_mat", dev_mat),
+            _ints_arg(where, "tensor_map", tensor_map), _ints_arg(where, "ranks", ranks or [])))
 
     @classmethod
     def from_boxes(cls, shape, boxes):
         """boxes[r]: the (offset, shape) pairs rank r holds."""
-        return cls(_distckpt.TensorLayout._from_boxes(list(shape), [[(list(o), list(s)) for o, s in rank]
-                                                                     for rank in boxes]))
+        where = "TensorLayout.from_boxes"
+        try:
+            per_rank = [[(_ints_arg(where, "a box's offset", o), _ints_arg(where, "a box's shape", s))
+                         for o, s in rank] for rank in boxes]
+        except (TypeError, ValueError) as error:
+            if isinstance(error, TypeError) and str(error).startswith(where):
+                raise
+            raise TypeError(f"{where}: boxes must be, for each rank, a list of (offset, shape) pairs") from None
+        return cls(_distckpt.TensorLayout._from_boxes(_ints_arg(where, "shape", shape), per_rank))
 
     @classmethod
     def replicated(cls, shape, size):
@@ -203,9 +317,19 @@ class StateDict:
     """
 
     def __init__(self, comm, tensors, layouts=None, info=None, dtypes=None):
+        _comm_arg("StateDict", comm)
+        for what, value in (("tensors", tensors), ("layouts", layouts), ("info", info), ("dtypes", dtypes)):
+            if value is not None and not hasattr(value, "items"):
+                raise _type_error("StateDict", what, "a dict", value)
+        if tensors is None:
+            raise _type_error("StateDict", "tensors", "a dict", tensors)
         self._native = _distckpt._StateDict(comm.rank)
         layouts = layouts or {}
         dtypes = dtypes or {}
+        for name, layout in layouts.items():
+            if not isinstance(layout, TensorLayout):
+                raise TypeError(f"StateDict: layouts['{name}'] must be a distckpt.TensorLayout, "
+                                f"not {type(layout).__name__}")
         for what, names in (("layouts", layouts), ("dtypes", dtypes)):
             unknown = set(names) - set(tensors)
             if unknown:
@@ -237,37 +361,49 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
     incremental=True references the chunks unchanged since `incremental_base` (default: the
     checkpoint `latest` names) instead of writing them again (bytes_referenced says how many).
     """
-    return _distckpt._save(comm._native, state._native, str(root), name, step, epoch, format, fsync, update_latest,
-                           key, incremental, incremental_base)
+    where = "save"
+    native = _comm_arg(where, comm)
+    args = _agreed(native, lambda: (
+        _state_arg(where, state), _path_arg(where, "root", root), _str_arg(where, "name", name),
+        _int_arg(where, "step", step), _int_arg(where, "epoch", epoch), _str_arg(where, "format", format),
+        _bool_arg(where, "fsync", fsync), _bool_arg(where, "update_latest", update_latest), key,
+        _bool_arg(where, "incremental", incremental), _str_arg(where, "incremental_base", incremental_base)))
+    return _distckpt._save(native, *args)
 
 
 def load(comm, state, path, strict=True, key=None, cast_floats=False):
     """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any layout.
     cast_floats: a floating tensor stored in another floating dtype is converted (else refused)."""
-    return _distckpt._load(comm._native, state._native, str(path), strict, key, cast_floats)
+    where = "load"
+    native = _comm_arg(where, comm)
+    args = _agreed(native, lambda: (
+        _state_arg(where, state), _path_arg(where, "path", path), _bool_arg(where, "strict", strict), key,
+        _bool_arg(where, "cast_floats", cast_floats)))
+    return _distckpt._load(native, *args)
 
 
 def remove_checkpoint(root, name):
     """Removes the committed checkpoint `name` of `root` as retention does: files that later
     (incremental) checkpoints reference stay, listed as retired, until nothing does. Never
     `shutil.rmtree` a checkpoint of a root with incremental saves."""
-    _distckpt._remove_checkpoint(str(root), name)
+    _distckpt._remove_checkpoint(_path_arg("remove_checkpoint", "root", root), _str_arg("remove_checkpoint", "name", name))
 
 
 def list_checkpoints(root):
     """The committed checkpoints under `root` (dicts: name, step, epoch, bytes, referenced_bytes, references,
     format, latest)."""
-    return _distckpt._list_checkpoints(str(root))
+    return _distckpt._list_checkpoints(_path_arg("list_checkpoints", "root", root))
 
 
 def verify(path, key=None, deep=False):
     """Reads every chunk of the checkpoint at `path` and checks it; raises on the first failure."""
-    return _distckpt._verify(str(path), key, deep)
+    return _distckpt._verify(_path_arg("verify", "path", path), key, _bool_arg("verify", "deep", deep))
 
 
 def convert(src, dst, format, key=None):
     """Writes the checkpoint `src` as `dst` in `format` (native, ckpt, safetensors, hdf5); returns the path."""
-    return _distckpt._convert(str(src), str(dst), format, key)
+    return _distckpt._convert(_path_arg("convert", "src", src), _path_arg("convert", "dst", dst),
+                              _str_arg("convert", "format", format), key)
 
 
 # CheckpointManager's options: the canonical name, then the names MindSpore's
@@ -343,33 +479,60 @@ class CheckpointManager(_Closing):
     max_keep_ckpts, save_best, rule, ...). Collective calls, on every rank alike."""
 
     def __init__(self, comm, state, **config):
-        canonical = _canonical_config(config)
+        where = "CheckpointManager"
+        native = _comm_arg(where, comm)
+        _agreed(native, lambda: _state_arg(where, state))
+        canonical = _agreed(native, lambda: _canonical_config(config))
         self._exception_save = bool(canonical.get("exception_save", False))
-        self._native = _distckpt._Manager(comm._native, state._native, canonical)
+        self._native = _distckpt._Manager(native, state._native, canonical)
+        self._comm_native = native  # agrees on resume's arguments
         _live_comms.add(self)  # closed before MPI_Finalize too
 
+    def _step_args(self, where, check):
+        # A step call has no agreement of its own (save_after_exception meets a rank that
+        # threw in the loop): a wrong argument on one rank ends the manager on every rank,
+        # as a tensor that cannot be followed does, and raises here.
+        try:
+            return check()
+        except (TypeError, ValueError) as error:
+            self._native.abort_after_error(f"{type(error).__name__}: {error}")
+            raise
+
     def step_end(self, step, epoch=0, metrics=None, epoch_end=False):
-        return self._native.step_end(step, epoch, dict(metrics or {}), epoch_end)
+        w = "CheckpointManager.step_end"
+        return self._native.step_end(*self._step_args(w, lambda: (
+            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
+            _bool_arg(w, "epoch_end", epoch_end))))
 
     def end(self, step, epoch=0, metrics=None, epoch_end=False):
-        return self._native.end(step, epoch, dict(metrics or {}), epoch_end)
+        w = "CheckpointManager.end"
+        return self._native.end(*self._step_args(w, lambda: (
+            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
+            _bool_arg(w, "epoch_end", epoch_end))))
 
     def save_now(self, step, epoch=0, metrics=None, suffix=""):
-        return self._native.save_now(step, epoch, dict(metrics or {}), suffix)
+        w = "CheckpointManager.save_now"
+        return self._native.save_now(*self._step_args(w, lambda: (
+            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
+            _str_arg(w, "suffix", suffix))))
 
     def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None):
         """Collective. Loads the newest committed checkpoint (or `target`, or the newest of
         `step` / ending `epoch`) into the state, verified first. A damaged one raises
         CorruptionError unless fall_back_to_previous, which takes the newest undamaged older
         one (the passed-over paths in the result's "skipped"). `only`: tensor names."""
-        return self._native.resume(str(target), step, epoch, strict, fall_back_to_previous, verify,
-                                   list(only or []))
+        w = "CheckpointManager.resume"
+        args = _agreed(self._comm_native, lambda: (
+            _path_arg(w, "target", target), _int_arg(w, "step", step), _int_arg(w, "epoch", epoch),
+            _bool_arg(w, "strict", strict), _bool_arg(w, "fall_back_to_previous", fall_back_to_previous),
+            _bool_arg(w, "verify", verify), _names_arg(w, "only", only)))
+        return self._native.resume(*args)
 
     def best_checkpoint(self, metric=""):
-        return self._native.best_checkpoint(metric)
+        return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))
 
     def publish(self, target=""):
-        return self._native.publish(target)
+        return self._native.publish(_path_arg("CheckpointManager.publish", "target", target))
 
     @property
     def series_prefix(self):
@@ -413,11 +576,20 @@ class AsyncCheckpointer(_Closing):
     MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s). Collective."""
 
     def __init__(self, comm, staging_bytes=1 << 30, refuse_when_busy=False):
-        self._native = _distckpt._Async(comm._native, int(staging_bytes), bool(refuse_when_busy))
+        where = "AsyncCheckpointer"
+        if isinstance(staging_bytes, float) and staging_bytes.is_integer():  # 1e9, 2**30 / 2
+            staging_bytes = int(staging_bytes)
+        self._comm_native = _comm_arg(where, comm)  # agrees on save_async's arguments
+        self._native = _distckpt._Async(self._comm_native, _int_arg(where, "staging_bytes", staging_bytes),
+                                        _bool_arg(where, "refuse_when_busy", refuse_when_busy))
         _live_comms.add(self)
 
     def save_async(self, state, root, name, step=-1, epoch=-1, format="native", key=None):
-        self._native.save_async(state._native, str(root), name, step, epoch, format, key)
+        w = "AsyncCheckpointer.save_async"
+        args = _agreed(self._comm_native, lambda: (
+            _state_arg(w, state), _path_arg(w, "root", root), _str_arg(w, "name", name), _int_arg(w, "step", step),
+            _int_arg(w, "epoch", epoch), _str_arg(w, "format", format), key))
+        self._native.save_async(*args)
 
     def wait(self):
         """The save in flight's result (a dict), once committed; raises its failure."""
@@ -433,7 +605,8 @@ class AsyncCheckpointer(_Closing):
 
 def publish(src, format="safetensors", only=None, directory="", key=None):
     """Writes the checkpoint `src` as one shareable file (MMEngine's publish_model); returns its path."""
-    return _distckpt._publish(str(src), format, list(only or []), str(directory), key)
+    return _distckpt._publish(_path_arg("publish", "src", src), _str_arg("publish", "format", format),
+                              _names_arg("publish", "only", only), _path_arg("publish", "directory", directory), key)
 
 
 def _numpy_dtype(name):
@@ -445,7 +618,7 @@ class Reader:
     """One checkpoint in any format (native, .ckpt, safetensors, .h5), read in this process."""
 
     def __init__(self, path, key=None):
-        self._native = _distckpt._Reader(str(path), key)
+        self._native = _distckpt._Reader(_path_arg("Reader", "path", path), key)
         self._tensors = self._native.tensors()
         self.bytes_read = 0
 

@@ -700,6 +700,12 @@ class PyManager {
     return take(std::move(r));
   }
   std::string series_prefix() { return get().series_prefix(); }
+  // A step call's arguments failed their checks on this rank (the Python side): the
+  // manager ends on every rank, as in refresh_or_abort; the caller raises after.
+  void abort_after_error(const std::string& what) {
+    CheckpointManager& self = get();
+    (void)without_gil([&] { return self.abort_after_error(what); });
+  }
   void close() {
     if (!manager_) return;
     {
@@ -820,6 +826,14 @@ PYBIND11_MODULE(_distckpt, m) {
         c.get().barrier();
       });
   m.def("_finalize_if_ours", &finalize_if_ours);
+  // The Python side's argument checks failed on this rank: it joins the agreement the
+  // other ranks' call starts with (agreed_arguments), so that they raise naming this
+  // rank; the caller raises its own error after. Collective.
+  m.def("_agree_argument_error", [](PyComm& c, const std::string& message) {
+    Comm& comm = c.get();
+    const Status local = invalid_argument("rank " + std::to_string(comm.rank()) + ": " + message);
+    (void)without_gil([&] { return internal_comm::agree(comm, local); });
+  });
 
   py::class_<TensorLayout>(m, "TensorLayout")
       .def_static("_from_device_matrix", &layout_from_device_matrix)
@@ -857,6 +871,7 @@ PYBIND11_MODULE(_distckpt, m) {
       .def("end", &PyManager::end)
       .def("save_now", &PyManager::save_now)
       .def("save_after_exception", &PyManager::save_after_exception)
+      .def("abort_after_error", &PyManager::abort_after_error)
       .def("resume", &PyManager::resume)
       .def("best_checkpoint", &PyManager::best_checkpoint)
       .def("publish", &PyManager::publish)

@@ -581,6 +581,83 @@ def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
         distckpt.save(comm, state, shared_dir, "b")
 
 
+def test_arguments_of_the_wrong_type_are_named(comm, shared_dir):
+    # Each wrong type is a TypeError naming the call and the argument (pybind11 listed the
+    # native function's arg0 ... arg11); an int is not taken for a path (str(123) saved
+    # into ./123 before).
+    w = np.ones((2, 3), np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    cases = [
+        (lambda: distckpt.save(comm, state, 123, "a"), "save: root must be a path"),
+        (lambda: distckpt.save(comm, {"w": w}, shared_dir, "a"), "save: state must be a distckpt.StateDict, not dict"),
+        (lambda: distckpt.save(None, state, shared_dir, "a"), "save: comm must be a distckpt.Comm"),
+        (lambda: distckpt.save(comm, state, shared_dir, "a", "3"), "save: step must be an int, not str"),
+        (lambda: distckpt.save(comm, state, shared_dir, "a", fsync="no"), "save: fsync must be a bool"),
+        (lambda: distckpt.load(comm, state, 5), "load: path must be a path"),
+        (lambda: distckpt.verify(5), "verify: path must be a path"),
+        (lambda: distckpt.list_checkpoints(None), "list_checkpoints: root must be a path"),
+        (lambda: distckpt.convert(shared_dir, shared_dir + "/x", 3), "convert: format must be a str, not int"),
+        (lambda: distckpt.open(7), "Reader: path must be a path"),
+        (lambda: distckpt.StateDict(comm, [w]), "StateDict: tensors must be a dict, not list"),
+        (lambda: distckpt.StateDict(comm, {"w": w}, layouts={"w": [2, 3]}), r"layouts\['w'\] must be a distckpt.TensorLayout"),
+        (lambda: distckpt.TensorLayout.from_device_matrix("ab", [1], [0]), r"shape\[0\] must be an int, not str"),
+        (lambda: distckpt.TensorLayout.from_boxes([4], [[4]]), "from_boxes: boxes must be"),
+        (lambda: distckpt.CheckpointManager(comm, {"w": w}, directory=shared_dir), "state must be a distckpt.StateDict"),
+        (lambda: distckpt.publish(shared_dir, only=[1]), "publish: only must be a list of str"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
+    # numpy integers and pathlib paths are what they look like.
+    import pathlib
+    out = distckpt.save(comm, state, pathlib.Path(shared_dir), "n", step=np.int64(4), fsync=np.bool_(False))
+    assert distckpt.load(comm, state, pathlib.Path(out["path"]))["step"] == 4
+    with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
+        assert m.step_end(np.int32(1), metrics={"loss": np.float32(0.5)})["saved"]
+        # In a step call, as an exception of the loop: the manager ends (on every rank).
+        with pytest.raises(TypeError, match="step_end: metric 'loss' must be a number, not str"):
+            m.step_end(2, metrics={"loss": "low"})
+        with pytest.raises(distckpt.DistckptError, match="finished after an exception"):
+            m.step_end(3)
+
+
+def test_a_wrong_argument_on_one_rank_fails_the_call_on_every_rank(comm, shared_dir):
+    # The type checks of a collective call's arguments are agreed as the native checks are:
+    # the last rank raises its TypeError, the others a DistckptError naming it, nobody waits.
+    size, rank = comm.size, comm.rank
+    odd = rank == size - 1
+    named = f"rank {size - 1}: TypeError: "
+    w = np.ones((2, 3), np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    expect = (TypeError, "root must be a path") if odd else (distckpt.DistckptError, named + "save: root")
+    with pytest.raises(expect[0], match=expect[1]):
+        distckpt.save(comm, state, 5 if odd else shared_dir, "a")
+    saved = distckpt.save(comm, state, shared_dir, "b")
+    expect = (TypeError, "strict must be a bool") if odd else (distckpt.DistckptError, named + "load: strict")
+    with pytest.raises(expect[0], match=expect[1]):
+        distckpt.load(comm, state, saved["path"], strict="yes" if odd else True)
+    expect = (TypeError, "unknown option") if odd else (distckpt.DistckptError, named + "CheckpointManager: unknown")
+    with pytest.raises(expect[0], match=expect[1]):
+        distckpt.CheckpointManager(comm, state, directory=shared_dir, **({"keep_maxx": 1} if odd else {}))
+    with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
+        expect = (TypeError, "resume: only must be a list of str") if odd else (distckpt.DistckptError, named)
+        with pytest.raises(expect[0], match=expect[1]):
+            m.resume(only=[3] if odd else None)
+        # A step call: the rank raises, the others' call ends the manager naming it.
+        if odd:
+            with pytest.raises(TypeError, match="step_end: epoch must be an int"):
+                m.step_end(1, epoch="first")
+        else:
+            out = m.step_end(1)
+            assert out["stop"] and out["exception_rank"] == size - 1 and not out["saved"], out
+    with distckpt.AsyncCheckpointer(comm, staging_bytes=float(1 << 20)) as ckpt:
+        expect = (TypeError, "name must be a str") if odd else (distckpt.DistckptError, named)
+        with pytest.raises(expect[0], match=expect[1]):
+            ckpt.save_async(state, shared_dir, 4 if odd else "c")
+        ckpt.save_async(state, shared_dir, "d")
+        assert ckpt.wait()["path"].endswith("d")
+
+
 def test_resume_falls_back_past_a_damaged_newest_when_asked(comm, shared_dir):
     size = comm.size
     w = np.zeros((2, 3), np.float32)
