@@ -59,6 +59,19 @@ for ((round = 1; round <= rounds; round++)); do
   fi
   kill -9 "${victims[@]}" 2> /dev/null || true
   { wait "$launcher" || true; } 2> /dev/null
+  launcher=
+  # A killed rank finishes the system call it is in (a rename, an fsync on a busy disk)
+  # before it dies, and ranks whose mpirun was killed too are nobody's children: the
+  # listing waits until none of them runs (a zombie has stopped), 30 s at most.
+  for ((i = 0; i < 600; i++)); do
+    running=0
+    for p in "${ranks[@]}"; do
+      state=$(awk '{print $3}' "/proc/$p/stat" 2> /dev/null) || continue
+      [ -z "$state" ] || [ "$state" = Z ] || [ "$state" = X ] || running=1
+    done
+    ((running)) || break
+    sleep 0.05
+  done
 
   listing=$("$cli" ls --json "$dir") || { echo "round $round: distckpt ls failed"; exit 1; }
   if grep -q '"state":"broken"' <<< "$listing"; then

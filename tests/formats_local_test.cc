@@ -813,12 +813,16 @@ TEST(Hdf5Reader, AMissingOrForeignReaderIsAClearError) {
     }
   } restore;
   // A file changed within the last second is read again each time (a write in the same
-  // timestamp tick could go unseen): the answer is kept only after that.
+  // timestamp tick could go unseen): the answer is kept only after that. Its time is put
+  // 3 s ahead so that "within the last second" holds however slowly the reader starts
+  // (under a sanitizer on a busy machine, the save's commit and one reader start took
+  // over a second, and the first answer was kept).
+  fs::last_write_time(path, fs::file_time_type::clock::now() + std::chrono::seconds(3));
   ASSERT_TRUE(open_index(path).ok());
   ::setenv("DISTCKPT_HDF5_READER", (dir.path() + "/no-reader").c_str(), 1);
   EXPECT_EQ(open_index(path).code(), StatusCode::kNotFound);
   ::unsetenv("DISTCKPT_HDF5_READER");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(4100));
   ASSERT_TRUE(open_index(path).ok());
   ::setenv("DISTCKPT_HDF5_READER", (dir.path() + "/no-reader").c_str(), 1);
   // The reader's answer for this version of the file is kept: no reader is started.

@@ -16,3 +16,11 @@ reader="$work/prefix/libexec/distckpt/distckpt-hdf5-reader"
 test -x "$reader" || { echo "install_consumer: no $reader"; exit 1; }
 "$work/prefix/bin/distckpt" convert "$work/ckpt/consumer" "$work/model" --to hdf5 > /dev/null
 "$work/prefix/bin/distckpt" verify "$work/model.h5"
+# The Python package (when built) lands under the prefix, never in the system's site
+# directory, and imports from there (without MPI: importing does not initialise it).
+if [ -d "$build/python/distckpt" ]; then
+  site=$(find "$work/prefix" -path '*/distckpt/__init__.py' -printf '%h\n' | head -1)
+  [ -n "$site" ] || { echo "install_consumer: the Python package was not installed under $work/prefix"; exit 1; }
+  py=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")  # the interpreter it was built for
+  PYTHONPATH=$(dirname "$site") "${py:-/usr/bin/python3}" -c 'import distckpt, sys; assert distckpt.__file__.startswith(sys.argv[1]), distckpt.__file__' "$work/prefix"
+fi
