@@ -192,13 +192,13 @@ def _ints_arg(where, what, value):
 
 def _agreed(comm_native, check):
     """Runs check(), the type checks of a collective call's arguments, and returns what it
-    returned. A TypeError (or ValueError) is agreed over the communicator before it is raised, as the
+    returned. A failed check (TypeError, ValueError...) is agreed over the communicator before it is raised, as the
     native call agrees on its own checks: the other ranks are in that agreement (the
     first step of save, load, save_async, resume and a manager's creation) and raise
     DistckptError naming this rank, instead of waiting for it in the call."""
     try:
         return check()
-    except (TypeError, ValueError) as error:
+    except Exception as error:  # any failed check (OverflowError too) is agreed
         _distckpt._agree_argument_error(comm_native, f"{type(error).__name__}: {error}")
         raise
 
@@ -494,7 +494,7 @@ class CheckpointManager(_Closing):
         # as a tensor that cannot be followed does, and raises here.
         try:
             return check()
-        except (TypeError, ValueError) as error:
+        except Exception as error:  # any failed check (OverflowError too) is agreed
             self._native.abort_after_error(f"{type(error).__name__}: {error}")
             raise
 
