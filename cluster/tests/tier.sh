@@ -178,6 +178,7 @@ beyond)
   for attempt in 1 2 3; do
     fresh_hosts h1 h2 h3
     rm -rf "$root" && mkdir -p "$root"
+    rm -f "$log_dir/beyond.log"  # start_job truncates it in the background: no earlier attempt's line
     start_job beyond h1:2,h2:2,h3:2 6 env DISTCKPT_PAUSE_AT=local-write@4 DISTCKPT_PAUSE_HOST=h2 "$build/train_mlp" \
       --dp 1 --tp 6 --steps 100000 --local-dir "$local_dir" --local-every 5 --global-every 2 --redundancy xor:3 \
       --log-every 100000 --peer-timeout "$peer_timeout" $TRAIN_SHAPE --dir /dck/shared/tier/beyond

@@ -21,6 +21,7 @@ MPI_Finalize, also for a script that exits with one still open.
 """
 import atexit as _atexit
 import numbers as _numbers
+import operator as _operator
 import os as _os
 import weakref as _weakref
 
@@ -121,31 +122,51 @@ def _state_arg(where, state):
     return state._native
 
 
-def _path_arg(where, what, value):
+def _utf8(where, what, text):
+    # The native side takes UTF-8: a lone surrogate (os.fsdecode of bytes that are not
+    # UTF-8) would fail there, outside the agreement.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where}: {what} is not valid UTF-8: {text!r}") from None
+    return text
+
+
+def _path_arg(where, what, value, none_is_empty=False):
     """str or os.PathLike (pathlib.Path); bytes paths are decoded as the file system does."""
+    if value is None and none_is_empty:
+        return ""
     try:
         path = _os.fspath(value)
     except TypeError:
         raise _type_error(where, what, "a path (str or os.PathLike)", value) from None
-    return _os.fsdecode(path) if isinstance(path, bytes) else path
+    return _utf8(where, what, _os.fsdecode(path) if isinstance(path, bytes) else path)
 
 
 def _str_arg(where, what, value):
     if not isinstance(value, str):
         raise _type_error(where, what, "a str", value)
-    return value
+    return _utf8(where, what, value)
 
 
 def _int_arg(where, what, value):
-    # numpy integers are Integral; a bool is an int to Python, but never meant as a step.
-    if not isinstance(value, _numbers.Integral) or isinstance(value, (bool, _np.bool_)):
+    # Anything with __index__ (numpy integers, 0-d integer arrays and tensors); a bool is an
+    # int to Python, but never meant as a step.
+    if isinstance(value, (bool, _np.bool_)):
         raise _type_error(where, what, "an int", value)
-    return int(value)
+    try:
+        number = _operator.index(value)
+    except TypeError:
+        raise _type_error(where, what, "an int", value) from None
+    if not -2 ** 63 <= number < 2 ** 63:
+        raise ValueError(f"{where}: {what} {number} is outside int64")
+    return number
 
 
 def _bool_arg(where, what, value):
-    # As pybind11 took them before: True/False, numpy's bool, or an int (0 is False).
-    if not isinstance(value, (bool, _np.bool_, _numbers.Integral)):
+    # As pybind11 took them before: anything with a truth value that is not text (None is
+    # False, as an argparse default gives it).
+    if isinstance(value, (str, bytes)):
         raise _type_error(where, what, "a bool", value)
     return bool(value)
 
@@ -162,7 +183,8 @@ def _names_arg(where, what, value):
         raise _type_error(where, what, "a list of str", value) from None
     for n in names:
         if not isinstance(n, str):
-            raise TypeError(f"{where}: {what} must be a list of str, and holds a {type(n).__name__}")
+            raise TypeError(f"{where}: {what} must be a list of str, and holds {type(n).__name__}")
+        _utf8(where, what, n)
     return names
 
 
@@ -176,6 +198,7 @@ def _metrics_arg(where, metrics):
     for k, v in metrics.items():
         if not isinstance(k, str):
             raise TypeError(f"{where}: metrics keys must be str, not {type(k).__name__}")
+        _utf8(where, "a metric's name", k)
         if isinstance(v, (str, bytes)) or not hasattr(v, "__float__"):
             raise TypeError(f"{where}: metric '{k}' must be a number, not {type(v).__name__}")
         out[k] = float(v)
@@ -214,7 +237,7 @@ class TensorLayout:
         where = "TensorLayout.from_device_matrix"
         return cls(_distckpt.TensorLayout._from_device_matrix(
             _ints_arg(where, "shape", shape), _ints_arg(where, "dev_mat", dev_mat),
-            _ints_arg(where, "tensor_map", tensor_map), _ints_arg(where, "ranks", ranks or [])))
+            _ints_arg(where, "tensor_map", tensor_map), _ints_arg(where, "ranks", [] if ranks is None else ranks)))
 
     @classmethod
     def from_boxes(cls, shape, boxes):
@@ -317,7 +340,8 @@ class StateDict:
     """
 
     def __init__(self, comm, tensors, layouts=None, info=None, dtypes=None):
-        _comm_arg("StateDict", comm)
+        if not (isinstance(getattr(comm, "rank", None), int) and isinstance(getattr(comm, "size", None), int)):
+            raise _type_error("StateDict", "comm", "a distckpt.Comm (or a communicator with rank and size)", comm)
         for what, value in (("tensors", tensors), ("layouts", layouts), ("info", info), ("dtypes", dtypes)):
             if value is not None and not hasattr(value, "items"):
                 raise _type_error("StateDict", what, "a dict", value)
@@ -523,7 +547,7 @@ class CheckpointManager(_Closing):
         one (the passed-over paths in the result's "skipped"). `only`: tensor names."""
         w = "CheckpointManager.resume"
         args = _agreed(self._comm_native, lambda: (
-            _path_arg(w, "target", target), _int_arg(w, "step", step), _int_arg(w, "epoch", epoch),
+            _path_arg(w, "target", target, none_is_empty=True), _int_arg(w, "step", step), _int_arg(w, "epoch", epoch),
             _bool_arg(w, "strict", strict), _bool_arg(w, "fall_back_to_previous", fall_back_to_previous),
             _bool_arg(w, "verify", verify), _names_arg(w, "only", only)))
         return self._native.resume(*args)
@@ -532,7 +556,7 @@ class CheckpointManager(_Closing):
         return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))
 
     def publish(self, target=""):
-        return self._native.publish(_path_arg("CheckpointManager.publish", "target", target))
+        return self._native.publish(_path_arg("CheckpointManager.publish", "target", target, none_is_empty=True))
 
     @property
     def series_prefix(self):
@@ -577,11 +601,15 @@ class AsyncCheckpointer(_Closing):
 
     def __init__(self, comm, staging_bytes=1 << 30, refuse_when_busy=False):
         where = "AsyncCheckpointer"
-        if isinstance(staging_bytes, float) and staging_bytes.is_integer():  # 1e9, 2**30 / 2
-            staging_bytes = int(staging_bytes)
         self._comm_native = _comm_arg(where, comm)  # agrees on save_async's arguments
-        self._native = _distckpt._Async(self._comm_native, _int_arg(where, "staging_bytes", staging_bytes),
-                                        _bool_arg(where, "refuse_when_busy", refuse_when_busy))
+
+        def checked():
+            try:  # as before: 1e9, 2**30 / 2, a number read from the environment
+                size = int(staging_bytes)
+            except (TypeError, ValueError):
+                raise _type_error(where, "staging_bytes", "a number of bytes", staging_bytes) from None
+            return (_int_arg(where, "staging_bytes", size), _bool_arg(where, "refuse_when_busy", refuse_when_busy))
+        self._native = _distckpt._Async(self._comm_native, *_agreed(self._comm_native, checked))
         _live_comms.add(self)
 
     def save_async(self, state, root, name, step=-1, epoch=-1, format="native", key=None):
@@ -606,7 +634,8 @@ class AsyncCheckpointer(_Closing):
 def publish(src, format="safetensors", only=None, directory="", key=None):
     """Writes the checkpoint `src` as one shareable file (MMEngine's publish_model); returns its path."""
     return _distckpt._publish(_path_arg("publish", "src", src), _str_arg("publish", "format", format),
-                              _names_arg("publish", "only", only), _path_arg("publish", "directory", directory), key)
+                              _names_arg("publish", "only", only),
+                              _path_arg("publish", "directory", directory, none_is_empty=True), key)
 
 
 def _numpy_dtype(name):

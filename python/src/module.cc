@@ -730,6 +730,9 @@ class PyAsync {
     o.staging_bytes = staging_bytes;
     o.refuse_when_busy = refuse_when_busy;
     PyComm& pc = comm.cast<PyComm&>();
+    // The Python side's checks failed on a rank: that rank joins here (_agree_argument_error)
+    // instead of the others waiting for it in make_async_checkpointer's collectives.
+    agreed_arguments(pc.get(), [] {});
     const MPI_Comm source = pc.source();
     async_ = take(without_gil([&] { return make_async_checkpointer(source, o); }));  // collective
     pc.add_user();

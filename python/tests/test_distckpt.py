@@ -593,6 +593,8 @@ def test_arguments_of_the_wrong_type_are_named(comm, shared_dir):
         (lambda: distckpt.save(None, state, shared_dir, "a"), "save: comm must be a distckpt.Comm"),
         (lambda: distckpt.save(comm, state, shared_dir, "a", "3"), "save: step must be an int, not str"),
         (lambda: distckpt.save(comm, state, shared_dir, "a", fsync="no"), "save: fsync must be a bool"),
+        (lambda: distckpt.save(comm, state, shared_dir, "a", 2 ** 63), ValueError, "step 9223372036854775808 is outside int64"),
+        (lambda: distckpt.save(comm, state, shared_dir, "a\udc80"), ValueError, "save: name is not valid UTF-8"),
         (lambda: distckpt.load(comm, state, 5), "load: path must be a path"),
         (lambda: distckpt.verify(5), "verify: path must be a path"),
         (lambda: distckpt.list_checkpoints(None), "list_checkpoints: root must be a path"),
@@ -605,12 +607,13 @@ def test_arguments_of_the_wrong_type_are_named(comm, shared_dir):
         (lambda: distckpt.CheckpointManager(comm, {"w": w}, directory=shared_dir), "state must be a distckpt.StateDict"),
         (lambda: distckpt.publish(shared_dir, only=[1]), "publish: only must be a list of str"),
     ]
-    for call, message in cases:
-        with pytest.raises(TypeError, match=message):
+    for call, *expected in cases:
+        error, message = expected if len(expected) == 2 else (TypeError, expected[0])
+        with pytest.raises(error, match=message):
             call()
     # numpy integers and pathlib paths are what they look like.
     import pathlib
-    out = distckpt.save(comm, state, pathlib.Path(shared_dir), "n", step=np.int64(4), fsync=np.bool_(False))
+    out = distckpt.save(comm, state, pathlib.Path(shared_dir), "n", step=np.array(4), fsync=None)  # as pybind11 took them
     assert distckpt.load(comm, state, pathlib.Path(out["path"]))["step"] == 4
     with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
         assert m.step_end(np.int32(1), metrics={"loss": np.float32(0.5)})["saved"]
@@ -650,6 +653,9 @@ def test_a_wrong_argument_on_one_rank_fails_the_call_on_every_rank(comm, shared_
         else:
             out = m.step_end(1)
             assert out["stop"] and out["exception_rank"] == size - 1 and not out["saved"], out
+    expect = (TypeError, "staging_bytes must be a number") if odd else (distckpt.DistckptError, named)
+    with pytest.raises(expect[0], match=expect[1]):
+        distckpt.AsyncCheckpointer(comm, staging_bytes="lots" if odd else 1 << 20)
     with distckpt.AsyncCheckpointer(comm, staging_bytes=float(1 << 20)) as ckpt:
         expect = (TypeError, "name must be a str") if odd else (distckpt.DistckptError, named)
         with pytest.raises(expect[0], match=expect[1]):
