@@ -512,33 +512,26 @@ class CheckpointManager(_Closing):
         self._comm_native = native  # agrees on resume's arguments
         _live_comms.add(self)  # closed before MPI_Finalize too
 
-    def _step_args(self, where, check):
+    def _step_call(self, name, step, epoch, metrics, last_arg):
         # A step call has no agreement of its own (save_after_exception meets a rank that
         # threw in the loop): a wrong argument on one rank ends the manager on every rank,
         # as a tensor that cannot be followed does, and raises here.
+        w = f"CheckpointManager.{name}"
         try:
-            return check()
-        except Exception as error:  # any failed check (OverflowError too) is agreed
+            args = (_int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics), last_arg(w))
+        except Exception as error:  # any failed check (OverflowError too)
             self._native.abort_after_error(f"{type(error).__name__}: {error}")
             raise
+        return getattr(self._native, name)(*args)
 
     def step_end(self, step, epoch=0, metrics=None, epoch_end=False):
-        w = "CheckpointManager.step_end"
-        return self._native.step_end(*self._step_args(w, lambda: (
-            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
-            _bool_arg(w, "epoch_end", epoch_end))))
+        return self._step_call("step_end", step, epoch, metrics, lambda w: _bool_arg(w, "epoch_end", epoch_end))
 
     def end(self, step, epoch=0, metrics=None, epoch_end=False):
-        w = "CheckpointManager.end"
-        return self._native.end(*self._step_args(w, lambda: (
-            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
-            _bool_arg(w, "epoch_end", epoch_end))))
+        return self._step_call("end", step, epoch, metrics, lambda w: _bool_arg(w, "epoch_end", epoch_end))
 
     def save_now(self, step, epoch=0, metrics=None, suffix=""):
-        w = "CheckpointManager.save_now"
-        return self._native.save_now(*self._step_args(w, lambda: (
-            _int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics),
-            _str_arg(w, "suffix", suffix))))
+        return self._step_call("save_now", step, epoch, metrics, lambda w: _str_arg(w, "suffix", suffix))
 
     def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None):
         """Collective. Loads the newest committed checkpoint (or `target`, or the newest of

@@ -615,12 +615,11 @@ class PyManager {
     if (!manager_) throw py::value_error("this CheckpointManager was closed");
     return *manager_;
   }
-  void refresh_or_abort(CheckpointManager& self) {
+  void refresh_or_abort() {
     try {
       state_.cast<PyStateDict&>().refresh();
     } catch (const std::exception& e) {
-      const std::string what = e.what();
-      (void)without_gil([&] { return self.abort_after_error(what); });
+      abort_after_error(e.what());
       throw;
     }
   }
@@ -631,7 +630,7 @@ class PyManager {
     // manager's step synchronization (save_after_exception). A tensor that cannot be
     // followed on this rank ends the manager on every rank, nothing saved
     // (abort_after_error: the others' call returns stop naming this rank), and raises.
-    refresh_or_abort(self);
+    refresh_or_abort();
     Result<StepOutcome> r = without_gil([&] { return call(self); });
     return outcome_dict(take(std::move(r)));
   }
@@ -700,8 +699,8 @@ class PyManager {
     return take(std::move(r));
   }
   std::string series_prefix() { return get().series_prefix(); }
-  // A step call's arguments failed their checks on this rank (the Python side): the
-  // manager ends on every rank, as in refresh_or_abort; the caller raises after.
+  // A step call cannot go on on this rank (a tensor that cannot be followed, or arguments
+  // that failed the Python side's checks): the manager ends on every rank; the caller raises.
   void abort_after_error(const std::string& what) {
     CheckpointManager& self = get();
     (void)without_gil([&] { return self.abort_after_error(what); });
