@@ -52,13 +52,17 @@
 #include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
 #include "base/bounce.h"  // internal: whether buffered I/O bounces, reported
 #include "storage/memory_fs.h"  // internal: tmpfs or ramfs, for --compare-limit
+#include "storage_limits.h"
 #include "proc_status.h"
+#include "quiet_mpi.h"
 #include "workload.h"
 
 namespace {
 
 using distckpt::Box;
 using distckpt::Status;
+using distckpt::bench::quiet_allreduce;
+using distckpt::bench::quiet_barrier;
 using distckpt::bench::WorkloadTensor;
 
 constexpr int kExitError = 1;
@@ -149,17 +153,13 @@ std::unique_ptr<float[], SliceFree> slice_buffer(std::size_t elements, int offse
 // Collective: true when `ok` holds on every rank. Used for local steps (argument checks,
 // setup, cleanup on rank 0) so that no rank is left waiting in a later collective.
 bool all_ok(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int all = ok ? 1 : 0;
+  distckpt::bench::quiet_allreduce(&all, 1, MPI_INT, MPI_MIN);
   return all == 1;
 }
 
 // Collective: max over ranks of this rank's elapsed seconds.
-double max_over_ranks(double seconds) {
-  double out = 0;
-  MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
+double max_over_ranks(double seconds) { return distckpt::bench::quiet_max(seconds); }
 
 std::string human_bytes(uint64_t bytes) {
   char buf[64];
@@ -207,27 +207,14 @@ Status generate(const Args& a, int rank, Workload& w) {
   return Status();
 }
 
-// Collective: rank 0 removes `path` if it exists.
-// The deletes the bench itself makes (the previous repeat's checkpoint, fio's files)
-// committed before the next timed write. On a file system mounted with online discard
-// (ext4 `-o discard`, as `/` is here) the journal commit that follows a delete discards
-// every freed block, and until it has, those blocks cannot be reused: charged to the next
-// save, that is gigabytes of the harness's own discards. `syncfs` runs that commit now.
-void settle_deletes(const std::string& path) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  (void)::syncfs(fd);
-  ::close(fd);
-}
-
+// Collective: rank 0 removes `path` if it exists, and commits the delete (settle_deletes).
 bool remove_checkpoint(const std::string& path, bool root) {
   Status removed;
   if (root) {
     auto fs = distckpt::posix_filesystem();
     if (fs->exists(path)) {
       removed = fs->remove_all(path);
-      if (removed.ok()) settle_deletes(path);
+      if (removed.ok()) distckpt::bench::settle_deletes(path);
     }
     if (!removed.ok()) std::cerr << "ckpt_bench: removing " << path << ": " << removed.to_string() << "\n";
   }
@@ -250,108 +237,13 @@ double paired_ratio(const std::vector<double>& limit, const std::vector<double>&
   return median(ratios);
 }
 
-// The limit of the storage under `dir`, measured by fio in the same run (--compare-limit):
-// one job per rank writing `rank_bytes[r]` in 8 MiB blocks into a new file (no
-// preallocation), with O_DIRECT where the file system takes it and an fsync at the end;
-// then every file read once, cold (fio invalidates each file's cache first). Called with
-// each rank's share of the save, the read is the unique bytes once; called with each
-// rank's state, it is what a load lands. Times are the slowest job's runtime (fio's own
-// start-up excluded). Rank 0 runs fio; {-1, -1} everywhere when it cannot (fio missing or
-// failing: the message says why).
-std::array<double, 2> fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root) {
-  std::array<double, 2> t{-1, -1};
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (root) {
-    const std::string work = dir + "/.fio-limit";
-    std::filesystem::create_directories(work);
-    const std::string probe = work + "/probe";
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0600);
-    const bool direct = fd >= 0;
-    if (fd >= 0) ::close(fd);
-    ::unlink(probe.c_str());
-    auto run = [&](bool write) -> double {
-      const std::string jobfile = work + (write ? "/write.fio" : "/read.fio");
-      {
-        std::ofstream jf(jobfile);
-        // fallocate=none: fio otherwise preallocates each file before the timed write
-        // (posix_fallocate), which on a tmpfs makes every page in advance, so that its
-        // "write" only overwrites them (1 GiB on /dev/shm here: 0.145 s against 0.23-0.25 s
-        // into new pages). A save writes new files; so does the limit.
-        jf << "[global]\ndirectory=" << work << "\nbs=8M\nioengine=psync\nfallocate=none\n"
-           << (write ? "rw=write\nend_fsync=1\n" : "rw=read\ninvalidate=1\n") << "direct=" << (direct && write ? 1 : 0)
-           << "\n";
-        for (std::size_t r = 0; r < rank_bytes.size(); ++r)
-          if (rank_bytes[r] > 0) jf << "[rank" << r << "]\nfilename=rank-" << r << "\nsize=" << rank_bytes[r] << "\n";
-      }
-      const std::string cmd = "fio --output-format=json " + jobfile + " 2>&1";
-      FILE* p = ::popen(cmd.c_str(), "r");
-      if (p == nullptr) return -1;
-      std::string out;
-      char buf[4096];
-      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-      const int rc = ::pclose(p);
-      const auto brace = out.find('{');
-      auto j = nlohmann::json::parse(brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
-      if (rc != 0 || j.is_discarded() || !j.contains("jobs")) {
-        std::cerr << "ckpt_bench: --compare-limit: fio failed (install it: scripts/setup.sh): " << out.substr(0, 400)
-                  << "\n";
-        return -1;
-      }
-      double slowest = 0;
-      for (const auto& job : j["jobs"]) slowest = std::max(slowest, job.value("job_runtime", 0.0) / 1e3);
-      return slowest;
-    };
-    t[0] = run(true);
-    if (t[0] >= 0) t[1] = run(false);
-    std::filesystem::remove_all(work);
-    settle_deletes(work);
-  }
-  MPI_Bcast(t.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  return t;
-}
-
-// --compare-dd's reference, in the same run and directory: one
-// process writes `bytes` sequentially in 4 MiB blocks through the page cache (like
-// `dd bs=4M conv=fsync`), fsyncs, evicts the file from the page cache (so the read is
-// as cold as a load after a direct-I/O save; tmpfs keeps it, being memory), then reads
-// it back. Rank 0 does the I/O; the others wait. Returns {write_s, read_s}.
-std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root) {
-  std::array<double, 2> t{0, 0};
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (root) {
-    const std::string file = dir + "/dd-reference.bin";
-    constexpr size_t kBlock = 4u << 20;
-    std::vector<char> block(kBlock, 1);
-    const double t0 = MPI_Wtime();
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (uint64_t done = 0; fd >= 0 && done < bytes; done += kBlock) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, bytes - done));
-      if (::pwrite(fd, block.data(), n, static_cast<off_t>(done)) != static_cast<ssize_t>(n)) break;
-    }
-    if (fd >= 0) {
-      ::fsync(fd);
-      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-      ::close(fd);
-    }
-    t[0] = MPI_Wtime() - t0;
-    const double t1 = MPI_Wtime();
-    const int rfd = ::open(file.c_str(), O_RDONLY);
-    while (rfd >= 0 && ::read(rfd, block.data(), kBlock) > 0) {
-    }
-    if (rfd >= 0) ::close(rfd);
-    t[1] = MPI_Wtime() - t1;
-    ::unlink(file.c_str());
-  }
-  MPI_Bcast(t.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  return t;
-}
-
 struct Runs {
   std::vector<double> save, load, dd_write, dd_read, plan, write, commit;
   std::vector<double> limit_write, limit_read;  // --compare-limit (fio)
   // --compare-limit on a memory file system with replicas: fio's read of every rank's
   // state (limit_read counts the unique bytes once).
   std::vector<double> limit_read_needed;
+  distckpt::bench::FioLimit limit_jobs, needed_jobs;  // the last repeat's job files
   uint64_t bytes_landed = 0;  // the state of all ranks: what a load lands in memory
   std::vector<double> load_read, load_exchange;  // where a load's time goes (max over ranks)
   std::vector<double> blocking, memcpy_s;  // --async
@@ -373,7 +265,7 @@ struct Runs {
 double memcpy_reference(const Workload& w) {
   std::vector<char> dst(w.rank_bytes);
   std::memset(dst.data(), 1, dst.size());
-  MPI_Barrier(MPI_COMM_WORLD);
+  quiet_barrier();
   const double t0 = MPI_Wtime();
   std::size_t at = 0;
   for (const Slice& s : w.slices) {
@@ -407,7 +299,7 @@ std::string drop_page_cache(const std::string& path, MPI_Comm node_comm) {
     drop.flush();
     dropped = drop.good() ? 1 : 0;
   }
-  MPI_Allreduce(MPI_IN_PLACE, &dropped, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  quiet_allreduce(&dropped, 1, MPI_INT, MPI_MIN);
   return dropped == 1 ? "fadvise+drop_caches" : "fadvise";
 }
 
@@ -436,7 +328,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
-  MPI_Barrier(MPI_COMM_WORLD);
+  quiet_barrier();
   const double t0 = MPI_Wtime();
   distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
   if (async != nullptr) {
@@ -464,7 +356,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
 bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs, bool sieve,
                 bool second = false) {
   for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-  MPI_Barrier(MPI_COMM_WORLD);
+  quiet_barrier();
   const double t0 = MPI_Wtime();
   distckpt::LoadOptions opts;
   opts.replica_reads = a.replica_reads == "shared" ? distckpt::LoadOptions::ReplicaReads::kShared
@@ -487,9 +379,9 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
     runs.load_exchange.push_back(max_over_ranks(r->exchange_s));
     runs.loaded = std::move(r).value();
   }
-  uint64_t mine = 0, all = 0;
-  for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
-  MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  uint64_t all = 0;
+  for (const Slice& s : w.slices) all += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
+  quiet_allreduce(&all, 1, MPI_UINT64_T, MPI_SUM);
   runs.mismatches += all;
   return true;
 }
@@ -575,11 +467,22 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       j["load_vs_limit"] = opt(do_load, load_s > 0 ? lr / load_s : 0);
       j["save_vs_limit_paired"] = opt(do_save, paired_ratio(runs.limit_write, runs.save));
       j["load_vs_limit_paired"] = opt(do_load, paired_ratio(runs.limit_read, runs.load));
+      j["limit_write_runs_s"] = runs.limit_write;
+      j["limit_read_runs_s"] = runs.limit_read;
       if (!runs.limit_read_needed.empty()) {
         j["bytes_landed"] = runs.bytes_landed;
         j["limit_read_needed_s"] = median(runs.limit_read_needed);
         j["load_vs_needed_read"] = opt(do_load, load_s > 0 ? median(runs.limit_read_needed) / load_s : 0);
+        j["limit_read_needed_runs_s"] = runs.limit_read_needed;
       }
+      // How the limit ran: fio's CPUs (the other ranks slept meanwhile), and its job files.
+      j["limit_cpus"] = runs.limit_jobs.cpus;
+      json jobs{{"write", runs.limit_jobs.write_job}, {"read", runs.limit_jobs.read_job}};
+      if (!runs.limit_read_needed.empty()) {
+        jobs["needed_write"] = runs.needed_jobs.write_job;
+        jobs["needed_read"] = runs.needed_jobs.read_job;
+      }
+      j["limit_jobs"] = jobs;
     }
     j["bounce_io"] = distckpt::internal_base::bounce_io();
     j["peak_rss_bytes"] = runs.peak_rss;
@@ -631,7 +534,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
   if (!runs.limit_write.empty()) {
     const double lw = median(runs.limit_write), lr = median(runs.limit_read);
-    std::printf("fio limit (one job per rank, 8 MiB blocks, direct where allowed, end fsync; cold read of the "
+    std::printf("fio limit (one job per rank into new files, 8 MiB blocks, direct where allowed, end fsync; cold read of the "
                 "unique bytes once): write %.3f s, read %.3f s  ->  save_vs_limit %.2f  load_vs_limit %.2f\n",
                 lw, lr, do_save && save_s > 0 ? lw / save_s : 0.0, do_load && load_s > 0 ? lr / load_s : 0.0);
     // Each repeat's pair: on a shared disk the limit itself drifts between repeats, and the
@@ -648,6 +551,8 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
         std::printf("  %.3f/%.3f", runs.limit_read[i], runs.load[i]);
       std::printf("\n");
     }
+    std::printf("fio ran on %d CPU(s) while the other ranks slept; its job files: --json (limit_jobs)\n",
+                runs.limit_jobs.cpus);
     std::printf("median of the per-repeat ratios: save_vs_limit_paired %.2f  load_vs_limit_paired %.2f\n",
                 do_save ? paired_ratio(runs.limit_write, runs.save) : 0.0,
                 do_load ? paired_ratio(runs.limit_read, runs.load) : 0.0);
@@ -694,7 +599,7 @@ void evict_global(const std::string& path, bool root) {
       for (const auto& e : *entries)
         if (!e.is_dir) (void)fs->evict_cached(path + "/" + e.name);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  quiet_barrier();
 }
 
 // Collective: removes what a tier run left: the record, every node's local files, the
@@ -705,7 +610,7 @@ void remove_tier_checkpoint(const Args& a, const std::string& name, distckpt::Co
   auto fs = distckpt::posix_filesystem();
   if (root) (void)fs->remove_all(a.dir + "/" + name);
   (void)distckpt::remove_local(comm, a.dir, {a.local_dir, a.redundancy, !a.no_recycle}, name);
-  MPI_Barrier(MPI_COMM_WORLD);
+  quiet_barrier();
 }
 
 int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::AsyncCheckpointer* async, bool root,
@@ -719,9 +624,9 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
   uint64_t mismatches = 0;
   const distckpt::LocalTier tier{a.local_dir, a.redundancy, !a.no_recycle};
   auto verify = [&] {
-    uint64_t mine = 0, all = 0;
-    for (const Slice& s : w.slices) mine += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
-    MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    uint64_t all = 0;
+    for (const Slice& s : w.slices) all += distckpt::bench::check_slice(a.seed, *s.tensor, s.box, s.data.get());
+    quiet_allreduce(&all, 1, MPI_UINT64_T, MPI_SUM);
     mismatches += all;
   };
   auto fail = [&](const char* what, const distckpt::Status& st) {
@@ -736,7 +641,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     opts.name = name;
     opts.step = i;
     if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
-    MPI_Barrier(MPI_COMM_WORLD);
+    quiet_barrier();
     double t0 = MPI_Wtime();
     distckpt::Result<distckpt::LocalSaveResult> saved = distckpt::internal_error("not run");
     if (async != nullptr) {
@@ -751,7 +656,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     last_save = *saved;
     redundancy_s.push_back(max_over_ranks(saved->redundancy_s));
     if (a.drain) {
-      MPI_Barrier(MPI_COMM_WORLD);
+      quiet_barrier();
       t0 = MPI_Wtime();
       auto drained = distckpt::drain(comm, a.dir, tier, name, opts);
       drain_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -766,7 +671,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
         (void)distckpt::posix_filesystem()->remove_all(local + "/" + name);
         (void)distckpt::posix_filesystem()->remove_file(local + "/.distckpt-node");
       }
-      MPI_Barrier(MPI_COMM_WORLD);
+      quiet_barrier();
     }
     if (a.mode != "save") {
       distckpt::RestoreOptions ro;
@@ -774,7 +679,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
       ro.fall_back = false;
       ro.load.key = a.key;
       for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-      MPI_Barrier(MPI_COMM_WORLD);
+      quiet_barrier();
       t0 = MPI_Wtime();
       auto restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
       restore_local_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -785,7 +690,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
         evict_global(a.dir + "/" + name, root);
         ro.global_only = true;
         for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-        MPI_Barrier(MPI_COMM_WORLD);
+        quiet_barrier();
         t0 = MPI_Wtime();
         restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
         restore_global_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -803,8 +708,8 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     local_root.replace(at, 6, comm.node_name(comm.rank()));
   std::array<double, 2> dd_local{0, 0}, dd_global{0, 0};
   if (a.compare_dd) {
-    dd_local = dd_reference(local_root, bytes_unique, root);
-    dd_global = dd_reference(a.dir, bytes_unique, root);
+    dd_local = distckpt::bench::dd_reference(local_root, bytes_unique, root);
+    dd_global = distckpt::bench::dd_reference(a.dir, bytes_unique, root);
   }
   if (!root) return mismatches == 0 ? 0 : kExitMismatch;
   auto opt = [](bool have, double v) { return have ? json(v) : json(nullptr); };
@@ -909,7 +814,7 @@ int run_incremental_bench(const Args& a, Workload& w, distckpt::Comm& comm, dist
     opts.incremental = incremental;
     opts.incremental_base = base;
     opts.update_latest = false;
-    MPI_Barrier(MPI_COMM_WORLD);
+    quiet_barrier();
     const double t0 = MPI_Wtime();
     distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
     if (async != nullptr) {
@@ -968,7 +873,7 @@ int run_incremental_bench(const Args& a, Workload& w, distckpt::Comm& comm, dist
   uint64_t mismatches = 0;
   for (std::size_t t = 0; t < w.slices.size(); ++t)
     if (std::memcmp(expected[t].data(), w.slices[t].data.get(), w.slices[t].elements * sizeof(float)) != 0) ++mismatches;
-  MPI_Allreduce(MPI_IN_PLACE, &mismatches, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  quiet_allreduce(&mismatches, 1, MPI_UINT64_T, MPI_SUM);
   if (!loaded.ok() && root) std::cerr << "ckpt_bench: load '" << base << "': " << loaded.status().to_string() << "\n";
   if (!a.keep) cleanup();
   if (!loaded.ok()) return kExitError;
@@ -1086,8 +991,9 @@ int run(int rank, int world, int argc, char** argv) {
       ->check(CLI::Range(0, 60))
       ->check([](const std::string& v) { return std::stoi(v) % 4 == 0 ? std::string() : std::string("a multiple of 4"); });
   app.add_flag("--compare-limit", a.compare_limit,
-               "in each repeat, the storage's limit by fio in the same directory: one job per rank writing its "
-               "bytes (8 MiB blocks, O_DIRECT where allowed, end fsync), then a cold read of the unique bytes; "
+               "in each repeat, the storage's limit by fio in the same directory, run by rank 0 on every CPU while "
+               "the other ranks sleep: one job per rank writing its bytes into a new file (8 MiB blocks, "
+               "fallocate=none, O_DIRECT where allowed, end fsync), then a cold read of the unique bytes; "
                "prints save_vs_limit and load_vs_limit (medians); on tmpfs or ramfs where replicas make the "
                "ranks' states >= 1.25x the unique bytes, also fio's read of every rank's state, one job per "
                "rank (load_vs_needed_read)");
@@ -1240,26 +1146,28 @@ int run(int rank, int world, int argc, char** argv) {
       uint64_t mine = runs.saved ? runs.saved->rank_bytes_written : bytes_unique / static_cast<uint64_t>(world);
       std::vector<uint64_t> shares(static_cast<std::size_t>(world));
       MPI_Gather(&mine, 1, MPI_UINT64_T, shares.data(), 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-      const auto t = fio_limit(a.dir, shares, root);
-      if (t[0] < 0 || t[1] < 0) return kExitError;
-      runs.limit_write.push_back(t[0]);
-      runs.limit_read.push_back(t[1]);
+      const auto t = distckpt::bench::fio_limit(a.dir, shares, root);
+      if (t.write_s < 0 || t.read_s < 0) return kExitError;
+      runs.limit_write.push_back(t.write_s);
+      runs.limit_read.push_back(t.read_s);
+      runs.limit_jobs = t;
       if (!states.empty()) {
         // An optional reference: when fio cannot write these files (a small tmpfs), the run
         // goes on without it (fio_limit printed why).
-        const auto n = fio_limit(a.dir, states, root);
-        if (n[1] >= 0) runs.limit_read_needed.push_back(n[1]);
+        const auto n = distckpt::bench::fio_limit(a.dir, states, root);
+        if (n.read_s >= 0) runs.limit_read_needed.push_back(n.read_s);
+        runs.needed_jobs = n;
       }
     }
     if (a.compare_dd) {
-      const auto t = dd_reference(a.dir, bytes_unique, root);
+      const auto t = distckpt::bench::dd_reference(a.dir, bytes_unique, root);
       runs.dd_write.push_back(t[0]);
       runs.dd_read.push_back(t[1]);
     }
   }
   const uint64_t hwm = distckpt::bench::proc_status()["VmHWM"];
   uint64_t mem[3] = {peak_rss_bytes(), w.rank_bytes, hwm > rss_at_start ? hwm - rss_at_start : 0};
-  MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  quiet_allreduce(mem, 3, MPI_UINT64_T, MPI_MAX);
   runs.peak_rss = mem[0];
   runs.rank_state_max = mem[1];
   runs.peak_extra = mem[2];

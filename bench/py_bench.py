@@ -7,7 +7,7 @@ A driver (not under MPI) alternates, --runs times, one job of this script's work
 `mpirun -np dp*tp` (the workload of ../shared/bench/WORKLOAD.md generated with vectorised
 numpy, outside the timing; one synchronous save through distckpt.save, one load through
 distckpt.load into the zeroed arrays, each timed as ckpt_bench times it: after a
-barrier, the slowest rank's wall time) and one `ckpt_bench --repeat 1` of the same size,
+barrier, the slowest rank's wall time, with waits that sleep) and one `ckpt_bench --repeat 1` of the same size,
 layout and directory. It prints both medians and their ratios (Python / C++), which are
 the layer's overhead: the tensors are handed over by address and the GIL is released, so
 the bytes move exactly as in C++.
@@ -19,6 +19,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 HID, FFN, GROUPS = 4096, 1024, 64
 LARGE, MEDIUM, SMALL = HID * HID, FFN * HID, GROUPS * (2 * HID + 2 * FFN)
@@ -85,6 +86,16 @@ def values(seed, tid, shape, box):
     return ((z >> np.uint64(40)).astype(np.float64) * 2.0 ** -23 - 1.0).astype(np.float32)
 
 
+def quiet_wait(request):
+    """Waits for an mpi4py request without taking a core, as ckpt_bench waits (bench/quiet_mpi.h):
+    a rank waiting in a blocking collective busy-polls, and on a machine with fewer cores than
+    ranks that core is taken from the ranks still saving."""
+    pause = 50e-6
+    while not request.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, 2e-3)
+
+
 def worker(a):
     import numpy as np
     from mpi4py import MPI
@@ -112,15 +123,17 @@ def worker(a):
     state = distckpt.StateDict(comm, tensors, layouts)
 
     def timed(call):
-        world.Barrier()
+        quiet_wait(world.Ibarrier())
         t0 = MPI.Wtime()
         call()
-        return world.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        elapsed = np.array([MPI.Wtime() - t0])
+        quiet_wait(world.Iallreduce(MPI.IN_PLACE, elapsed, op=MPI.MAX))
+        return float(elapsed[0])
 
     path = os.path.join(a.dir, "py-bench")
     if rank == 0 and os.path.exists(path):
         shutil.rmtree(path)
-    world.Barrier()
+    quiet_wait(world.Ibarrier())
     save_s = timed(lambda: distckpt.save(comm, state, a.dir, "py-bench", step=0, update_latest=False))
     expected = {n: t.copy() for n, t in tensors.items()} if a.verify else None
     for t in tensors.values():
@@ -130,7 +143,7 @@ def worker(a):
         bad = sum(int(not np.array_equal(tensors[n], expected[n])) for n in tensors)
         if world.allreduce(bad) != 0:
             raise SystemExit("py_bench: the load does not match the save")
-    world.Barrier()
+    quiet_wait(world.Ibarrier())
     if rank == 0:
         shutil.rmtree(path)
         print(json.dumps({"save_s": save_s, "load_s": load_s}), flush=True)
