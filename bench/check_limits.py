@@ -7,7 +7,9 @@
 For each directory: one `ckpt_bench --compare-limit --repeat 1` run (a warm-up, and the source
 of the fio job files it runs), then fio alone (outside the MPI job, nothing else running) on the
 very same job files 3 times, then `ckpt_bench --compare-limit --repeat 3`, then fio alone 3
-times more. It prints the medians of each limit (the write, the cold read of the unique bytes,
+times more. ckpt_bench's limit of a repeat is the median of three fio rounds
+(bench/storage_limits.h); the medians compared are over its repeats and over the six rounds
+alone. It prints the medians of each limit (the write, the cold read of the unique bytes,
 and on a memory file system with replicas the read of every rank's state) as ckpt_bench measured
 it and as fio alone did, and exits 1 when any pair differs by more than --tolerance (relative to
 fio alone). A limit that flatters the library is worse than none: this is how we know that

@@ -386,7 +386,8 @@ bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Run
   return true;
 }
 
-void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, int world, int nodes, double gen_s) {
+void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, int world, int nodes, double gen_s,
+            const std::string& cache_dropped) {
   const bool do_save = !runs.save.empty(), do_load = !runs.load.empty();
   const uint64_t bytes_unique = runs.saved ? runs.saved->bytes_unique : distckpt::bench::workload_bytes(w.tensors);
   auto gbps = [bytes_unique](double s) { return s > 0 ? bytes_unique / 1e9 / s : 0.0; };
@@ -484,6 +485,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       }
       j["limit_jobs"] = jobs;
     }
+    j["cache_dropped"] = cache_dropped;  // before each timed load: no, fadvise, fadvise+drop_caches
     j["bounce_io"] = distckpt::internal_base::bounce_io();
     j["peak_rss_bytes"] = runs.peak_rss;
     j["rank_state_bytes_max"] = runs.rank_state_max;
@@ -583,6 +585,7 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
               static_cast<double>(runs.peak_extra) / (1 << 20));
   std::printf("medians of %zu run(s); timings exclude generation and first touch; each is the max over ranks\n",
               std::max(runs.save.size(), runs.load.size()));
+  if (a.drop_cache) std::printf("loads were cold: page cache dropped before each (%s)\n", cache_dropped.c_str());
   std::fflush(stdout);
 }
 
@@ -1172,8 +1175,7 @@ int run(int rank, int world, int argc, char** argv) {
   runs.rank_state_max = mem[1];
   runs.peak_extra = mem[2];
   MPI_Comm_free(&node_comm);
-  if (root) report(a, w, runs, *size, world, comm->node_count(), gen_s);
-  if (root && a.drop_cache) std::printf("loads were cold: page cache dropped before each (%s)\n", cache_dropped.c_str());
+  if (root) report(a, w, runs, *size, world, comm->node_count(), gen_s, cache_dropped);
   if (root && !a.peers_json.empty()) {
     if (a.mode == "load") disk_bytes = bytes_on_disk(checkpoint_path(a));
     nlohmann::ordered_json record;

@@ -13,7 +13,7 @@
 namespace distckpt::bench {
 
 // One fio reference: the slowest job's runtime of a write job and of the read job that
-// reads its files back, and the two job files as fio ran them (--json prints them, and
+// reads its files back (each the median of 3 rounds), and the two job files as fio ran them (--json prints them, and
 // bench/check_limits.py runs the same files outside the MPI job). Times are -1 where
 // fio could not run (the message said why).
 struct FioLimit {
@@ -29,8 +29,8 @@ struct FioLimit {
 // (fallocate=none, O_DIRECT where the file system takes it, an fsync at the end), then
 // every file read once, cold (fio invalidates each file's cache first). Called with each
 // rank's share of a save, the read is the unique bytes once; called with each rank's
-// state, it is what a load lands. The files are removed and the removal committed
-// before returning. The result is rank 0's, on every rank.
+// state, it is what a load lands. Three rounds of both, each time the median; the files are
+// removed and the removal committed after each round. The result is rank 0's, on every rank.
 FioLimit fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root);
 
 // Collective. --compare-dd's reference: rank 0 writes `bytes` sequentially in 4 MiB
