@@ -26,24 +26,19 @@ import statistics
 import subprocess
 import sys
 
-# The limits compared: (JSON key of ckpt_bench's per-repeat times, the job file run alone, and
-# which half of it is that limit).
-LIMITS = [("limit_write_runs_s", "limit", "write"), ("limit_read_runs_s", "limit", "read"),
-          ("limit_read_needed_runs_s", "needed", "read")]
+# The limits compared: (JSON key of ckpt_bench's per-repeat times, the job run alone whose time
+# is that limit).
+LIMITS = [("limit_write_runs_s", "write"), ("limit_read_runs_s", "read"),
+          ("limit_read_needed_runs_s", "needed_read")]
 
 
-def fio_runtimes(job_path):
-    """Runs one fio round; {"write": s, "read": s}, each the slowest such job's runtime, as
-    ckpt_bench takes them (fio's start-up excluded)."""
+def fio_runtime(job_path):
+    """Runs fio on one job file; the slowest job's runtime in seconds, as ckpt_bench takes it."""
     out = subprocess.run(["fio", "--output-format=json", job_path], capture_output=True, text=True)
     text = out.stdout[out.stdout.find("{"):] if "{" in out.stdout else ""
     if out.returncode != 0 or not text:
         raise SystemExit(f"check_limits: fio {job_path} failed: {(out.stdout + out.stderr)[:400]}")
-    times = {"write": 0.0, "read": 0.0}
-    for job in json.loads(text)["jobs"]:
-        half = "write" if job["jobname"].startswith("write") else "read"
-        times[half] = max(times[half], job["job_runtime"] / 1e3)
-    return times
+    return max(job["job_runtime"] for job in json.loads(text)["jobs"]) / 1e3
 
 
 def work_dir(job_text):
@@ -51,15 +46,16 @@ def work_dir(job_text):
 
 
 def run_alone(jobs, job_dir):
-    """One round of fio alone over ckpt_bench's job files, as ckpt_bench runs them: each file
-    (its writes, then its reads), the files removed and the removal committed after each."""
+    """One round of fio alone over ckpt_bench's job files, as ckpt_bench runs them: each write
+    job, then its read job; the files removed and the removal committed before the next."""
     times = {}
-    for key in [k for k in ("limit", "needed") if k in jobs]:
+    for key in [k for k in ("write", "read", "needed_write", "needed_read") if k in jobs]:
         work = work_dir(jobs[key])
         os.makedirs(work, exist_ok=True)
-        times[key] = fio_runtimes(os.path.join(job_dir, key + ".fio"))
-        shutil.rmtree(work)
-        subprocess.run(["sync", "-f", os.path.dirname(work)], check=True)
+        times[key] = fio_runtime(os.path.join(job_dir, key + ".fio"))
+        if key in ("read", "needed_read"):
+            shutil.rmtree(work)
+            subprocess.run(["sync", "-f", os.path.dirname(work)], check=True)
     return times
 
 
@@ -89,18 +85,17 @@ def check_dir(a, directory):
     alone += [run_alone(jobs, job_dir) for _ in range(a.rounds)]
     shutil.rmtree(directory, ignore_errors=True)
     rows, ok = [], True
-    for runs_key, key, half in LIMITS:
+    for runs_key, job in LIMITS:
         if runs_key not in measured:
             continue
-        job = "needed_read" if key == "needed" else half
         inside = statistics.median(measured[runs_key])
-        outside = statistics.median(r[key][half] for r in alone)
+        outside = statistics.median(r[job] for r in alone)
         ratio = inside / outside
         good = abs(ratio - 1) <= a.tolerance
         ok &= good
         rows.append({"dir": directory, "limit": job, "ckpt_bench_s": inside, "fio_alone_s": outside,
                      "ratio": ratio, "ckpt_bench_runs_s": measured[runs_key],
-                     "fio_alone_runs_s": [r[key][half] for r in alone], "agrees": good})
+                     "fio_alone_runs_s": [r[job] for r in alone], "agrees": good})
         print(f"{directory}: {job:12s} ckpt_bench {inside:.3f} s  fio alone {outside:.3f} s  ratio {ratio:.3f}  "
               f"{'ok' if good else 'DIFFERS by more than %.0f%%' % (100 * a.tolerance)}", flush=True)
     return rows, ok, measured

@@ -478,8 +478,11 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
       }
       // How the limit ran: fio's CPUs (the other ranks slept meanwhile), and its job files.
       j["limit_cpus"] = runs.limit_jobs.cpus;
-      json jobs{{"limit", runs.limit_jobs.job}};
-      if (!runs.limit_read_needed.empty()) jobs["needed"] = runs.needed_jobs.job;
+      json jobs{{"write", runs.limit_jobs.write_job}, {"read", runs.limit_jobs.read_job}};
+      if (!runs.limit_read_needed.empty()) {
+        jobs["needed_write"] = runs.needed_jobs.write_job;
+        jobs["needed_read"] = runs.needed_jobs.read_job;
+      }
       j["limit_jobs"] = jobs;
     }
     j["cache_dropped"] = cache_dropped;  // before each timed load: no, fadvise, fadvise+drop_caches

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,31 +21,22 @@ namespace {
 
 // fio rounds per limit. One round's time on a virtual machine depends on which pages it
 // gets: pages the machine has not used lately (given back to the host after a free) cost
-// several times more on first use, and fio's write in the first repeat of a run, after the
-// ranks made their state and a save, took 0.46-1.05 s against 0.21-0.32 s in later repeats
-// and alone (1 GiB, /dev/shm). The median of three is the device's, not one round's luck.
+// several times more on first use, and the first round after the ranks made their state
+// and a save took 0.45-1.05 s against 0.20-0.32 s for the others (1 GiB, /dev/shm). The
+// median of three is the device's, not one round's luck.
 constexpr int kRuns = 3;
 
-// The job file of one fio round over `rank_bytes`: one write job per rank that has bytes,
-// then (after a stonewall: once every write ended) one read job per file. One fio process
-// for both halves, since each fio start costs 0.3-0.7 s that the runtimes leave out but a
-// run of the benchmark pays. fallocate=none: fio otherwise preallocates each file before
-// the timed write (posix_fallocate), which on a tmpfs makes every page in advance, so that
-// its "write" only overwrites them. A save writes new files; so does the limit.
-std::string job_file(const std::string& work, const std::vector<uint64_t>& rank_bytes, bool direct) {
+// The job file of one fio run over `rank_bytes` (one job per rank that has bytes).
+// fallocate=none: fio otherwise preallocates each file before the timed write
+// (posix_fallocate), which on a tmpfs makes every page in advance, so that its "write"
+// only overwrites them. A save writes new files; so does the limit.
+std::string job_file(const std::string& work, const std::vector<uint64_t>& rank_bytes, bool write, bool direct) {
   std::ostringstream jf;
-  jf << "[global]\ndirectory=" << work << "\nbs=8M\nioengine=psync\nfallocate=none\n";
-  for (const bool write : {true, false}) {
-    bool first = true;
-    for (std::size_t r = 0; r < rank_bytes.size(); ++r) {
-      if (rank_bytes[r] == 0) continue;
-      jf << "[" << (write ? "write-rank" : "read-rank") << r << "]\n";
-      if (!write && first) jf << "stonewall\n";
-      first = false;
-      jf << (write ? "rw=write\nend_fsync=1\n" : "rw=read\ninvalidate=1\n") << "direct=" << (direct && write ? 1 : 0)
-         << "\nfilename=rank-" << r << "\nsize=" << rank_bytes[r] << "\n";
-    }
-  }
+  jf << "[global]\ndirectory=" << work << "\nbs=8M\nioengine=psync\nfallocate=none\n"
+     << (write ? "rw=write\nend_fsync=1\n" : "rw=read\ninvalidate=1\n") << "direct=" << (direct && write ? 1 : 0)
+     << "\n";
+  for (std::size_t r = 0; r < rank_bytes.size(); ++r)
+    if (rank_bytes[r] > 0) jf << "[rank" << r << "]\nfilename=rank-" << r << "\nsize=" << rank_bytes[r] << "\n";
   return jf.str();
 }
 
@@ -64,15 +54,15 @@ int widen_affinity(cpu_set_t* saved) {
   return CPU_COUNT(&now);
 }
 
-// Runs one fio round of `jobfile`; {the slowest write job's runtime, the slowest read
-// job's} in seconds (fio's own start-up excluded), or {-1, -1} after printing why not.
-std::array<double, 2> run_fio(const std::string& jobfile, int* cpus) {
+// Runs fio on `jobfile`; the slowest job's runtime in seconds (fio's own start-up
+// excluded), or -1 after printing why not.
+double run_fio(const std::string& jobfile, int* cpus) {
   cpu_set_t saved;
   *cpus = widen_affinity(&saved);
   const std::string cmd = "fio --output-format=json " + jobfile + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   (void)sched_setaffinity(0, sizeof saved, &saved);  // the child has the wide mask
-  if (p == nullptr) return {-1, -1};
+  if (p == nullptr) return -1;
   std::string out;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
@@ -81,13 +71,10 @@ std::array<double, 2> run_fio(const std::string& jobfile, int* cpus) {
   auto j = nlohmann::json::parse(brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
   if (rc != 0 || j.is_discarded() || !j.contains("jobs")) {
     std::cerr << "ckpt_bench: fio failed (install it: scripts/setup.sh): " << out.substr(0, 400) << "\n";
-    return {-1, -1};
+    return -1;
   }
-  std::array<double, 2> slowest{0, 0};
-  for (const auto& job : j["jobs"]) {
-    const bool write = job.value("jobname", std::string()).rfind("write", 0) == 0;
-    slowest[write ? 0 : 1] = std::max(slowest[write ? 0 : 1], job.value("job_runtime", 0.0) / 1e3);
-  }
+  double slowest = 0;
+  for (const auto& job : j["jobs"]) slowest = std::max(slowest, job.value("job_runtime", 0.0) / 1e3);
   return slowest;
 }
 
@@ -118,18 +105,21 @@ FioLimit fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_byt
     const bool direct = fd >= 0;
     if (fd >= 0) ::close(fd);
     ::unlink(probe.c_str());
-    limit.job = job_file(work, rank_bytes, direct);
-    std::ofstream(work + "/limit.fio") << limit.job;
-    // Each time is the median of kRuns rounds, the files removed after each.
+    limit.write_job = job_file(work, rank_bytes, true, direct);
+    limit.read_job = job_file(work, rank_bytes, false, direct);
+    std::ofstream(work + "/write.fio") << limit.write_job;
+    std::ofstream(work + "/read.fio") << limit.read_job;
+    // Each time is the median of kRuns write-and-read rounds, the files removed after each.
     std::vector<double> writes, reads;
     for (int round = 0; round < kRuns; ++round) {
-      const auto t = run_fio(work + "/limit.fio", &limit.cpus);
-      if (t[0] < 0) break;
-      writes.push_back(t[0]);
-      reads.push_back(t[1]);
+      const double w = run_fio(work + "/write.fio", &limit.cpus);
+      const double r = w < 0 ? -1 : run_fio(work + "/read.fio", &limit.cpus);
+      if (r < 0) break;
+      writes.push_back(w);
+      reads.push_back(r);
       for (std::size_t job = 0; job < rank_bytes.size(); ++job)
         ::unlink((work + "/rank-" + std::to_string(job)).c_str());
-      settle_deletes(work + "/limit.fio");
+      settle_deletes(work + "/write.fio");
     }
     if (writes.size() == static_cast<std::size_t>(kRuns)) {
       limit.write_s = median(writes);

@@ -12,14 +12,15 @@
 
 namespace distckpt::bench {
 
-// One fio reference: the slowest job's runtime of the write jobs and of the read jobs
-// that read their files back (each the median of 3 rounds), and the job file as fio ran it
-// (--json prints it, and bench/check_limits.py runs the same file outside the MPI job).
-// Times are -1 where fio could not run (the message said why).
+// One fio reference: the slowest job's runtime of a write job and of the read job that
+// reads its files back (each the median of 3 rounds), and the two job files as fio ran them (--json prints them, and
+// bench/check_limits.py runs the same files outside the MPI job). Times are -1 where
+// fio could not run (the message said why).
 struct FioLimit {
   double write_s = -1;
   double read_s = -1;
-  std::string job;
+  std::string write_job;
+  std::string read_job;
   int cpus = 0;  // the CPUs fio could run on
 };
 
