@@ -15,8 +15,9 @@ it and as fio alone did, and exits 1 when any pair differs by more than --tolera
 fio alone). A limit that flatters the library is worse than none: this is how we know that
 ckpt_bench's ranks leave fio the machine while it runs.
 
-Exit status: 0 every limit agrees; 1 one does not (or a run failed); 77 fio or mpirun is missing
-and CI is not set (under CI=true that is a failure).
+Each check runs in a new directory under a --dir, removed afterwards. Exit status: 0 every limit
+agrees; 1 one does not (or a run failed); 77 fio or mpirun is missing, or a --dir has less free
+space than 4x --size, and CI is not set (under CI=true that is a failure).
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 # The limits compared: (JSON key of ckpt_bench's per-repeat times, the job run alone whose time
 # is that limit).
@@ -69,7 +71,17 @@ def run_bench(a, directory, repeat):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def check_dir(a, directory):
+def check_dir(a, parent):
+    """The check in a new directory under `parent`, removed afterwards (never `parent` itself)."""
+    os.makedirs(parent, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="check-limits-", dir=parent)
+    try:
+        return check_in(a, directory, parent)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def check_in(a, directory, parent):
     bench_dir = os.path.join(directory, "bench")
     job_dir = os.path.join(directory, "jobs")
     os.makedirs(job_dir, exist_ok=True)
@@ -83,7 +95,6 @@ def check_dir(a, directory):
     if measured["limit_jobs"] != jobs:
         raise SystemExit(f"check_limits: {directory}: ckpt_bench ran other job files than in its first run")
     alone += [run_alone(jobs, job_dir) for _ in range(a.rounds)]
-    shutil.rmtree(directory, ignore_errors=True)
     rows, ok = [], True
     for runs_key, job in LIMITS:
         if runs_key not in measured:
@@ -93,12 +104,17 @@ def check_dir(a, directory):
         ratio = inside / outside
         good = abs(ratio - 1) <= a.tolerance
         ok &= good
-        rows.append({"dir": directory, "limit": job, "ckpt_bench_s": inside, "fio_alone_s": outside,
+        rows.append({"dir": parent, "limit": job, "ckpt_bench_s": inside, "fio_alone_s": outside,
                      "ratio": ratio, "ckpt_bench_runs_s": measured[runs_key],
                      "fio_alone_runs_s": [r[job] for r in alone], "agrees": good})
-        print(f"{directory}: {job:12s} ckpt_bench {inside:.3f} s  fio alone {outside:.3f} s  ratio {ratio:.3f}  "
+        print(f"{parent}: {job:12s} ckpt_bench {inside:.3f} s  fio alone {outside:.3f} s  ratio {ratio:.3f}  "
               f"{'ok' if good else 'DIFFERS by more than %.0f%%' % (100 * a.tolerance)}", flush=True)
     return rows, ok, measured
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def main():
@@ -120,9 +136,16 @@ def main():
     if missing:
         print(f"check_limits: cannot run: {', '.join(missing)} not found (scripts/setup.sh installs them)")
         return 1 if os.environ.get("CI") == "true" else 77
+    need = 4 * parse_size(a.size)  # the checkpoint, fio's files and every rank's state's
+    for directory in a.dir:
+        os.makedirs(directory, exist_ok=True)
+        free = shutil.disk_usage(directory).free
+        if free < need:
+            print(f"check_limits: cannot run: {directory} has {free >> 20} MiB free, the check needs "
+                  f"{need >> 20} MiB")
+            return 1 if os.environ.get("CI") == "true" else 77
     rows, ok = [], True
     for directory in a.dir:
-        shutil.rmtree(directory, ignore_errors=True)
         r, good, measured = check_dir(a, directory)
         rows += r
         ok &= good

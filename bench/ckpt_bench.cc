@@ -265,7 +265,7 @@ struct Runs {
 double memcpy_reference(const Workload& w) {
   std::vector<char> dst(w.rank_bytes);
   std::memset(dst.data(), 1, dst.size());
-  quiet_barrier();
+  distckpt::bench::timed_phase_barrier();
   const double t0 = MPI_Wtime();
   std::size_t at = 0;
   for (const Slice& s : w.slices) {
@@ -328,7 +328,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
   if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
   // In mode both the checkpoint is removed at the end: do not leave `latest` dangling.
   opts.update_latest = a.mode != "both";
-  quiet_barrier();
+  distckpt::bench::timed_phase_barrier();
   const double t0 = MPI_Wtime();
   distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
   if (async != nullptr) {
@@ -356,7 +356,7 @@ bool timed_save(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::Asyn
 bool timed_load(const Args& a, Workload& w, distckpt::Comm& comm, bool root, Runs& runs, bool sieve,
                 bool second = false) {
   for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-  quiet_barrier();
+  distckpt::bench::timed_phase_barrier();
   const double t0 = MPI_Wtime();
   distckpt::LoadOptions opts;
   opts.replica_reads = a.replica_reads == "shared" ? distckpt::LoadOptions::ReplicaReads::kShared
@@ -644,7 +644,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     opts.name = name;
     opts.step = i;
     if (a.key) opts.encryption = {*distckpt::encryption_mode_from_name(a.enc_mode), a.key};
-    quiet_barrier();
+    distckpt::bench::timed_phase_barrier();
     double t0 = MPI_Wtime();
     distckpt::Result<distckpt::LocalSaveResult> saved = distckpt::internal_error("not run");
     if (async != nullptr) {
@@ -659,7 +659,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
     last_save = *saved;
     redundancy_s.push_back(max_over_ranks(saved->redundancy_s));
     if (a.drain) {
-      quiet_barrier();
+      distckpt::bench::timed_phase_barrier();
       t0 = MPI_Wtime();
       auto drained = distckpt::drain(comm, a.dir, tier, name, opts);
       drain_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -682,7 +682,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
       ro.fall_back = false;
       ro.load.key = a.key;
       for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-      quiet_barrier();
+      distckpt::bench::timed_phase_barrier();
       t0 = MPI_Wtime();
       auto restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
       restore_local_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -693,7 +693,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
         evict_global(a.dir + "/" + name, root);
         ro.global_only = true;
         for (Slice& s : w.slices) std::memset(s.data.get(), 0, s.elements * sizeof(float));
-        quiet_barrier();
+        distckpt::bench::timed_phase_barrier();
         t0 = MPI_Wtime();
         restored = distckpt::restore(comm, w.state, a.dir, tier, ro);
         restore_global_s.push_back(max_over_ranks(MPI_Wtime() - t0));
@@ -713,6 +713,7 @@ int run_tier_bench(const Args& a, Workload& w, distckpt::Comm& comm, distckpt::A
   if (a.compare_dd) {
     dd_local = distckpt::bench::dd_reference(local_root, bytes_unique, root);
     dd_global = distckpt::bench::dd_reference(a.dir, bytes_unique, root);
+    if (dd_local[0] < 0 || dd_global[0] < 0) return kExitError;
   }
   if (!root) return mismatches == 0 ? 0 : kExitMismatch;
   auto opt = [](bool have, double v) { return have ? json(v) : json(nullptr); };
@@ -817,7 +818,7 @@ int run_incremental_bench(const Args& a, Workload& w, distckpt::Comm& comm, dist
     opts.incremental = incremental;
     opts.incremental_base = base;
     opts.update_latest = false;
-    quiet_barrier();
+    distckpt::bench::timed_phase_barrier();
     const double t0 = MPI_Wtime();
     distckpt::Result<distckpt::SaveResult> r = distckpt::internal_error("not run");
     if (async != nullptr) {
@@ -1164,6 +1165,7 @@ int run(int rank, int world, int argc, char** argv) {
     }
     if (a.compare_dd) {
       const auto t = distckpt::bench::dd_reference(a.dir, bytes_unique, root);
+      if (t[0] < 0) return kExitError;
       runs.dd_write.push_back(t[0]);
       runs.dd_read.push_back(t[1]);
     }

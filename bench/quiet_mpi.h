@@ -37,6 +37,15 @@ inline void quiet_barrier(MPI_Comm comm = MPI_COMM_WORLD) {
   quiet_wait(&request);
 }
 
+// The start of a timed phase: a quiet barrier, then a blocking one. The quiet barrier lets
+// ranks leave up to one sleep (2 ms) apart; the blocking barrier, short since every rank is
+// already there, lets them leave together, so that no rank's timer runs while it waits for
+// a late one inside the phase (a local save of 256 MiB takes 0.03 s).
+inline void timed_phase_barrier(MPI_Comm comm = MPI_COMM_WORLD) {
+  quiet_barrier(comm);
+  MPI_Barrier(comm);
+}
+
 // MPI_Bcast of `count` items of `type` from `root`.
 inline void quiet_bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm = MPI_COMM_WORLD) {
   MPI_Request request;

@@ -25,7 +25,9 @@ run() {
   if [ "${#selected[@]}" -gt 0 ] && [[ " ${selected[*]} " != *" $name "* ]]; then return 0; fi
   rm -rf "$shm" "$disk"
   echo "== $name: ckpt_bench $*" >&2
-  "${mpirun[@]}" -np "$np" "$build/ckpt_bench" "$@" --json | grep "^{" | tail -n 1 >"$out/$name.json"
+  # Into a temporary file first: a failed run leaves the previous figure, not an empty one.
+  "${mpirun[@]}" -np "$np" "$build/ckpt_bench" "$@" --json | grep "^{" | tail -n 1 >"$out/$name.json.tmp"
+  mv "$out/$name.json.tmp" "$out/$name.json"
   rm -rf "$shm" "$disk"
 }
 selected=("$@")

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -144,24 +146,30 @@ std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool 
     std::vector<char> block(kBlock, 1);
     const double t0 = MPI_Wtime();
     const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    for (uint64_t done = 0; fd >= 0 && done < bytes; done += kBlock) {
+    bool ok = fd >= 0;
+    for (uint64_t done = 0; ok && done < bytes; done += kBlock) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, bytes - done));
-      if (::pwrite(fd, block.data(), n, static_cast<off_t>(done)) != static_cast<ssize_t>(n)) break;
+      ok = ::pwrite(fd, block.data(), n, static_cast<off_t>(done)) == static_cast<ssize_t>(n);
     }
     if (fd >= 0) {
-      ::fsync(fd);
+      ok = ::fsync(fd) == 0 && ok;
       ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
       ::close(fd);
     }
     t[0] = MPI_Wtime() - t0;
     const double t1 = MPI_Wtime();
-    const int rfd = ::open(file.c_str(), O_RDONLY);
-    while (rfd >= 0 && ::read(rfd, block.data(), kBlock) > 0) {
-    }
+    const int rfd = ok ? ::open(file.c_str(), O_RDONLY) : -1;
+    uint64_t read_bytes = 0;
+    for (ssize_t n; rfd >= 0 && (n = ::read(rfd, block.data(), kBlock)) > 0;) read_bytes += static_cast<uint64_t>(n);
     if (rfd >= 0) ::close(rfd);
     t[1] = MPI_Wtime() - t1;
     ::unlink(file.c_str());
     settle_deletes(file);
+    if (!ok || read_bytes != bytes) {
+      std::cerr << "ckpt_bench: --compare-dd: writing or reading " << bytes << " bytes of " << file
+                << " failed: " << std::strerror(errno) << "\n";
+      t = {-1, -1};
+    }
   }
   quiet_bcast(t.data(), 2, MPI_DOUBLE, 0);
   return t;

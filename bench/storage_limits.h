@@ -36,7 +36,8 @@ FioLimit fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_byt
 // Collective. --compare-dd's reference: rank 0 writes `bytes` sequentially in 4 MiB
 // blocks through the page cache (as `dd bs=4M conv=fsync`), fsyncs, evicts the file from
 // the page cache (tmpfs keeps it, being memory), reads it back, and removes it.
-// Returns {write_s, read_s} on every rank.
+// Returns {write_s, read_s} on every rank, {-1, -1} when the write or the read failed
+// (the message says why).
 std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root);
 
 // Commits the deletes made under the directory of `path`, so that they are not charged
