@@ -374,6 +374,15 @@ class StateDict:
         for key, value in (info or {}).items():
             self._native._set_info(key, _plain(value))
 
+    def set_info(self, key, value):
+        """Adds or replaces the info value `key` (int, float, bool or str; numpy scalars as their
+        value), saved with the checkpoint as rank 0's. Local. TypeError for another type."""
+        key = _str_arg("StateDict.set_info", "key", key)
+        value = _plain(value)
+        if not isinstance(value, (bool, _numbers.Integral, float, str)):
+            raise _type_error("StateDict.set_info", "value", "an int, float, bool or str", value)
+        self._native._set_info(key, value)
+
     def keys(self):
         return self._native.keys()
 
@@ -649,6 +658,8 @@ class Reader:
 
     @property
     def info(self):
+        """The checkpoint's name, step, epoch and world_size, and under "info" every info value
+        stored with it (epoch_num, step_num, the user's)."""
         return self._open().meta()
 
     def dtype(self, name):

@@ -40,9 +40,6 @@ __all__ = ["save", "load", "LoadResult", "encode_value", "decode_value", "STATE_
 STATE_KEY = "distckpt.torch.state"
 # The encoding's version, stored in the tree: a reader refuses a newer one.
 _ENCODING_VERSION = 1
-# Scheduler entries that a scheduler rebuilds from its constructor and that its state_dict()
-# still returns as a callable (torch 1.13's OneCycleLR): left out, never pickled.
-_REBUILT_CALLABLES = {("OneCycleLR", "anneal_func")}
 
 
 def _torch():
@@ -115,7 +112,10 @@ def decode_value(obj):
         if tag == "$bytes":
             return _base64.b64decode(body)
         if tag == "$dtype":
-            return getattr(_torch(), body.split(".", 1)[1])
+            dtype = getattr(_torch(), str(body).split(".", 1)[-1], None)
+            if not isinstance(dtype, _torch().dtype):
+                raise _dc.CorruptionError(f"distckpt.torch: '{body}' is not a torch dtype")
+            return dtype
         if tag == "$device":
             return _torch().device(body)
         if tag.startswith("$"):
@@ -132,15 +132,24 @@ def _torch_if_loaded():
 
 class _Walk:
     """One walk of an application state: its tensors by path, and its tree in typed JSON with
-    tensors as {"$tensor": path} (and stateful objects as {"$object": type, "state": tree})."""
+    tensors as {"$tensor": path}, stateful objects as {"$object": type, "state": tree}, plain
+    values (and containers of plain values only) as {"$value": typed JSON}."""
 
     def __init__(self, state, layouts):
         self.tensors = {}
         self.layouts = dict(layouts or {})
+        unknown = [name for name in self.layouts if not isinstance(name, str)]
+        if unknown:
+            raise TypeError(f"distckpt.torch: layouts must be keyed by tensor path (str), not {unknown[0]!r}")
         self.params = {}  # id(parameter) -> its path, from every module of the state
-        self.optimizers = []  # (path, optimizer)
+        self.optimizers = {}  # path -> optimizer
+        self.objects = {}  # path -> the dict its state_dict() returned in this walk
         self._find_modules(state, "")
         self.tree = self._node(state, "")
+        stray = sorted(set(layouts or {}) - set(self.tensors))
+        if stray:
+            raise TypeError(f"distckpt.torch: layouts name no tensor of the state: {stray} "
+                            f"(tensors are named by path, e.g. 'model.fc1.weight')")
 
     def _find_modules(self, node, path):
         torch = _torch()
@@ -159,16 +168,17 @@ class _Walk:
         if isinstance(node, torch.Tensor):
             return self._tensor(node, path)
         if isinstance(node, torch.optim.Optimizer):
-            self.optimizers.append((path, node))
+            self.optimizers[path] = node
             return {"$object": type(node).__name__, "state": self._optimizer(node, path)}
         if hasattr(node, "state_dict") and hasattr(node, "load_state_dict") and not isinstance(node, type):
             sd = node.state_dict()
             if not isinstance(sd, dict):
                 raise TypeError(f"distckpt.torch: '{path}': {type(node).__name__}.state_dict() returned a "
                                 f"{type(sd).__name__}, not a dict")
-            kind = type(node).__name__
-            sd = {k: v for k, v in sd.items() if not (callable(v) and (kind, k) in _REBUILT_CALLABLES)}
-            return {"$object": kind, "state": self._node(sd, path)}
+            if type(node).__module__ == "torch.optim.lr_scheduler":
+                sd = _without_rebuilt_callables(sd)
+            self.objects[path] = sd
+            return {"$object": type(node).__name__, "state": self._node(sd, path)}
         if isinstance(node, (dict, list, tuple)) and _is_plain(node):
             # A container of plain values is one value: a tuple of betas, a list of lrs.
             return {"$value": _encode(node, path)}
@@ -224,6 +234,22 @@ class _Walk:
         return {"state": state, "param_groups": groups}
 
 
+# Scheduler entries that a scheduler rebuilds from its constructor and that torch 1.13's
+# state_dict() still returns as a callable: OneCycleLR's anneal_func, CyclicLR's
+# _scale_fn_ref (a weakref.WeakMethod). Left out at any depth of a scheduler's state
+# (SequentialLR and ChainedScheduler nest their schedulers'), never pickled.
+_REBUILT_CALLABLES = {"anneal_func", "_scale_fn_ref"}
+
+
+def _without_rebuilt_callables(value):
+    if isinstance(value, dict):
+        return {k: _without_rebuilt_callables(v) for k, v in value.items()
+                if not (k in _REBUILT_CALLABLES and callable(v))}
+    if isinstance(value, list):
+        return [_without_rebuilt_callables(v) for v in value]
+    return value
+
+
 def _encode(value, path):
     try:
         return encode_value(value, path)
@@ -244,9 +270,10 @@ def _join(path, key):
     return f"{path}.{key}" if path else key
 
 
-def _state_dict(comm, walk):
-    layouts = {name: layout for name, layout in walk.layouts.items() if name in walk.tensors}
-    return _dc.StateDict(comm, walk.tensors, layouts)
+def _state_dict(comm, walk, names):
+    tensors = {name: walk.tensors[name] for name in names}
+    layouts = {name: layout for name, layout in walk.layouts.items() if name in tensors}
+    return _dc.StateDict(comm, tensors, layouts)
 
 
 # ---- save and load ----------------------------------------------------------------------------
@@ -257,27 +284,33 @@ def save(comm, state, root, name=None, step=-1, epoch=-1, layouts=None, format="
     `step-{step}`); returns distckpt.save's result.
 
     layouts: tensor path -> distckpt.TensorLayout for tensors split across ranks (an
-    optimizer's state tensor of its parameter's shape takes the parameter's). The plain values
-    and the tree are stored as rank 0's, in the checkpoint's info (STATE_KEY).
+    optimizer's state tensor of its parameter's shape takes the parameter's); a path that names
+    no tensor is a TypeError. Every other tensor, and every plain value, is replicated: the
+    checkpoint keeps rank 0's (per-rank values such as RNG states are not kept per rank). The
+    tree is stored in the checkpoint's info (STATE_KEY).
     Raises TypeError for a value that is neither a tensor, an object with state_dict(), a
-    container nor a plain value, naming its path; DistckptError as distckpt.save.
+    container nor a plain value, naming its path; DistckptError as distckpt.save. A failure on
+    one rank fails the call on every rank.
     """
-    if name is None:
-        if not isinstance(step, _numbers.Integral) or step < 0:
+    native = _dc._comm_arg("distckpt.torch.save", comm)
+
+    def check():
+        if name is None and (not isinstance(step, _numbers.Integral) or step < 0):
             raise TypeError("distckpt.torch.save: give name=, or a step >= 0 to name the checkpoint step-{step}")
-        name = f"step-{int(step)}"
-    walk = _Walk(state, layouts)
-    sd = _state_dict(comm, walk)
-    tree = _json.dumps({"version": _ENCODING_VERSION, "tree": walk.tree}, allow_nan=False)
-    sd._native._set_info(STATE_KEY, tree)
-    return _dc.save(comm, sd, root, name, step=step, epoch=epoch, format=format, key=key,
-                    update_latest=update_latest)
+        walk = _Walk(state, layouts)
+        sd = _state_dict(comm, walk, walk.tensors)
+        sd._native._set_info(STATE_KEY, _json.dumps({"version": _ENCODING_VERSION, "tree": walk.tree},
+                                                    allow_nan=False))
+        return sd
+    sd = _dc._agreed(native, check)
+    return _dc.save(comm, sd, root, name if name is not None else f"step-{int(step)}", step=step, epoch=epoch,
+                    format=format, key=key, update_latest=update_latest)
 
 
 class LoadResult:
     """What distckpt.torch.load did.
 
-    step, epoch: the checkpoint's. path: what was loaded. missing_keys: entries of the target
+    step, epoch: the checkpoint's. path: the path given. missing_keys: entries of the target
     state the checkpoint has no value for; unexpected_keys: stored entries the target has no
     place for (torch's load_state_dict names). info: the checkpoint's other info values.
     """
@@ -297,90 +330,168 @@ class LoadResult:
 
 
 def load(comm, state, path, strict=True, layouts=None, key=None, cast_floats=False):
-    """Collective. Loads the checkpoint at `path` (a root: its newest) into the application
-    state `state`: tensors in place, onto any layout and world size; plain values and objects
-    through their load_state_dict(); plain values of containers in place (dicts and lists).
+    """Collective. Loads the checkpoint at `path` (a root: its newest; give a checkpoint's path
+    where another job may commit meanwhile) into the application state `state`: tensors in
+    place, onto any layout and world size; objects through load_state_dict() where their
+    state_dict() is not their own storage; plain values of dicts and lists in place.
 
     strict=True has load_state_dict's meaning: a target entry the checkpoint lacks (missing) or
     a stored entry the target lacks (unexpected) fails the load on every rank, naming both
-    lists, and nothing of the state is changed. strict=False loads what matches and returns the
-    lists. Returns a LoadResult. Raises DistckptError as distckpt.load, MismatchError for a
-    strict mismatch, TypeError as save.
+    lists, before anything of the state changes. strict=False loads what matches and returns
+    the lists. An optimizer whose state is still empty gets the state the checkpoint has for its
+    parameters first (one step at learning rate 0 with zero gradients for those parameters, as
+    torch.distributed.checkpoint does; LBFGS, whose step needs a closure, is not supported).
+    Returns a LoadResult. Raises DistckptError as distckpt.load, MismatchError for a strict
+    mismatch, TypeError as save; a failure on one rank fails the call on every rank.
     """
-    torch = _torch()
-    _prepare_optimizers(state)
-    walk = _Walk(state, layouts)
+    native = _dc._comm_arg("distckpt.torch.load", comm)
+    walk = _dc._agreed(native, lambda: _Walk(state, layouts))
     probe = _dc.load(comm, _dc.StateDict(comm, {}), path, strict=False, key=key)
-    stored_text = probe["info"].get(STATE_KEY)
-    if stored_text is None:
+
+    def plan():
+        stored = _stored_tree(probe, path)
+        stored_tensors = set(probe["unexpected_in_checkpoint"])
+        stored_values, stored_optimizers = {}, {}
+        _values(stored["tree"], "", stored_values, stored_optimizers)
+        target_tensors, target_values = set(walk.tensors), {}
+        _values(walk.tree, "", target_values, {})
+        fresh = _fresh_optimizer_entries(walk, stored_optimizers)
+        target_tensors |= fresh["tensors"]
+        target_values.update(dict.fromkeys(fresh["values"]))
+        missing = (target_tensors - stored_tensors) | (set(target_values) - set(stored_values))
+        unexpected = (stored_tensors - target_tensors) | (set(stored_values) - set(target_values))
+        if strict and (missing or unexpected):
+            raise _dc.MismatchError(f"distckpt.torch.load: {path} does not match the state: missing "
+                                    f"{sorted(missing)}, unexpected {sorted(unexpected)}")
+        _prepare_optimizers(walk, fresh["params"])
+        loaded = _Walk(state, layouts) if fresh["params"] else walk
+        return stored, loaded, stored_tensors, missing, unexpected
+    stored, loaded, stored_tensors, missing, unexpected = _dc._agreed(native, plan)
+    names = [name for name in loaded.tensors if name in stored_tensors]
+    result = _dc.load(comm, _state_dict(comm, loaded, names), path, strict=True, key=key, cast_floats=cast_floats)
+    with _torch().no_grad():
+        _restore(state, "", loaded.tree, stored["tree"], loaded)
+    return LoadResult(path, result, missing, unexpected)
+
+
+def _stored_tree(probe, path):
+    text = probe["info"].get(STATE_KEY)
+    if text is None:
         raise _dc.MismatchError(f"distckpt.torch.load: {path} was not saved by distckpt.torch "
                                 f"(no '{STATE_KEY}'): use distckpt.load with a StateDict")
-    stored = _json.loads(stored_text)
-    if stored.get("version", 0) > _ENCODING_VERSION:
+    stored = _json.loads(text)
+    if not isinstance(stored, dict) or not isinstance(stored.get("version"), int) or "tree" not in stored:
+        raise _dc.CorruptionError(f"distckpt.torch.load: {path}: '{STATE_KEY}' is not a state tree")
+    if stored["version"] > _ENCODING_VERSION:
         raise _dc.MismatchError(f"distckpt.torch.load: {path} holds the state in encoding version "
                                 f"{stored['version']}; this distckpt reads up to {_ENCODING_VERSION}")
-    stored_tensors = set(probe["unexpected_in_checkpoint"])
-    stored_values = {}
-    _values(stored["tree"], "", stored_values)
-    target_values = {}
-    _values(walk.tree, "", target_values)
-    missing = (set(walk.tensors) - stored_tensors) | (set(target_values) - set(stored_values))
-    unexpected = (stored_tensors - set(walk.tensors)) | (set(stored_values) - set(target_values))
-    if strict and (missing or unexpected):
-        raise _dc.MismatchError(f"distckpt.torch.load: {path} does not match the state: missing "
-                                f"{sorted(missing)}, unexpected {sorted(unexpected)}")
-    tensors = {k: v for k, v in walk.tensors.items() if k in stored_tensors}
-    layouts_of = {k: v for k, v in walk.layouts.items() if k in tensors}
-    native = _dc.load(comm, _dc.StateDict(comm, tensors, layouts_of), path, strict=True, key=key,
-                      cast_floats=cast_floats)
-    with torch.no_grad():
-        _restore(state, walk.tree, stored["tree"], walk)
-    return LoadResult(path, native, missing, unexpected)
+    return stored
 
 
-def _values(tree, path, out):
-    """Every plain value of a tree, by path (a container's values each; objects walked)."""
+def _values(tree, path, out, optimizers):
+    """Every plain value of a tree by path, and every optimizer's stored state by path."""
     if not isinstance(tree, dict):
         return
     if "$value" in tree:
         out[path] = tree["$value"]
     elif "$object" in tree:
-        _values(tree["state"], path, out)
+        _values(tree["state"], path, out, optimizers)
     elif "$dict" in tree:
         for k, v in tree["$dict"]:
-            _values(v, _join(path, str(decode_value(k))), out)
+            _values(v, _join(path, str(decode_value(k))), out, optimizers)
     elif "$tuple" in tree or "$list" in tree:
         for i, v in enumerate(tree.get("$tuple", tree.get("$list"))):
-            _values(v, _join(path, str(i)), out)
+            _values(v, _join(path, str(i)), out, optimizers)
     elif "state" in tree and "param_groups" in tree:  # an optimizer
+        optimizers[path] = tree
         for pname, entries in tree["state"].items():
             for k, v in entries.items():
-                _values(v, f"{path}.state.{pname}.{k}", out)
+                _values(v, f"{path}.state.{pname}.{k}", out, optimizers)
         out[f"{path}.param_groups"] = tree["param_groups"]
 
 
-def _restore(node, target, stored, walk):
+def _fresh_optimizer_entries(walk, stored_optimizers):
+    """For each optimizer of the target whose state is still empty: the tensors and values its
+    state will have once made for the parameters the checkpoint has state for, and those
+    parameters."""
+    fresh = {"tensors": set(), "values": set(), "params": {}}
+    for path, opt in walk.optimizers.items():
+        stored = stored_optimizers.get(path)
+        if len(opt.state) > 0 or stored is None:
+            continue
+        by_name = {walk.params[id(p)]: p for group in opt.param_groups for p in group["params"]}
+        params = [by_name[pname] for pname in stored["state"] if pname in by_name]
+        for pname, entries in stored["state"].items():
+            if pname in by_name:
+                for k, v in entries.items():
+                    (fresh["tensors"] if "$tensor" in v else fresh["values"]).add(f"{path}.state.{pname}.{k}")
+        if params:
+            fresh["params"][path] = params
+    return fresh
+
+
+def _prepare_optimizers(walk, params_of):
+    """Makes the state of each optimizer in `params_of` (path -> parameters): one step at
+    learning rate 0 with zero gradients for those parameters only (no parameter moves: weight
+    decay is scaled by the learning rate too; the others get no state, as an unused parameter
+    has none), so that its state tensors exist to be loaded into."""
+    torch = _torch()
+    for path, params in params_of.items():
+        opt = walk.optimizers[path]
+        if isinstance(opt, torch.optim.LBFGS):
+            raise TypeError(f"distckpt.torch.load: optimizer '{path}' is LBFGS with an empty state, whose "
+                            f"step() needs a closure: load into it after its first step")
+        chosen = {id(p) for p in params}
+        saved_lr = [g["lr"] for g in opt.param_groups]
+        saved_grads = [(p, p.grad) for g in opt.param_groups for p in g["params"]]
+        with torch.no_grad():
+            try:
+                for g in opt.param_groups:
+                    g["lr"] = 0.0
+                for p, _ in saved_grads:
+                    p.grad = torch.zeros_like(p) if id(p) in chosen else None
+                opt.step()
+            finally:
+                for g, lr in zip(opt.param_groups, saved_lr):
+                    g["lr"] = lr
+                for p, grad in saved_grads:
+                    p.grad = grad
+
+
+def _restore(node, path, target, stored, walk):
     """Writes the stored tree's values back into `node` (whose walk is `target`)."""
     torch = _torch()
     if "$object" in target:
         if "$object" not in stored:
             return
         if isinstance(node, torch.optim.Optimizer):
-            _restore_optimizer(node, target["state"], stored["state"], walk)
-        elif isinstance(node, torch.nn.Module):
-            _restore_container(node.state_dict(), target["state"], stored["state"], walk)
-            _load_extra_state(node, stored["state"])
-        else:  # a scheduler, or any object with state_dict(): through load_state_dict
-            sd = node.state_dict()
-            if "$value" in stored["state"]:  # a state of plain values only, stored as one
-                value = decode_value(stored["state"]["$value"])
-                if isinstance(value, dict):
-                    sd.update(value)  # entries left out at save (rebuilt callables) stay
-            else:
-                _restore_container(sd, target["state"], stored["state"], walk)
+            _restore_optimizer(node, stored["state"], walk)
+            return
+        sd = walk.objects[path]  # the dict whose tensors were loaded
+        if "$value" in stored["state"]:  # a state of plain values only, stored as one
+            value = decode_value(stored["state"]["$value"])
+            if isinstance(value, dict):
+                sd.update(value)  # entries left out at save (rebuilt callables) stay
+        else:
+            _restore_container(sd, path, target["state"], stored["state"], walk)
+        if isinstance(node, torch.nn.Module):
+            _load_module(node, sd)
+        else:
             node.load_state_dict(sd)
         return
-    _restore_container(node, target, stored, walk)
+    _restore_container(node, path, target, stored, walk)
+
+
+def _load_module(module, sd):
+    """A module's loaded state_dict() into the module: its own parameters and buffers were
+    loaded in place; entries that are not their storage (a state_dict hook's copies, extra
+    state) go through load_state_dict."""
+    own = module.state_dict(keep_vars=True)
+    pending = {k: v for k, v in sd.items()
+               if not (hasattr(v, "data_ptr") and hasattr(own.get(k), "data_ptr")
+                       and own[k].data_ptr() == v.data_ptr())}
+    if pending:
+        module.load_state_dict(pending, strict=False)
 
 
 def _entries(tree):
@@ -391,7 +502,7 @@ def _entries(tree):
     return []
 
 
-def _restore_container(node, target, stored, walk):
+def _restore_container(node, path, target, stored, walk):
     """Plain values into a dict or list in place; nested nodes walked. Tensors are loaded."""
     stored_entries = dict(_entries(stored))
     for k, t in _entries(target):
@@ -402,61 +513,10 @@ def _restore_container(node, target, stored, walk):
             if isinstance(node, (dict, list)):
                 node[k] = decode_value(s["$value"])
         elif "$tensor" not in t:
-            _restore(node[k], t, s, walk)
+            _restore(node[k], _join(path, str(k)), t, s, walk)
 
 
-def _load_extra_state(module, stored):
-    """A module's state_dict entries that are not tensors (`_extra_state`) go through
-    load_state_dict; its tensors are already in place."""
-    extra = {k: decode_value(v["$value"]) for k, v in _entries(stored) if isinstance(v, dict) and "$value" in v}
-    if extra:
-        sd = module.state_dict()
-        sd.update(extra)
-        module.load_state_dict(sd)
-
-
-def _prepare_optimizers(state):
-    """Makes the state of every optimizer of `state` whose state is still empty: one step at
-    learning rate 0 with zero gradients (no parameter moves; weight decay is scaled by the
-    learning rate too), so that its state tensors exist to be loaded into. This happens before
-    the checkpoint is compared with the state: a strict load that fails leaves such an
-    optimizer with that fresh state."""
-    torch = _torch()
-    found = []
-
-    def find(node):
-        if isinstance(node, torch.optim.Optimizer):
-            found.append(node)
-        elif isinstance(node, dict):
-            for v in node.values():
-                find(v)
-        elif isinstance(node, (list, tuple)):
-            for v in node:
-                find(v)
-    find(state)
-    for opt in found:
-        if len(opt.state) > 0:
-            continue
-        saved_lr = [g["lr"] for g in opt.param_groups]
-        saved_grads = []
-        with torch.no_grad():
-            for g in opt.param_groups:
-                g["lr"] = 0.0
-                for p in g["params"]:
-                    saved_grads.append(p.grad)
-                    if p.requires_grad:  # a frozen parameter gets no state, as in training
-                        p.grad = torch.zeros_like(p)
-            try:
-                opt.step()
-            finally:
-                grads = iter(saved_grads)
-                for g, lr in zip(opt.param_groups, saved_lr):
-                    g["lr"] = lr
-                    for p in g["params"]:
-                        p.grad = next(grads)
-
-
-def _restore_optimizer(opt, target, stored, walk):
+def _restore_optimizer(opt, stored, walk):
     """The stored optimizer state into `opt`: its state tensors are already loaded in place
     (their paths name the parameters); the plain values of each parameter's state (a float
     `step` of an older torch) and each group's hyper-parameters are set directly, groups

@@ -16,6 +16,7 @@
 
 #include "distckpt/distckpt.h"
 #include "comm/agree.h"
+#include "format/format.h"  // info_values: the index's info map
 #include "tools/reader.h"
 
 namespace py = pybind11;
@@ -458,6 +459,7 @@ class PyReader {
     d["step"] = index.step();
     d["epoch"] = index.epoch();
     d["world_size"] = index.world_size();
+    d["info"] = info_dict(internal_format::info_values(index));  // every stored info value
     return d;
   }
   // Reads `region` (offset, shape) of tensor `name` into the writable buffer `out`

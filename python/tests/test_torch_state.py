@@ -32,9 +32,10 @@ def train(model, opt, sched=None, steps=3):
             sched.step()
 
 
-def two_groups(model):
-    return [{"params": model.fc_a.parameters(), "lr": 0.01},
-            {"params": model.fc_b.parameters(), "lr": 0.003, "weight_decay": 0.1}]
+def two_groups(model, reverse=False):
+    groups = [{"params": model.fc_a.parameters(), "lr": 0.01},
+              {"params": model.fc_b.parameters(), "lr": 0.003, "weight_decay": 0.1}]
+    return groups[::-1] if reverse else groups
 
 
 OPTIMIZERS = {
@@ -58,7 +59,7 @@ def test_model_optimizer_scheduler_into_fresh_objects_built_in_another_order(com
     # A fresh model (other values, modules registered in the other order), a fresh optimizer
     # whose state is still empty, a fresh scheduler, other plain values.
     model2 = make_model(2, order="ba")
-    opt2 = OPTIMIZERS[kind](two_groups(model2))
+    opt2 = OPTIMIZERS[kind](two_groups(model2, reverse=True))  # the groups in the other order too
     sched2 = torch.optim.lr_scheduler.StepLR(opt2, step_size=2, gamma=0.5)
     state2 = {"model": model2, "optim": opt2, "sched": sched2, "step": 0, "meta": {"betas": None, 7: None}}
     result = dt.load(comm, state2, shared_dir)
@@ -69,8 +70,10 @@ def test_model_optimizer_scheduler_into_fresh_objects_built_in_another_order(com
     assert state2["step"] == 3
     assert state2["meta"] == {"betas": (0.8, 0.95), 7: "seven"}  # a tuple stays a tuple, an int key an int
     assert sched2.state_dict() == sched.state_dict()
-    assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
-    assert opt2.param_groups[1]["weight_decay"] == 0.1
+    # Each group got its own hyper-parameters, matched by its parameters' paths.
+    assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups][::-1]
+    assert [g["weight_decay"] for g in opt2.param_groups] == [g["weight_decay"] for g in opt.param_groups][::-1]
+    assert opt2.param_groups[0]["weight_decay"] == 0.1
     names = {id(p): n for n, p in model.named_parameters()}
     names2 = {n: p for n, p in model2.named_parameters()}
     for p, entries in opt.state.items():
@@ -135,9 +138,14 @@ def test_schedulers_round_trip_and_callables_are_refused(comm, shared_dir):
             "CosineAnnealingLR": lambda: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10),
             "LambdaLR": lambda: torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9 ** e),
             "OneCycleLR": lambda: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=20),
+            "CyclicLR": lambda: torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=3,
+                                                                 cycle_momentum=False),
+            "SequentialLR": lambda: torch.optim.lr_scheduler.SequentialLR(
+                opt, [torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=20),
+                      torch.optim.lr_scheduler.StepLR(opt, step_size=2)], milestones=[2]),
         }[kind]()
         return model, opt, sched
-    for kind in ("StepLR", "CosineAnnealingLR", "LambdaLR", "OneCycleLR"):
+    for kind in ("StepLR", "CosineAnnealingLR", "LambdaLR", "OneCycleLR", "CyclicLR", "SequentialLR"):
         model, opt, sched = make(kind)
         train(model, opt, sched, steps=4)
         dt.save(comm, {"model": model, "optim": opt, "sched": sched}, shared_dir, name=kind)
@@ -206,3 +214,77 @@ def test_split_parameters_and_their_optimizer_state_take_the_layout(comm, shared
         expected -= 0.01  # Adam's first step moves every element by lr (gradient of ones)
     assert torch.allclose(whole.weight, expected)
     assert torch.equal(whole_opt.state[whole.weight]["exp_avg"], torch.full((4 * size, 5), 0.1))
+
+
+def test_reader_info_and_set_info_carry_every_value(comm, shared_dir):
+    state = distckpt.StateDict(comm, {"w": torch.zeros(2)}, info={"a": 1})
+    state.set_info("lr", 0.5)
+    state.set_info("tag", "x")
+    with pytest.raises(TypeError, match="StateDict.set_info: value must be an int, float, bool or str, not list"):
+        state.set_info("bad", [1])
+    distckpt.save(comm, state, shared_dir, "info", step=2)
+    info = distckpt.open(f"{shared_dir}/info").info
+    assert info["step"] == 2 and info["info"] == {"a": 1, "lr": 0.5, "tag": "x"}
+    model = make_model(1)
+    dt.save(comm, {"model": model}, shared_dir, name="torch-info")
+    assert dt.STATE_KEY in distckpt.open(f"{shared_dir}/torch-info").info["info"]
+
+
+def test_a_load_that_fails_leaves_a_fresh_optimizer_empty_and_unused_parameters_stateless(comm, shared_dir):
+    model = make_model(1)
+    model.unused = torch.nn.Linear(2, 2)  # never in the loss: no gradient, no state
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    fresh = torch.optim.Adam(model.parameters(), lr=0.01)
+    with pytest.raises(distckpt.NotFoundError):
+        dt.load(comm, {"model": model, "optim": fresh}, f"{shared_dir}/nothing-here")
+    assert len(fresh.state) == 0
+    train(model, opt)
+    dt.save(comm, {"model": model, "optim": opt}, shared_dir, name="unused")
+    model2 = make_model(1)
+    model2.unused = torch.nn.Linear(2, 2)
+    opt2 = torch.optim.Adam(model2.parameters(), lr=0.01)
+    result = dt.load(comm, {"model": model2, "optim": opt2}, f"{shared_dir}/unused")
+    assert (result.missing_keys, result.unexpected_keys) == ([], [])
+    assert model2.unused.weight not in opt2.state and len(opt2.state) == len(opt.state) == 4
+
+
+def test_a_layout_that_names_no_tensor_is_refused(comm, shared_dir):
+    layout = distckpt.TensorLayout.replicated([4, 6], comm.size)
+    with pytest.raises(TypeError, match=r"layouts name no tensor of the state: \['fc_a.weight'\]"):
+        dt.save(comm, {"model": make_model(1)}, shared_dir, name="badlayout", layouts={"fc_a.weight": layout})
+
+
+def test_an_object_whose_state_dict_is_a_copy_gets_the_loaded_values(comm, shared_dir):
+    class Ema:  # state_dict() returns clones, as EMA helpers and torch.get_rng_state() do
+        def __init__(self, value):
+            self.shadow = torch.full((3,), value)
+
+        def state_dict(self):
+            return {"shadow": self.shadow.clone(), "decay": 0.9}
+
+        def load_state_dict(self, sd):
+            self.shadow = sd["shadow"].clone()
+    dt.save(comm, {"ema": Ema(4.0)}, shared_dir, name="ema")
+    ema = Ema(0.0)
+    dt.load(comm, {"ema": ema}, f"{shared_dir}/ema")
+    assert torch.equal(ema.shadow, torch.full((3,), 4.0))
+
+
+def test_a_state_that_differs_on_one_rank_fails_on_every_rank(comm, shared_dir):
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    state = {"w": torch.zeros(2), "odd": (lambda: 0) if comm.rank == 1 else 0}
+    if comm.rank == 1:
+        with pytest.raises(TypeError, match="'odd' is a callable"):
+            dt.save(comm, state, shared_dir, name="differs")
+    else:
+        with pytest.raises(distckpt.DistckptError, match="rank 1"):
+            dt.save(comm, state, shared_dir, name="differs")
+    dt.save(comm, {"w": torch.zeros(2), "extra": 1}, shared_dir, name="plain")
+    target = {"w": torch.zeros(2)} if comm.rank == 1 else {"w": torch.zeros(2), "extra": 0}
+    if comm.rank == 1:
+        with pytest.raises(distckpt.MismatchError, match=r"unexpected \['extra'\]"):
+            dt.load(comm, target, f"{shared_dir}/plain")
+    else:
+        with pytest.raises(distckpt.DistckptError, match="rank 1"):
+            dt.load(comm, target, f"{shared_dir}/plain")
