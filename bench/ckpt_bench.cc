@@ -61,6 +61,7 @@ namespace {
 
 using distckpt::Box;
 using distckpt::Status;
+using distckpt::bench::median;
 using distckpt::bench::quiet_allreduce;
 using distckpt::bench::quiet_barrier;
 using distckpt::bench::WorkloadTensor;
@@ -154,7 +155,7 @@ std::unique_ptr<float[], SliceFree> slice_buffer(std::size_t elements, int offse
 // setup, cleanup on rank 0) so that no rank is left waiting in a later collective.
 bool all_ok(bool ok) {
   int all = ok ? 1 : 0;
-  distckpt::bench::quiet_allreduce(&all, 1, MPI_INT, MPI_MIN);
+  quiet_allreduce(&all, 1, MPI_INT, MPI_MIN);
   return all == 1;
 }
 
@@ -219,13 +220,6 @@ bool remove_checkpoint(const std::string& path, bool root) {
     if (!removed.ok()) std::cerr << "ckpt_bench: removing " << path << ": " << removed.to_string() << "\n";
   }
   return all_ok(removed.ok());
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The median of each repeat's limit / our time: each pair ran minutes apart at most, so

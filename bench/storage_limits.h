@@ -40,6 +40,9 @@ FioLimit fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_byt
 // (the message says why).
 std::array<double, 2> dd_reference(const std::string& dir, uint64_t bytes, bool root);
 
+// The median of `v` (0 when empty). Local.
+double median(std::vector<double> v);
+
 // Commits the deletes made under the directory of `path`, so that they are not charged
 // to the next timed write. On a file system mounted with online discard (ext4 `-o
 // discard`) the journal commit that follows a delete discards every freed block, and
