@@ -45,7 +45,7 @@ struct Model {
     }
     auto bias = TensorLayout::from_device_matrix({5}, {dp, tp}, {-1});
     add("bias", DType::kFloat32, *bias, rank, 99);
-    EXPECT_TRUE(state.set_info("step_num", int64_t{7}).ok());
+    EXPECT_TRUE(state.set_info("step_num", int64_t{10}).ok());  // agrees with the saves' step
     EXPECT_TRUE(state.set_info("lr", 0.5).ok());
     EXPECT_TRUE(state.set_info("tag", "hello").ok());
     EXPECT_TRUE(state.set_info("flag", true).ok());
@@ -126,6 +126,27 @@ class LocalCheckpointTest : public ::testing::TestWithParam<std::tuple<int, bool
   }
 };
 
+// MindSpore's step_num and epoch_num in the info beside a save's own step and epoch: a
+// checkpoint must not carry two steps, so a contradiction is refused on every rank.
+TEST_P(LocalCheckpointTest, InfoCountersThatContradictTheSaveAreRefused) {
+  const int world = this->world();
+  for (const char* key : {"step_num", "epoch_num"}) {
+    auto statuses = run(world, [&](Comm& comm) -> Status {
+      Model m(comm.rank(), world);
+      EXPECT_TRUE(m.state.set_info("step_num", int64_t{10}).ok());
+      if (comm.rank() == world - 1) EXPECT_TRUE(m.state.set_info(key, int64_t{7}).ok());  // one rank is enough
+      SaveOptions opts = options("ck");
+      opts.step = 10;
+      opts.epoch = 3;
+      return save(comm, m.state, root(), opts).status();
+    });
+    for (const auto& s : statuses) EXPECT_NE(s.find("invalid argument"), std::string::npos) << s;
+    EXPECT_NE(statuses[static_cast<std::size_t>(world - 1)].find(std::string(key) + "' = 7 contradicts"), std::string::npos)
+        << statuses.back();
+    EXPECT_FALSE(fs::exists(root() + "/ck"));
+  }
+}
+
 TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
   const int world = this->world();
   auto statuses = run(world, [&](Comm& comm) -> Status {
@@ -141,7 +162,7 @@ TEST_P(LocalCheckpointTest, RoundTripEveryDtype) {
     DISTCKPT_RETURN_IF_ERROR(loaded);
     EXPECT_EQ(m.buffers, expected);
     EXPECT_EQ(loaded->step, 10);
-    EXPECT_EQ(std::get<int64_t>(loaded->info.at("step_num")), 7);
+    EXPECT_EQ(std::get<int64_t>(loaded->info.at("step_num")), 10);
     EXPECT_EQ(std::get<double>(loaded->info.at("lr")), 0.5);
     EXPECT_EQ(std::get<std::string>(loaded->info.at("tag")), "hello");
     EXPECT_TRUE(std::get<bool>(loaded->info.at("flag")));
@@ -380,6 +401,30 @@ TEST_P(LocalCheckpointTest, MismatchesAreClearErrors) {
     return Status();
   });
   expect_all_equal(lenient, "ok");
+  // A stored tensor the state has no place for (torch's unexpected key): refused by name
+  // unless allow_unexpected, which reports it; a load with `only` loads a subset.
+  auto unexpected = run(world, [&](Comm& comm) -> Status {
+    Model full(comm.rank(), world);
+    StateDict sd(comm.rank());
+    for (const TensorEntry& e : full.state.tensors())
+      if (e.name != "bias") EXPECT_TRUE(sd.add_tensor(e.name, e.dtype, e.buffers, e.layout).ok());
+    return load(comm, sd, root() + "/ck", {}).status();
+  });
+  expect_all_equal(unexpected, "1 tensor(s) the state dict has no place for: 'bias'");
+  auto allowed = run(world, [&](Comm& comm) -> Status {
+    Model full(comm.rank(), world);
+    StateDict sd(comm.rank());
+    for (const TensorEntry& e : full.state.tensors())
+      if (e.name != "bias") EXPECT_TRUE(sd.add_tensor(e.name, e.dtype, e.buffers, e.layout).ok());
+    LoadOptions opts;
+    opts.allow_unexpected = true;
+    DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, sd, root() + "/ck", opts));
+    EXPECT_EQ(r.unexpected_in_checkpoint, std::vector<std::string>{"bias"});
+    LoadOptions subset;
+    subset.only = {sd.tensors().front().name};
+    return load(comm, sd, root() + "/ck", subset).status();
+  });
+  expect_all_equal(allowed, "ok");
   // dtype mismatch.
   auto dtype = run(world, [&](Comm& comm) {
     StateDict sd(comm.rank());
@@ -507,6 +552,7 @@ TEST_P(LocalCheckpointTest, FloatCastsOnlyWhenAsked) {
     EXPECT_TRUE(sd.add_tensor("p.float16", DType::kFloat64, f64.data(), f16.layout).ok());
     LoadOptions opts;
     opts.strict = false;
+    opts.allow_unexpected = true;  // two of the model's tensors
     opts.cast_floats = true;
     DISTCKPT_ASSIGN_OR_RETURN(auto r, load(comm, sd, root() + "/ck", opts));
     EXPECT_EQ(bf16, want_bf16);

@@ -284,6 +284,7 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
     DISTCKPT_RETURN_IF_ERROR(state.add_tensor("net.w", DType::kFloat32, wfull.data(), *TensorLayout::from_device_matrix({6, 4}, {2}, {-1, -1})));
     LoadOptions lo;
     lo.strict = false;
+    lo.allow_unexpected = true;  // the file holds more tensors: the CRC-32 check is what is tested
     return load(comm, state, path, lo).status();
   });
   for (const auto& r : res) EXPECT_NE(r.find("CRC-32"), std::string::npos) << r;

@@ -166,6 +166,13 @@ struct LoadOptions {
   // true: every tensor of `state` must be in the checkpoint (else kMismatch naming it).
   // false: missing tensors are skipped and reported in LoadResult.
   bool strict = true;
+  // false (default): a stored tensor that no tensor of `state` takes (after the filters
+  // and renames below) fails the load with kMismatch naming it, before any byte is read,
+  // as torch's load_state_dict(strict=True) refuses unexpected keys. true: such tensors
+  // are left out and reported in LoadResult::unexpected_in_checkpoint. A load with
+  // `only` loads a chosen subset: nothing is refused as unexpected there. Stored tensors
+  // the filters leave out (specify_prefix, filter_prefix, choice_func) are not unexpected.
+  bool allow_unexpected = false;
   // Load only these names (all of `state` when empty). Every name must be in `state`.
   std::vector<std::string> only;
   // Which stored tensors the load sees, by their names in the checkpoint (MindSpore 2.x's

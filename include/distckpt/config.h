@@ -238,6 +238,15 @@ struct CheckpointConfig : SaveSettings {
   int upload_queue = 4;
   double upload_wait_s = 600;
 
+  // ---- a layer above the state dict ----
+  // Called on every rank, on the calling thread, each time the manager is about to save
+  // (a periodic, final, breakpoint, best or exception save), once the save is decided
+  // and before the state dict is read. It may replace the borrowed state dict's tensors
+  // and info values (distckpt.torch walks its application state again here, so that
+  // storage that changed since the last save is followed). A failure on any rank fails
+  // that save on every rank, as a failed write does (on_failure).
+  std::function<Status()> before_save;
+
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;
   // The helpers below are local and thread-safe (const reads of the config), like

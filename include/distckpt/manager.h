@@ -95,7 +95,15 @@ struct ResumeOptions {
   // config encrypts): that is returned at once.
   bool fall_back_to_previous = false;
   bool strict = true;                 // every tensor of the state must be in the checkpoint
+  // Stored tensors the state has no place for are refused unless this is set
+  // (LoadOptions::allow_unexpected).
+  bool allow_unexpected = false;
   std::vector<std::string> only;      // load only these tensors (Caffe2's load_blobs)
+  // Loads the chosen checkpoint instead of load(state): for a layer above the state dict
+  // that restores more than tensors (distckpt.torch). Called on every rank with the
+  // checkpoint's path and the LoadOptions resume would use; collective: it must return
+  // the same outcome on every rank. Not with a local tier (kUnsupported).
+  std::function<Result<LoadResult>(const std::string& path, const LoadOptions& options)> load;
 };
 
 struct ResumeResult {

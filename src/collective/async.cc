@@ -53,7 +53,7 @@ class AsyncCheckpointer::Impl {
     // Single files (and integrated native ones) are gathered and written from a copy of
     // this rank's slices, in the background, by save() on the background communicator.
     // Every rank takes the same branch.
-    DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_save_shape(*fg_, options));
+    DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_save_shape(*fg_, state, options));
     if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
       return save_gathered_async(state, root, options);
 

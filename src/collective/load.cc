@@ -293,6 +293,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     }
     for (const auto& [name, i] : stored)
       if (!asked.count(name)) result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
+    DISTCKPT_RETURN_IF_ERROR(internal_plan::refuse_unexpected(names, state, options, dir));
     for (const auto& [i, from] : casts) {
       const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
       auto& boxes = staged[i];

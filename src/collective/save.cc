@@ -352,7 +352,7 @@ Result<SaveResult> finish_save(Comm& comm, SaveSession& session, const Result<st
 Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options) {
   using namespace internal_collective;
   // Every rank takes the same branch.
-  DISTCKPT_RETURN_IF_ERROR(agree_save_shape(comm, options));
+  DISTCKPT_RETURN_IF_ERROR(agree_save_shape(comm, state, options));
   if (options.format == Format::kSafetensors && options.integrated == false)
     return invalid_argument("save '" + options.name +
                             "': integrated=false with safetensors (a safetensors file holds whole tensors; per-rank "

@@ -34,15 +34,40 @@ SaveShape save_shape(const SaveSettings& settings) {
   return SaveShape::kSharded;
 }
 
-Status agree_save_shape(Comm& comm, const SaveOptions& options) {
+namespace {
+
+// An info value step_num or epoch_num (MindSpore's names) that contradicts the save's own
+// step or epoch: the checkpoint would carry two different steps. "" when none does.
+std::string counter_conflict(const StateDict& state, const SaveOptions& options) {
+  for (const auto& [key, counter] : {std::pair<std::string, int64_t>{"step_num", options.step}, {"epoch_num", options.epoch}}) {
+    auto it = state.info().find(key);
+    if (it == state.info().end() || counter < 0) continue;
+    const int64_t* stored = std::get_if<int64_t>(&it->second);
+    if (stored == nullptr || *stored != counter)
+      return "info '" + key + "' = " + info_value_to_string(it->second) + " contradicts the save's " +
+             (key == "step_num" ? "step " : "epoch ") + std::to_string(counter) +
+             " (give the counter once: as the save's argument, or leave it unset there)";
+  }
+  return "";
+}
+
+}  // namespace
+
+Status agree_save_shape(Comm& comm, const StateDict& state, const SaveOptions& options) {
+  const std::string conflict = counter_conflict(state, options);
   const std::vector<int64_t> mine{static_cast<int64_t>(save_shape(options)), static_cast<int64_t>(options.format),
                                   options.integrated ? (*options.integrated ? 2 : 1) : 0};
   std::vector<int64_t> highest = mine;
   for (int64_t v : mine) highest.push_back(-v);
+  highest.push_back(conflict.empty() ? 0 : 1);  // one allreduce for both checks
   comm.allreduce(highest, ReduceOp::kMax);
   for (std::size_t i = 0; i < mine.size(); ++i)
     if (highest[i] != -highest[mine.size() + i])
       return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
+  if (highest.back() != 0)
+    return invalid_argument("save '" + options.name + "': rank " + std::to_string(comm.rank()) + ": " +
+                            (conflict.empty() ? std::string("another rank's info contradicts the save's step or epoch")
+                                              : conflict));
   return Status();
 }
 

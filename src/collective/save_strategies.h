@@ -19,8 +19,9 @@ SaveShape save_shape(const SaveSettings& settings);
 // Collective, one allreduce: kInvalidArgument on every rank unless every rank has the
 // same shape, format and `integrated` (unset, false or true, since refusals depend on
 // it). save() and save_async() ask before they branch: ranks that disagree must not wait
-// for each other in different protocols.
-Status agree_save_shape(Comm& comm, const SaveOptions& options);
+// for each other in different protocols. Also kInvalidArgument when the state's info
+// value step_num or epoch_num contradicts options.step or options.epoch on any rank.
+Status agree_save_shape(Comm& comm, const StateDict& state, const SaveOptions& options);
 // What a save appends to the name it is given: a single file's extension; "" for a
 // directory (native, per-rank sets).
 std::string_view entry_extension(const SaveSettings& settings);

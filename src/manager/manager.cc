@@ -95,6 +95,11 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   comm->broadcast_string(extra, 0);
   comm->broadcast(metric, sizeof(metric), 0);
 
+  // A layer above may refresh the state dict now (CheckpointConfig::before_save).
+  if (cfg.before_save) {
+    const Status refreshed = agree(*comm, internal_base::guarded(where(), [&] { return cfg.before_save(); }));
+    if (!refreshed.ok()) return save_failed(refreshed.with_context("before_save"), out);
+  }
   // What is saved: the tensors selected by save_prefixes, with the info values.
   StateDict view(state->rank());
   local = internal_base::guarded(where(), [&]() -> Status {
@@ -109,6 +114,10 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
       return (!cfg.best_metric.empty() && k == cfg.best_metric) ||
              std::find(cfg.save_best.begin(), cfg.save_best.end(), k) != cfg.save_best.end();
     };
+    // The counters first: a step_num or epoch_num of the state's info or append_info that
+    // contradicts them replaces them here and makes save() refuse, naming both.
+    DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
+    DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
     for (const auto& [k, v] : source.info())
       if (!is_metric(k)) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
     for (const auto& line : split(extra, '\n')) {
@@ -117,8 +126,6 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
         DISTCKPT_RETURN_IF_ERROR(view.set_info(line.substr(0, tab), InfoValue(std::strtod(line.c_str() + tab + 1, nullptr))));
     }
     for (const auto& [k, v] : cfg.append_info) DISTCKPT_RETURN_IF_ERROR(view.set_info(k, v));
-    DISTCKPT_RETURN_IF_ERROR(view.set_info("step_num", InfoValue(step)));
-    DISTCKPT_RETURN_IF_ERROR(view.set_info("epoch_num", InfoValue(epoch)));
     // The state at the end of epoch `epoch` (ResumeOptions::epoch looks for it).
     // (Saves that move `latest` only: not an exception save's best-effort state, not a
     // best copy.)
@@ -154,6 +161,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   record.metric = metric[0];
   record.moves_last = kind.moves_last;
   record.best_of = kind.best_of;
+  record.metrics = metrics;
   if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
 
   if (async && kind.may_run_async) {
@@ -237,6 +245,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     j["hosts"] = by_rank.hosts;
     if (!cfg.best_metric.empty())
       j[cfg.best_metric] = std::isnan(record.metric) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(record.metric);
+    if (!record.metrics.empty()) j["metrics"] = internal_manager::metrics_json(record.metrics);
     j["removed"] = gone;
     j["gc_removed"] = gc_removed;
     gc_removed.clear();
@@ -410,6 +419,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   const CheckpointConfig& cfg = impl.cfg;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
+  impl.log_metrics(step, epoch, metrics);
   StepOutcome out;
   impl.report_uploads(&out);
   // A background save every rank has finished: complete it now (no waiting). Its
@@ -467,6 +477,7 @@ Result<StepOutcome> CheckpointManager::Impl::end(int64_t step, int64_t epoch, co
   Impl& impl = *this;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, epoch_end));
   if (sync.exception) return impl.after_exception(sync, "");
+  impl.log_metrics(step, epoch, metrics);
   StepOutcome out;
   impl.report_uploads(&out);
   // A save in flight completes first (this waits for it): it may be this very step. If
@@ -533,6 +544,7 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
   Impl& impl = *impl_;
   DISTCKPT_ASSIGN_OR_RETURN(const Impl::Sync sync, impl.enter(step, epoch, /*epoch_end=*/false));
   if (sync.exception) return impl.after_exception(sync, "");
+  impl.log_metrics(step, epoch, metrics);
   StepOutcome out;
   impl.report_uploads(&out);
   Impl::SaveKind now;

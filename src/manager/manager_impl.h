@@ -139,6 +139,9 @@ struct CheckpointManager::Impl {
   std::string best_checkpoint() const;
 
   bool root() const { return comm->rank() == 0; }
+  // Rank 0: the call's metrics into stats.jsonl (internal_manager::append_metrics_line);
+  // a failure is printed, never returned (statistics never fail a step).
+  void log_metrics(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics);
   // Rank 0: the base of the next incremental save ("" for none; see save()).
   std::string incremental_base() const;
   // Rank 0: bytes retired checkpoints keep for incremental ones (the last sweep's).
@@ -211,6 +214,7 @@ struct CheckpointManager::Impl {
     double drain_s = 0;
     bool moves_last = true;
     std::string best_of;
+    std::map<std::string, double> metrics;  // the call's metrics (rank 0's), in its stats line
   };
   std::optional<Record> in_flight;
   // Collective: waits for the save in flight, if any, and completes it as a

@@ -183,10 +183,12 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
 
   LoadOptions lo = impl.cfg.load;  // how resume reads; what and from where is this call's
   lo.strict = options.strict;
+  lo.allow_unexpected = options.allow_unexpected;
   lo.only = options.only;
   lo.fs = impl.fs;
   lo.key = impl.cfg.encryption.key;
-  DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded, load(*impl.comm, *impl.state, chosen, lo));
+  DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded,
+                            options.load ? options.load(chosen, lo) : load(*impl.comm, *impl.state, chosen, lo));
   result.resumed = true;
   result.path = chosen;
   result.step = loaded.step;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 
@@ -10,6 +11,7 @@
 
 #include "base/strings.h"
 #include "catalog/names.h"
+#include "manager/manager_impl.h"
 
 namespace distckpt::internal_manager {
 
@@ -20,6 +22,25 @@ std::string stats_path(const std::string& directory) { return directory + "/" + 
 int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+nlohmann::ordered_json metrics_json(const std::map<std::string, double>& metrics) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : metrics)
+    out[name] = std::isfinite(value) ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  return out;
+}
+
+Status append_metrics_line(FileSystem& fs, const std::string& directory, int64_t step, int64_t epoch,
+                           const std::map<std::string, double>& metrics) {
+  if (metrics.empty()) return Status();
+  nlohmann::ordered_json j;
+  j["event"] = "metrics";
+  j["step"] = step;
+  j["epoch"] = epoch;
+  j["metrics"] = metrics_json(metrics);
+  j["unix_ms"] = unix_ms_now();
+  return append_stats_line(fs, directory, j);
 }
 
 void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed) {
@@ -95,3 +116,13 @@ WriterStats writer_stats(const Comm& comm, const std::vector<std::string>& per_r
 }
 
 }  // namespace distckpt::internal_manager
+
+namespace distckpt {
+
+void CheckpointManager::Impl::log_metrics(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
+  if (!root() || metrics.empty()) return;
+  if (Status st = internal_manager::append_metrics_line(*fs, cfg.directory, step, epoch, metrics); !st.ok())
+    std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
+}
+
+}  // namespace distckpt

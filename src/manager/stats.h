@@ -2,6 +2,7 @@
 // the FileSystem (so faults can be injected), fsynced, owner-only.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@ namespace distckpt::internal_manager {
 // thrown: rank 0 writes these between collectives. Failures are returned for the caller
 // to report: statistics never fail a save.
 Status append_stats_line(FileSystem& fs, const std::string& directory, const nlohmann::ordered_json& record);
+
+// Appends {"event": "metrics", "step", "epoch", "metrics": {...}} for the metrics a
+// step_end, end or save_now call was given (rank 0's), whatever the save policies: a
+// loop's losses are kept whether or not that step saved. Nothing for no metrics; NaN and
+// infinities are written as null. Failures are returned for the caller to report.
+Status append_metrics_line(FileSystem& fs, const std::string& directory, int64_t step, int64_t epoch,
+                           const std::map<std::string, double>& metrics);
+
+// The metrics as a JSON object (NaN and infinities as null, which JSON lacks).
+nlohmann::ordered_json metrics_json(const std::map<std::string, double>& metrics);
 
 // Milliseconds since the Unix epoch: every line's "unix_ms".
 int64_t unix_ms_now();

@@ -256,6 +256,8 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
   ro.load.fs = fs;
   ro.load.key = cfg.encryption.key;
   ro.load.strict = options.strict;
+  ro.load.allow_unexpected = options.allow_unexpected;
+  if (options.load) return unsupported(where() + ": resume: a custom load (distckpt.torch's state) is not supported with a local tier");
   if (!options.only.empty()) return invalid_argument(where() + ": resume: `only` is not supported with a local tier");
   if (options.step >= 0 || options.epoch >= 0)
     return invalid_argument(where() + ": resume: `step` and `epoch` are not supported with a local tier");

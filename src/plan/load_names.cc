@@ -55,4 +55,20 @@ Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& optio
   return out;
 }
 
+Status refuse_unexpected(const LoadNames& names, const StateDict& state, const LoadOptions& options,
+                         const std::string& where) {
+  if (options.allow_unexpected || !options.only.empty()) return Status();  // `only` loads a subset by design
+  std::vector<std::string> unexpected;
+  for (const auto& [name, index] : names.by_state_name)
+    if (state.find(name) < 0) unexpected.push_back(name);
+  if (unexpected.empty()) return Status();
+  constexpr std::size_t kNamed = 8;
+  std::string listed;
+  for (std::size_t i = 0; i < unexpected.size() && i < kNamed; ++i) listed += (i ? ", '" : "'") + unexpected[i] + "'";
+  if (unexpected.size() > kNamed) listed += " and " + std::to_string(unexpected.size() - kNamed) + " more";
+  return mismatch("checkpoint '" + where + "' holds " + std::to_string(unexpected.size()) +
+                  " tensor(s) the state dict has no place for: " + listed +
+                  " (set allow_unexpected to load the others, or filter them out)");
+}
+
 }  // namespace distckpt::internal_plan

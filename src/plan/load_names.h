@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "distckpt/checkpoint.h"
+#include "distckpt/state_dict.h"
 #include "distckpt_index.pb.h"
 
 namespace distckpt::internal_plan {
@@ -30,5 +31,12 @@ struct LoadNames {
 // runs last, on the stored names the prefixes kept. Runs on each rank alone: the
 // functions must answer alike on every rank (the load's agreement covers their errors).
 Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& options);
+
+// Unless options.allow_unexpected: kMismatch naming (the first few of) the stored tensors
+// that `names` maps to no tensor of `state` (torch's unexpected keys), with `where` (the
+// checkpoint's path) in the message. A load with `only` loads a chosen subset (Caffe2's
+// load_blobs): nothing is unexpected there. Local.
+Status refuse_unexpected(const LoadNames& names, const StateDict& state, const LoadOptions& options,
+                         const std::string& where);
 
 }  // namespace distckpt::internal_plan

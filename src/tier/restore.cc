@@ -720,7 +720,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
     }
     for (const auto& [state_name, t] : stored)
       if (!asked.count(state_name)) result.load.unexpected_in_checkpoint.push_back(described.tensors(t).name());
-    return Status();
+    return internal_plan::refuse_unexpected(names, state, options.load, name);
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   // Tensors to cast are restored, from every source alike, in their stored dtype into a

@@ -3,6 +3,7 @@
 
 #include "distckpt/inspect.h"
 #include "format/format.h"
+#include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "format/stored.h"
 
@@ -14,7 +15,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   CheckpointInfo info;
   info.path = path;
   info.name = index.name();
-  info.format_version = index.has_encryption() ? 2 : 1;
+  info.format_version = internal_format::index_version(index);
   info.format = internal_format::stored_format(index);
   info.per_rank_files = internal_format::is_per_rank_set(index);
   info.step = index.step();

@@ -88,8 +88,14 @@ bool has_references(const proto::Index& index) {
 }
 }  // namespace
 
+uint32_t index_version(const proto::Index& index) {
+  if (index.info().count(std::string(kStateTreeInfoKey))) return 4;
+  if (has_references(index)) return 3;
+  return index.has_encryption() ? 2 : 1;
+}
+
 std::string frame_index(const proto::Index& index) {
-  return frame_payload(serialize_deterministic(index), has_references(index) ? 3 : index.has_encryption() ? 2 : 1);
+  return frame_payload(serialize_deterministic(index), index_version(index));
 }
 
 std::string frame_payload(const std::string& payload, uint32_t version) {

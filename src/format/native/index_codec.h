@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "distckpt/filesystem.h"
 #include "distckpt_index.pb.h"
@@ -16,9 +17,14 @@ namespace distckpt::internal_format {
 // The newest version of the on-disk index this build writes (2: an encrypted checkpoint,
 // which builds that know only version 1 must refuse rather than read as empty; 3: an
 // index that references other checkpoints' files, which older builds would look for in
-// the wrong directory; other checkpoints are still written as 1). Newer versions are
-// refused on read.
-inline constexpr uint32_t kIndexFormatVersion = 3;
+// the wrong directory; 4: an index whose info holds a distckpt.torch state tree, whose
+// plain values (optimizer hyper-parameters, scheduler state) older builds would drop
+// without a word; other checkpoints are still written as 1). Newer versions are refused
+// on read.
+inline constexpr uint32_t kIndexFormatVersion = 4;
+// The info value that holds a distckpt.torch application state's tree (typed JSON: the
+// plain values and where each tensor goes). Written by the Python layer.
+inline constexpr std::string_view kStateTreeInfoKey = "distckpt.torch.state";
 // Bounds on numbers read from an index, checked before anything is sized by them: the
 // world size, and the rank entries the layouts name in all (what a summary lists).
 inline constexpr int64_t kMaxWorldSize = int64_t{1} << 24;
@@ -34,6 +40,10 @@ bool valid_file_name(const std::string& name);
 bool valid_data_file_name(const std::string& name);
 // "rank_3/<name>.ckpt": rank 3's file of a per-rank set named `name`.
 std::string per_rank_file_name(int rank, const std::string& name);
+
+// The oldest index version that can hold `index` (kIndexFormatVersion's list): what
+// frame_index writes, so that a build that cannot read it refuses it.
+uint32_t index_version(const proto::Index& index);
 
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
 // Version 2 when the index is encrypted, 3 when it references another checkpoint's
