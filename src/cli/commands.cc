@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "cli/helpers.h"
 
 #include "base/strings.h"
 #include "manager/best.h"
@@ -28,10 +29,6 @@
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
-namespace {
-
-using json = nlohmann::ordered_json;
-using internal_base::printable;
 
 // JSON text that never throws: invalid UTF-8 (names from a hostile file) is replaced.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -60,7 +57,7 @@ Result<Shape> parse_list(const std::string& text, const std::string& what) {
   return out;
 }
 
-int fail(const Status& st, int code = 1) {
+int fail(const Status& st, int code) {
   // Messages name what files hold (tensor names, dtypes): escaped line by line, so that a
   // hostile file cannot drive the terminal.
   std::cerr << "distckpt: ";
@@ -73,6 +70,10 @@ int fail(const Status& st, int code = 1) {
   std::cerr << "\n";
   return code;
 }
+
+namespace {
+
+using internal_base::printable;
 
 json info_json(const InfoValue& v) {
   return std::visit([](const auto& x) -> json { return x; }, v);
@@ -107,45 +108,6 @@ const char* state_name(EntryState s) {
 }
 
 }  // namespace
-
-int cmd_layout(const LayoutArgs& args) {
-  auto shape = parse_list(args.shape, "--shape");
-  auto dev_mat = parse_list(args.dev_mat, "--dev-mat");
-  auto tensor_map = parse_list(args.tensor_map, "--tensor-map");
-  auto ranks64 = parse_list(args.ranks, "--ranks");
-  for (const auto* r : {&shape, &dev_mat, &tensor_map, &ranks64})
-    if (!r->ok()) return fail(r->status(), 2);
-  std::vector<int> ranks;
-  for (int64_t r : *ranks64) {
-    if (r < 0 || r > std::numeric_limits<int>::max())
-      return fail(invalid_argument("--ranks: " + std::to_string(r) + " is not a valid rank"), 2);
-    ranks.push_back(static_cast<int>(r));
-  }
-  auto layout = TensorLayout::from_device_matrix(*shape, *dev_mat, *tensor_map, ranks);
-  if (!layout.ok()) return fail(layout.status(), 2);
-  // One line per rank, each listing its replicas: the output grows with the square of
-  // the group, so very large groups are refused rather than printed for minutes.
-  constexpr int kMaxPrintedRanks = 1 << 16;
-  if (layout->group_size() > kMaxPrintedRanks)
-    return fail(invalid_argument("layout: a group of " + std::to_string(layout->group_size()) +
-                                 " ranks is too large to print (at most " + std::to_string(kMaxPrintedRanks) + ")"),
-                2);
-  // Replicas are the ranks with the same slice index: group once instead of per rank.
-  std::map<int64_t, std::vector<int>> holders;
-  for (int rank : layout->ranks()) holders[layout->slice_index(rank)].push_back(rank);
-  for (auto& [index, group] : holders) std::sort(group.begin(), group.end());
-  json slices = json::array();
-  for (int rank : layout->ranks()) {
-    const Box box = layout->slice_box(rank);
-    slices.push_back({{"rank", rank},
-                      {"offset", box.offset},
-                      {"shape", box.shape},
-                      {"slice_index", layout->slice_index(rank)},
-                      {"replicas", holders[layout->slice_index(rank)]}});
-  }
-  std::cout << dump(json{{"slices", slices}}) << "\n";
-  return 0;
-}
 
 int cmd_ls(const std::string& root, bool as_json) {
   // A checkpoint is no root: listing its files as entries would say it holds none.

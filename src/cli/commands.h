@@ -10,6 +10,7 @@ namespace distckpt::internal_cli {
 
 struct LayoutArgs {
   std::string shape, dev_mat, tensor_map, ranks;
+  std::string picture;  // --picture FILE.svg: also draw which rank holds which block
 };
 int cmd_layout(const LayoutArgs& args);
 int cmd_ls(const std::string& root, bool json);

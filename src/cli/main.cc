@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   lay->add_option("--dev-mat", layout.dev_mat, "device matrix, e.g. 2,4")->required();
   lay->add_option("--tensor-map", layout.tensor_map, "tensor map, e.g. 1,-1")->required();
   lay->add_option("--ranks", layout.ranks, "global ranks of the group, e.g. 8,9,10,11 (default 0..N-1)");
+  lay->add_option("--picture", layout.picture, "also draw which rank holds which block, as an SVG file");
 
   std::string path;
   bool json = false;
