@@ -47,22 +47,22 @@ def test_every_numpy_dtype_round_trips_in_place(comm, shared_dir):
     state = distckpt.StateDict(comm, tensors, layouts, info={"step": 5, "lr": 0.5, "tag": "x", "ok": True},
                                dtypes={"bfloat16": "bfloat16"})
     saved = distckpt.save(comm, state, shared_dir, "step-5", step=5)
-    assert saved["bytes_written"] == sum(f.nbytes for f in fulls.values())
+    assert saved.bytes_written == sum(f.nbytes for f in fulls.values())
     addresses = {name: t.__array_interface__["data"][0] for name, t in tensors.items()}
     for t in tensors.values():
         t[...] = 0
     loaded = distckpt.load(comm, state, shared_dir)
-    assert loaded["step"] == 5
-    assert loaded["info"] == {"step": 5, "lr": 0.5, "tag": "x", "ok": True}
+    assert loaded.step == 5
+    assert loaded.info == {"step": 5, "lr": 0.5, "tag": "x", "ok": True}
     for name in names:
         assert tensors[name].__array_interface__["data"][0] == addresses[name]  # loaded in place
         np.testing.assert_array_equal(tensors[name], rows_of(fulls[name], rank, size), err_msg=name)
     # Everything listed, verified, and readable without MPI on rank 0.
     listed = distckpt.list_checkpoints(shared_dir)
-    assert [e["name"] for e in listed] == ["step-5"] and listed[0]["latest"]
+    assert [e.name for e in listed] == ["step-5"] and listed[0].latest
     if rank == 0:
         report = distckpt.verify(os.path.join(shared_dir, "step-5"))
-        assert report["tensors"] == len(names)
+        assert report.tensors == len(names)
         with distckpt.open(os.path.join(shared_dir, "step-5")) as r:
             assert sorted(r.keys()) == sorted(names)
             for name in names:
@@ -108,8 +108,19 @@ def test_torch_tensors_round_trip_by_address(comm, shared_dir):
         assert missing == [] and unexpected == []
         for n, f in fulls.items():
             assert torch.equal(target[n], f), n
-        with pytest.raises(distckpt.MismatchError, match="'float32'"):
-            r.load_into({"float32": torch.zeros(3, 3)})
+        with pytest.raises(distckpt.MismatchError, match="'float32'"):  # a shape that differs
+            r.load_into({"float32": torch.zeros(3, 3)}, strict=False)
+        # torch's strict: missing and unexpected names, both listed, before anything is copied.
+        partial = {"float32": torch.zeros_like(fulls["float32"]), "extra": torch.zeros(1)}
+        with pytest.raises(distckpt.MismatchError, match=r"missing in the checkpoint: \['extra'\]; unexpected.*'int8'"):
+            r.load_into(partial)
+        assert not partial["float32"].any()
+        assert r.load_into(partial, strict=False)[0] == ["extra"] and torch.equal(partial["float32"], fulls["float32"])
+        # Stored names mapped: an exact rename, else the longest prefix (DDP's "module." added here).
+        wrapped = {"module." + n: torch.zeros_like(f) for n, f in fulls.items() if n != "int8"}
+        wrapped["bytes"] = torch.zeros_like(fulls["int8"])
+        assert r.load_into(wrapped, prefix_map={"": "module."}, rename={"int8": "bytes"}) == ([], [])
+        assert torch.equal(wrapped["module.float64"], fulls["float64"]) and torch.equal(wrapped["bytes"], fulls["int8"])
     comm.barrier()
 
 
@@ -135,7 +146,7 @@ def test_reshard_onto_fewer_ranks(comm, shared_dir):
                 st = distckpt.StateDict(sub, {"w": rows}, {"w": split_rows(shape, n)})
                 result = distckpt.load(sub, st, os.path.join(shared_dir, "r"))
                 np.testing.assert_array_equal(rows, full[sub.rank * 12 // n:(sub.rank + 1) * 12 // n])
-                assert result["bytes_read"] == result["bytes_needed"]
+                assert result.bytes_read == result.bytes_needed
             sub_mpi.Free()
         comm.barrier()
 
@@ -213,7 +224,7 @@ def test_arguments_that_fail_on_one_rank_fail_the_call_on_every_rank(comm, share
         with pytest.raises(ValueError if odd else distckpt.DistckptError, match="format" if odd else named[1]):
             ckpt.save_async(state, shared_dir, "k3", format="zip" if odd else "native")
         ckpt.save_async(state, shared_dir, "k4")
-        assert ckpt.wait()["bytes_written"] == w.nbytes
+        assert ckpt.wait().bytes_written == w.nbytes
     with pytest.raises(ValueError, match="AsyncCheckpointer still uses"):
         with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20):
             comm._native.close()
@@ -288,126 +299,6 @@ def test_a_script_that_leaves_a_comm_open_exits_zero(comm):
     assert out.returncode == 0, out.stderr
 
 
-def test_manager_policies_with_mindspore_and_mmengine_names(comm, shared_dir):
-    rank, size = comm.rank, comm.size
-    w = np.zeros((2 * size, 3), np.float32)
-    mine = np.ascontiguousarray(w[2 * rank:2 * rank + 2])
-    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 3], size)})
-    with pytest.raises(TypeError, match="keep_checkpoint_maxx"):
-        distckpt.CheckpointManager(comm, state, directory=shared_dir, keep_checkpoint_maxx=2)
-    with pytest.raises(TypeError, match="'keep_checkpoint_max' and 'max_keep_ckpts'"):
-        distckpt.CheckpointManager(comm, state, directory=shared_dir, keep_checkpoint_max=2, max_keep_ckpts=3)
-    with pytest.raises(distckpt.DistckptError, match="save_every_steps"):
-        distckpt.CheckpointManager(comm, state, directory=shared_dir, save_checkpoint_steps=-1)
-    root = os.path.join(shared_dir, "ms")
-    with distckpt.CheckpointManager(comm, state, directory=root, prefix="net", name_template="{prefix}-{step}",
-                                    save_checkpoint_steps=2, keep_checkpoint_max=2, save_best="acc",
-                                    rule="greater") as m:
-        for step in range(1, 9):
-            mine[...] = step
-            m.step_end(step, 0, metrics={"acc": 1.0 - abs(step - 4) / 10})
-        m.end(8, 0)
-        assert os.path.basename(m.best_checkpoint("acc")).startswith("best_acc")
-    names = sorted(e["name"] for e in distckpt.list_checkpoints(root) if not e["name"].startswith("best"))
-    assert names == ["net-6", "net-8"]
-    # MMEngine's max_keep_ckpts=-1 keeps every one.
-    root2 = os.path.join(shared_dir, "mm")
-    with distckpt.CheckpointManager(comm, state, directory=root2, interval=1, max_keep_ckpts=-1) as m:
-        for step in range(1, 5):
-            m.step_end(step, 0)
-        m.end(4, 0)
-    assert len(distckpt.list_checkpoints(root2)) == 4
-    # A Comm a manager uses cannot be closed under it; a resume never writes into a
-    # read-only array.
-    extra = distckpt.Comm.from_mpi4py(MPI.COMM_WORLD)
-    ro = np.zeros((2, 3), np.float32)
-    ro.flags.writeable = False
-    m = distckpt.CheckpointManager(comm=extra, state=distckpt.StateDict(extra, {"w": ro}, {"w": split_rows([2 * size, 3], size)}),
-                                   directory=root)
-    with pytest.raises(ValueError, match="CheckpointManager"):
-        extra.close()
-    with pytest.raises(TypeError, match="'w'.*read-only"):
-        m.resume()
-    m.close()
-    extra.close()
-    # A new job resumes the newest.
-    mine[...] = 0
-    with distckpt.CheckpointManager(comm, state, directory=root, prefix="net", name_template="{prefix}-{step}") as m:
-        r = m.resume()
-    assert r["resumed"] and r["step"] == 8
-    assert (mine == 8).all()
-
-
-def test_run_raises_the_loops_exception_unchanged_after_saving_it(comm, shared_dir):
-    rank, size = comm.rank, comm.size
-    mine = np.full((2, 3), 5.0, np.float32)
-    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 3], size)})
-    root = os.path.join(shared_dir, "x")
-    m = distckpt.CheckpointManager(comm, state, directory=root, exception_save=True, save_checkpoint_steps=100)
-    boom = ValueError("boom at step 3")
-
-    def loop():
-        for step in range(1, 4):
-            m.step_end(step, 0)
-        raise boom
-
-    with pytest.raises(ValueError) as raised:
-        m.run(loop)
-    assert raised.value is boom
-    m.close()
-    names = [e["name"] for e in distckpt.list_checkpoints(root)]
-    assert any("_exception" in n for n in names), names
-
-
-def test_async_saves_and_publish(comm, shared_dir):
-    rank, size = comm.rank, comm.size
-    mine = np.full((2, 4), float(rank), np.float32)
-    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([2 * size, 4], size)})
-    with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20) as ckpt:
-        ckpt.save_async(state, shared_dir, "a1", step=1)
-        mine[...] = -1  # the tensors may change once save_async returned
-        result = ckpt.wait()
-        assert result["bytes_written"] == 2 * size * 4 * 4
-        ckpt.save_async(state, shared_dir, "a2", step=2)
-        ckpt.end()
-        with pytest.raises(distckpt.DistckptError, match="already exists"):
-            ckpt.save_async(state, shared_dir, "a1", step=3)
-    if rank == 0:
-        r = distckpt.open(os.path.join(shared_dir, "a1"))
-        np.testing.assert_array_equal(r.tensor("w"), np.repeat(np.arange(size, dtype=np.float32), 8).reshape(2 * size, 4))
-        np.testing.assert_array_equal(distckpt.open(os.path.join(shared_dir, "a2")).tensor("w"), -1)
-        published = distckpt.publish(os.path.join(shared_dir, "a1"))
-        assert published.endswith(".safetensors")
-        np.testing.assert_array_equal(distckpt.open(published).tensor("w"), r.tensor("w"))
-    comm.barrier()
-
-
-def test_upload_hook_failures_are_reported_not_raised(comm, shared_dir):
-    rank, size = comm.rank, comm.size
-    mine = np.zeros((1, 2), np.float32)
-    state = distckpt.StateDict(comm, {"w": mine}, {"w": split_rows([size, 2], size)})
-    uploaded = []
-
-    def upload(path):
-        uploaded.append(os.path.basename(path))
-        if path.endswith("-2"):
-            raise RuntimeError("the object store said no")
-
-    root = os.path.join(shared_dir, "u")
-    with distckpt.CheckpointManager(comm, state, directory=root, name_template="{prefix}-{step}", interval=1,
-                                    upload=upload) as m:
-        for step in range(1, 4):
-            m.step_end(step, 0)
-        m.end(3, 0)
-    if rank == 0:
-        assert uploaded == ["ckpt-1", "ckpt-2", "ckpt-3"]
-        with open(os.path.join(root, "stats.jsonl")) as f:
-            events = [json.loads(line) for line in f if '"upload"' in line]
-        failed = [e for e in events if not e.get("ok", True)]
-        assert len(failed) == 1 and "the object store said no" in json.dumps(failed[0])
-    comm.barrier()
-
-
 def test_reader_reads_only_the_region_unless_asked_to_check(comm, shared_dir):
     if comm.rank != 0:
         return
@@ -443,12 +334,12 @@ def test_incremental_saves_reference_unchanged_tensors(comm, shared_dir):
     layouts = {"frozen": split_rows(shape, size), "head": split_rows(shape, size)}
     state = distckpt.StateDict(comm, {"frozen": frozen, "head": head}, layouts)
     first = distckpt.save(comm, state, shared_dir, "step-1", step=1, incremental=True)
-    assert first["bytes_written"] == 2 * frozen.nbytes * size and first["bytes_referenced"] == 0
+    assert first.bytes_written == 2 * frozen.nbytes * size and first.bytes_referenced == 0
     head += 1  # only the head trains
     second = distckpt.save(comm, state, shared_dir, "step-2", step=2, incremental=True)
-    assert second["bytes_written"] == head.nbytes * size
-    assert second["bytes_referenced"] == frozen.nbytes * size
-    assert second["incremental_base"] == "step-1"
+    assert second.bytes_written == head.nbytes * size
+    assert second.bytes_referenced == frozen.nbytes * size
+    assert second.incremental_base == "step-1"
     expected = head.copy()
     head[...] = 0
     frozen[...] = 0
@@ -456,13 +347,13 @@ def test_incremental_saves_reference_unchanged_tensors(comm, shared_dir):
     np.testing.assert_array_equal(head, expected)
     np.testing.assert_array_equal(frozen, rows_of(full_tensor("float32", shape, 1), rank, size))
     if rank == 0:
-        listed = {e["name"]: e for e in distckpt.list_checkpoints(shared_dir)}
-        assert listed["step-2"]["references"] == ["step-1"]
-        assert listed["step-2"]["referenced_bytes"] > 0
-        assert distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True)["bytes_checked"] >= 2 * frozen.nbytes * size
+        listed = {e.name: e for e in distckpt.list_checkpoints(shared_dir)}
+        assert listed["step-2"].references == ["step-1"]
+        assert listed["step-2"].referenced_bytes > 0
+        assert distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True).bytes_checked >= 2 * frozen.nbytes * size
         # Removed as retention would: step-2 still reads the frozen tensor from step-1's files.
         distckpt.remove_checkpoint(shared_dir, "step-1")
-        assert "step-1" not in {e["name"] for e in distckpt.list_checkpoints(shared_dir)}
+        assert "step-1" not in {e.name for e in distckpt.list_checkpoints(shared_dir)}
         distckpt.verify(os.path.join(shared_dir, "step-2"), deep=True)
         with pytest.raises(distckpt.NotFoundError):
             distckpt.remove_checkpoint(shared_dir, "step-1")
@@ -509,7 +400,7 @@ def test_state_dicts_refuse_bytes_they_would_store_wrong(comm, shared_dir):
     state = distckpt.StateDict(comm, {"w": w}, {"w": layout},
                                info={"seed": np.int64(3), "flag": np.bool_(True), "lr": np.float32(0.5)})
     saved = distckpt.save(comm, state, shared_dir, "a")
-    info = distckpt.load(comm, state, saved["path"])["info"]
+    info = distckpt.load(comm, state, saved.path).info
     assert info["seed"] == 3 and info["flag"] is True and info["lr"] == 0.5
     with pytest.raises(TypeError, match="info 'big'.*int64"):
         distckpt.StateDict(comm, {"w": w}, {"w": layout}, info={"big": 2 ** 64 - 1})
@@ -520,26 +411,13 @@ def test_state_dicts_refuse_bytes_they_would_store_wrong(comm, shared_dir):
         distckpt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=2.0)
     import pathlib
     with distckpt.CheckpointManager(comm, state, directory=pathlib.Path(shared_dir) / "p") as m:
-        assert m.step_end(1)["saved"]
+        assert m.step_end(1).saved
     # A closed reader has let go of its files.
-    r = distckpt.open(pathlib.Path(saved["path"]))
+    r = distckpt.open(pathlib.Path(saved.path))
     with r:
         assert r.keys() == ["w"]
     with pytest.raises(ValueError, match="closed"):
         r.tensor("w")
-
-
-def test_seed_option_values_mean_what_they_mean_in_the_seeds():
-    canonical = distckpt._canonical_config
-    # MindSpore: None (or 0) leaves a policy off, so seconds decide and minutes keep.
-    assert canonical(dict(save_checkpoint_steps=None, save_checkpoint_seconds=60)) == \
-        {"save_every_steps": 0, "save_every_seconds": 60}
-    assert canonical(dict(keep_checkpoint_max=None, keep_checkpoint_per_n_minutes=5)) == \
-        {"keep_max": 0, "keep_per_n_minutes": 5}
-    # MMEngine: interval=-1 never saves periodically, max_keep_ckpts=-1 keeps all, and
-    # save_best, rule and the key lists default to None.
-    assert canonical(dict(interval=-1, max_keep_ckpts=-1, save_best=None, rule=None, greater_keys=None,
-                          less_keys=None)) == {"save_every_steps": 0, "keep_max": 0}
 
 
 def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
@@ -556,7 +434,7 @@ def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
     with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
         p.data = torch.full((2, 3), 9.0)
         saved = m.step_end(1)
-        assert (distckpt.open(saved["path"]).tensor("p") == 9.0).all()
+        assert (distckpt.open(saved.path).tensor("p") == 9.0).all()
         # A new shape is refused: by the rank itself in a manager step (as an exception of
         # the loop), and on every rank in a save, the others naming it.
         p.data = torch.zeros(3, 2)
@@ -574,7 +452,7 @@ def test_torch_tensors_given_new_storage_are_followed(comm, shared_dir):
             p.data = torch.zeros(2, 3)
         else:
             out = m.step_end(2)
-            assert out["stop"] and out["exception_rank"] == 0 and not out["saved"], out
+            assert out.stop and out.exception_rank == 0 and not out.saved, out
     if comm.rank == 0:
         p.data = torch.zeros(6)
     with pytest.raises(TypeError if comm.rank == 0 else distckpt.DistckptError, match="rank 0|'p' changed"):
@@ -614,9 +492,9 @@ def test_arguments_of_the_wrong_type_are_named(comm, shared_dir):
     # numpy integers and pathlib paths are what they look like.
     import pathlib
     out = distckpt.save(comm, state, pathlib.Path(shared_dir), "n", step=np.array(4), fsync=None)  # as pybind11 took them
-    assert distckpt.load(comm, state, pathlib.Path(out["path"]))["step"] == 4
+    assert distckpt.load(comm, state, pathlib.Path(out.path)).step == 4
     with distckpt.CheckpointManager(comm, state, directory=os.path.join(shared_dir, "m")) as m:
-        assert m.step_end(np.int32(1), metrics={"loss": np.float32(0.5)})["saved"]
+        assert m.step_end(np.int32(1), metrics={"loss": np.float32(0.5)}).saved
         # In a step call, as an exception of the loop: the manager ends (on every rank).
         with pytest.raises(TypeError, match="step_end: metric 'loss' must be a number, not str"):
             m.step_end(2, metrics={"loss": "low"})
@@ -638,7 +516,7 @@ def test_a_wrong_argument_on_one_rank_fails_the_call_on_every_rank(comm, shared_
     saved = distckpt.save(comm, state, shared_dir, "b")
     expect = (TypeError, "strict must be a bool") if odd else (distckpt.DistckptError, named + "load: strict")
     with pytest.raises(expect[0], match=expect[1]):
-        distckpt.load(comm, state, saved["path"], strict="yes" if odd else True)
+        distckpt.load(comm, state, saved.path, strict="yes" if odd else True)
     expect = (TypeError, "unknown option") if odd else (distckpt.DistckptError, named + "CheckpointManager: unknown")
     with pytest.raises(expect[0], match=expect[1]):
         distckpt.CheckpointManager(comm, state, directory=shared_dir, **({"keep_maxx": 1} if odd else {}))
@@ -652,7 +530,7 @@ def test_a_wrong_argument_on_one_rank_fails_the_call_on_every_rank(comm, shared_
                 m.step_end(1, epoch="first")
         else:
             out = m.step_end(1)
-            assert out["stop"] and out["exception_rank"] == size - 1 and not out["saved"], out
+            assert out.stop and out.exception_rank == size - 1 and not out.saved, out
     expect = (TypeError, "staging_bytes must be a number") if odd else (distckpt.DistckptError, named)
     with pytest.raises(expect[0], match=expect[1]):
         distckpt.AsyncCheckpointer(comm, staging_bytes="lots" if odd else 1 << 20)
@@ -661,48 +539,26 @@ def test_a_wrong_argument_on_one_rank_fails_the_call_on_every_rank(comm, shared_
         with pytest.raises(expect[0], match=expect[1]):
             ckpt.save_async(state, shared_dir, 4 if odd else "c")
         ckpt.save_async(state, shared_dir, "d")
-        assert ckpt.wait()["path"].endswith("d")
+        assert ckpt.wait().path.endswith("d")
 
 
-def test_resume_falls_back_past_a_damaged_newest_when_asked(comm, shared_dir):
-    size = comm.size
-    w = np.zeros((2, 3), np.float32)
-    state = distckpt.StateDict(comm, {"w": w}, {"w": split_rows([2 * size, 3], size)})
-    config = dict(directory=shared_dir, prefix="run", name_template="{prefix}-{step}", format="safetensors",
-                  keep_max=0)
-    with distckpt.CheckpointManager(comm, state, **config) as m:
-        for step in (1, 2, 3):
-            w[...] = step
-            m.step_end(step)
-    newest = os.path.join(shared_dir, "run-3.safetensors")
-    comm.barrier()
-    if comm.rank == 0:
-        os.truncate(newest, os.path.getsize(newest) // 2)
-    comm.barrier()
-    with distckpt.CheckpointManager(comm, state, **config) as m:
-        with pytest.raises(distckpt.CorruptionError, match="fall_back_to_previous"):
-            m.resume()
-        resumed = m.resume(fall_back_to_previous=True)
-        assert resumed["step"] == 2 and resumed["skipped"] == [newest]
-        assert (w == 2).all()
-
-
-def test_a_signal_to_one_rank_is_a_breakpoint_save_on_every_rank(comm, shared_dir):
-    import signal
-    size = comm.size
-    w = np.full((2, 3), comm.rank, np.float32)
-    state = distckpt.StateDict(comm, {"w": w}, {"w": split_rows([2 * size, 3], size)})
-    previous = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    distckpt.CheckpointManager.install_signal_handlers()
-    try:
-        with distckpt.CheckpointManager(comm, state, directory=shared_dir, prefix="run", save_every_steps=100) as m:
-            assert not m.step_end(1)["stop"]
-            if comm.rank == size - 1:
-                os.kill(os.getpid(), signal.SIGUSR1)
-                assert distckpt.CheckpointManager.signal_received()
-            out = m.step_end(2)
-            assert out["stop"] and out["saved"] and out["path"].endswith("_breakpoint")
-    finally:
-        distckpt.CheckpointManager.clear_signal()
-        for s, handler in previous.items():  # the rest of the run keeps its own handlers
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+def test_load_refuses_unexpected_tensors_unless_allowed_and_maps_names(comm, shared_dir):
+    rank, size = comm.rank, comm.size
+    w, b = np.full((2, 3), rank, np.float32), np.arange(4, dtype=np.int64)
+    state = distckpt.StateDict(comm, {"net.w": w, "net.b": b}, {"net.w": split_rows([2 * size, 3], size)})
+    saved = distckpt.save(comm, state, shared_dir, "c", step=1)
+    assert isinstance(saved, distckpt.SaveResult) and saved.bytes_written == (2 * size * 3 * 4 + 4 * 8)
+    only_w = distckpt.StateDict(comm, {"net.w": np.zeros((2, 3), np.float32)}, {"net.w": split_rows([2 * size, 3], size)})
+    with pytest.raises(distckpt.MismatchError, match="no place for: 'net.b'"):
+        distckpt.load(comm, only_w, saved.path)
+    loaded = distckpt.load(comm, only_w, saved.path, allow_unexpected=True)
+    assert isinstance(loaded, distckpt.LoadResult) and loaded.unexpected_in_checkpoint == ["net.b"]
+    # Stored names mapped: "net." stripped by a prefix map, "net.b" renamed outright.
+    bare = {"w": np.zeros((2, 3), np.float32), "bias": np.zeros(4, np.int64)}
+    target = distckpt.StateDict(comm, bare, {"w": split_rows([2 * size, 3], size)})
+    distckpt.load(comm, target, saved.path, prefix_map={"net.": ""}, rename={"net.b": "bias"})
+    assert (bare["w"] == rank).all() and (bare["bias"] == b).all()
+    listed = distckpt.list_checkpoints(shared_dir)
+    assert isinstance(listed[0], distckpt.CheckpointEntry) and listed[0].name == "c"
+    with pytest.raises(TypeError, match="prefix_map must map str to str"):
+        distckpt.load(comm, target, saved.path, prefix_map={"net.": 1})

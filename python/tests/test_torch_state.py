@@ -54,7 +54,7 @@ def test_model_optimizer_scheduler_into_fresh_objects_built_in_another_order(com
     train(model, opt, sched)
     state = {"model": model, "optim": opt, "sched": sched, "step": 3, "meta": {"betas": (0.8, 0.95), 7: "seven"}}
     saved = dt.save(comm, state, shared_dir, step=3)
-    assert saved["path"].endswith("step-3")
+    assert saved.path.endswith("step-3")
 
     # A fresh model (other values, modules registered in the other order), a fresh optimizer
     # whose state is still empty, a fresh scheduler, other plain values.
@@ -224,10 +224,13 @@ def test_reader_info_and_set_info_carry_every_value(comm, shared_dir):
         state.set_info("bad", [1])
     distckpt.save(comm, state, shared_dir, "info", step=2)
     info = distckpt.open(f"{shared_dir}/info").info
-    assert info["step"] == 2 and info["info"] == {"a": 1, "lr": 0.5, "tag": "x"}
+    assert isinstance(info, distckpt.CheckpointInfo)
+    assert info.step == 2 and info.info == {"a": 1, "lr": 0.5, "tag": "x"}
+    with pytest.raises(distckpt.DistckptError, match="'step_num' = 7 contradicts the save's step 2"):
+        distckpt.save(comm, distckpt.StateDict(comm, {}, info={"step_num": 7}), shared_dir, "two-steps", step=2)
     model = make_model(1)
     dt.save(comm, {"model": model}, shared_dir, name="torch-info")
-    assert dt.STATE_KEY in distckpt.open(f"{shared_dir}/torch-info").info["info"]
+    assert dt.STATE_KEY in distckpt.open(f"{shared_dir}/torch-info").info.info
 
 
 def test_a_load_that_fails_leaves_a_fresh_optimizer_empty_and_unused_parameters_stateless(comm, shared_dir):
@@ -250,7 +253,7 @@ def test_a_load_that_fails_leaves_a_fresh_optimizer_empty_and_unused_parameters_
 
 def test_a_layout_that_names_no_tensor_is_refused(comm, shared_dir):
     layout = distckpt.TensorLayout.replicated([4, 6], comm.size)
-    with pytest.raises(TypeError, match=r"layouts name no tensor of the state: \['fc_a.weight'\]"):
+    with pytest.raises(TypeError, match=r"name nothing of the state: \['fc_a.weight'\]"):
         dt.save(comm, {"model": make_model(1)}, shared_dir, name="badlayout", layouts={"fc_a.weight": layout})
 
 

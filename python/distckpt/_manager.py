@@ -1,0 +1,220 @@
+"""CheckpointManager (a training loop's policies), AsyncCheckpointer and publish."""
+from . import _distckpt
+from ._args import _agreed, _bool_arg, _int_arg, _metrics_arg, _names_arg, _path_arg, _str_arg, _type_error
+from ._comm import _Closing, _comm_arg, _live_comms
+from ._results import ResumeResult, SaveResult, StepOutcome, _from
+from ._state import _plain, _state_arg
+
+
+# CheckpointManager's options: the canonical name, then the names MindSpore's
+# CheckpointConfig/ModelCheckpoint and MMEngine's CheckpointHook give it (with how
+# their value maps onto ours).
+def _keep_all_is_zero(v):  # MMEngine's max_keep_ckpts=-1 keeps every checkpoint: our 0
+    return 0 if v is not None and v < 0 else v
+
+
+def _never_is_zero(v):  # MMEngine's interval=-1 never saves periodically: our 0
+    return 0 if v is not None and v < 0 else v
+
+
+def _none_is_zero(v):  # MindSpore: None or 0 leaves a policy unset (off), never our default
+    return 0 if v is None else v
+
+
+def _as_list(v):
+    if v is None:  # MMEngine's default for save_best, rule and the key lists: not set
+        return None
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _path(v):  # os.PathLike (pathlib.Path) as well as str
+    import os
+    return os.fspath(v) if isinstance(v, os.PathLike) else v
+
+
+_OPTIONS = {
+    "directory": [], "out_dir": [], "prefix": [], "name_template": [], "filename_tmpl": [],
+    "save_every_steps": ["save_checkpoint_steps", "interval"],
+    "save_every_seconds": ["save_checkpoint_seconds"],
+    "save_every_epochs": [],
+    "by_epoch": [], "save_begin": [], "save_last": [],
+    "keep_max": ["keep_checkpoint_max", "max_keep_ckpts"],
+    "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
+    "best_metric": [], "keep_best": [], "save_best": [], "rule": [], "greater_keys": [], "less_keys": [],
+    "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
+    "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
+    "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
+    "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
+}
+_CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
+            "save_checkpoint_steps": _none_is_zero, "save_checkpoint_seconds": _none_is_zero,
+            "keep_checkpoint_max": _none_is_zero, "keep_checkpoint_per_n_minutes": _none_is_zero,
+            "save_best": _as_list, "rule": _as_list, "greater_keys": _as_list, "less_keys": _as_list,
+            "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path}
+_ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
+
+
+def _canonical_config(kwargs):
+    unknown = sorted(k for k in kwargs if k not in _ALIAS_OF)
+    if unknown:
+        raise TypeError(f"CheckpointManager: unknown option(s): {', '.join(unknown)}")
+    config, given_as = {}, {}
+    for key, value in kwargs.items():
+        name = _ALIAS_OF[key]
+        if name in given_as:
+            raise TypeError(f"CheckpointManager: '{given_as[name]}' and '{key}' both set the same option ({name})")
+        given_as[name] = key
+        value = _CONVERT.get(key, _CONVERT.get(name, lambda v: v))(value)
+        if name == "append_info" and value is not None:
+            value = {k: _plain(v) for k, v in dict(value).items()}
+        if value is not None:
+            config[name] = value
+    return config
+
+
+class CheckpointManager(_Closing):
+    """The training loop's policies (when to save, what to keep, resume), as the C++
+    CheckpointManager. Options take our names and, where they exist, MindSpore's
+    (save_checkpoint_steps, keep_checkpoint_max, ...) and MMEngine's (interval,
+    max_keep_ckpts, save_best, rule, ...). Collective calls, on every rank alike."""
+
+    def __init__(self, comm, state, **config):
+        where = "CheckpointManager"
+        native = _comm_arg(where, comm)
+        _agreed(native, lambda: _state_arg(where, state))
+        canonical = _agreed(native, lambda: _canonical_config(config))
+        self._exception_save = bool(canonical.get("exception_save", False))
+        self._native = _distckpt._Manager(native, state._native, canonical, self._before_save())
+        self._comm_native = native  # agrees on resume's arguments
+        _live_comms.add(self)  # closed before MPI_Finalize too
+
+    def _before_save(self):
+        """A callable the native manager runs before each save (None: none); distckpt.torch's
+        manager walks its application state there."""
+        return None
+
+    def _resume_loader(self):
+        """A callable load(path) -> dict that resume uses instead of loading the StateDict
+        (None: the StateDict's load); distckpt.torch's manager loads its state there."""
+        return None
+
+    def _step_call(self, name, step, epoch, metrics, last_arg):
+        # A step call has no agreement of its own (save_after_exception meets a rank that
+        # threw in the loop): a wrong argument on one rank ends the manager on every rank,
+        # as a tensor that cannot be followed does, and raises here.
+        w = f"CheckpointManager.{name}"
+        try:
+            args = (_int_arg(w, "step", step), _int_arg(w, "epoch", epoch), _metrics_arg(w, metrics), last_arg(w))
+        except Exception as error:  # any failed check (OverflowError too)
+            self._native.abort_after_error(f"{type(error).__name__}: {error}")
+            raise
+        return _from(StepOutcome, getattr(self._native, name)(*args))
+
+    def step_end(self, step, epoch=0, metrics=None, epoch_end=False):
+        return self._step_call("step_end", step, epoch, metrics, lambda w: _bool_arg(w, "epoch_end", epoch_end))
+
+    def end(self, step, epoch=0, metrics=None, epoch_end=False):
+        return self._step_call("end", step, epoch, metrics, lambda w: _bool_arg(w, "epoch_end", epoch_end))
+
+    def save_now(self, step, epoch=0, metrics=None, suffix=""):
+        return self._step_call("save_now", step, epoch, metrics, lambda w: _str_arg(w, "suffix", suffix))
+
+    def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None,
+               allow_unexpected=False):
+        """Collective. Loads the newest committed checkpoint (or `target`, or the newest of
+        `step` / ending `epoch`) into the state, verified first; returns a ResumeResult
+        (resumed=False on a fresh start). A damaged one raises CorruptionError unless
+        fall_back_to_previous, which takes the newest undamaged older one (the passed-over
+        paths in `skipped`). `only`: tensor names. strict and allow_unexpected as
+        distckpt.load."""
+        w = "CheckpointManager.resume"
+        args = _agreed(self._comm_native, lambda: (
+            _path_arg(w, "target", target, none_is_empty=True), _int_arg(w, "step", step), _int_arg(w, "epoch", epoch),
+            _bool_arg(w, "strict", strict), _bool_arg(w, "fall_back_to_previous", fall_back_to_previous),
+            _bool_arg(w, "verify", verify), _names_arg(w, "only", only),
+            _bool_arg(w, "allow_unexpected", allow_unexpected)))
+        return _from(ResumeResult, self._native.resume(*args, self._resume_loader()))
+
+    def best_checkpoint(self, metric=""):
+        return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))
+
+    def publish(self, target=""):
+        return self._native.publish(_path_arg("CheckpointManager.publish", "target", target, none_is_empty=True))
+
+    @property
+    def series_prefix(self):
+        return self._native.series_prefix()
+
+    @staticmethod
+    def install_signal_handlers():
+        """Local, once per process: SIGUSR1 and SIGTERM (what Slurm and mpirun send before
+        killing a job) set a flag that the next step_end sees on any rank and turns into a
+        breakpoint save on every rank; its result then has "stop": True. Replaces Python's
+        handlers of those two signals."""
+        _distckpt._install_signal_handlers()
+
+    @staticmethod
+    def signal_received():
+        return _distckpt._signal_received()
+
+    @staticmethod
+    def clear_signal():
+        _distckpt._clear_signal()
+
+    def run(self, loop):
+        """Runs loop(); with exception_save, an exception escaping it is saved as a
+        checkpoint first (CheckpointManager::run's rules), then raised again, unchanged."""
+        try:
+            loop()
+        except BaseException as error:
+            if self._exception_save:
+                try:
+                    self._native.save_after_exception(f"{type(error).__name__}: {error}")
+                except Exception as failed:  # the exception save's own failure: reported, never raised
+                    import sys
+                    print(f"distckpt: exception save failed: {failed}", file=sys.stderr)
+            raise
+
+
+class AsyncCheckpointer(_Closing):
+    """Saves in the background: save_async() returns once this rank's share is staged
+    (the tensors may change from then on); wait() reports the commit. Needs MPI with
+    MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s). Collective."""
+
+    def __init__(self, comm, staging_bytes=1 << 30, refuse_when_busy=False):
+        where = "AsyncCheckpointer"
+        self._comm_native = _comm_arg(where, comm)  # agrees on save_async's arguments
+
+        def checked():
+            try:  # as before: 1e9, 2**30 / 2, a number read from the environment
+                size = int(staging_bytes)
+            except (TypeError, ValueError):
+                raise _type_error(where, "staging_bytes", "a number of bytes", staging_bytes) from None
+            return (_int_arg(where, "staging_bytes", size), _bool_arg(where, "refuse_when_busy", refuse_when_busy))
+        self._native = _distckpt._Async(self._comm_native, *_agreed(self._comm_native, checked))
+        _live_comms.add(self)
+
+    def save_async(self, state, root, name, step=-1, epoch=-1, format="native", key=None):
+        w = "AsyncCheckpointer.save_async"
+        args = _agreed(self._comm_native, lambda: (
+            _state_arg(w, state), _path_arg(w, "root", root), _str_arg(w, "name", name), _int_arg(w, "step", step),
+            _int_arg(w, "epoch", epoch), _str_arg(w, "format", format), key))
+        self._native.save_async(*args)
+
+    def wait(self):
+        """The save in flight's SaveResult, once committed; raises its failure."""
+        return _from(SaveResult, self._native.wait())
+
+    @property
+    def in_flight(self):
+        return self._native.in_flight()
+
+    def end(self):
+        self._native.end()
+
+
+def publish(src, format="safetensors", only=None, directory="", key=None):
+    """Writes the checkpoint `src` as one shareable file (MMEngine's publish_model); returns its path."""
+    return _distckpt._publish(_path_arg("publish", "src", src), _str_arg("publish", "format", format),
+                              _names_arg("publish", "only", only),
+                              _path_arg("publish", "directory", directory, none_is_empty=True), key)

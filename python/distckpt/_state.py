@@ -1,0 +1,208 @@
+"""StateDict, and the calls that save, load, list, verify and convert checkpoints."""
+import numbers as _numbers
+
+import numpy as _np
+
+from . import _distckpt
+from ._args import _agreed, _bool_arg, _int_arg, _name_map_arg, _names_arg, _path_arg, _str_arg, _type_error
+from ._comm import _comm_arg
+from ._layout import TensorLayout
+from ._results import CheckpointEntry, LoadResult, SaveResult, VerifyReport, _from
+
+_NUMPY_DTYPES = {
+    "float32": "float32", "float16": "float16", "float64": "float64",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "bool",
+}
+
+
+def _torch_view(name, t):
+    """(address, nbytes, dtype name, readonly, owner, shape) of a torch tensor, or TypeError.
+    The owner is the tensor and its storage: a tensor given new storage later (p.data = ...,
+    share_memory_(), set_()) leaves the old one alive until the StateDict follows it."""
+    import torch  # a torch tensor was given: torch is there
+    if t.layout != torch.strided:
+        raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
+    if t.device.type != "cpu":
+        raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
+    # Row-major and dense, from its strides: the bytes at data_ptr() are the tensor.
+    expected, step = [], 1
+    for extent in reversed(list(t.shape)):
+        expected.insert(0, step)
+        step *= extent
+    if any(n > 1 and s != e for n, s, e in zip(t.shape, t.stride(), expected)):
+        raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}; call .contiguous())")
+    dtype = str(t.dtype).replace("torch.", "")
+    if dtype not in _NUMPY_DTYPES and dtype != "bfloat16":
+        raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, (t, storage), list(t.shape)
+
+
+def _numpy_view(name, a, dtype):
+    """The same for anything with the buffer protocol (numpy arrays)."""
+    if not isinstance(a, _np.ndarray):  # its memory is what the StateDict refers to
+        raise TypeError(f"tensor '{name}': a numpy array or a torch tensor, not {type(a).__name__}")
+    view = memoryview(a)  # the buffer protocol
+    if not view.c_contiguous:
+        raise TypeError(f"tensor '{name}' is not C-contiguous (use numpy.ascontiguousarray)")
+    arr = _np.asarray(a)
+    if not arr.dtype.isnative:  # the name ("float32") would hide the byte order
+        raise TypeError(f"tensor '{name}': dtype {arr.dtype.str} is not in this machine's byte order "
+                        f"(use a.astype(a.dtype.newbyteorder('=')))")
+    kind = arr.dtype.name
+    if kind not in _NUMPY_DTYPES:
+        raise TypeError(f"tensor '{name}': dtype {arr.dtype} is not supported")
+    if dtype is not None and dtype != kind:
+        # Only the bits of a 2-byte integer array may be declared bfloat16 (numpy has none).
+        if dtype != "bfloat16":
+            raise TypeError(f"tensor '{name}': dtypes may only declare a uint16 or int16 array 'bfloat16', "
+                            f"not {arr.dtype} '{dtype}'")
+        if kind not in ("uint16", "int16"):
+            raise TypeError(f"tensor '{name}': bfloat16 is declared for the bits in a uint16 or int16 array, "
+                            f"not {arr.dtype}")
+    address = arr.__array_interface__["data"][0] if arr.size else 0
+    return address, arr.nbytes, dtype or kind, view.readonly, a, list(arr.shape)
+
+
+def _plain(value):
+    """A numpy scalar (np.int64(3), np.bool_(True), np.float32(0.5)) as the Python value."""
+    return value.item() if isinstance(value, _np.generic) else value
+
+
+class StateDict:
+    """Named tensors of this rank, each with its layout, plus info values.
+
+    tensors: name -> numpy array or torch tensor (this rank's slice, C-contiguous, CPU).
+    layouts: name -> TensorLayout; a tensor without one is replicated on every rank.
+    dtypes: name -> "bfloat16", to store a numpy uint16 (or int16) array's bits as bfloat16.
+    Each array's shape is its box of the layout. A torch tensor given new storage of the
+    same shape and dtype (p.data = ..., share_memory_()) is followed at the next save or
+    load; one whose shape or dtype changed is refused then.
+    info: name -> int, float, bool or str (saved with the checkpoint, rank 0's).
+    Zero-copy: the StateDict refers to the tensors' memory and keeps them alive.
+    """
+
+    def __init__(self, comm, tensors, layouts=None, info=None, dtypes=None):
+        if not (isinstance(getattr(comm, "rank", None), int) and isinstance(getattr(comm, "size", None), int)):
+            raise _type_error("StateDict", "comm", "a distckpt.Comm (or a communicator with rank and size)", comm)
+        for what, value in (("tensors", tensors), ("layouts", layouts), ("info", info), ("dtypes", dtypes)):
+            if value is not None and not hasattr(value, "items"):
+                raise _type_error("StateDict", what, "a dict", value)
+        if tensors is None:
+            raise _type_error("StateDict", "tensors", "a dict", tensors)
+        self._native = _distckpt._StateDict(comm.rank)
+        self._fill(comm.size, tensors, layouts or {}, dtypes or {}, follow=True)
+        for key, value in (info or {}).items():
+            self._native._set_info(key, _plain(value))
+
+    def _fill(self, world_size, tensors, layouts, dtypes, follow):
+        """Adds `tensors`; `follow`: torch tensors given new storage are followed at the next
+        save or load (StateDict's rule) rather than walked again (distckpt.torch's)."""
+        for name, layout in layouts.items():
+            if not isinstance(layout, TensorLayout):
+                raise TypeError(f"StateDict: layouts['{name}'] must be a distckpt.TensorLayout, "
+                                f"not {type(layout).__name__}")
+        for what, names in (("layouts", layouts), ("dtypes", dtypes)):
+            unknown = set(names) - set(tensors)
+            if unknown:
+                raise TypeError(f"{what} name tensors that are not in the state: {sorted(unknown)}")
+        for name, value in tensors.items():
+            torch_tensor = hasattr(value, "data_ptr") and hasattr(value, "is_contiguous")
+            if torch_tensor:
+                if name in dtypes:
+                    raise TypeError(f"tensor '{name}': dtypes applies to numpy arrays (a torch tensor has its own)")
+                address, nbytes, dtype, readonly, owner, shape = _torch_view(name, value)
+            else:
+                address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
+            layout = layouts.get(name)
+            if layout is None:
+                layout = TensorLayout.replicated(shape, world_size)
+            self._native._add(name, dtype, address, nbytes, shape, layout._native, owner, readonly,
+                              value if torch_tensor and follow else None)
+
+    def set_info(self, key, value):
+        """Adds or replaces the info value `key` (int, float, bool or str; numpy scalars as their
+        value), saved with the checkpoint as rank 0's. Local. TypeError for another type."""
+        key = _str_arg("StateDict.set_info", "key", key)
+        value = _plain(value)
+        if not isinstance(value, (bool, _numbers.Integral, float, str)):
+            raise _type_error("StateDict.set_info", "value", "an int, float, bool or str", value)
+        self._native._set_info(key, value)
+
+    def keys(self):
+        return self._native.keys()
+
+
+def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None,
+         incremental=False, incremental_base=""):
+    """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...).
+
+    incremental=True references the chunks unchanged since `incremental_base` (default: the
+    checkpoint `latest` names) instead of writing them again (bytes_referenced says how many).
+    """
+    where = "save"
+    native = _comm_arg(where, comm)
+    args = _agreed(native, lambda: (
+        _state_arg(where, state), _path_arg(where, "root", root), _str_arg(where, "name", name),
+        _int_arg(where, "step", step), _int_arg(where, "epoch", epoch), _str_arg(where, "format", format),
+        _bool_arg(where, "fsync", fsync), _bool_arg(where, "update_latest", update_latest), key,
+        _bool_arg(where, "incremental", incremental), _str_arg(where, "incremental_base", incremental_base)))
+    return _from(SaveResult, _distckpt._save(native, *args))
+
+
+def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unexpected=False, rename=None,
+         prefix_map=None, specify_prefix=None, filter_prefix=None):
+    """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any
+    layout; returns a LoadResult.
+
+    strict: every tensor of `state` must be in the checkpoint (else MismatchError naming it);
+    strict=False skips those and lists them in missing_in_checkpoint. allow_unexpected: a
+    stored tensor the state has no place for is refused (MismatchError naming it) unless this
+    is set; then it is listed in unexpected_in_checkpoint. (distckpt.torch.load's `strict`
+    has torch's meaning, both at once.)
+    Names, as C++ LoadOptions: specify_prefix / filter_prefix (lists) keep or leave out stored
+    tensors by the prefix of their stored name; rename maps a stored name to the state's;
+    prefix_map maps a stored prefix to the state's ({"module.": ""} strips DDP's prefix,
+    {"": "model."} adds one; the longest matching prefix wins; an exact rename wins over it).
+    cast_floats: a floating tensor stored in another floating dtype is converted (else refused).
+    Raises MismatchError, CorruptionError, AuthError, NotFoundError, TypeError for a wrong
+    argument; a failure on one rank fails the call on every rank.
+    """
+    where = "load"
+    native = _comm_arg(where, comm)
+    args = _agreed(native, lambda: (
+        _state_arg(where, state), _path_arg(where, "path", path), _bool_arg(where, "strict", strict), key,
+        _bool_arg(where, "cast_floats", cast_floats), _bool_arg(where, "allow_unexpected", allow_unexpected),
+        _name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map),
+        _names_arg(where, "specify_prefix", specify_prefix), _names_arg(where, "filter_prefix", filter_prefix)))
+    return _from(LoadResult, _distckpt._load(native, *args))
+
+
+def remove_checkpoint(root, name):
+    """Removes the committed checkpoint `name` of `root` as retention does: files that later
+    (incremental) checkpoints reference stay, listed as retired, until nothing does. Never
+    `shutil.rmtree` a checkpoint of a root with incremental saves."""
+    _distckpt._remove_checkpoint(_path_arg("remove_checkpoint", "root", root), _str_arg("remove_checkpoint", "name", name))
+
+
+def list_checkpoints(root):
+    """The committed checkpoints under `root`, oldest first, as CheckpointEntry records."""
+    return [_from(CheckpointEntry, e) for e in _distckpt._list_checkpoints(_path_arg("list_checkpoints", "root", root))]
+
+
+def verify(path, key=None, deep=False):
+    """Reads every chunk of the checkpoint at `path` and checks it; returns a VerifyReport and
+    raises CorruptionError (AuthError for a wrong key) on the first failure."""
+    return _from(VerifyReport, _distckpt._verify(_path_arg("verify", "path", path), key, _bool_arg("verify", "deep", deep)))
+
+
+def convert(src, dst, format, key=None):
+    """Writes the checkpoint `src` as `dst` in `format` (native, ckpt, safetensors, hdf5); returns the path."""
+    return _distckpt._convert(_path_arg("convert", "src", src), _path_arg("convert", "dst", dst),
+                              _str_arg("convert", "format", format), key)
+
+def _state_arg(where, state):
+    if not isinstance(state, StateDict):
+        raise _type_error(where, "state", "a distckpt.StateDict", state)
+    return state._native

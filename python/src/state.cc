@@ -1,0 +1,194 @@
+#include "state.h"
+
+namespace distckpt::python {
+
+py::dict save_result_dict(const SaveResult& s) {
+  py::dict d;
+  d["path"] = s.path;
+  d["bytes_unique"] = s.bytes_unique;
+  d["bytes_written"] = s.bytes_written;
+  d["bytes_referenced"] = s.bytes_referenced;
+  d["incremental_base"] = s.incremental_base;
+  d["index_bytes"] = s.index_bytes;
+  d["plan_s"] = s.plan_s;
+  d["write_s"] = s.write_s;
+  d["commit_s"] = s.commit_s;
+  d["warning"] = s.warning;
+  return d;
+}
+
+namespace {
+
+TensorLayout layout_from_device_matrix(const std::vector<int64_t>& shape, const std::vector<int64_t>& dev_mat,
+                                       const std::vector<int64_t>& tensor_map, const std::vector<int>& ranks) {
+  return take(TensorLayout::from_device_matrix(to_shape(shape), to_shape(dev_mat), to_shape(tensor_map), ranks));
+}
+
+// boxes[r]: the (offset, shape) pairs rank r holds.
+TensorLayout layout_from_boxes(const std::vector<int64_t>& shape,
+                               const std::vector<std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>>& boxes) {
+  std::vector<std::vector<Box>> per_rank;
+  for (const auto& rank : boxes) {
+    per_rank.emplace_back();
+    for (const auto& [offset, extent] : rank) per_rank.back().push_back(Box{to_shape(offset), to_shape(extent)});
+  }
+  return take(TensorLayout::from_boxes(to_shape(shape), per_rank));
+}
+
+
+py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, const std::string& name, int64_t step,
+                    int64_t epoch, const std::string& format, bool fsync, bool update_latest, const py::object& key,
+                    bool incremental, const std::string& incremental_base) {
+  SaveOptions o;
+  o.incremental = incremental;
+  o.incremental_base = incremental_base;
+  o.name = name;
+  o.step = step;
+  o.epoch = epoch;
+  o.fsync = fsync;
+  o.update_latest = update_latest;
+  Comm& native = comm.get();
+  agreed_arguments(native, [&] {
+    state.refresh();
+    o.format = format_from(format);
+    if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
+  });
+  Result<SaveResult> r = without_gil([&] { return save(native, state.get(), root, o); });
+  SaveResult s = take(std::move(r));
+  return save_result_dict(s);
+}
+
+// A stored name's name in the state: rename's, else the longest prefix of prefix_map
+// replaced (distckpt.load's prefix_map), else itself.
+std::string renamed(const std::map<std::string, std::string>& rename, const std::map<std::string, std::string>& prefix_map,
+                    const std::string& stored) {
+  if (auto it = rename.find(stored); it != rename.end()) return it->second;
+  const std::string* best = nullptr;
+  for (const auto& [prefix, replacement] : prefix_map)
+    if (stored.compare(0, prefix.size(), prefix) == 0 && (best == nullptr || prefix.size() > best->size())) best = &prefix;
+  return best == nullptr ? stored : prefix_map.at(*best) + stored.substr(best->size());
+}
+
+py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key,
+                    bool cast_floats, bool allow_unexpected, const std::map<std::string, std::string>& rename,
+                    const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
+                    const std::vector<std::string>& filter_prefix) {
+  LoadOptions o;
+  o.strict = strict;
+  o.cast_floats = cast_floats;
+  o.allow_unexpected = allow_unexpected;
+  o.specify_prefix = specify_prefix;
+  o.filter_prefix = filter_prefix;
+  if (!prefix_map.empty()) {
+    o.rename_func = [rename, prefix_map](const std::string& stored) { return renamed(rename, prefix_map, stored); };
+  } else {
+    o.rename = rename;
+  }
+  Comm& native = comm.get();
+  agreed_arguments(native, [&] {
+    state.refresh();
+    if (!state.readonly().empty())
+      type_error("load: tensor '" + state.readonly().front() + "' is read-only (loads write into every tensor)");
+    o.key = key_from(key);
+  });
+  Result<LoadResult> r = without_gil([&] { return load(native, state.get(), path, o); });
+  LoadResult l = take(std::move(r));
+  py::dict d;
+  d["step"] = l.step;
+  d["epoch"] = l.epoch;
+  d["info"] = info_dict(l.info);
+  d["loaded"] = l.loaded;
+  d["missing_in_checkpoint"] = l.missing_in_checkpoint;
+  d["unexpected_in_checkpoint"] = l.unexpected_in_checkpoint;
+  d["bytes_read"] = l.bytes_read;
+  d["bytes_needed"] = l.bytes_needed;
+  d["load_s"] = l.load_s;
+  d["warning"] = l.warning;
+  return d;
+}
+
+// ---- tools that need no MPI ----
+
+py::list list_root(const std::string& root) {
+  RootListing listing = take(without_gil([&] { return list_checkpoints(root); }));
+  py::list out;
+  for (const CheckpointEntry& e : listing.entries) {
+    if (e.state != EntryState::kCommitted) continue;
+    py::dict d;
+    d["name"] = e.name;
+    d["step"] = e.step;
+    d["epoch"] = e.epoch;
+    d["bytes"] = e.bytes;
+    d["referenced_bytes"] = e.referenced_bytes;
+    d["references"] = e.references;
+    d["format"] = std::string(format_name(e.format));
+    d["latest"] = e.name == listing.latest;
+    out.append(d);
+  }
+  return out;
+}
+
+void remove_from_root(const std::string& root, const std::string& name) {
+  check(without_gil([&] { return remove_checkpoint(root, name); }));
+}
+
+py::dict verify_path(const std::string& path, const py::object& key, bool deep) {
+  VerifyOptions o;
+  o.key = key_from(key);
+  o.deep = deep;
+  Result<VerifyReport> r = without_gil([&] { return verify_checkpoint(path, o); });
+  VerifyReport v = take(std::move(r));
+  py::dict d;
+  d["tensors"] = v.tensors;
+  d["chunks"] = v.chunks;
+  d["files"] = v.files;
+  d["bytes_checked"] = v.bytes_checked;
+  d["checked"] = v.checked;
+  d["authenticated"] = v.authenticated;
+  return d;
+}
+
+std::string convert_path(const std::string& src, const std::string& dst, const std::string& format,
+                         const py::object& key) {
+  ConvertOptions o;
+  o.key = key_from(key);
+  const Format to = format_from(format);
+  Result<ConvertResult> r = without_gil([&] { return convert_checkpoint(src, dst, to, o); });
+  return take(std::move(r)).path;
+}
+
+// One checkpoint, any format, read region by region in this process (no MPI).
+
+}  // namespace
+
+void bind_state(py::module_& m) {
+  py::class_<TensorLayout>(m, "TensorLayout")
+      .def_static("_from_device_matrix", &layout_from_device_matrix)
+      .def_static("_from_boxes", &layout_from_boxes)
+      .def_property_readonly("global_shape",
+                             [](const TensorLayout& l) { return std::vector<int64_t>(l.global_shape().begin(), l.global_shape().end()); })
+      .def("boxes_of", [](const TensorLayout& l, int rank) {
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
+        for (const Box& b : l.boxes_of(rank))
+          out.emplace_back(std::vector<int64_t>(b.offset.begin(), b.offset.end()),
+                           std::vector<int64_t>(b.shape.begin(), b.shape.end()));
+        return out;
+      });
+
+  py::class_<PyStateDict>(m, "_StateDict")
+      .def(py::init<int>())
+      .def("_add", &PyStateDict::add)
+      .def("_refresh", &PyStateDict::refresh)
+      .def("_set_info", &PyStateDict::set_info)
+      .def("_reset", &PyStateDict::reset)
+      .def("keys", &PyStateDict::keys);
+
+  m.def("_save", &save_state);
+  m.def("_load", &load_state);
+  m.def("_list_checkpoints", &list_root);
+  m.def("_remove_checkpoint", &remove_from_root);
+  m.def("_verify", &verify_path);
+  m.def("_convert", &convert_path);
+}
+
+}  // namespace distckpt::python
