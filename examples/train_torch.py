@@ -1,157 +1,216 @@
 #!/usr/bin/env python3
-"""A PyTorch training job that checkpoints with distckpt, crashes, and resumes.
+"""A small GPT trained at DP x TP that checkpoints with distckpt.torch, dies, and resumes.
 
-A two-layer MLP at DP x TP on dp*tp ranks (mpirun -np dp*tp), as train_mlp does in C++:
-fc1 is column-parallel (its weight's rows split over the TP axis), fc2 row-parallel (its
-weight's columns split), so that each TP group sums its partial outputs with one
-allreduce; data parallelism averages the gradients with an allreduce over the DP group
-(both through mpi4py). SGD with momentum, the momentum buffers checkpointed beside the
-weights (torch tensors, zero-copy). Every tensor is initialised from its global shape and
-every batch from the step and the DP index, so the run is the same at any DP x TP and a
-fingerprint of the whole model (gathered on rank 0) can be compared across layouts.
+Megatron-style tensor parallelism over the TP axis: the attention's q, k, v projections and
+the MLP's first layer are column-parallel (their output features, and so the attention
+heads, split over TP), the attention's output projection and the MLP's second layer are
+row-parallel (their input features split), each block summing its partial outputs with one
+allreduce. Data parallelism averages the gradients over the DP axis. Communication goes
+through mpi4py. AdamW, a cosine learning-rate schedule, each rank's RNG state, no dropout.
+Every parameter is initialised from its global shape and every batch from the step, so the
+run is the same model at any DP x TP.
 
-    mpirun -np 4 python3 examples/train_torch.py --dp 2 --tp 2 --steps 30 --dir /tmp/t
-    ... --crash-at-step 17     the last rank dies at step 17 (after the step's update)
-    ... --resume               resumes from the newest checkpoint (any --dp x --tp)
+    mpirun -np 4 python3 examples/train_torch.py --dp 2 --tp 2 --steps 30 --dir /tmp/gpt
+    ... --crash-at-step 17   the last rank kills itself (SIGKILL) after step 17's update
+    ... --resume             resumes from the newest checkpoint, at any --dp x --tp
+    ... --resume --reshard   the same at another world size (the RNG states, per rank, are left)
 
-Rank 0 prints "saved step S fingerprint F" after each checkpoint, "restored step S
-fingerprint F" after a resume and "final step S fingerprint F" at the end.
+Rank 0 prints "step S loss L" for every step (L as Python's repr: exact), and "resumed
+step S" after a resume.
 """
 import argparse
-import hashlib
 import os
-import sys
+import signal
 
-import numpy as np
 import torch
+import torch.nn.functional as F
 from mpi4py import MPI
 
-import distckpt
-
-IN, HIDDEN, OUT, BATCH = 32, 64, 16, 8
-LR, MOMENTUM = 0.05, 0.9
+VOCAB, HIDDEN, HEADS, SEQ, LAYERS, BATCH = 64, 32, 4, 16, 2, 8
 
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dp", type=int, required=True)
     p.add_argument("--tp", type=int, required=True)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="train up to this step")
     p.add_argument("--save-every", type=int, default=5)
     p.add_argument("--dir", required=True)
-    p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--reshard", action="store_true",
+                   help="the checkpoint was saved at another world size: its per-rank RNG states are missing")
+    p.add_argument("--crash-at-step", type=int, default=0)
     return p.parse_args()
 
 
-def global_init(name, shape):
-    """A tensor's initial values from its name and global shape only (any layout)."""
-    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float32) * 0.1
+class Reduce(torch.autograd.Function):
+    """Sums over a group in the forward pass (after a row-parallel layer), identity backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        out = x.contiguous().clone()
+        if group.size > 1:
+            group.Allreduce(MPI.IN_PLACE, out.numpy())
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class Gather(torch.autograd.Function):
+    """Identity forward (before column-parallel layers), sums the input's gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        if ctx.group.size > 1:
+            ctx.group.Allreduce(MPI.IN_PLACE, grad.numpy())
+        return grad, None
+
+
+def init(shape, seed, scale=0.02):
+    """A global tensor from its shape and a seed: the same at any layout."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def split(full, dim, tp, index):
+    return torch.chunk(full, tp, dim=dim)[index].clone()
+
+
+class Block(torch.nn.Module):
+    """A transformer block whose heads and MLP columns are split over the TP group."""
+
+    def __init__(self, layer, tp, tp_index, group):
+        super().__init__()
+        self.group, self.heads = group, HEADS // tp
+        self.ln1, self.ln2 = torch.nn.LayerNorm(HIDDEN), torch.nn.LayerNorm(HIDDEN)
+        seed = 100 * (layer + 1)
+        for i, name in enumerate(["q", "k", "v"]):  # column-parallel: output features split
+            self.register_parameter(f"{name}_weight", torch.nn.Parameter(split(init([HIDDEN, HIDDEN], seed + i), 0, tp, tp_index)))
+        self.o_weight = torch.nn.Parameter(split(init([HIDDEN, HIDDEN], seed + 3), 1, tp, tp_index))  # row-parallel
+        self.o_bias = torch.nn.Parameter(torch.zeros(HIDDEN))
+        self.fc1_weight = torch.nn.Parameter(split(init([4 * HIDDEN, HIDDEN], seed + 4), 0, tp, tp_index))
+        self.fc1_bias = torch.nn.Parameter(split(torch.zeros(4 * HIDDEN), 0, tp, tp_index))
+        self.fc2_weight = torch.nn.Parameter(split(init([HIDDEN, 4 * HIDDEN], seed + 5), 1, tp, tp_index))
+        self.fc2_bias = torch.nn.Parameter(torch.zeros(HIDDEN))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        h = Gather.apply(self.ln1(x), self.group)
+        q, k, v = (F.linear(h, w).view(b, t, self.heads, -1).transpose(1, 2)
+                   for w in (self.q_weight, self.k_weight, self.v_weight))
+        scores = (q @ k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        attn = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, -1)
+        x = x + Reduce.apply(F.linear(attn, self.o_weight), self.group) + self.o_bias
+        h = Gather.apply(self.ln2(x), self.group)
+        h = F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias))
+        return x + Reduce.apply(F.linear(h, self.fc2_weight), self.group) + self.fc2_bias
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, tp, tp_index, group):
+        super().__init__()
+        self.tok = torch.nn.Parameter(init([VOCAB, HIDDEN], 1))
+        self.pos = torch.nn.Parameter(init([SEQ, HIDDEN], 2))
+        self.blocks = torch.nn.ModuleList(Block(i, tp, tp_index, group) for i in range(LAYERS))
+        self.ln = torch.nn.LayerNorm(HIDDEN)
+        self.head = torch.nn.Parameter(init([VOCAB, HIDDEN], 3))
+
+    def forward(self, tokens):
+        x = self.tok[tokens] + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln(x), self.head)
+
+    @staticmethod
+    def split_dims():
+        """Parameter name -> the dimension split over TP (the rest is replicated)."""
+        dims = {}
+        for i in range(LAYERS):
+            for name, dim in [("q_weight", 0), ("k_weight", 0), ("v_weight", 0), ("o_weight", 1),
+                              ("fc1_weight", 0), ("fc1_bias", 0), ("fc2_weight", 1)]:
+                dims[f"blocks.{i}.{name}"] = dim
+        return dims
+
+
+class RNGState:
+    """This rank's torch RNG state, as a stateful object (state_dict / load_state_dict)."""
+
+    def state_dict(self):
+        return {"torch": torch.get_rng_state()}
+
+    def load_state_dict(self, sd):
+        torch.set_rng_state(sd["torch"])
+
+
+def batch(step, dp, dp_index):
+    """The step's global batch (the same at any layout), this DP rank's rows of it: sequences
+    counting from a random start by a random stride, which the model learns to continue."""
+    g = torch.Generator().manual_seed(10_000 + step)
+    start, stride = torch.randint(VOCAB, (BATCH, 1), generator=g), torch.randint(1, 4, (BATCH, 1), generator=g)
+    tokens = (start + stride * torch.arange(SEQ + 1)) % VOCAB
+    rows = torch.chunk(tokens, dp)[dp_index]
+    return rows[:, :-1], rows[:, 1:]
 
 
 def main():
-    a = parse()
+    args = parse()
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
     world = MPI.COMM_WORLD
-    rank, size = world.rank, world.size
-    if a.dp * a.tp != size:
-        sys.exit(f"train_torch: {size} ranks is not dp x tp = {a.dp} x {a.tp}")
-    if HIDDEN % a.tp:
-        sys.exit(f"train_torch: --tp must divide {HIDDEN}")
-    dp_idx, tp_idx = rank // a.tp, rank % a.tp  # the device matrix [dp, tp], row-major
-    tp_comm = world.Split(dp_idx, tp_idx)
-    dp_comm = world.Split(tp_idx, dp_idx)
+    if world.size != args.dp * args.tp:
+        raise SystemExit(f"run with mpirun -np {args.dp * args.tp} (dp {args.dp} x tp {args.tp})")
+    dp_index, tp_index = divmod(world.rank, args.tp)  # rank = dp_index * tp + tp_index
+    tp_group, dp_group = world.Split(dp_index, tp_index), world.Split(tp_index, dp_index)
+    torch.manual_seed(world.rank)
+    model = GPT(args.tp, tp_index, tp_group)
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=100)
+
+    # checkpoint: begin
+    import distckpt
+    import distckpt.torch as dt
     comm = distckpt.Comm.from_mpi4py(world)
+    mesh = dt.Mesh(comm, dp=args.dp, tp=args.tp)
+    placements = {f"model.{name}": dt.Shard(dim, "tp") for name, dim in GPT.split_dims().items()}
+    placements["rng"] = dt.PerRank()
+    state = {"model": model, "optim": optim, "sched": sched, "rng": RNGState()}
+    manager = dt.CheckpointManager(comm, state, mesh=mesh, placements=placements, directory=args.dir,
+                                   save_every_steps=args.save_every, keep_max=3)
+    start = manager.resume(strict=not args.reshard).step + 1 if args.resume else 1
+    # checkpoint: end
+    if args.resume and world.rank == 0:
+        print(f"resumed step {start - 1}", flush=True)
 
-    # name -> (global shape, tensor_map over the device matrix [dp, tp]; 0 names the TP axis)
-    specs = {
-        "fc1.weight": ([HIDDEN, IN], [0, -1]),  # column-parallel: rows split
-        "fc1.bias": ([HIDDEN], [0]),
-        "fc2.weight": ([OUT, HIDDEN], [-1, 0]),  # row-parallel: columns split
-        "fc2.bias": ([OUT], [-1]),
-    }
-    layouts, params, momenta = {}, {}, {}
-    for name, (shape, tmap) in specs.items():
-        layout = distckpt.TensorLayout.from_device_matrix(shape, [a.dp, a.tp], tmap)
-        (offset, extent), = layout.boxes_of(rank)
-        full = global_init(name, shape)
-        index = tuple(slice(o, o + e) for o, e in zip(offset, extent))
-        params[name] = full[index].clone().contiguous()
-        momenta[name] = torch.zeros_like(params[name])
-        layouts[name] = layout
-        layouts["momentum." + name] = layout
-    tensors = dict(params)
-    tensors.update({"momentum." + n: t for n, t in momenta.items()})
-    state = distckpt.StateDict(comm, tensors, layouts)
-
-    def fingerprint():
-        """sha256 of every full tensor (params and momenta), in name order, on rank 0."""
-        pieces = [(n, layouts[n].boxes_of(rank)[0][0], t.numpy().copy()) for n, t in sorted(tensors.items())]
-        gathered = world.gather(pieces, root=0)
-        if rank != 0:
-            return None
-        digest = hashlib.sha256()
-        for i, (name, _, _) in enumerate(pieces):
-            full = np.zeros(layouts[name].global_shape, np.float32)
-            for rank_pieces in gathered:
-                _, offset, data = rank_pieces[i]
-                full[tuple(slice(o, o + e) for o, e in zip(offset, data.shape))] = data
-            digest.update(name.encode())
-            digest.update(full.tobytes())
-        return digest.hexdigest()[:16]
-
-    def report(what, step):
-        fp = fingerprint()
-        if rank == 0:
-            print(f"{what} step {step} fingerprint {fp}", flush=True)
-
-    manager = distckpt.CheckpointManager(comm, state, directory=a.dir, prefix="torch", name_template="{prefix}-{step}",
-                                         save_checkpoint_steps=a.save_every, keep_checkpoint_max=3)
-    start = 0
-    if a.resume:
-        r = manager.resume()
-        if r["resumed"]:
-            start = r["step"]
-            report("restored", start)
-
-    for step in range(start + 1, a.steps + 1):
-        g = torch.Generator().manual_seed(step * 1000 + dp_idx)
-        x = torch.randn(BATCH, IN, generator=g)
-        target = torch.randn(BATCH, OUT, generator=g)
-        for t in params.values():
-            t.requires_grad_(True)
-            t.grad = None
-        h = torch.relu(x @ params["fc1.weight"].T + params["fc1.bias"])
-        y_partial = h @ params["fc2.weight"].T
-        y_sum = y_partial.detach().numpy().copy()
-        tp_comm.Allreduce(MPI.IN_PLACE, y_sum, op=MPI.SUM)  # the row-parallel layer's sum
-        y = torch.from_numpy(y_sum).requires_grad_(True)
-        loss = ((y + params["fc2.bias"] - target) ** 2).mean()
-        loss.backward()  # d loss / d y, and fc2.bias
-        y_partial.backward(y.grad)  # through the sum: each partial gets d loss / d y
-        with torch.no_grad():
-            for name, t in params.items():
-                grad = t.grad.numpy()
-                dp_comm.Allreduce(MPI.IN_PLACE, grad, op=MPI.SUM)
-                grad /= a.dp
-                momenta[name].mul_(MOMENTUM).add_(t.grad)
-                t.sub_(LR * momenta[name])
-                t.requires_grad_(False)
-        if step == a.crash_at_step and rank == size - 1:
-            print(f"rank {rank}: crashing at step {step} (simulated failure)", file=sys.stderr, flush=True)
-            os._exit(3)
-        out = manager.step_end(step, 0)
-        if out["saved"]:
-            report("saved", step)
-    manager.end(a.steps, 0)
-    report("final", a.steps)
+    for step in range(start, args.steps + 1):
+        inputs, targets = batch(step, args.dp, dp_index)
+        optim.zero_grad()
+        loss = F.cross_entropy(model(inputs).reshape(-1, VOCAB), targets.reshape(-1))
+        loss.backward()
+        for p in model.parameters():  # the DP mean of the gradients
+            if args.dp > 1:
+                dp_group.Allreduce(MPI.IN_PLACE, p.grad.numpy())
+                p.grad /= args.dp
+        optim.step()
+        sched.step()
+        mean = dp_group.allreduce(loss.item()) / args.dp
+        if world.rank == 0:
+            print(f"step {step} loss {mean!r}", flush=True)
+        # checkpoint: begin
+        manager.step_end(step, metrics={"loss": mean})
+        # checkpoint: end
+        if step == args.crash_at_step and world.rank == world.size - 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a node dies: no cleanup, no goodbye
+    # checkpoint: begin
+    manager.end(args.steps)
     manager.close()
-    comm.close()
-    tp_comm.Free()
-    dp_comm.Free()
+    # checkpoint: end
 
 
 if __name__ == "__main__":
