@@ -2,6 +2,7 @@
 """The Python package against the C++ library on the same workload: what the layer costs.
 
     python3 bench/py_bench.py --build build [--size 256M] [--dp 2 --tp 2] [--dir /dev/shm/py-bench] [--runs 5]
+    python3 bench/py_bench.py --build build --torch --size 1G     # through distckpt.torch
 
 A driver (not under MPI) alternates, --runs times, one job of this script's worker under
 `mpirun -np dp*tp` (the workload of ../shared/bench/WORKLOAD.md generated with vectorised
@@ -11,6 +12,13 @@ barrier, the slowest rank's wall time, with waits that sleep) and one `ckpt_benc
 layout and directory. It prints both medians and their ratios (Python / C++), which are
 the layer's overhead: the tensors are handed over by address and the GIL is released, so
 the bytes move exactly as in C++.
+
+With --torch the worker holds the workload as PyTorch holds it: a module tree whose
+parameters are the workload's weights (this rank's torch.chunk of each split tensor), and an
+AdamW optimizer whose exp_avg and exp_avg_sq are the workload's optimizer tensors. It saves
+and loads {"model": model, "optim": optimizer} with distckpt.torch.save / load on a
+Mesh(dp, tp) with Shard placements; the walk of state_dict(), the placements' resolution
+and the replicas' check are inside the timing.
 """
 import argparse
 import json
@@ -86,6 +94,52 @@ def values(seed, tid, shape, box):
     return ((z >> np.uint64(40)).astype(np.float64) * 2.0 ** -23 - 1.0).astype(np.float32)
 
 
+def timer(world):
+    """timed(call): call()'s wall time on the slowest rank, started as ckpt_bench starts a phase."""
+    import numpy as np
+    from mpi4py import MPI
+
+    def timed(call):
+        quiet_wait(world.Ibarrier())
+        world.Barrier()  # short by now: the ranks leave together, as ckpt_bench's (quiet_mpi.h)
+        t0 = MPI.Wtime()
+        call()
+        elapsed = np.array([MPI.Wtime() - t0])
+        quiet_wait(world.Iallreduce(MPI.IN_PLACE, elapsed, op=MPI.MAX))
+        return float(elapsed[0])
+    return timed
+
+
+def torch_worker(a, world, comm):
+    import torch
+    import distckpt.torch as dt
+    torch.set_num_threads(1)
+    state, placements, mesh = torch_state(a, comm)
+    timed = timer(world)
+    path = os.path.join(a.dir, "py-bench")
+    if comm.rank == 0 and os.path.exists(path):
+        shutil.rmtree(path)
+    quiet_wait(world.Ibarrier())
+    save_s = timed(lambda: dt.save(comm, state, a.dir, name="py-bench", mesh=mesh, placements=placements,
+                                   update_latest=False))
+    tensors = [t for t in state["model"].parameters()] + [v for s in state["optim"].state.values()
+                                                           for v in s.values()]
+    expected = [t.clone() for t in tensors] if a.verify else None
+    with torch.no_grad():
+        for t in tensors:
+            t.zero_()
+    load_s = timed(lambda: dt.load(comm, state, path, mesh=mesh, placements=placements))
+    if expected is not None:
+        bad = sum(int(not torch.equal(t, e)) for t, e in zip(tensors, expected))
+        if world.allreduce(bad) != 0:
+            raise SystemExit("py_bench: the load does not match the save")
+    quiet_wait(world.Ibarrier())
+    if comm.rank == 0:
+        shutil.rmtree(path)
+        print(json.dumps({"save_s": save_s, "load_s": load_s}), flush=True)
+    comm.close()
+
+
 def quiet_wait(request):
     """Waits for an mpi4py request without taking a core, as ckpt_bench waits (bench/quiet_mpi.h):
     a rank waiting in a blocking collective busy-polls, and on a machine with fewer cores than
@@ -96,12 +150,52 @@ def quiet_wait(request):
         pause = min(2 * pause, 2e-3)
 
 
+def torch_state(a, comm):
+    """The workload as a module tree and an AdamW optimizer, and its placements and mesh."""
+    import numpy as np
+    import torch
+    import distckpt.torch as dt
+    mesh = dt.Mesh(comm, dp=a.dp, tp=a.tp)
+    tp_index = mesh.coordinate(comm.rank)["tp"]
+    model, placements, by_name = torch.nn.Module(), {}, {}
+    listed = tensor_list(parse_size(a.size))
+    for tid, (name, shape, split) in enumerate(listed):
+        if name.startswith("optim."):
+            continue
+        offset, extent = [0] * len(shape), list(shape)
+        if split >= 0:  # torch.chunk's part of the split dimension
+            size = -(-shape[split] // a.tp)
+            offset[split] = min(shape[split], tp_index * size)
+            extent[split] = max(0, min(shape[split], offset[split] + size) - offset[split])
+            placements[f"model.{name}"] = dt.Shard(split, "tp")
+        owner = model
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        local = values(0, tid, shape, (offset, extent)).reshape(extent)
+        # Allocated by torch (64-byte aligned, as ckpt_bench places its tensors), not numpy's.
+        owner.register_parameter(leaf, torch.nn.Parameter(torch.from_numpy(np.ascontiguousarray(local)).clone()))
+        by_name[name] = (getattr(owner, leaf), tid, shape, offset, extent)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    base = len(listed) // 3
+    for name, (p, tid, shape, offset, extent) in by_name.items():
+        opt.state[p] = {"step": torch.tensor(1.0)}
+        for k, key in enumerate(("exp_avg", "exp_avg_sq")):
+            local = values(0, tid + (k + 1) * base, shape, (offset, extent)).reshape(extent)
+            opt.state[p][key] = torch.from_numpy(np.ascontiguousarray(local)).clone()
+    return {"model": model, "optim": opt}, placements, mesh
+
+
 def worker(a):
     import numpy as np
     from mpi4py import MPI
     import distckpt
     world = MPI.COMM_WORLD
     comm = distckpt.Comm.from_mpi4py(world)
+    if a.torch:
+        return torch_worker(a, world, comm)
     rank, tp, dp = comm.rank, a.tp, a.dp
     tensors, layouts = {}, {}
     for tid, (name, shape, split) in enumerate(tensor_list(parse_size(a.size))):
@@ -122,15 +216,7 @@ def worker(a):
         layouts[name] = layout
     state = distckpt.StateDict(comm, tensors, layouts)
 
-    def timed(call):
-        quiet_wait(world.Ibarrier())
-        world.Barrier()  # short by now: the ranks leave together, as ckpt_bench's (quiet_mpi.h)
-        t0 = MPI.Wtime()
-        call()
-        elapsed = np.array([MPI.Wtime() - t0])
-        quiet_wait(world.Iallreduce(MPI.IN_PLACE, elapsed, op=MPI.MAX))
-        return float(elapsed[0])
-
+    timed = timer(world)
     path = os.path.join(a.dir, "py-bench")
     if rank == 0 and os.path.exists(path):
         shutil.rmtree(path)
@@ -160,6 +246,7 @@ def main():
     p.add_argument("--dir", default="/dev/shm/py-bench")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--verify", action="store_true", help="check every loaded element (outside the timing)")
+    p.add_argument("--torch", action="store_true", help="save and load a module and AdamW through distckpt.torch")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -173,7 +260,7 @@ def main():
     for run in range(a.runs):
         out = subprocess.run(mpirun + [sys.executable, os.path.abspath(__file__), "--worker", "--size", a.size,
                                        "--dp", str(a.dp), "--tp", str(a.tp), "--dir", a.dir]
-                             + (["--verify"] if a.verify else []),
+                             + (["--verify"] if a.verify else []) + (["--torch"] if a.torch else []),
                              env=env, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         out = subprocess.run(mpirun + [bench, "--size", a.size, "--dp", str(a.dp), "--tp", str(a.tp), "--dir",
@@ -187,7 +274,8 @@ def main():
               f"C++ save {c['save_s']:.3f} s load {c['load_s']:.3f} s", flush=True)
     shutil.rmtree(os.path.join(a.dir, "cc"), ignore_errors=True)
     med = {k: (statistics.median(py[k]), statistics.median(cc[k])) for k in py}
-    print(f"py_bench: {a.size} at DP{a.dp} x TP{a.tp} in {a.dir}, medians of {a.runs}:")
+    what = "distckpt.torch (module + AdamW)" if a.torch else "distckpt (numpy StateDict)"
+    print(f"py_bench: {what}, {a.size} at DP{a.dp} x TP{a.tp} in {a.dir}, medians of {a.runs}:")
     for k, (p_s, c_s) in med.items():
         print(f"  {k[:-2]}: python {p_s:.3f} s, C++ {c_s:.3f} s, ratio {p_s / c_s:.3f}")
 

@@ -86,9 +86,8 @@ for layout in "4 1 4" "4 4 1" "2 1 2"; do
   echo "== (d) the checkpoint of step 15 resumed at DP$dp x TP$tp ($np ranks)"
   rm -rf "$WORK_DIR/other"
   cp -r "$WORK_DIR/run" "$WORK_DIR/other"
-  extra=()
-  [[ $np -ne 4 ]] && extra=(--reshard)
-  run "$np" --dp "$dp" --tp "$tp" --steps 35 --dir "$WORK_DIR/other" --resume "${extra[@]}" > "$WORK_DIR/other-$dp-$tp.log"
+  # On another mesh each rank plays another part: its RNG state (per rank) is left out.
+  run "$np" --dp "$dp" --tp "$tp" --steps 35 --dir "$WORK_DIR/other" --resume --reshard > "$WORK_DIR/other-$dp-$tp.log"
   grep -q "^resumed step 15$" "$WORK_DIR/other-$dp-$tp.log" || { echo "DP$dp x TP$tp did not resume step 15" >&2; status=1; }
   compare "$WORK_DIR/ref.log" "$WORK_DIR/other-$dp-$tp.log" 16 35 1e-5 || status=1
 done

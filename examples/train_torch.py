@@ -13,7 +13,7 @@ run is the same model at any DP x TP.
     mpirun -np 4 python3 examples/train_torch.py --dp 2 --tp 2 --steps 30 --dir /tmp/gpt
     ... --crash-at-step 17   the last rank kills itself (SIGKILL) after step 17's update
     ... --resume             resumes from the newest checkpoint, at any --dp x --tp
-    ... --resume --reshard   the same at another world size (the RNG states, per rank, are left)
+    ... --resume --reshard   the same on another DP x TP (the RNG states, per rank, are left out)
 
 Rank 0 prints "step S loss L" for every step (L as Python's repr: exact), and "resumed
 step S" after a resume.
@@ -38,7 +38,7 @@ def parse():
     p.add_argument("--dir", required=True)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--reshard", action="store_true",
-                   help="the checkpoint was saved at another world size: its per-rank RNG states are missing")
+                   help="the checkpoint was saved on another mesh: its per-rank RNG states are left out")
     p.add_argument("--crash-at-step", type=int, default=0)
     return p.parse_args()
 

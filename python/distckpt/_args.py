@@ -147,3 +147,24 @@ def _agreed_outcome(comm_native, run):
     if message:
         raise _distckpt.DistckptError(message)
     return value
+
+
+def _exchanged(comm_native, compute):
+    """Collective, one allgather. Runs compute() -> (value, payload bytes) on every rank and
+    returns (value, [every rank's payload, in rank order]). A rank where compute raised raises
+    that exception again; the others raise DistckptError naming it: the failure travels in the
+    gather itself, so this replaces an agreement and a gather with one collective."""
+    error = None
+    try:
+        value, payload = compute()
+        mine = b"\x00" + payload
+    except Exception as e:  # any failure is told to the others
+        error, value = e, None
+        mine = b"\x01" + f"rank {comm_native.rank}: {type(e).__name__}: {e}".encode("utf-8", "replace")
+    everyone = comm_native._allgather(mine)
+    if error is not None:
+        raise error
+    failed = next((m for m in everyone if m[:1] == b"\x01"), None)
+    if failed is not None:
+        raise _distckpt.DistckptError(failed[1:].decode("utf-8", "replace"))
+    return value, [m[1:] for m in everyone]

@@ -1,7 +1,10 @@
 """TensorLayout: how a global tensor is split over ranks."""
 from . import _distckpt
-from ._args import _agreed, _ints_arg
+from ._args import _exchanged, _ints_arg
 from ._comm import _comm_arg
+
+
+_REPLICATED = {}  # (class, shape, size) -> the replicated layout
 
 
 class TensorLayout:
@@ -40,9 +43,11 @@ class TensorLayout:
         import json
         where = "TensorLayout.from_local_box"
         native = _comm_arg(where, comm)
-        mine = _agreed(native, lambda: [_ints_arg(where, "shape", shape), _ints_arg(where, "offset", offset),
-                                        _ints_arg(where, "size", size)])
-        everyone = [json.loads(b) for b in native._allgather(json.dumps(mine).encode())]
+        # The checks' failure on one rank travels in the gather: every rank raises.
+        _, gathered = _exchanged(native, lambda: (None, json.dumps(
+            [_ints_arg(where, "shape", shape), _ints_arg(where, "offset", offset), _ints_arg(where, "size", size)]
+        ).encode()))
+        everyone = [json.loads(b) for b in gathered]
         for r, (s, _, _) in enumerate(everyone):
             if s != everyone[0][0]:
                 raise ValueError(f"{where}: rank 0 gives the global shape {everyone[0][0]}, rank {r} {s}")
@@ -52,7 +57,13 @@ class TensorLayout:
     @classmethod
     def replicated(cls, shape, size):
         """The whole tensor on each of `size` ranks (data-parallel replicas)."""
-        return cls.from_device_matrix(shape, [size], [-1] * len(shape))
+        key = (cls, tuple(shape), size)
+        layout = _REPLICATED.get(key)
+        if layout is None:  # a model repeats a few shapes many times; a layout is immutable
+            layout = cls.from_device_matrix(shape, [size], [-1] * len(shape))
+            if len(_REPLICATED) < 4096:
+                _REPLICATED[key] = layout
+        return layout
 
     @property
     def global_shape(self):

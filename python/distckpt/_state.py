@@ -16,27 +16,34 @@ _NUMPY_DTYPES = {
 }
 
 
-def _torch_view(name, t):
+_TORCH_DTYPES = {}  # torch.dtype -> its name ("float32"), or None where not supported
+
+
+def _torch_view(name, t, keep_storage=True):
     """(address, nbytes, dtype name, readonly, owner, shape) of a torch tensor, or TypeError.
-    The owner is the tensor and its storage: a tensor given new storage later (p.data = ...,
-    share_memory_(), set_()) leaves the old one alive until the StateDict follows it."""
+    With keep_storage the owner is the tensor and its storage: a tensor given new storage
+    later (p.data = ..., share_memory_(), set_()) leaves the old one alive until the StateDict
+    follows it. Without (a StateDict that lives for one call, distckpt.torch's), the tensor."""
     import torch  # a torch tensor was given: torch is there
     if t.layout != torch.strided:
         raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
     if t.device.type != "cpu":
         raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
-    # Row-major and dense, from its strides: the bytes at data_ptr() are the tensor.
-    expected, step = [], 1
-    for extent in reversed(list(t.shape)):
-        expected.insert(0, step)
-        step *= extent
-    if any(n > 1 and s != e for n, s, e in zip(t.shape, t.stride(), expected)):
+    # Row-major and dense (torch's rule ignores the strides of dims of size 1): the bytes at
+    # data_ptr() are the tensor.
+    if not t.is_contiguous():
         raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}; call .contiguous())")
-    dtype = str(t.dtype).replace("torch.", "")
-    if dtype not in _NUMPY_DTYPES and dtype != "bfloat16":
+    if t.dtype not in _TORCH_DTYPES:
+        dtype = str(t.dtype).replace("torch.", "")
+        _TORCH_DTYPES[t.dtype] = dtype if dtype in _NUMPY_DTYPES or dtype == "bfloat16" else None
+    dtype = _TORCH_DTYPES[t.dtype]
+    if dtype is None:
         raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
-    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, (t, storage), list(t.shape)
+    if keep_storage:
+        owner = (t, t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage())
+    else:
+        owner = t
+    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, owner, list(t.shape)
 
 
 def _numpy_view(name, a, dtype):
@@ -112,7 +119,7 @@ class StateDict:
             if torch_tensor:
                 if name in dtypes:
                     raise TypeError(f"tensor '{name}': dtypes applies to numpy arrays (a torch tensor has its own)")
-                address, nbytes, dtype, readonly, owner, shape = _torch_view(name, value)
+                address, nbytes, dtype, readonly, owner, shape = _torch_view(name, value, keep_storage=follow)
             else:
                 address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
             layout = layouts.get(name)

@@ -1,5 +1,9 @@
 #include "state.h"
 
+#include <nlohmann/json.hpp>
+
+#include "transform/crc32c.h"
+
 namespace distckpt::python {
 
 py::dict save_result_dict(const SaveResult& s) {
@@ -132,6 +136,43 @@ void remove_from_root(const std::string& root, const std::string& name) {
   check(without_gil([&] { return remove_checkpoint(root, name); }));
 }
 
+// Collective: rank 0 resolves `path` (a root: its newest committed checkpoint) and reads
+// its description; every rank gets it as JSON text {"path", "step", "epoch",
+// "world_size", "info"}, or the same error. One read of the index, wherever the ranks run.
+std::string checkpoint_description(PyComm& comm, const std::string& path, const py::object& key) {
+  InspectOptions o;
+  Comm& native = comm.get();
+  std::shared_ptr<const EncryptionKey> k;
+  agreed_arguments(native, [&] { k = key_from(key); });
+  o.key = k;
+  std::string text;
+  const Status st = without_gil([&]() -> Status {
+    Status local;
+    if (native.rank() == 0) {
+      auto resolved = resolve_checkpoint(path, o);
+      auto info = resolved.ok() ? read_checkpoint_info(*resolved, o) : Result<CheckpointInfo>(resolved.status());
+      if (!info.ok()) {
+        local = info.status();
+      } else {
+        nlohmann::ordered_json j;
+        j["path"] = *resolved;
+        j["step"] = info->step;
+        j["epoch"] = info->epoch;
+        j["world_size"] = info->world_size;
+        j["info"] = nlohmann::ordered_json::object();
+        for (const auto& [name, value] : info->info)
+          std::visit([&, &name = name](const auto& v) { j["info"][name] = v; }, value);
+        text = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+      }
+    }
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(native, local));
+    native.broadcast_string(text, 0);
+    return Status();
+  });
+  check(st);
+  return text;
+}
+
 py::dict verify_path(const std::string& path, const py::object& key, bool deep) {
   VerifyOptions o;
   o.key = key_from(key);
@@ -158,6 +199,26 @@ std::string convert_path(const std::string& src, const std::string& dst, const s
 }
 
 // One checkpoint, any format, read region by region in this process (no MPI).
+
+// Sampled fingerprints of host buffers, one per (address, bytes): CRC32C of all the bytes up
+// to 4 KiB, else of 8 spans of 512 bytes spread over the buffer, xor its size. Cheap
+// enough to run over a whole model at every save; distckpt.torch compares replicas with it.
+std::vector<uint32_t> fingerprints(const std::vector<std::pair<uintptr_t, uint64_t>>& buffers) {
+  std::vector<uint32_t> out;
+  out.reserve(buffers.size());
+  py::gil_scoped_release unlocked;
+  for (const auto& [address, bytes] : buffers) {
+    const auto* data = reinterpret_cast<const unsigned char*>(address);
+    uint32_t state = internal_transform::kCrc32cInit;
+    if (bytes <= 4096) {
+      if (bytes > 0) state = internal_transform::crc32c_extend(state, data, bytes);
+    } else {
+      for (uint64_t i = 0; i < 8; ++i) state = internal_transform::crc32c_extend(state, data + (bytes - 512) * i / 7, 512);
+    }
+    out.push_back(internal_transform::crc32c_finish(state) ^ static_cast<uint32_t>(bytes));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -188,6 +249,8 @@ void bind_state(py::module_& m) {
   m.def("_list_checkpoints", &list_root);
   m.def("_remove_checkpoint", &remove_from_root);
   m.def("_verify", &verify_path);
+  m.def("_checkpoint_description", &checkpoint_description);
+  m.def("_fingerprints", &fingerprints);
   m.def("_convert", &convert_path);
 }
 

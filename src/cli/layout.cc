@@ -57,6 +57,7 @@ Status write_picture(const TensorLayout& layout, const Shape& dev_mat, const Sha
   const double width = 640, height = std::clamp(width * rows / cols, 80.0, 640.0), margin = 20;
   std::map<int64_t, std::vector<int>> holders;
   for (int rank : layout.ranks()) holders[layout.slice_index(rank)].push_back(rank);
+  for (auto& [index, group] : holders) std::sort(group.begin(), group.end());
   const std::vector<std::string> notes = tensor_map_lines(dev_mat, tensor_map);
   const double caption = 24.0 * static_cast<double>(notes.size() + 1);
   std::ostringstream svg;

@@ -59,15 +59,16 @@ Status agree_save_shape(Comm& comm, const StateDict& state, const SaveOptions& o
                                   options.integrated ? (*options.integrated ? 2 : 1) : 0};
   std::vector<int64_t> highest = mine;
   for (int64_t v : mine) highest.push_back(-v);
-  highest.push_back(conflict.empty() ? 0 : 1);  // one allreduce for both checks
+  highest.push_back(conflict.empty() ? 0 : comm.rank() + 1);  // one allreduce for both checks
   comm.allreduce(highest, ReduceOp::kMax);
   for (std::size_t i = 0; i < mine.size(); ++i)
     if (highest[i] != -highest[mine.size() + i])
       return invalid_argument("save '" + options.name + "': format and integrated must be the same on every rank");
-  if (highest.back() != 0)
-    return invalid_argument("save '" + options.name + "': rank " + std::to_string(comm.rank()) + ": " +
-                            (conflict.empty() ? std::string("another rank's info contradicts the save's step or epoch")
-                                              : conflict));
+  if (highest.back() != 0) {
+    const int64_t named = conflict.empty() ? highest.back() - 1 : comm.rank();
+    return invalid_argument("save '" + options.name + "': rank " + std::to_string(named) + ": " +
+                            (conflict.empty() ? std::string("its info contradicts the save's step or epoch") : conflict));
+  }
   return Status();
 }
 

@@ -217,6 +217,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
     const std::vector<std::string> gone = retained.ok() ? *retained : std::vector<std::string>{};
     removed = join(gone, '\n');
+    flush_metrics();  // the steps' metrics before the save's line
     nlohmann::ordered_json j;
     j["step"] = record.step;
     j["epoch"] = record.epoch;
@@ -310,6 +311,7 @@ CheckpointManager::~CheckpointManager() {
   // of one node racing to remove the directory is harmless).
   // The path was worked out at create(): the Comm may be gone by now.
   if (impl_ && !impl_->spare_dir.empty()) internal_storage::drop_spares(*impl_->fs, impl_->spare_dir);
+  if (impl_) impl_->flush_metrics();
 }
 const std::string& CheckpointManager::series_prefix() const { return impl_->series; }
 const CheckpointConfig& CheckpointManager::config() const { return impl_->cfg; }
@@ -460,6 +462,7 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
 Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics,
                                            bool epoch_end) {
   Result<StepOutcome> out = impl_->end(step, epoch, metrics, epoch_end);
+  impl_->flush_metrics();
   if (!out.ok() || impl_->finished) return out;
   // The uploads of this run, waited for (up to upload_wait_s) and reported. Every rank
   // takes part in the collection (one broadcast) whatever its own config says: only rank
@@ -552,55 +555,6 @@ Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch,
   DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, suffix, now, &out));
   DISTCKPT_RETURN_IF_ERROR(impl.save_bests(step, epoch, metrics, &out));
   return out;
-}
-
-std::string CheckpointManager::Impl::best_checkpoint() const {
-  if (cfg.best_metric.empty()) return "";
-  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
-  if (!listing.ok()) return "";
-  const auto ranked = internal_manager::best_by_metric(series_with_metrics(*listing), rule);
-  return ranked.empty() ? "" : cfg.directory + "/" + ranked.front();
-}
-
-Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const std::vector<std::string>& sources) {
-  std::string paths;
-  Status local;
-  if (root()) {
-    local = internal_base::guarded(where(), [&]() -> Status {
-      for (const auto& src : sources) {
-        PublishOptions options;
-        options.format = cfg.publish_format;
-        options.only = cfg.publish_only;
-        options.fs = fs;
-        options.key = cfg.encryption.key;
-        DISTCKPT_ASSIGN_OR_RETURN(PublishResult published, publish_checkpoint(src, options));
-        paths += (paths.empty() ? "" : "\n") + published.path;
-        upload_after_commit(published.path);
-      }
-      return Status();
-    });
-  }
-  DISTCKPT_RETURN_IF_ERROR(agree(*comm, local));
-  comm->broadcast_string(paths, 0);
-  return split(paths, '\n');
-}
-
-Result<std::string> CheckpointManager::publish(const std::string& target) {
-  Impl& impl = *impl_;
-  DISTCKPT_RETURN_IF_ERROR(impl.enter_plain("publish"));
-  DISTCKPT_RETURN_IF_ERROR(impl.complete_async_quietly("publish"));
-  std::string source;
-  Status local;
-  if (impl.root()) {
-    const std::string& dir = impl.cfg.directory;
-    auto resolved = target.empty() ? resolve_checkpoint(dir, {.fs = impl.fs})
-                                   : Result<std::string>(target.find('/') != std::string::npos ? target : dir + "/" + target);
-    if (resolved.ok()) source = *resolved;
-    else local = resolved.status();
-  }
-  DISTCKPT_RETURN_IF_ERROR(agree(*impl.comm, local.with_context(impl.where() + ": publish")));
-  DISTCKPT_ASSIGN_OR_RETURN(std::vector<std::string> paths, impl.publish_on_root({source}));
-  return paths.empty() ? std::string() : paths.front();
 }
 
 Status CheckpointManager::install_signal_handlers() {

@@ -139,9 +139,13 @@ struct CheckpointManager::Impl {
   std::string best_checkpoint() const;
 
   bool root() const { return comm->rank() == 0; }
-  // Rank 0: the call's metrics into stats.jsonl (internal_manager::append_metrics_line);
-  // a failure is printed, never returned (statistics never fail a step).
+  // Rank 0: the call's metrics, for stats.jsonl (internal_manager::metrics_line), whatever
+  // the save policies. Buffered: flush_metrics() writes them before each save's line, at
+  // end() and at destruction, or once 64 KiB wait; a crash loses those since the last
+  // save. A failure is printed, never returned (statistics never fail a step).
   void log_metrics(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics);
+  void flush_metrics();
+  std::string pending_metrics;
   // Rank 0: the base of the next incremental save ("" for none; see save()).
   std::string incremental_base() const;
   // Rank 0: bytes retired checkpoints keep for incremental ones (the last sweep's).

@@ -31,16 +31,14 @@ nlohmann::ordered_json metrics_json(const std::map<std::string, double>& metrics
   return out;
 }
 
-Status append_metrics_line(FileSystem& fs, const std::string& directory, int64_t step, int64_t epoch,
-                           const std::map<std::string, double>& metrics) {
-  if (metrics.empty()) return Status();
+std::string metrics_line(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
   nlohmann::ordered_json j;
   j["event"] = "metrics";
   j["step"] = step;
   j["epoch"] = epoch;
   j["metrics"] = metrics_json(metrics);
   j["unix_ms"] = unix_ms_now();
-  return append_stats_line(fs, directory, j);
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed) {
@@ -51,8 +49,11 @@ void add_resume_lists(nlohmann::ordered_json& line, const ResumeResult& resumed)
 }
 
 Status append_stats_line(FileSystem& fs, const std::string& directory, const nlohmann::ordered_json& record) {
+  return append_stats_text(fs, directory, record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+}
+
+Status append_stats_text(FileSystem& fs, const std::string& directory, std::string text) {
   const std::string path = stats_path(directory);
-  std::string text = record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   // A crash mid-append leaves a last line without its newline: end it, so that this
   // line is not glued to it (readers skip the torn one).
   if (auto size = fs.file_size(path); size.ok() && *size > 0) {
@@ -121,8 +122,18 @@ namespace distckpt {
 
 void CheckpointManager::Impl::log_metrics(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics) {
   if (!root() || metrics.empty()) return;
-  if (Status st = internal_manager::append_metrics_line(*fs, cfg.directory, step, epoch, metrics); !st.ok())
+  pending_metrics += internal_manager::metrics_line(step, epoch, metrics);
+  // Written with the next save's line (one synced append instead of one a step), or once
+  // this much is waiting.
+  constexpr std::size_t kFlushBytes = 64 << 10;
+  if (pending_metrics.size() >= kFlushBytes) flush_metrics();
+}
+
+void CheckpointManager::Impl::flush_metrics() {
+  if (!root() || pending_metrics.empty()) return;
+  if (Status st = internal_manager::append_stats_text(*fs, cfg.directory, std::move(pending_metrics)); !st.ok())
     std::fprintf(stderr, "distckpt: %s: stats: %s\n", where().c_str(), st.to_string().c_str());
+  pending_metrics.clear();
 }
 
 }  // namespace distckpt

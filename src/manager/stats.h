@@ -21,12 +21,13 @@ namespace distckpt::internal_manager {
 // to report: statistics never fail a save.
 Status append_stats_line(FileSystem& fs, const std::string& directory, const nlohmann::ordered_json& record);
 
-// Appends {"event": "metrics", "step", "epoch", "metrics": {...}} for the metrics a
-// step_end, end or save_now call was given (rank 0's), whatever the save policies: a
-// loop's losses are kept whether or not that step saved. Nothing for no metrics; NaN and
-// infinities are written as null. Failures are returned for the caller to report.
-Status append_metrics_line(FileSystem& fs, const std::string& directory, int64_t step, int64_t epoch,
-                           const std::map<std::string, double>& metrics);
+// Appends `lines` (whole JSON lines, each ending in '\n') to the statistics file, as
+// append_stats_line does: a torn last line is ended first, then one synced append.
+Status append_stats_text(FileSystem& fs, const std::string& directory, std::string lines);
+
+// {"event": "metrics", "step", "epoch", "metrics": {...}, "unix_ms"} and a newline: the line
+// for the metrics a step_end, end or save_now call was given (NaN and infinities as null).
+std::string metrics_line(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics);
 
 // The metrics as a JSON object (NaN and infinities as null, which JSON lacks).
 nlohmann::ordered_json metrics_json(const std::map<std::string, double>& metrics);

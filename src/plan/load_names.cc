@@ -68,7 +68,8 @@ Status refuse_unexpected(const LoadNames& names, const StateDict& state, const L
   if (unexpected.size() > kNamed) listed += " and " + std::to_string(unexpected.size() - kNamed) + " more";
   return mismatch("checkpoint '" + where + "' holds " + std::to_string(unexpected.size()) +
                   " tensor(s) the state dict has no place for: " + listed +
-                  " (set allow_unexpected to load the others, or filter them out)");
+                  " (named as the state would name them; set allow_unexpected to load the others, or leave them "
+                  "out with filter_prefix / choice_func)");
 }
 
 }  // namespace distckpt::internal_plan

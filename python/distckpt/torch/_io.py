@@ -4,7 +4,8 @@ import numbers as _numbers
 import time as _time
 
 import distckpt as _dc
-from distckpt._args import _agreed_outcome, _name_map_arg
+from distckpt import _distckpt
+from distckpt._args import _agreed_outcome, _exchanged, _name_map_arg, _path_arg
 
 from . import _restore
 from ._mesh import local_facts, resolve
@@ -26,37 +27,64 @@ def _comm_and_mesh(where, comm, mesh):
     return native
 
 
-def _walk_and_facts(state, placements, layouts, check_replicas):
-    walk = Walk(state, placements, layouts)
-    return walk, local_facts(walk, check_replicas)
+def state_dict_for_one_call(comm, tensors, layouts):
+    """A StateDict of `tensors` that lives for one call: it refers to the tensors (never to
+    storage they had before), as the walk that found them is taken again for the next call."""
+    sd = _dc.StateDict(comm, {})
+    sd._fill(comm.size, tensors, layouts, {}, follow=False)
+    return sd
+
+
+class Resolved:
+    """A walk with its placements resolved: `tensors` (per-rank ones as rank r's row of a
+    [world, ...] tensor: the same bytes, one dim more), their `layouts` (the others are
+    replicated) and the tree's JSON `text`."""
+
+    def __init__(self, comm, mesh, walk, gathered, check_replicas):
+        layouts, per_rank_values = resolve(comm.size, mesh, walk, gathered, check_replicas)
+        walk.fill_per_rank(per_rank_values)
+        self.walk = walk
+        self.layouts = dict(walk.explicit)
+        self.layouts.update(layouts)
+        self.tensors = {path: t.unsqueeze(0) if path in walk.per_rank_tensors else t
+                        for path, t in walk.tensors.items()}
+        self.text = _json.dumps({"version": ENCODING_VERSION, "world_size": comm.size,
+                                 "mesh": mesh.describe() if mesh is not None else None, "tree": walk.tree},
+                                allow_nan=False)
+
+
+def walked(comm, state, mesh, placements, layouts, check_replicas, before=None):
+    """Collective, one allgather. Runs before() (further local checks, if any), walks `state`
+    and tells the other ranks what resolving its placements needs; a failure on one rank fails
+    every rank. Returns (before()'s value, the walk, every rank's facts)."""
+    check = check_replicas and comm.size > 1
+
+    def local():
+        first = before() if before is not None else None
+        walk = Walk(state, placements, layouts)
+        return (first, walk), local_facts(walk, check)
+    (first, walk), gathered = _exchanged(comm._native, local)
+    return first, walk, gathered
 
 
 def state_dict_of(comm, state, mesh, placements, layouts, check_replicas):
-    """Collective. Walks `state` and resolves its placements; returns (walk, StateDict-ready
-    tensors, their layouts, the tree's JSON text). A failure on one rank fails every rank."""
-    native = comm._native
-    # Agreed before the allgather: a rank whose walk failed must not leave the others in it.
-    walk, mine = _agreed_outcome(native, lambda: _walk_and_facts(state, placements, layouts, check_replicas))
-    resolved, per_rank_values = _agreed_outcome(native, lambda: resolve(comm, mesh, walk, mine, check_replicas))
-    walk.fill_per_rank(per_rank_values)
-    tensors, layout_of = {}, dict(walk.explicit)
-    layout_of.update(resolved)
-    for path, t in walk.tensors.items():
-        # A per-rank tensor is rank r's row of a [world, ...] tensor: the same bytes, one dim more.
-        tensors[path] = t.unsqueeze(0) if path in walk.per_rank_tensors else t
-    text = _json.dumps({"version": ENCODING_VERSION, "world_size": comm.size,
-                        "mesh": mesh.describe() if mesh is not None else None, "tree": walk.tree}, allow_nan=False)
-    return walk, tensors, layout_of, text
+    """Collective. Walks `state` and resolves its placements: a Resolved. The manager's
+    refill runs it before each save, where the native manager agrees on its outcome (a
+    placement that does not fit raises on every rank alike)."""
+    _, walk, gathered = walked(comm, state, mesh, placements, layouts, check_replicas)
+    return Resolved(comm, mesh, walk, gathered, check_replicas and comm.size > 1)
 
 
 def save(comm, state, root, name=None, step=-1, epoch=-1, mesh=None, placements=None, layouts=None,
-         format="native", key=None, update_latest=True):
+         format="native", key=None, update_latest=True, check_replicas=True):
     """Collective. Saves the application state `state` under `root` as `name` (default
     `step-{step}`); returns a distckpt.SaveResult.
 
     mesh, placements: where each tensor lives (Mesh, Shard, Replicate, PerRank); a tensor not
     placed is replicated, and ranks holding the same block of a tensor must hold the same
-    bytes (MismatchError naming it and two ranks). An optimizer's state tensor of its
+    bytes (MismatchError naming it and two ranks; compared by a sampled hash of each tensor:
+    check_replicas=False leaves the check out, for replicas known to drift, such as BatchNorm
+    statistics under DDP). An optimizer's state tensor of its
     parameter's shape takes the parameter's placement. layouts: path -> distckpt.TensorLayout
     for a layout given as is. Plain values are rank 0's unless placed PerRank.
     Raises TypeError for a value that is neither a tensor, an object with state_dict(), a
@@ -64,16 +92,22 @@ def save(comm, state, root, name=None, step=-1, epoch=-1, mesh=None, placements=
     DistckptError as distckpt.save. A failure on one rank fails the call on every rank.
     """
     where = "distckpt.torch.save"
-    native = _dc._agreed(_dc._comm_arg(where, comm), lambda: _comm_and_mesh(where, comm, mesh))
+    native = _dc._comm_arg(where, comm)
 
     def name_of():
+        _comm_and_mesh(where, comm, mesh)
         if name is None and (not isinstance(step, _numbers.Integral) or isinstance(step, bool) or step < 0):
             raise TypeError(f"{where}: give name=, or a step >= 0 to name the checkpoint step-{{step}}")
         return name if name is not None else f"step-{int(step)}"
-    checkpoint = _dc._agreed(native, name_of)
-    _, tensors, layout_of, text = state_dict_of(comm, state, mesh, placements, layouts, check_replicas=True)
-    sd = _dc._agreed(native, lambda: _dc.StateDict(comm, tensors, layout_of))  # save's first step agrees
-    sd._native._set_info(STATE_KEY, text)
+    check = bool(check_replicas) and comm.size > 1
+    checkpoint, walk, gathered = walked(comm, state, mesh, placements, layouts, check, before=name_of)
+
+    def state_dict():  # agreed by save's first step
+        r = Resolved(comm, mesh, walk, gathered, check)
+        sd = state_dict_for_one_call(comm, r.tensors, r.layouts)
+        sd._native._set_info(STATE_KEY, r.text)
+        return sd
+    sd = _dc._agreed(native, state_dict)
     return _dc.save(comm, sd, root, checkpoint, step=step, epoch=epoch, format=format, key=key,
                     update_latest=update_latest)
 
@@ -81,7 +115,7 @@ def save(comm, state, root, name=None, step=-1, epoch=-1, mesh=None, placements=
 class LoadResult:
     """What distckpt.torch.load did.
 
-    path: the checkpoint loaded. step, epoch: its. missing_keys: entries of the target state
+    path: the checkpoint loaded (a root's newest, resolved). step, epoch: its. missing_keys: entries of the target state
     the checkpoint has no value for (per-rank entries saved at another world size among
     them); unexpected_keys: stored entries the target has no place for (torch's
     load_state_dict names; stored names). info: the checkpoint's other info values.
@@ -122,50 +156,68 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
     where = "distckpt.torch.load"
     native = _dc._agreed(_dc._comm_arg(where, comm), lambda: (
         _comm_and_mesh(where, comm, mesh), _name_map_arg(where, "rename", rename),
-        _name_map_arg(where, "prefix_map", prefix_map)))[0]
+        _name_map_arg(where, "prefix_map", prefix_map), _path_arg(where, "path", path)))[0]
     names = (_name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map))
-    probe = _dc.load(comm, _dc.StateDict(comm, {}), path, key=key, allow_unexpected=True)
-    stored = _agreed_outcome(native, lambda: _restore.Stored(_stored_tree(probe, path), comm.size, comm.rank, *names))
-    walk = _agreed_outcome(native, lambda: Walk(state, placements, layouts))
+    # Rank 0 reads the description once; the load below reads this very checkpoint, even if a
+    # newer one is committed meanwhile under a root.
+    described = _json.loads(_distckpt._checkpoint_description(native, _path_arg(where, "path", path), key))
+    path = described["path"]
 
-    def plan():
-        fresh = _restore.fresh_optimizer_entries(walk, stored)
-        target_tensors = (set(walk.tensors) | fresh["tensors"])
-        target_values = set(_restore.value_paths(walk.tree)) | fresh["values"]
-        missing = (target_tensors - set(stored.tensors)) | (target_values - set(stored.values))
-        missing |= (target_tensors | target_values) & stored.unusable
-        unexpected = {stored.stored_name[t] for t in (set(stored.tensors) - target_tensors)}
-        unexpected |= {stored.stored_name[v] for v in (set(stored.values) - target_values)}
-        if strict and (missing or unexpected):
-            raise _dc.MismatchError(f"{where}: {path} does not match the state: missing {sorted(missing)}, "
-                                    f"unexpected {sorted(unexpected)}")
-        _restore.prepare_optimizers(walk, fresh["params"])
-        return missing, unexpected
-    missing, unexpected = _agreed_outcome(native, plan)
-    # Walked again: an optimizer whose state was just made has new tensors.
-    loaded_walk, tensors, layout_of, _ = state_dict_of(comm, state, mesh, placements, layouts, check_replicas=False)
-    wanted = {p: t for p, t in tensors.items() if p in stored.tensors and p not in missing}
-    rename_stored = {stored.tensors[p]: p for p in wanted if stored.tensors[p] != p}
-    sd = _dc._agreed(native, lambda: _dc.StateDict(comm, wanted, {p: l for p, l in layout_of.items() if p in wanted}))
+    # The stored tree, the walk and the plan, every check before anything of the state changes,
+    # in one exchange with the facts the layouts need.
+    stored, (missing, unexpected, fresh), walk, gathered, anywhere = _plan_and_walk(
+        comm, state, mesh, placements, layouts, described, path, names, strict, where)
+    if anywhere:
+        # An optimizer whose state is still empty gets it now; walked again (new tensors).
+        _, walk, gathered = walked(comm, state, mesh, placements, layouts, False,
+                                   before=lambda: _restore.prepare_optimizers(walk, fresh["params"]))
+
+    def state_dict():  # agreed by load's first step
+        nonlocal missing, unexpected
+        if anywhere:  # what the made state holds, which the plan foresaw from the stored keys
+            missing, unexpected, _ = _restore.plan(walk, stored, False, where)
+            if strict and (missing or unexpected):
+                raise _dc.MismatchError(f"{where}: {path} does not match the optimizer state made for it (it holds "
+                                        f"that state now, not loaded): missing {sorted(missing)}, unexpected "
+                                        f"{sorted(unexpected)}")
+        r = Resolved(comm, mesh, walk, gathered, False)
+        wanted = {p: t for p, t in r.tensors.items() if p in stored.tensors and p not in missing}
+        return (state_dict_for_one_call(comm, wanted, {p: lay for p, lay in r.layouts.items() if p in wanted}),
+                {stored.tensors[p]: p for p in wanted if stored.tensors[p] != p})
+    sd, rename_stored = _dc._agreed(native, state_dict)
     result = _dc.load(comm, sd, path, key=key, cast_floats=cast_floats, allow_unexpected=True, rename=rename_stored)
     import torch
     with torch.no_grad():
-        _agreed_outcome(native, lambda: _restore.restore(state, loaded_walk, stored))
+        _agreed_outcome(native, lambda: _restore.restore(state, walk, stored))
     info = {k: v for k, v in result.info.items() if k != STATE_KEY}
     return LoadResult(path, result.step, result.epoch, info, missing, unexpected, result.bytes_read,
                       _time.perf_counter() - started)
 
 
-def _stored_tree(probe, path):
-    text = probe.info.get(STATE_KEY)
+def _plan_and_walk(comm, state, mesh, placements, layouts, described, path, names, strict, where):
+    """Collective, one exchange: the stored tree under the state's names, the walk, and the
+    load's plan (missing, unexpected, optimizers to prepare), checked on every rank. Returns
+    (stored, plan, walk, every rank's facts, whether any rank has an optimizer to prepare)."""
+    def local():
+        stored = _restore.Stored(_stored_tree(described["info"], path), comm.size, comm.rank, *names, mesh=mesh)
+        walk = Walk(state, placements, layouts)
+        plan = _restore.plan(walk, stored, strict, f"{where}: {path}")
+        return (stored, plan, walk), (b"1" if plan[2]["params"] else b"0") + local_facts(walk, False)
+    (stored, plan, walk), gathered = _exchanged(comm._native, local)
+    return stored, plan, walk, [g[1:] for g in gathered], any(g[:1] == b"1" for g in gathered)
+
+
+def _stored_tree(info, path):
+    text = info.get(STATE_KEY)
     if text is None:
         raise _dc.MismatchError(f"distckpt.torch.load: {path} was not saved by distckpt.torch "
                                 f"(no '{STATE_KEY}'): use distckpt.load with a StateDict")
     try:
         stored = _json.loads(text)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):  # not JSON, not text, nested beyond reason
         stored = None
-    if not isinstance(stored, dict) or not isinstance(stored.get("version"), int) or "tree" not in stored:
+    if (not isinstance(stored, dict) or not isinstance(stored.get("version"), int)
+            or isinstance(stored.get("version"), bool) or "tree" not in stored):
         raise _dc.CorruptionError(f"distckpt.torch.load: {path}: '{STATE_KEY}' is not a state tree")
     if stored["version"] > ENCODING_VERSION:
         raise _dc.MismatchError(f"distckpt.torch.load: {path} holds the state in encoding version "

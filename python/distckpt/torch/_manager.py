@@ -1,7 +1,9 @@
 """distckpt.torch.CheckpointManager: the manager's policies over an application state."""
+import weakref as _weakref
+
 import distckpt as _dc
 
-from ._io import STATE_KEY, load, state_dict_of
+from ._io import STATE_KEY, Resolved, _comm_and_mesh, load, state_dict_of, walked
 
 
 class CheckpointManager(_dc.CheckpointManager):
@@ -21,30 +23,42 @@ class CheckpointManager(_dc.CheckpointManager):
     Collective calls, on every rank alike.
     """
 
-    def __init__(self, comm, state, mesh=None, placements=None, layouts=None, **config):
+    def __init__(self, comm, state, mesh=None, placements=None, layouts=None, check_replicas=True, **config):
+        where = "distckpt.torch.CheckpointManager"
+        _dc._comm_arg(where, comm)
         self._torch_state = (comm, state, mesh, placements, layouts)
+        self._check = bool(check_replicas) and comm.size > 1
         self._raised = None
+
+        def settings():
+            _comm_and_mesh(where, comm, mesh)
+            if config.get("local_dir"):
+                raise TypeError(f"{where}: a local tier (local_dir) is not supported with a torch state yet")
         # The first walk: a state that cannot be saved raises its TypeError here.
-        _, tensors, layout_of, text = state_dict_of(comm, state, mesh, placements, layouts, check_replicas=True)
+        _, walk, gathered = walked(comm, state, mesh, placements, layouts, self._check, before=settings)
         self._sd = _dc.StateDict(comm, {})
         # Agreed by the native manager's creation, which follows.
-        _dc._agreed(_dc._comm_arg("CheckpointManager", comm), lambda: self._refill(tensors, layout_of, text))
+        _dc._agreed(_dc._comm_arg(where, comm),
+                    lambda: self._refill(Resolved(comm, mesh, walk, gathered, self._check)))
         self._key = config.get("enc_key")
         super().__init__(comm, self._sd, **config)
         self._sd._native._reset()
 
-    def _refill(self, tensors, layout_of, text):
+    def _refill(self, resolved):
         self._sd._native._reset()
-        self._sd._fill(self._torch_state[0].size, tensors, layout_of, {}, follow=False)
-        self._sd._native._set_info(STATE_KEY, text)
+        self._sd._fill(self._torch_state[0].size, resolved.tensors, resolved.layouts, {}, follow=False)
+        self._sd._native._set_info(STATE_KEY, resolved.text)
 
+    # The hooks hold the manager weakly: the native manager holds the hooks, and a cycle
+    # through C++ would keep the model and its optimizer alive after the manager is dropped.
     def _before_save(self):
+        manager = _weakref.ref(self)
+
         def walk_again():
+            self = manager()
             try:
                 comm, state, mesh, placements, layouts = self._torch_state
-                _, tensors, layout_of, text = state_dict_of(comm, state, mesh, placements, layouts,
-                                                            check_replicas=True)
-                self._refill(tensors, layout_of, text)
+                self._refill(state_dict_of(comm, state, mesh, placements, layouts, check_replicas=self._check))
             except BaseException as error:
                 self._raised = error
                 raise
@@ -52,8 +66,10 @@ class CheckpointManager(_dc.CheckpointManager):
 
     def _resume_loader(self):
         comm, state, mesh, placements, layouts = self._torch_state
+        manager = _weakref.ref(self)
 
         def load_state(path):
+            self = manager()
             try:
                 r = load(comm, state, path, strict=self._strict, mesh=mesh, placements=placements, layouts=layouts,
                          key=self._key)
@@ -69,8 +85,9 @@ class CheckpointManager(_dc.CheckpointManager):
         try:
             return super()._step_call(name, step, epoch, metrics, last_arg)
         except _dc.DistckptError:
-            if self._raised is not None:  # the walk's own error (a TypeError naming a path)
-                raise self._raised from None
+            raised, self._raised = self._raised, None
+            if raised is not None:  # the walk's own error (a TypeError naming a path)
+                raise raised from None
             raise
         finally:
             self._sd._native._reset()  # no reference to the state's tensors between saves
@@ -85,6 +102,7 @@ class CheckpointManager(_dc.CheckpointManager):
             return super().resume(target, step, epoch, strict=True, fall_back_to_previous=fall_back_to_previous,
                                   verify=verify, allow_unexpected=True)
         except _dc.DistckptError:
-            if self._raised is not None:
-                raise self._raised from None
+            raised, self._raised = self._raised, None
+            if raised is not None:
+                raise raised from None
             raise

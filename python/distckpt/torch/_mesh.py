@@ -11,7 +11,6 @@ as torch.chunk does (chunks of ceil(n / k), the last ones shorter or empty), so 
 tensors of torch's own sharding fit as they are. PerRank() keeps each rank's own value.
 """
 import json as _json
-import zlib as _zlib
 from dataclasses import dataclass
 
 import distckpt as _dc
@@ -113,46 +112,42 @@ def chunk_span(n, k, index):
     return start, max(0, min(n, start + size) - start)
 
 
-def fingerprint(t):
-    """A cheap hash of a tensor's bytes: all of them up to 4 KiB, else 8 spans of 512 bytes
-    spread over it, and its size. Replicas that differ anywhere a training step touches
-    (every element, in practice) differ here; a difference confined to a few elements
-    between the spans can pass unseen."""
-    import torch
-    flat = t.detach().reshape(-1)
-    raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-    n = raw.numel()
-    if n > 4096:
-        starts = [(n - 512) * i // 7 for i in range(8)]
-        raw = torch.cat([raw[s:s + 512] for s in starts])
-    return _zlib.crc32(raw.cpu().numpy().tobytes()) ^ (n & 0xFFFFFFFF)
+def fingerprints(tensors):
+    """Cheap hashes of the tensors' bytes (native: CRC32C of all the bytes up to 4 KiB, else of
+    8 spans of 512 bytes spread over the tensor, and its size). Replicas that differ anywhere
+    a training step touches (every element, in practice) differ here; a difference confined
+    to a few elements between the spans can pass unseen."""
+    buffers, keep = [], []
+    for t in tensors:
+        if t.device.type != "cpu" or not t.is_contiguous():
+            t = t.detach().cpu().contiguous()
+            keep.append(t)
+        buffers.append((t.data_ptr(), t.element_size() * t.numel()))
+    return _dc._distckpt._fingerprints(buffers)
 
 
 def local_facts(walk, check_replicas):
-    """Local. What this rank tells the others about the walk's tensors (resolve's input): the
-    local shapes of split and per-rank tensors, the replicas' fingerprints, per-rank values."""
+    """Local. What this rank tells the others about the walk's tensors (resolve's input), as
+    JSON bytes: the local shapes of split and per-rank tensors, the replicas' fingerprints
+    (check_replicas), per-rank values."""
     mine = {"s": {}, "f": {}, "v": walk.per_rank_values}
-    for path, shards in walk.shards.items():
-        mine["s"][path] = list(walk.tensors[path].shape)
-    for path in walk.per_rank_tensors:
+    for path in list(walk.shards) + list(walk.per_rank_tensors):
         mine["s"][path] = list(walk.tensors[path].shape)
     if check_replicas:
-        for path, t in walk.tensors.items():
-            if path not in walk.per_rank_tensors and path not in walk.explicit:
-                mine["f"][path] = fingerprint(t)
+        paths = [p for p in walk.tensors if p not in walk.per_rank_tensors and p not in walk.explicit]
+        mine["f"] = dict(zip(paths, fingerprints([walk.tensors[p] for p in paths])))
     return _json.dumps(mine).encode()
 
 
-def resolve(comm, mesh, walk, mine, check_replicas):
-    """Collective (one allgather of every rank's local_facts). The layouts of the walk's
-    tensors from their placements, and the per-rank plain values of every rank. Returns
+def resolve(size, mesh, walk, gathered, check_replicas):
+    """Local, from every rank's local_facts (`gathered`, in rank order). The layouts of the
+    walk's tensors from their placements, and the per-rank plain values of every rank. Returns
     (layouts, per_rank_values) with layouts: path -> TensorLayout for split and per-rank
     tensors (the others replicated), per_rank_values: path -> [typed JSON of rank 0, 1, ...].
     With check_replicas, ranks that hold the same block of a tensor must hold the same bytes
     (MismatchError naming the tensor and two ranks). Raises TypeError for a placement that does
-    not fit its tensor. What follows the allgather depends on gathered facts only: every rank
-    raises alike."""
-    everyone = [_json.loads(b) for b in comm._native._allgather(mine)]
+    not fit its tensor. It depends on gathered facts only: every rank raises alike."""
+    everyone = [_json.loads(b) for b in gathered]
     layouts = {}
     for path, shards in walk.shards.items():
         layouts[path] = _sharded_layout(path, [e["s"][path] for e in everyone], shards, mesh)
@@ -162,8 +157,8 @@ def resolve(comm, mesh, walk, mine, check_replicas):
             r = next(r for r, s in enumerate(shapes) if s != shapes[0])
             raise TypeError(f"distckpt.torch: per-rank tensor '{path}' has shape {shapes[0]} on rank 0 and "
                             f"{shapes[r]} on rank {r}: per-rank tensors need one shape")
-        boxes = [[([r] + [0] * len(shapes[0]), [1] + shapes[0])] for r in range(comm.size)]
-        layouts[path] = _dc.TensorLayout.from_boxes([comm.size] + shapes[0], boxes)
+        boxes = [[([r] + [0] * len(shapes[0]), [1] + shapes[0])] for r in range(size)]
+        layouts[path] = _dc.TensorLayout.from_boxes([size] + shapes[0], boxes)
     if check_replicas:
         _check_replicas(walk, everyone, mesh)
     per_rank_values = {path: [e["v"][path] for e in everyone] for path in walk.per_rank_values}

@@ -45,14 +45,30 @@ class Stored:
     "param_groups": [...]}; stored_name: name -> stored name; unusable: names of per-rank
     entries saved at another world size (missing)."""
 
-    def __init__(self, stored, world_size, rank, rename, prefix_map):
+    def __init__(self, stored, world_size, rank, rename, prefix_map, mesh=None):
+        try:
+            self._read(stored, world_size, rank, rename, prefix_map, mesh)
+        except _dc.DistckptError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+            raise _dc.CorruptionError(f"distckpt.torch: the stored state tree is damaged ({type(e).__name__}: "
+                                      f"{e})") from None
+
+    def _read(self, stored, world_size, rank, rename, prefix_map, mesh):
         self.tensors, self.values, self.optimizers, self.stored_name = {}, {}, {}, {}
         self.unusable = set()
-        same_world = stored.get("world_size", world_size) == world_size
+        # Per-rank entries come back to the rank of the same number on the same mesh only: at
+        # another world size, or on another mesh of it, rank r plays another part.
+        saved_mesh = stored.get("mesh")
+        same_world = stored.get("world_size", world_size) == world_size and (
+            saved_mesh is None or mesh is None or saved_mesh == mesh.describe())
         to_name = lambda p: _dc.map_name(p, rename, prefix_map)  # noqa: E731
 
         def emit(kind, path, node, name=None):
             name = name if name is not None else to_name(path)
+            if name in self.stored_name:
+                raise _dc.MismatchError(f"distckpt.torch.load: stored entries '{self.stored_name[name]}' and "
+                                        f"'{path}' both map to '{name}' (rename, prefix_map)")
             self.stored_name[name] = path
             if kind == "tensor":
                 if node.get("per_rank") and not same_world:
@@ -69,6 +85,8 @@ class Stored:
             else:
                 self._optimizer(name, path, node, emit, to_name)
         leaves(stored["tree"], "", emit)
+        for value in self.values.values():  # every stored value decodes, before anything changes
+            decode_value(value)
 
     def _optimizer(self, name, path, node, emit, to_name):
         state = {}
@@ -119,6 +137,22 @@ def fresh_optimizer_entries(walk, stored):
     return fresh
 
 
+def plan(walk, stored, strict, where):
+    """The load's plan, local: (missing, unexpected, the optimizers' fresh entries). With
+    strict, a missing or unexpected entry is a MismatchError naming both lists."""
+    fresh = fresh_optimizer_entries(walk, stored)
+    target_tensors = set(walk.tensors) | fresh["tensors"]
+    target_values = set(value_paths(walk.tree)) | fresh["values"]
+    missing = (target_tensors - set(stored.tensors)) | (target_values - set(stored.values))
+    missing |= (target_tensors | target_values) & stored.unusable
+    unexpected = {stored.stored_name[t] for t in (set(stored.tensors) - target_tensors)}
+    unexpected |= {stored.stored_name[v] for v in (set(stored.values) - target_values)}
+    if strict and (missing or unexpected):
+        raise _dc.MismatchError(f"{where} does not match the state: missing {sorted(missing)}, "
+                                f"unexpected {sorted(unexpected)}")
+    return missing, unexpected, fresh
+
+
 def prepare_optimizers(walk, params_of):
     """Makes the state of each optimizer in `params_of` (path -> parameters): one step at
     learning rate 0 with zero gradients for those parameters only (no parameter moves: weight
@@ -149,8 +183,35 @@ def prepare_optimizers(walk, params_of):
 
 def restore(state, walk, stored):
     """Writes the stored plain values into the state (whose walk is `walk`); its tensors are
-    loaded already. Objects whose state_dict() is a copy get theirs through load_state_dict."""
+    loaded already. Objects whose state_dict() is a copy get theirs through load_state_dict.
+    Dicts and lists of plain values are updated in place (a loop's own reference to its data
+    loader's position sees the loaded one)."""
+    if "$value" in walk.tree or "$per_rank" in walk.tree:  # the state is one plain container
+        if "" in stored.values:
+            _update_in_place(state, decode_value(stored.values[""]))
+        return
     _restore_node(state, "", walk.tree, walk, stored)
+
+
+def _update_in_place(old, new):
+    """Whether `old` (a dict or list) took `new`'s contents in place, its own dicts and lists
+    among them at any depth."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, v in new.items():
+            if k not in old or not _update_in_place(old[k], v):
+                old[k] = v
+        return True
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            old[:] = new
+            return True
+        for i, v in enumerate(new):
+            if not _update_in_place(old[i], v):
+                old[i] = v
+        return True
+    return False
 
 
 def _restore_node(node, path, target, walk, stored):
@@ -189,7 +250,9 @@ def _restore_container(node, path, target, walk, stored):
         p = join(path, str(key))
         if "$value" in child or "$per_rank" in child:
             if p in stored.values and isinstance(node, (dict, list)):
-                node[key] = decode_value(stored.values[p])
+                value = decode_value(stored.values[p])
+                if not _update_in_place(node[key], value):
+                    node[key] = value
         elif "$tensor" not in child:
             _restore_node(node[key], p, child, walk, stored)
 

@@ -85,7 +85,7 @@ def decode_value(obj):
                 raise _dc.CorruptionError(f"distckpt.torch: '{body}' is not a stored float")
             return float(body)
         if tag == "$bytes":
-            return _base64.b64decode(body)
+            return _base64.b64decode(body, validate=True)
         if tag == "$dtype":
             import torch
             dtype = getattr(torch, str(body).split(".", 1)[-1], None)
@@ -94,7 +94,10 @@ def decode_value(obj):
             return dtype
         if tag == "$device":
             import torch
-            return torch.device(body)
+            try:
+                return torch.device(body)
+            except (RuntimeError, TypeError):
+                raise _dc.CorruptionError(f"distckpt.torch: '{body}' is not a torch device") from None
         if tag.startswith("$"):
             raise _dc.CorruptionError(f"distckpt.torch: unknown typed value '{tag}' (a newer writer?)")
     return {k: decode_value(v) for k, v in obj.items()}

@@ -66,6 +66,11 @@ class Walk:
         for path, node in self._per_rank_nodes.items():
             node["$per_rank"] = per_rank_values[path]
 
+    def _holds_per_rank_root(self, path):
+        """Whether a PerRank placement names a path strictly inside `path` (a container of plain
+        values is then walked into, not stored as one value)."""
+        return any(root.startswith(path + ".") if path else bool(root) for root in self._per_rank_roots)
+
     def _is_per_rank(self, path):
         return any(path == root or path.startswith(root + ".") for root in self._per_rank_roots)
 
@@ -98,7 +103,8 @@ class Walk:
                 sd = _without_rebuilt_callables(sd)
             self.objects[path] = sd
             return {"$object": type(node).__name__, "state": self._node(sd, path)}
-        if isinstance(node, (dict, list, tuple)) and is_plain(node) or not isinstance(node, (dict, list, tuple)):
+        container = isinstance(node, (dict, list, tuple))
+        if container and is_plain(node) and not self._holds_per_rank_root(path) or not container:
             if callable(node) and not isinstance(node, (dict, list, tuple)):
                 raise TypeError(f"distckpt.torch: '{path}' is a callable ({type(node).__name__}): only tensors, "
                                 f"objects with state_dict(), containers and plain values are saved")

@@ -46,8 +46,8 @@ std::string per_rank_file_name(int rank, const std::string& name);
 uint32_t index_version(const proto::Index& index);
 
 // Frame: "DCKPTIDX" | u32 version | u32 crc32c(payload) | u64 payload length | payload.
-// Version 2 when the index is encrypted, 3 when it references another checkpoint's
-// files, 1 otherwise.
+// The version is index_version(index): 4 with a distckpt.torch state tree, else 3 when it
+// references another checkpoint's files, else 2 when encrypted, else 1.
 std::string frame_index(const proto::Index& index);
 // The same frame around payload bytes as they are (fuzzing, tests of hostile payloads).
 std::string frame_payload(const std::string& payload, uint32_t version = kIndexFormatVersion);

@@ -1,0 +1,105 @@
+"""distckpt.torch at its edges under mpirun (1, 2 and 4 ranks): damaged state trees, names
+that collide after a rename, plain values updated in place, per-rank values on another mesh,
+a check that fails on one rank only, and the replicas' check turned off."""
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import distckpt  # noqa: E402
+import distckpt.torch as dt  # noqa: E402
+
+
+def saved_tree(shared_dir, name):
+    with distckpt.open(os.path.join(shared_dir, name)) as r:
+        return json.loads(r.info.info[dt.STATE_KEY])
+
+
+@pytest.mark.parametrize("damage", [
+    lambda t: t["tree"]["$dict"][0][1].pop("state"),                      # an object without its state
+    lambda t: t["tree"]["$dict"][1].__setitem__(1, {"$list": 5}),         # a list that is not one
+    lambda t: t["tree"]["$dict"][1].__setitem__(1, {"$value": {"$bytes": "!!"}}),  # bytes that are not base64
+    lambda t: t["tree"]["$dict"][1].__setitem__(1, {"$value": {"$device": "moon:9"}}),
+    lambda t: t.__setitem__("version", True),
+])
+def test_a_damaged_state_tree_is_a_corruption_error(comm, shared_dir, damage):
+    torch.manual_seed(0)
+    state = {"model": torch.nn.Linear(2, 2), "pos": 3}
+    dt.save(comm, state, shared_dir, name="good")
+    tree = saved_tree(shared_dir, "good")
+    damage(tree)
+    # The damaged tree, saved as the info of an otherwise good checkpoint.
+    sd = distckpt.StateDict(comm, {"model.weight": state["model"].weight.detach(),
+                                   "model.bias": state["model"].bias.detach()})
+    sd.set_info(dt.STATE_KEY, json.dumps(tree))
+    distckpt.save(comm, sd, shared_dir, "bad")
+    before = state["model"].weight.detach().clone()
+    with pytest.raises(distckpt.CorruptionError):
+        dt.load(comm, state, os.path.join(shared_dir, "bad"))
+    assert torch.equal(state["model"].weight, before) and state["pos"] == 3
+
+
+def test_names_that_collide_after_a_rename_are_refused(comm, shared_dir):
+    dt.save(comm, {"a": {"w": torch.ones(2)}, "b": {"w": torch.zeros(2)}}, shared_dir, name="two")
+    with pytest.raises(distckpt.MismatchError, match="both map to 'b.w'"):
+        dt.load(comm, {"b": {"w": torch.zeros(2)}}, os.path.join(shared_dir, "two"), rename={"a.w": "b.w"})
+
+
+def test_plain_values_come_back_in_place(comm, shared_dir):
+    loader = {"epoch": 2, "position": 17, "order": [3, 1, 2]}
+    dt.save(comm, {"loader": loader, "w": torch.ones(2)}, shared_dir, name="values")
+    dt.save(comm, {"epoch": 4, "seen": [1, 2]}, shared_dir, name="plain")  # nothing but plain values
+    mine = {"epoch": 0, "position": 0, "order": []}
+    order = mine["order"]
+    dt.load(comm, {"loader": mine, "w": torch.zeros(2)}, os.path.join(shared_dir, "values"))
+    assert mine == loader and order is mine["order"]  # the loop's own references see the loaded values
+    plain = {"epoch": 0, "seen": []}
+    dt.load(comm, plain, os.path.join(shared_dir, "plain"))
+    assert plain == {"epoch": 4, "seen": [1, 2]}
+
+
+def test_per_rank_values_on_another_mesh_are_missing(comm, shared_dir):
+    if comm.size < 2:
+        pytest.skip("two meshes of one world need 2 ranks or more")
+    saved_mesh = dt.Mesh(comm, dp=comm.size, tp=1)
+    other_mesh = dt.Mesh(comm, dp=1, tp=comm.size)
+    state = {"rng": {"pos": comm.rank}, "step": 3}
+    dt.save(comm, state, shared_dir, name="pr", mesh=saved_mesh, placements={"rng": dt.PerRank()})
+    target = {"rng": {"pos": -1}, "step": 0}
+    with pytest.raises(distckpt.MismatchError, match="rng"):
+        dt.load(comm, target, os.path.join(shared_dir, "pr"), mesh=other_mesh, placements={"rng": dt.PerRank()})
+    r = dt.load(comm, target, os.path.join(shared_dir, "pr"), strict=False, mesh=other_mesh,
+                placements={"rng": dt.PerRank()})
+    assert r.missing_keys == ["rng"] and target == {"rng": {"pos": -1}, "step": 3}
+    same = {"rng": {"pos": -1}, "step": 0}
+    dt.load(comm, same, os.path.join(shared_dir, "pr"), mesh=saved_mesh, placements={"rng": dt.PerRank()})
+    assert same == {"rng": {"pos": comm.rank}, "step": 3}
+
+
+def test_a_check_that_fails_on_one_rank_fails_every_rank(comm, shared_dir):
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    bad = comm.rank == comm.size - 1
+    size = "x" if bad else [2, 3]
+    if bad:
+        with pytest.raises(TypeError):
+            distckpt.TensorLayout.from_local_box(comm, [2 * comm.size, 3], [2 * comm.rank, 0], size)
+    else:
+        with pytest.raises(distckpt.DistckptError, match=f"rank {comm.size - 1}"):
+            distckpt.TensorLayout.from_local_box(comm, [2 * comm.size, 3], [2 * comm.rank, 0], size)
+    # A state that cannot be walked on one rank: the manager is not made on any.
+    state = {"w": torch.zeros(2), "f": (lambda: 0) if bad else 0}
+    with pytest.raises(TypeError if bad else distckpt.DistckptError):
+        dt.CheckpointManager(comm, state, directory=shared_dir)
+
+
+def test_replicas_may_drift_when_the_check_is_off(comm, shared_dir):
+    state = {"bn_mean": torch.full((3,), float(comm.rank))}
+    if comm.size > 1:
+        with pytest.raises(distckpt.MismatchError, match="bn_mean"):
+            dt.save(comm, state, shared_dir, name="drift")
+    saved = dt.save(comm, state, shared_dir, name="drift", check_replicas=False)
+    with distckpt.open(saved.path) as r:
+        assert torch.equal(r.to_torch("bn_mean"), torch.zeros(3))  # rank 0's
