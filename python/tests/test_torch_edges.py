@@ -103,3 +103,41 @@ def test_replicas_may_drift_when_the_check_is_off(comm, shared_dir):
     saved = dt.save(comm, state, shared_dir, name="drift", check_replicas=False)
     with distckpt.open(saved.path) as r:
         assert torch.equal(r.to_torch("bn_mean"), torch.zeros(3))  # rank 0's
+
+
+@pytest.mark.parametrize("fmt", ["native", "ckpt", "safetensors", "hdf5"])
+def test_every_format_carries_the_tree(comm, shared_dir, fmt):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    saved = dt.save(comm, {"model": model, "optim": opt, "meta": {"t": (1, 2), 3: "x"}}, shared_dir,
+                    name=f"f-{fmt}", format=fmt)
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.5)
+    target = {"model": fresh, "optim": fresh_opt, "meta": {}}
+    dt.load(comm, target, saved.path)
+    assert torch.equal(fresh.weight, model.weight) and fresh_opt.param_groups[0]["lr"] == 0.1
+    assert target["meta"] == {"t": (1, 2), 3: "x"}
+    assert torch.equal(fresh_opt.state[fresh.weight]["exp_avg"], opt.state[model.weight]["exp_avg"])
+
+
+def test_optimizer_state_takes_its_parameters_placement(comm, shared_dir):
+    tp = 2 if comm.size % 2 == 0 else 1
+    mesh = dt.Mesh(comm, dp=comm.size // tp, tp=tp)
+    index = mesh.coordinate(comm.rank)["tp"]
+    full = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    layer = torch.nn.Linear(3, 4 // tp, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.chunk(full, tp)[index])
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer.weight.grad = torch.ones_like(layer.weight) * (index + 1)
+    opt.step()
+    placements = {"model.weight": dt.Shard(0, "tp")}
+    saved = dt.save(comm, {"model": layer, "optim": opt}, shared_dir, step=1, mesh=mesh, placements=placements)
+    with distckpt.open(saved.path) as r:
+        momentum = r.to_torch("optim.state.model.weight.momentum_buffer")
+    assert list(momentum.shape) == [4, 3]  # the whole, from every tp rank's part
+    want = torch.cat([torch.full((4 // tp, 3), float(i + 1)) for i in range(tp)])
+    assert torch.equal(momentum, want)

@@ -165,7 +165,22 @@ def resolve(size, mesh, walk, gathered, check_replicas):
     return layouts, per_rank_values
 
 
+# (local shapes, shards, mesh axes) -> layout: a model repeats a few shapes many times, and a
+# layout is immutable. Bounded: a state's distinct shapes are few.
+_SHARDED = {}
+
+
 def _sharded_layout(path, shapes, shards, mesh):
+    key = (tuple(map(tuple, shapes)), tuple(shards), tuple(mesh.axes.items()) if mesh is not None else None)
+    layout = _SHARDED.get(key)
+    if layout is None:
+        layout = _new_sharded_layout(path, shapes, shards, mesh)
+        if len(_SHARDED) < 4096:
+            _SHARDED[key] = layout
+    return layout
+
+
+def _new_sharded_layout(path, shapes, shards, mesh):
     if mesh is None:
         raise TypeError(f"distckpt.torch: '{path}' is placed with Shard: give mesh=Mesh(comm, ...)")
     ndim = len(shapes[0])
