@@ -247,6 +247,7 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--verify", action="store_true", help="check every loaded element (outside the timing)")
     p.add_argument("--torch", action="store_true", help="save and load a module and AdamW through distckpt.torch")
+    p.add_argument("--json", action="store_true", help="end with one JSON line: every run's times, medians, ratios")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -278,6 +279,11 @@ def main():
     print(f"py_bench: {what}, {a.size} at DP{a.dp} x TP{a.tp} in {a.dir}, medians of {a.runs}:")
     for k, (p_s, c_s) in med.items():
         print(f"  {k[:-2]}: python {p_s:.3f} s, C++ {c_s:.3f} s, ratio {p_s / c_s:.3f}")
+    if a.json:
+        print(json.dumps({"layer": "torch" if a.torch else "numpy", "size": a.size, "dp": a.dp, "tp": a.tp,
+                          "dir": a.dir, "runs": a.runs, "python": py, "cpp": cc,
+                          "median_s": {k: {"python": v[0], "cpp": v[1]} for k, v in med.items()},
+                          "ratio": {k[:-2]: v[0] / v[1] for k, v in med.items()}}), flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,20 @@ run() {
 }
 selected=("$@")
 
+# pyrun NAME ARGS...: one bench/py_bench.py run (the Python layer against ckpt_bench, alternating),
+# its JSON line into OUT/NAME.json.
+pyrun() {
+  local name=$1
+  shift
+  if [ "${#selected[@]}" -gt 0 ] && [[ " ${selected[*]} " != *" $name "* ]]; then return 0; fi
+  rm -rf "$shm"
+  echo "== $name: py_bench.py $*" >&2
+  /usr/bin/python3 "$(dirname "$0")/py_bench.py" --build "$build" --dir "$shm" --json "$@" | grep "^{" | tail -n 1 \
+    >"$out/$name.json.tmp"
+  mv "$out/$name.json.tmp" "$out/$name.json"
+  rm -rf "$shm"
+}
+
 # The storage's limit (fio in the same run, the other ranks asleep).
 run limit-shm-dp2tp2 4 --size 1G --dp 2 --tp 2 --dir "$shm" --compare-limit --repeat 5
 run limit-shm-dp2tp1 2 --size 1G --dp 2 --tp 1 --dir "$shm" --compare-limit --repeat 5
@@ -59,3 +73,7 @@ run dd-disk-integrated 4 --size 1G --dp 2 --tp 2 --dir "$disk" --compare-dd --re
 run tier-dp1tp2 2 --size 256M --dp 1 --tp 2 --dir "$disk" --local-dir "$shm/local" --drain --compare-dd --repeat 5
 run tier-dp2tp2-async 4 --size 256M --dp 2 --tp 2 --dir "$disk" --local-dir "$shm/local" --drain --compare-dd \
   --repeat 5 --async
+
+# The Python layers against C++ on the same bytes (DP2 x TP2, /dev/shm, 5 alternating runs).
+pyrun py-torch-1g --torch --size 1G --runs 5
+pyrun py-numpy-1g --size 1G --runs 5

@@ -134,8 +134,12 @@ def local_facts(walk, check_replicas):
     for path in list(walk.shards) + list(walk.per_rank_tensors):
         mine["s"][path] = list(walk.tensors[path].shape)
     if check_replicas:
+        # By the mesh axes a tensor is split over ("" for none): ranks that agree on those
+        # coordinates hold the same blocks, and compare one dict.
         paths = [p for p in walk.tensors if p not in walk.per_rank_tensors and p not in walk.explicit]
-        mine["f"] = dict(zip(paths, fingerprints([walk.tensors[p] for p in paths])))
+        for path, fp in zip(paths, fingerprints([walk.tensors[p] for p in paths])):
+            axes = ",".join(axis for _, axis in walk.shards.get(path, []))
+            mine["f"].setdefault(axes, {})[path] = fp
     return _json.dumps(mine).encode()
 
 
@@ -213,13 +217,15 @@ def _new_sharded_layout(path, shapes, shards, mesh):
 
 def _check_replicas(walk, everyone, mesh):
     coords = [mesh.coordinate(r) for r in range(len(everyone))] if mesh is not None else []
-    for path in everyone[0]["f"]:
-        shard_axes = [axis for _, axis in walk.shards.get(path, [])]
+    for axes in everyone[0]["f"]:
+        shard_axes = axes.split(",") if axes else []
         groups = {}
         for r, e in enumerate(everyone):
-            key = tuple(coords[r][a] for a in shard_axes)
-            first = groups.setdefault(key, r)
-            if e["f"].get(path) != everyone[first]["f"].get(path):
-                raise _dc.MismatchError(
-                    f"distckpt.torch.save: tensor '{path}' differs between ranks {first} and {r}, which hold the "
-                    f"same block of it: declare its placement (Shard, PerRank), or make the replicas equal")
+            first = groups.setdefault(tuple(coords[r][a] for a in shard_axes), r)
+            theirs, ours = e["f"].get(axes, {}), everyone[first]["f"].get(axes, {})
+            if theirs == ours:  # the common case, compared in one go
+                continue
+            path = next(p for p in sorted(set(theirs) | set(ours)) if theirs.get(p) != ours.get(p))
+            raise _dc.MismatchError(
+                f"distckpt.torch.save: tensor '{path}' differs between ranks {first} and {r}, which hold the "
+                f"same block of it: declare its placement (Shard, PerRank), or make the replicas equal")

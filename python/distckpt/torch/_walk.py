@@ -77,8 +77,12 @@ class Walk:
     def _find_modules(self, node, path):
         torch = _torch()
         if isinstance(node, torch.nn.Module):
-            for name, p in node.named_parameters():
-                self.params.setdefault(id(p), join(path, name))
+            # named_parameters() hashes every parameter (a Python-level Tensor.__hash__); the
+            # modules' own tables give the same names, shared parameters under their first.
+            for prefix, module in node.named_modules():
+                for name, p in module._parameters.items():
+                    if p is not None:
+                        self.params.setdefault(id(p), join(path, f"{prefix}.{name}" if prefix else name))
         elif isinstance(node, dict):
             for k, v in node.items():
                 self._find_modules(v, join(path, str(k)))
