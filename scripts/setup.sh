@@ -19,6 +19,7 @@ packages=(
   python3-dev pybind11-dev python3-pybind11  # the Python package (python/): headers, pybind11
   python3-mpi4py python3-pytest       # the Python package's tests: mpi4py communicators, pytest
   python3-torch                       # the Python package: torch tensors (tests, examples)
+  python3-pip python3-venv python3-setuptools python3-wheel  # pip install . (pyproject.toml, setup.py)
   procps                              # tests: pgrep finds the ranks a crash test kills
   fio                                 # bench: ckpt_bench --compare-limit measures the storage's limit
   util-linux e2fsprogs quota          # tests (realfs): setpriv, losetup, mkfs.ext4, setquota

@@ -22,6 +22,21 @@ class _Closing:
         self.close()
 
 
+def _refuse_a_world_of_one():
+    import os
+    try:
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        launched = 1
+    mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    if launched > 1 and not mpi:
+        raise _distckpt.DistckptError(
+            f"Comm.world: this process was started by a torch.distributed launcher (WORLD_SIZE="
+            f"{os.environ['WORLD_SIZE']}) without MPI, so MPI would make it a world of one rank, racing "
+            f"the others on the same checkpoints. Launch the job with mpirun or srun (MPI); "
+            f"communicators over torch.distributed are not supported yet.")
+
+
 class Comm(_Closing):
     """A communicator for distckpt's collectives (a duplicate of an MPI communicator)."""
 
@@ -31,7 +46,13 @@ class Comm(_Closing):
 
     @classmethod
     def world(cls):
-        """MPI_COMM_WORLD; initialises MPI (MPI_THREAD_MULTIPLE) if no one did. Collective."""
+        """MPI_COMM_WORLD; initialises MPI (MPI_THREAD_MULTIPLE) if no one did. Collective.
+
+        Refuses (DistckptError) a process that a torch.distributed launcher started
+        (torchrun, torch.multiprocessing: WORLD_SIZE > 1) without an MPI launcher (no
+        OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK): MPI would make each such process a world
+        of its own, and the processes would race on the same checkpoint names."""
+        _refuse_a_world_of_one()
         return cls(_distckpt.Comm._world())
 
     @classmethod

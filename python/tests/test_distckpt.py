@@ -562,3 +562,14 @@ def test_load_refuses_unexpected_tensors_unless_allowed_and_maps_names(comm, sha
     assert isinstance(listed[0], distckpt.CheckpointEntry) and listed[0].name == "c"
     with pytest.raises(TypeError, match="prefix_map must map str to str"):
         distckpt.load(comm, target, saved.path, prefix_map={"net.": 1})
+
+
+def test_comm_world_refuses_a_process_a_torch_launcher_started_without_mpi(comm):
+    if comm.rank != 0:
+        return
+    # What torchrun sets, without what mpirun and srun set: each process would be a world of one.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env.update(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    out = subprocess.run([sys.executable, "-c", "import distckpt; distckpt.Comm.world()"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "torch.distributed launcher" in out.stderr and "mpirun" in out.stderr, out.stderr
