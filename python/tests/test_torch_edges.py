@@ -141,3 +141,28 @@ def test_optimizer_state_takes_its_parameters_placement(comm, shared_dir):
     assert list(momentum.shape) == [4, 3]  # the whole, from every tp rank's part
     want = torch.cat([torch.full((4 // tp, 3), float(i + 1)) for i in range(tp)])
     assert torch.equal(momentum, want)
+
+
+def test_plain_values_that_differ_across_ranks_are_refused_unless_per_rank(comm, shared_dir):
+    if comm.size < 2:
+        pytest.skip("needs 2 ranks")
+    with pytest.raises(distckpt.MismatchError, match=r"plain value 'pos' differs between ranks 0 and 1.*PerRank"):
+        dt.save(comm, {"pos": comm.rank, "w": torch.ones(2)}, shared_dir, name="pos")
+    with pytest.raises(TypeError, match=r"'tags': a set is not a plain value"):  # a top-level path, no dot
+        dt.save(comm, {"tags": {1}}, shared_dir, name="tags")
+    dt.save(comm, {"pos": comm.rank, "w": torch.ones(2)}, shared_dir, name="pos", placements={"pos": dt.PerRank()})
+
+
+def test_stored_values_reads_the_plain_values_without_mpi(comm, shared_dir):
+    model = torch.nn.Linear(2, 2)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+    opt = torch.optim.SGD(model.parameters(), lr=0.25)
+    saved = dt.save(comm, {"model": model, "optim": opt, "meta": {"t": (1, 2)}, "pos": comm.rank}, shared_dir,
+                    name="values", placements={"pos": dt.PerRank()})
+    values = dt.stored_values(saved.path)
+    assert values["meta"] == {"t": (1, 2)} and values["pos"] == list(range(comm.size))
+    assert values["optim.param_groups"][0]["lr"] == 0.25
+    assert values["optim.param_groups"][0]["params"] == ["model.weight", "model.bias"]

@@ -27,10 +27,10 @@ does, Replicate() (the default) is checked to be equal on every rank that holds 
 keeps each rank's own tensor or plain value. Plain values are stored as typed JSON
 (`encode_value`), never pickled: a tuple comes back a tuple, an int key an int key.
 """
-from ._io import STATE_KEY, LoadResult, load, save
+from ._io import STATE_KEY, LoadResult, load, save, stored_values
 from ._manager import CheckpointManager
 from ._mesh import Mesh, PerRank, Replicate, Shard
 from ._values import ENCODING_VERSION, decode_value, encode_value
 
-__all__ = ["save", "load", "LoadResult", "CheckpointManager", "Mesh", "Shard", "Replicate", "PerRank",
+__all__ = ["save", "load", "stored_values", "LoadResult", "CheckpointManager", "Mesh", "Shard", "Replicate", "PerRank",
            "encode_value", "decode_value", "STATE_KEY", "ENCODING_VERSION"]

@@ -9,7 +9,7 @@ from distckpt._args import _agreed_outcome, _exchanged, _name_map_arg, _path_arg
 
 from . import _restore
 from ._mesh import local_facts, resolve
-from ._values import ENCODING_VERSION
+from ._values import ENCODING_VERSION, decode_value
 from ._walk import Walk
 
 # The info value that holds the tree (typed JSON, see encode_value).
@@ -223,3 +223,30 @@ def _stored_tree(info, path):
         raise _dc.MismatchError(f"distckpt.torch.load: {path} holds the state in encoding version "
                                 f"{stored['version']}; this distckpt reads up to {ENCODING_VERSION}")
     return stored
+
+
+def stored_values(path, key=None):
+    """Local, no MPI. The plain values a distckpt.torch checkpoint holds, by path, decoded
+    (`optim.param_groups`, `sched.last_epoch`, ...); a per-rank value as a list, rank 0's
+    first. `path`: a checkpoint, or a root (its newest). CorruptionError for a damaged tree,
+    MismatchError for a checkpoint distckpt.torch did not save."""
+    with _dc.open(path, key=key) as reader:
+        tree = _stored_tree(reader.info.info, path)
+    out = {}
+
+    def emit(kind, where, node):
+        if kind == "value":
+            out[where] = decode_value(node["$value"])
+        elif kind == "per_rank":
+            out[where] = [decode_value(v) for v in node["$per_rank"]]
+        elif kind == "optimizer":
+            out[f"{where}.param_groups"] = [{k: decode_value(v) for k, v in g.items()} for g in node["param_groups"]]
+            for pname, entries in node["state"].items():
+                for k, v in entries.items():
+                    if "$value" in v:
+                        out[f"{where}.state.{pname}.{k}"] = decode_value(v["$value"])
+    try:
+        _restore.leaves(tree["tree"], "", emit)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+        raise _dc.CorruptionError(f"distckpt.torch: the stored state tree of {path} is damaged ({e})") from None
+    return out

@@ -11,6 +11,7 @@ as torch.chunk does (chunks of ceil(n / k), the last ones shorter or empty), so 
 tensors of torch's own sharding fit as they are. PerRank() keeps each rank's own value.
 """
 import json as _json
+import zlib as _zlib
 from dataclasses import dataclass
 
 import distckpt as _dc
@@ -140,6 +141,8 @@ def local_facts(walk, check_replicas):
         for path, fp in zip(paths, fingerprints([walk.tensors[p] for p in paths])):
             axes = ",".join(axis for _, axis in walk.shards.get(path, []))
             mine["f"].setdefault(axes, {})[path] = fp
+        # Plain values are rank 0's unless per rank: every rank must hold the same.
+        mine["p"] = {path: _zlib.crc32(_json.dumps(v, sort_keys=True).encode()) for path, v in walk.values.items()}
     return _json.dumps(mine).encode()
 
 
@@ -216,6 +219,14 @@ def _new_sharded_layout(path, shapes, shards, mesh):
 
 
 def _check_replicas(walk, everyone, mesh):
+    for r, e in enumerate(everyone):
+        if e.get("p") != everyone[0].get("p"):
+            theirs, ours = e.get("p", {}), everyone[0].get("p", {})
+            path = next(p for p in sorted(set(theirs) | set(ours)) if theirs.get(p) != ours.get(p))
+            raise _dc.MismatchError(
+                f"distckpt.torch: the plain value '{path}' differs between ranks 0 and {r}: the checkpoint keeps "
+                f"one value for every rank. Place it PerRank() (a data loader's position, an RNG state), or make "
+                f"it equal")
     coords = [mesh.coordinate(r) for r in range(len(everyone))] if mesh is not None else []
     for axes in everyone[0]["f"]:
         shard_axes = axes.split(",") if axes else []
@@ -227,5 +238,5 @@ def _check_replicas(walk, everyone, mesh):
                 continue
             path = next(p for p in sorted(set(theirs) | set(ours)) if theirs.get(p) != ours.get(p))
             raise _dc.MismatchError(
-                f"distckpt.torch.save: tensor '{path}' differs between ranks {first} and {r}, which hold the "
+                f"distckpt.torch: tensor '{path}' differs between ranks {first} and {r}, which hold the "
                 f"same block of it: declare its placement (Shard, PerRank), or make the replicas equal")

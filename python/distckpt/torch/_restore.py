@@ -148,8 +148,11 @@ def plan(walk, stored, strict, where):
     unexpected = {stored.stored_name[t] for t in (set(stored.tensors) - target_tensors)}
     unexpected |= {stored.stored_name[v] for v in (set(stored.values) - target_values)}
     if strict and (missing or unexpected):
+        per_rank = sorted(missing & stored.unusable)
+        hint = (f" ({per_rank} are per rank, saved on another world size or mesh: load with strict=False to "
+                f"leave them out)" if per_rank else "")
         raise _dc.MismatchError(f"{where} does not match the state: missing {sorted(missing)}, "
-                                f"unexpected {sorted(unexpected)}")
+                                f"unexpected {sorted(unexpected)}{hint}")
     return missing, unexpected, fresh
 
 

@@ -55,9 +55,10 @@ def encode_value(value, where="value"):
     if isinstance(value, list):
         return [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
+        at = (lambda k: f"{where}.{k}") if where else str  # a top-level key is its own path
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
-            return {k: encode_value(v, f"{where}.{k}") for k, v in value.items()}
-        return {"$dict": [[encode_value(k, f"{where} key"), encode_value(v, f"{where}.{k}")]
+            return {k: encode_value(v, at(k)) for k, v in value.items()}
+        return {"$dict": [[encode_value(k, f"{where} key"), encode_value(v, at(k))]
                           for k, v in value.items()]}
     if torch is not None and isinstance(value, torch.dtype):
         return {"$dtype": str(value)}

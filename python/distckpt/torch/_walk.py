@@ -39,6 +39,7 @@ class Walk:
     def __init__(self, state, placements=None, layouts=None):
         self.tensors, self.shards, self.explicit = {}, {}, {}
         self.per_rank_tensors, self.per_rank_values, self._per_rank_nodes = set(), {}, {}
+        self.values = {}  # path -> typed JSON of each plain value that is not per rank (rank 0's is kept)
         self.params, self.optimizers, self.objects = {}, {}, {}
         self.placements = dict(placements or {})
         self.layouts = dict(layouts or {})
@@ -125,6 +126,7 @@ class Walk:
     def _value(self, node, path):
         value = encode(node, path)
         if not self._is_per_rank(path):
+            self.values[path] = value
             return {"$value": value}
         self.per_rank_values[path] = value
         tree = {"$per_rank": None}  # every rank's, once gathered (fill_per_rank)
@@ -178,6 +180,7 @@ class Walk:
             g = {k: encode(v, f"{path}.param_groups.{i}.{k}") for k, v in group.items() if k != "params"}
             g["params"] = [names[index] for index in group["params"]]
             groups.append(g)
+        self.values[f"{path}.param_groups"] = groups
         return {"state": state, "param_groups": groups}
 
 
