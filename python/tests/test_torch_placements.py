@@ -190,3 +190,46 @@ def test_layout_picture(comm, tmp_path):
                     "--picture", str(svg)], check=True, capture_output=True)
     text = svg.read_text()
     assert text.startswith("<svg") and "rank 0,1" in text and "dev_mat[0]" in text
+
+
+def test_the_manager_saves_a_torch_state_in_the_background(comm, shared_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = {"model": model, "optim": opt}
+    saved_weights = {}
+    with dt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=2, async_save=True) as m:
+        for step in range(1, 5):
+            model(torch.ones(1, 3)).sum().backward()
+            opt.step()
+            out = m.step_end(step)
+            if out.saved:
+                saved_weights[out.path] = model.weight.detach().clone()
+            with torch.no_grad():
+                model.weight.add_(100.0)  # changed right after the call returned: the save has its copy
+        m.end(4)
+    assert len(saved_weights) == 2
+    for path, weight in saved_weights.items():
+        with distckpt.open(path) as r:
+            assert torch.equal(r.to_torch("model.weight"), weight)
+
+
+def test_an_exception_in_the_loop_is_saved_with_the_state_walked_again(comm, shared_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    state = {"model": model, "step": 0}
+    with dt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=10, exception_save=True) as m:
+        def loop():
+            for step in range(1, 4):
+                state["step"] = step
+                m.step_end(step)
+            model.weight.data = torch.full((2, 3), 7.0)  # new storage, after the last step_end
+            raise ValueError("the loss went to NaN")
+        with pytest.raises(ValueError, match="NaN"):
+            m.run(loop)
+    saved = [e.name for e in distckpt.list_checkpoints(shared_dir)]
+    exception = [n for n in os.listdir(shared_dir) if n.endswith("_exception")]
+    assert exception, (saved, os.listdir(shared_dir))
+    with distckpt.open(os.path.join(shared_dir, exception[0])) as r:
+        assert torch.equal(r.to_torch("model.weight"), torch.full((2, 3), 7.0))
+    assert dt.stored_values(os.path.join(shared_dir, exception[0]))["step"] == 3

@@ -106,3 +106,12 @@ class CheckpointManager(_dc.CheckpointManager):
             if raised is not None:
                 raise raised from None
             raise
+
+    def run(self, loop):
+        """As distckpt.CheckpointManager.run: with exception_save, an exception escaping loop()
+        is saved (the state walked again first), then raised again, unchanged."""
+        try:
+            super().run(loop)
+        finally:
+            self._raised = None
+            self._sd._native._reset()
