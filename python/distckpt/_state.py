@@ -28,11 +28,15 @@ def _torch_view(name, t, keep_storage=True):
     if t.layout != torch.strided:
         raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
     if t.device.type != "cpu":
-        raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed (call .cpu())")
+        # No "call .cpu()": that is a copy, and a load into a copy never reaches the tensor.
+        raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed yet (a copy "
+                        f"made for distckpt would be saved, but a load into it would not reach the tensor)")
     # Row-major and dense (torch's rule ignores the strides of dims of size 1): the bytes at
     # data_ptr() are the tensor.
     if not t.is_contiguous():
-        raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}; call .contiguous())")
+        raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}): only dense row-major "
+                        f"tensors are checkpointed yet (a .contiguous() copy would be saved, but a load into it "
+                        f"would not reach the tensor)")
     if t.dtype not in _TORCH_DTYPES:
         dtype = str(t.dtype).replace("torch.", "")
         _TORCH_DTYPES[t.dtype] = dtype if dtype in _NUMPY_DTYPES or dtype == "bfloat16" else None

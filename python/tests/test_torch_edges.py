@@ -166,3 +166,9 @@ def test_stored_values_reads_the_plain_values_without_mpi(comm, shared_dir):
     assert values["meta"] == {"t": (1, 2)} and values["pos"] == list(range(comm.size))
     assert values["optim.param_groups"][0]["lr"] == 0.25
     assert values["optim.param_groups"][0]["params"] == ["model.weight", "model.bias"]
+
+
+def test_a_strided_tensor_is_refused_without_advising_a_copy(comm, shared_dir):
+    state = {"t": torch.zeros(4, 3).t()}  # a transposed view
+    with pytest.raises(TypeError, match=r"'t' is not contiguous.*a load into it would not reach the tensor"):
+        dt.save(comm, state, shared_dir, name="strided")
