@@ -109,7 +109,14 @@ class StateDict:
 
     def _fill(self, world_size, tensors, layouts, dtypes, follow):
         """Adds `tensors`; `follow`: torch tensors given new storage are followed at the next
-        save or load (StateDict's rule) rather than walked again (distckpt.torch's)."""
+        save or load (StateDict's rule) rather than walked again (distckpt.torch's, whose
+        tensors go to the native side in one call)."""
+        if not follow and not dtypes and all(type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
+                                             for v in tensors.values()):
+            names = list(tensors)
+            self._native._add_torch(names, [tensors[n] for n in names],
+                                    [layouts[n]._native if n in layouts else None for n in names], world_size)
+            return
         for name, layout in layouts.items():
             if not isinstance(layout, TensorLayout):
                 raise TypeError(f"StateDict: layouts['{name}'] must be a distckpt.TensorLayout, "

@@ -6,6 +6,55 @@
 
 namespace distckpt::python {
 
+void PyStateDict::add_torch(const std::vector<std::string>& names, const py::list& tensors, const py::list& layouts,
+                            int world_size) {
+  if (tensors.size() != names.size() || layouts.size() != names.size())
+    type_error("StateDict: names, tensors and layouts differ in length");
+  static const py::object strided = py::module_::import("torch").attr("strided");
+  static std::map<PyObject*, std::string>* dtype_names = new std::map<PyObject*, std::string>;  // dtypes live forever
+  std::map<std::vector<int64_t>, TensorLayout> replicated;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    py::handle t = tensors[i];
+    if (!py::object(t.attr("layout")).is(strided))
+      type_error("tensor '" + name + "' is " + std::string(py::str(t.attr("layout"))) +
+                 ": only dense (strided) tensors are checkpointed");
+    const py::object device = t.attr("device");
+    if (device.attr("type").cast<std::string>() != "cpu")
+      type_error("tensor '" + name + "' is on " + std::string(py::str(device)) +
+                 ": only CPU tensors are checkpointed yet (a copy made for distckpt would be saved, but a load "
+                 "into it would not reach the tensor)");
+    if (!t.attr("is_contiguous")().cast<bool>())
+      type_error("tensor '" + name + "' is not contiguous (strides " + std::string(py::str(t.attr("stride")())) +
+                 "): only dense row-major tensors are checkpointed yet (a .contiguous() copy would be saved, but a "
+                 "load into it would not reach the tensor)");
+    const py::object dtype = t.attr("dtype");
+    auto known = dtype_names->find(dtype.ptr());
+    if (known == dtype_names->end()) {
+      std::string text = py::str(dtype);
+      if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+      if (!dtype_from_name(text)) text.clear();  // refused below, by name
+      known = dtype_names->emplace(dtype.inc_ref().ptr(), text).first;
+    }
+    if (known->second.empty()) type_error("tensor '" + name + "': dtype " + std::string(py::str(dtype)) + " is not supported");
+    std::vector<int64_t> shape;
+    for (py::handle extent : t.attr("shape")) shape.push_back(extent.cast<int64_t>());
+    const auto nbytes = t.attr("element_size")().cast<uint64_t>() * t.attr("numel")().cast<uint64_t>();
+    const auto address = t.attr("data_ptr")().cast<uintptr_t>();
+    const TensorLayout* layout = nullptr;
+    if (!layouts[i].is_none()) {
+      layout = &layouts[i].cast<const TensorLayout&>();
+    } else {
+      auto it = replicated.find(shape);
+      if (it == replicated.end())
+        it = replicated.emplace(shape, take(TensorLayout::from_device_matrix(to_shape(shape), {world_size},
+                                                                             Shape(shape.size(), -1)))).first;
+      layout = &it->second;
+    }
+    add(name, known->second, address, nbytes, shape, *layout, py::reinterpret_borrow<py::object>(t), false, py::none());
+  }
+}
+
 py::dict save_result_dict(const SaveResult& s) {
   py::dict d;
   d["path"] = s.path;
@@ -242,6 +291,7 @@ void bind_state(py::module_& m) {
       .def("_refresh", &PyStateDict::refresh)
       .def("_set_info", &PyStateDict::set_info)
       .def("_reset", &PyStateDict::reset)
+      .def("_add_torch", &PyStateDict::add_torch)
       .def("keys", &PyStateDict::keys);
 
   m.def("_save", &save_state);

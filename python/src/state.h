@@ -44,6 +44,12 @@ class PyStateDict {
     if (!movable.is_none() && !boxes.empty())
       movable_.push_back(Movable{name, std::move(movable), address, dtype, shape, owners_.size() - 1});
   }
+  // Adds torch tensors in one call, with _torch_view's checks (dense, on the CPU, contiguous,
+  // a dtype we store) made here: distckpt.torch's state dicts, which live for one call, so
+  // each tensor is its own owner and none is followed. `layouts[i]` is a TensorLayout or None
+  // (replicated over `world_size` ranks). TypeError naming the tensor. GIL held.
+  void add_torch(const std::vector<std::string>& names, const py::list& tensors, const py::list& layouts,
+                 int world_size);
   // Follows torch tensors given new storage since they were added (same shape and
   // dtype); raises TypeError naming one whose shape, dtype or density changed. The
   // GIL is held. Cheap when nothing moved: one data_ptr() per torch tensor.

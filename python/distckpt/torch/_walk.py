@@ -21,9 +21,14 @@ def join(path, key):
     return f"{path}.{key}" if path else key
 
 
+_TORCH = []  # the torch module, imported once (an import statement per node costs)
+
+
 def _torch():
-    import torch
-    return torch
+    if not _TORCH:
+        import torch
+        _TORCH.append(torch)
+    return _TORCH[0]
 
 
 class Walk:
