@@ -172,3 +172,17 @@ def test_a_strided_tensor_is_refused_without_advising_a_copy(comm, shared_dir):
     state = {"t": torch.zeros(4, 3).t()}  # a transposed view
     with pytest.raises(TypeError, match=r"'t' is not contiguous.*a load into it would not reach the tensor"):
         dt.save(comm, state, shared_dir, name="strided")
+
+
+def test_a_placement_for_an_optimizer_state_path_wins_over_its_parameters(comm, shared_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model.weight.grad = torch.full((2, 2), float(comm.rank))  # each rank's own momentum
+    opt.step()
+    with torch.no_grad():
+        model.weight.fill_(1.0)  # the parameter itself is replicated and equal
+    placements = {"optim.state.model.weight.momentum_buffer": dt.PerRank()}
+    saved = dt.save(comm, {"model": model, "optim": opt}, shared_dir, name="own", placements=placements)
+    with distckpt.open(saved.path) as r:
+        assert r.shape("optim.state.model.weight.momentum_buffer") == [comm.size, 2, 2]

@@ -145,7 +145,9 @@ class Walk:
         if path in self.tensors:
             raise TypeError(f"distckpt.torch: two tensors are named '{path}' (a key with a '.' in it?)")
         self.tensors[path] = t
-        source = like if like is not None else path
+        # A placement given for the path itself wins over its parameter's.
+        own = path in self.placements or path in self.layouts or self._is_per_rank(path)
+        source = like if like is not None and not own else path
         if self._is_per_rank(source):
             self.per_rank_tensors.add(path)
             return {"$tensor": path, "per_rank": True}
