@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -30,19 +31,35 @@ def cmake_version():
     return found.group(1)
 
 
+def fits(tree):
+    """Why the CMake build `tree` cannot make this interpreter's package ("" when it can): it
+    must be configured with the Python package, for the interpreter running pip."""
+    cache = os.path.join(tree, "CMakeCache.txt")
+    if not os.path.exists(cache):
+        return "it holds no configured CMake build"
+    if not os.path.exists(os.path.join(tree, "python", "distckpt", "__init__.py")):
+        return "it was configured without the Python package (DISTCKPT_BUILD_PYTHON)"
+    with open(cache) as f:
+        found = re.search(r"^_?Python3_EXECUTABLE:[A-Z]+=(.*)$", f.read(), re.M)
+    if found is None or os.path.realpath(found.group(1)) != os.path.realpath(sys.executable):
+        return f"it was configured for {found.group(1) if found else 'another interpreter'}, not {sys.executable}"
+    return ""
+
+
 def cmake_build_dir():
     """(the build tree, whether it must be configured here)."""
     given = os.environ.get("DISTCKPT_CMAKE_BUILD_DIR")
     if given:
         path = os.path.abspath(given)
-        if not os.path.exists(os.path.join(path, "CMakeCache.txt")):
-            raise RuntimeError(f"setup.py: DISTCKPT_CMAKE_BUILD_DIR={given} holds no configured CMake build")
+        why = fits(path)
+        if why:
+            raise RuntimeError(f"setup.py: DISTCKPT_CMAKE_BUILD_DIR={given} cannot be used: {why}")
         return path, False
     default = os.path.join(HERE, "build")
-    if os.path.exists(os.path.join(default, "CMakeCache.txt")):
+    if not fits(default):
         return default, False
     own = os.path.join(HERE, "build-pip")
-    return own, not os.path.exists(os.path.join(own, "CMakeCache.txt"))
+    return own, bool(fits(own))
 
 
 class BuildWithCMake(build_ext):
@@ -60,7 +77,12 @@ class BuildWithCMake(build_ext):
         package = os.path.join(build, "python", "distckpt")
         target = os.path.join(self.build_lib, "distckpt")
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__"))
+        # This interpreter's module only (a tree may hold another's from an earlier configure).
+        mine = "_distckpt" + sysconfig.get_config_var("EXT_SUFFIX")
+        shutil.copytree(package, target, ignore=lambda _, names: [
+            n for n in names if n == "__pycache__" or (n.startswith("_distckpt.") and n.endswith(".so") and n != mine)])
+        if not os.path.exists(os.path.join(target, mine)):
+            raise RuntimeError(f"setup.py: the CMake build {build} made no {mine}")
 
 
 class BinaryDistribution(Distribution):

@@ -7,11 +7,11 @@
 #   bash tests/pip_install.sh BUILD WORK
 set -euo pipefail
 build=$(cd "$1" && pwd)
-work=$2
+work=$(realpath -m "$2")
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-/usr/bin/python3}
-if ! "$python" -m pip --version >/dev/null 2>&1 || ! "$python" -c 'import venv, setuptools, wheel' 2>/dev/null; then
-  echo "SKIP: $python lacks pip, venv, setuptools or wheel (scripts/setup.sh installs them)" >&2
+if ! "$python" -m pip --version >/dev/null 2>&1 || ! "$python" -c 'import venv, ensurepip, setuptools, wheel' 2>/dev/null; then
+  echo "SKIP: $python lacks pip, venv (ensurepip), setuptools or wheel (scripts/setup.sh installs them)" >&2
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work"

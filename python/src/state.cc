@@ -10,7 +10,8 @@ void PyStateDict::add_torch(const std::vector<std::string>& names, const py::lis
                             int world_size) {
   if (tensors.size() != names.size() || layouts.size() != names.size())
     type_error("StateDict: names, tensors and layouts differ in length");
-  static const py::object strided = py::module_::import("torch").attr("strided");
+  // Kept for the process's life (released: no destructor runs after the interpreter ends).
+  static const py::handle strided = py::object(py::module_::import("torch").attr("strided")).release();
   static std::map<PyObject*, std::string>* dtype_names = new std::map<PyObject*, std::string>;  // dtypes live forever
   std::map<std::vector<int64_t>, TensorLayout> replicated;
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -197,7 +198,7 @@ std::string checkpoint_description(PyComm& comm, const std::string& path, const 
   std::string text;
   const Status st = without_gil([&]() -> Status {
     Status local;
-    if (native.rank() == 0) {
+    if (native.rank() == 0) try {
       auto resolved = resolve_checkpoint(path, o);
       auto info = resolved.ok() ? read_checkpoint_info(*resolved, o) : Result<CheckpointInfo>(resolved.status());
       if (!info.ok()) {
@@ -213,6 +214,8 @@ std::string checkpoint_description(PyComm& comm, const std::string& path, const 
           std::visit([&, &name = name](const auto& v) { j["info"][name] = v; }, value);
         text = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
       }
+    } catch (const std::exception& e) {  // the others wait in the agreement: never leave them there
+      local = internal_error("rank 0: reading the checkpoint's description: " + std::string(e.what()));
     }
     DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(native, local));
     native.broadcast_string(text, 0);
