@@ -41,7 +41,7 @@ from ._results import (
     StepOutcome,
     VerifyReport,
 )
-from ._state import StateDict, _torch_view, convert, list_checkpoints, load, remove_checkpoint, save, verify  # noqa: F401
+from ._state import StateDict, convert, list_checkpoints, load, remove_checkpoint, save, verify  # noqa: F401
 
 from ._version import __version__  # noqa: E402  (CMake writes it: the project's version)
 

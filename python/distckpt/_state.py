@@ -16,38 +16,8 @@ _NUMPY_DTYPES = {
 }
 
 
-_TORCH_DTYPES = {}  # torch.dtype -> its name ("float32"), or None where not supported
-
-
-def _torch_view(name, t, keep_storage=True):
-    """(address, nbytes, dtype name, readonly, owner, shape) of a torch tensor, or TypeError.
-    With keep_storage the owner is the tensor and its storage: a tensor given new storage
-    later (p.data = ..., share_memory_(), set_()) leaves the old one alive until the StateDict
-    follows it. Without (a StateDict that lives for one call, distckpt.torch's), the tensor."""
-    import torch  # a torch tensor was given: torch is there
-    if t.layout != torch.strided:
-        raise TypeError(f"tensor '{name}' is {t.layout}: only dense (strided) tensors are checkpointed")
-    if t.device.type != "cpu":
-        # No "call .cpu()": that is a copy, and a load into a copy never reaches the tensor.
-        raise TypeError(f"tensor '{name}' is on {t.device}: only CPU tensors are checkpointed yet (a copy "
-                        f"made for distckpt would be saved, but a load into it would not reach the tensor)")
-    # Row-major and dense (torch's rule ignores the strides of dims of size 1): the bytes at
-    # data_ptr() are the tensor.
-    if not t.is_contiguous():
-        raise TypeError(f"tensor '{name}' is not contiguous (strides {tuple(t.stride())}): only dense row-major "
-                        f"tensors are checkpointed yet (a .contiguous() copy would be saved, but a load into it "
-                        f"would not reach the tensor)")
-    if t.dtype not in _TORCH_DTYPES:
-        dtype = str(t.dtype).replace("torch.", "")
-        _TORCH_DTYPES[t.dtype] = dtype if dtype in _NUMPY_DTYPES or dtype == "bfloat16" else None
-    dtype = _TORCH_DTYPES[t.dtype]
-    if dtype is None:
-        raise TypeError(f"tensor '{name}': dtype {t.dtype} is not supported")
-    if keep_storage:
-        owner = (t, t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage())
-    else:
-        owner = t
-    return t.data_ptr(), t.element_size() * t.numel(), dtype, False, owner, list(t.shape)
+def _is_torch(value):
+    return hasattr(value, "data_ptr") and hasattr(value, "is_contiguous")
 
 
 def _numpy_view(name, a, dtype):
@@ -111,11 +81,10 @@ class StateDict:
         """Adds `tensors`; `follow`: torch tensors given new storage are followed at the next
         save or load (StateDict's rule) rather than walked again (distckpt.torch's, whose
         tensors go to the native side in one call)."""
-        if not follow and not dtypes and all(type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
-                                             for v in tensors.values()):
+        if not follow and not dtypes and all(_is_torch(v) for v in tensors.values()):
             names = list(tensors)
             self._native._add_torch(names, [tensors[n] for n in names],
-                                    [layouts[n]._native if n in layouts else None for n in names], world_size)
+                                    [layouts[n]._native if n in layouts else None for n in names], world_size, False)
             return
         for name, layout in layouts.items():
             if not isinstance(layout, TensorLayout):
@@ -126,18 +95,17 @@ class StateDict:
             if unknown:
                 raise TypeError(f"{what} name tensors that are not in the state: {sorted(unknown)}")
         for name, value in tensors.items():
-            torch_tensor = hasattr(value, "data_ptr") and hasattr(value, "is_contiguous")
-            if torch_tensor:
+            layout = layouts.get(name)
+            if _is_torch(value):  # checked and viewed natively (state.cc torch_view)
                 if name in dtypes:
                     raise TypeError(f"tensor '{name}': dtypes applies to numpy arrays (a torch tensor has its own)")
-                address, nbytes, dtype, readonly, owner, shape = _torch_view(name, value, keep_storage=follow)
-            else:
-                address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
-            layout = layouts.get(name)
+                self._native._add_torch([name], [value], [layout._native if layout is not None else None],
+                                        world_size, follow)
+                continue
+            address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
             if layout is None:
                 layout = TensorLayout.replicated(shape, world_size)
-            self._native._add(name, dtype, address, nbytes, shape, layout._native, owner, readonly,
-                              value if torch_tensor and follow else None)
+            self._native._add(name, dtype, address, nbytes, shape, layout._native, owner, readonly, None)
 
     def set_info(self, key, value):
         """Adds or replaces the info value `key` (int, float, bool or str; numpy scalars as their

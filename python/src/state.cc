@@ -6,53 +6,63 @@
 
 namespace distckpt::python {
 
-void PyStateDict::add_torch(const std::vector<std::string>& names, const py::list& tensors, const py::list& layouts,
-                            int world_size) {
-  if (tensors.size() != names.size() || layouts.size() != names.size())
-    type_error("StateDict: names, tensors and layouts differ in length");
+TorchView torch_view(const std::string& name, py::handle t, bool keep_storage) {
   // Kept for the process's life (released: no destructor runs after the interpreter ends).
   static const py::handle strided = py::object(py::module_::import("torch").attr("strided")).release();
   static std::map<PyObject*, std::string>* dtype_names = new std::map<PyObject*, std::string>;  // dtypes live forever
+  if (!py::object(t.attr("layout")).is(strided))
+    type_error("tensor '" + name + "' is " + std::string(py::str(t.attr("layout"))) +
+               ": only dense (strided) tensors are checkpointed");
+  const py::object device = t.attr("device");
+  // No "call .cpu()" nor ".contiguous()": a copy, and a load into a copy never reaches the tensor.
+  if (device.attr("type").cast<std::string>() != "cpu")
+    type_error("tensor '" + name + "' is on " + std::string(py::str(device)) +
+               ": only CPU tensors are checkpointed yet (a copy made for distckpt would be saved, but a load "
+               "into it would not reach the tensor)");
+  if (!t.attr("is_contiguous")().cast<bool>())
+    type_error("tensor '" + name + "' is not contiguous (strides " + std::string(py::str(t.attr("stride")())) +
+               "): only dense row-major tensors are checkpointed yet (a .contiguous() copy would be saved, but a "
+               "load into it would not reach the tensor)");
+  const py::object dtype = t.attr("dtype");
+  auto known = dtype_names->find(dtype.ptr());
+  if (known == dtype_names->end()) {
+    std::string text = py::str(dtype);
+    if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+    if (!dtype_from_name(text)) text.clear();  // refused below, by name
+    known = dtype_names->emplace(dtype.inc_ref().ptr(), text).first;
+  }
+  if (known->second.empty()) type_error("tensor '" + name + "': dtype " + std::string(py::str(dtype)) + " is not supported");
+  TorchView view;
+  view.dtype = known->second;
+  for (py::handle extent : t.attr("shape")) view.shape.push_back(extent.cast<int64_t>());
+  view.nbytes = t.attr("element_size")().cast<uint64_t>() * t.attr("numel")().cast<uint64_t>();
+  view.address = t.attr("data_ptr")().cast<uintptr_t>();
+  view.owner = py::reinterpret_borrow<py::object>(t);
+  if (keep_storage)
+    view.owner = py::make_tuple(view.owner, py::hasattr(t, "untyped_storage") ? t.attr("untyped_storage")()
+                                                                             : t.attr("storage")());
+  return view;
+}
+
+void PyStateDict::add_torch(const std::vector<std::string>& names, const py::list& tensors, const py::list& layouts,
+                            int world_size, bool follow) {
+  if (tensors.size() != names.size() || layouts.size() != names.size())
+    type_error("StateDict: names, tensors and layouts differ in length");
   std::map<std::vector<int64_t>, TensorLayout> replicated;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[i];
-    py::handle t = tensors[i];
-    if (!py::object(t.attr("layout")).is(strided))
-      type_error("tensor '" + name + "' is " + std::string(py::str(t.attr("layout"))) +
-                 ": only dense (strided) tensors are checkpointed");
-    const py::object device = t.attr("device");
-    if (device.attr("type").cast<std::string>() != "cpu")
-      type_error("tensor '" + name + "' is on " + std::string(py::str(device)) +
-                 ": only CPU tensors are checkpointed yet (a copy made for distckpt would be saved, but a load "
-                 "into it would not reach the tensor)");
-    if (!t.attr("is_contiguous")().cast<bool>())
-      type_error("tensor '" + name + "' is not contiguous (strides " + std::string(py::str(t.attr("stride")())) +
-                 "): only dense row-major tensors are checkpointed yet (a .contiguous() copy would be saved, but a "
-                 "load into it would not reach the tensor)");
-    const py::object dtype = t.attr("dtype");
-    auto known = dtype_names->find(dtype.ptr());
-    if (known == dtype_names->end()) {
-      std::string text = py::str(dtype);
-      if (text.rfind("torch.", 0) == 0) text = text.substr(6);
-      if (!dtype_from_name(text)) text.clear();  // refused below, by name
-      known = dtype_names->emplace(dtype.inc_ref().ptr(), text).first;
-    }
-    if (known->second.empty()) type_error("tensor '" + name + "': dtype " + std::string(py::str(dtype)) + " is not supported");
-    std::vector<int64_t> shape;
-    for (py::handle extent : t.attr("shape")) shape.push_back(extent.cast<int64_t>());
-    const auto nbytes = t.attr("element_size")().cast<uint64_t>() * t.attr("numel")().cast<uint64_t>();
-    const auto address = t.attr("data_ptr")().cast<uintptr_t>();
+    TorchView view = torch_view(names[i], tensors[i], /*keep_storage=*/follow);
     const TensorLayout* layout = nullptr;
     if (!layouts[i].is_none()) {
       layout = &layouts[i].cast<const TensorLayout&>();
     } else {
-      auto it = replicated.find(shape);
+      auto it = replicated.find(view.shape);
       if (it == replicated.end())
-        it = replicated.emplace(shape, take(TensorLayout::from_device_matrix(to_shape(shape), {world_size},
-                                                                             Shape(shape.size(), -1)))).first;
+        it = replicated.emplace(view.shape, take(TensorLayout::from_device_matrix(
+                                                to_shape(view.shape), {world_size}, Shape(view.shape.size(), -1)))).first;
       layout = &it->second;
     }
-    add(name, known->second, address, nbytes, shape, *layout, py::reinterpret_borrow<py::object>(t), false, py::none());
+    add(names[i], view.dtype, view.address, view.nbytes, view.shape, *layout, std::move(view.owner), false,
+        follow ? py::reinterpret_borrow<py::object>(tensors[i]) : py::object(py::none()));
   }
 }
 

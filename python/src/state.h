@@ -6,6 +6,20 @@
 
 namespace distckpt::python {
 
+// A torch tensor's memory as the StateDict takes it. owner: the tensor, and with keep_storage
+// its storage too (a tensor given new storage later, p.data = ..., leaves the old one alive
+// until the StateDict follows it).
+struct TorchView {
+  uintptr_t address = 0;
+  uint64_t nbytes = 0;
+  std::string dtype;  // our name: "float32", "bfloat16"
+  std::vector<int64_t> shape;
+  py::object owner;
+};
+// The checks every torch tensor passes: dense (strided), on the CPU, contiguous, a dtype we
+// store. TypeError naming the tensor. GIL held.
+TorchView torch_view(const std::string& name, py::handle t, bool keep_storage);
+
 // A StateDict whose buffers belong to Python objects: it holds a reference to each, so
 // that they outlive it.
 class PyStateDict {
@@ -44,30 +58,28 @@ class PyStateDict {
     if (!movable.is_none() && !boxes.empty())
       movable_.push_back(Movable{name, std::move(movable), address, dtype, shape, owners_.size() - 1});
   }
-  // Adds torch tensors in one call, with _torch_view's checks (dense, on the CPU, contiguous,
-  // a dtype we store) made here: distckpt.torch's state dicts, which live for one call, so
-  // each tensor is its own owner and none is followed. `layouts[i]` is a TensorLayout or None
-  // (replicated over `world_size` ranks). TypeError naming the tensor. GIL held.
+  // Adds torch tensors in one call, each checked by torch_view. `layouts[i]` is a TensorLayout
+  // or None (replicated over `world_size` ranks). `follow` (StateDict's rule): the StateDict
+  // keeps each tensor's storage alive and follows new storage at refresh(); without it
+  // (distckpt.torch's state dicts, which live for one call) each tensor is its own owner.
+  // TypeError naming the tensor. GIL held.
   void add_torch(const std::vector<std::string>& names, const py::list& tensors, const py::list& layouts,
-                 int world_size);
+                 int world_size, bool follow);
   // Follows torch tensors given new storage since they were added (same shape and
   // dtype); raises TypeError naming one whose shape, dtype or density changed. The
   // GIL is held. Cheap when nothing moved: one data_ptr() per torch tensor.
   void refresh() {
     for (Movable& m : movable_) {
       if (m.tensor.attr("data_ptr")().cast<uintptr_t>() == m.address) continue;
-      py::tuple view = py::module_::import("distckpt").attr("_torch_view")(m.name, m.tensor);
-      const auto address = view[0].cast<uintptr_t>();
-      const auto nbytes = view[1].cast<uint64_t>();
-      const auto dtype = view[2].cast<std::string>();
-      const auto shape = view[5].cast<std::vector<int64_t>>();
-      if (dtype != m.dtype || shape != m.shape)  // the same bytes, then (a dense tensor)
+      TorchView view = torch_view(m.name, m.tensor, /*keep_storage=*/true);
+      if (view.dtype != m.dtype || view.shape != m.shape)  // the same bytes, then (a dense tensor)
         type_error("tensor '" + m.name + "' changed since the StateDict was made: " + m.dtype + " " +
-                   shape_text(m.shape) + ", now " + dtype + " " + shape_text(shape) + " (make a new StateDict)");
-      if (address == 0 && nbytes > 0) type_error("tensor '" + m.name + "': null data");
-      check(state_.set_buffers(m.name, {reinterpret_cast<void*>(address)}));
-      owners_[m.owner] = view[4];  // the new storage lives, the old one may go
-      m.address = address;
+                   shape_text(m.shape) + ", now " + view.dtype + " " + shape_text(view.shape) +
+                   " (make a new StateDict)");
+      if (view.address == 0 && view.nbytes > 0) type_error("tensor '" + m.name + "': null data");
+      check(state_.set_buffers(m.name, {reinterpret_cast<void*>(view.address)}));
+      owners_[m.owner] = std::move(view.owner);  // the new storage lives, the old one may go
+      m.address = view.address;
     }
   }
   void set_info(const std::string& key, py::handle value) { check(state_.set_info(key, to_info_value(key, value))); }

@@ -154,13 +154,12 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
     """
     started = _time.perf_counter()
     where = "distckpt.torch.load"
-    native = _dc._agreed(_dc._comm_arg(where, comm), lambda: (
+    native, *names, path = _dc._agreed(_dc._comm_arg(where, comm), lambda: (
         _comm_and_mesh(where, comm, mesh), _name_map_arg(where, "rename", rename),
-        _name_map_arg(where, "prefix_map", prefix_map), _path_arg(where, "path", path)))[0]
-    names = (_name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map))
+        _name_map_arg(where, "prefix_map", prefix_map), _path_arg(where, "path", path)))
     # Rank 0 reads the description once; the load below reads this very checkpoint, even if a
     # newer one is committed meanwhile under a root.
-    described = _json.loads(_distckpt._checkpoint_description(native, _path_arg(where, "path", path), key))
+    described = _json.loads(_distckpt._checkpoint_description(native, path, key))
     path = described["path"]
 
     # The stored tree, the walk and the plan, every check before anything of the state changes,
