@@ -48,9 +48,13 @@ class Resolved:
         self.layouts.update(layouts)
         self.tensors = {path: t.unsqueeze(0) if path in walk.per_rank_tensors else t
                         for path, t in walk.tensors.items()}
-        self.text = _json.dumps({"version": ENCODING_VERSION, "world_size": comm.size,
-                                 "mesh": mesh.describe() if mesh is not None else None, "tree": walk.tree},
-                                allow_nan=False)
+        self._stored = {"version": ENCODING_VERSION, "world_size": comm.size,
+                        "mesh": mesh.describe() if mesh is not None else None, "tree": walk.tree}
+
+    @property
+    def text(self):
+        """The tree as it is stored (only saves need it)."""
+        return _json.dumps(self._stored, allow_nan=False)
 
 
 def walked(comm, state, mesh, placements, layouts, check_replicas, before=None):
