@@ -1,7 +1,11 @@
 // StateDict: the named tensors and info values a rank saves or loads.
 //
 // A tensor entry borrows the caller's memory: for each box the rank holds (see
-// TensorLayout::boxes_of), a pointer to a row-major buffer of that box's elements.
+// TensorLayout::boxes_of), a pointer to that box's first element, and the box's element
+// strides (row-major and packed unless given: a view into a larger array, an array with
+// halo cells, a column-major array). Saves write, and loads fill, the box's elements in
+// place, whatever the strides; checksums, content hashes and staging copies always see
+// the packed row-major bytes, so a strided save stores the same bytes as a packed one.
 // The caller keeps the buffers alive and unmodified during save/load. Entries keep
 // insertion order, which is also the order of the checkpoint's index.
 // Every function here is local (building a dict involves no other rank; a save or load
@@ -20,6 +24,13 @@
 
 namespace distckpt {
 
+// Element strides of one buffer, one per dimension of the box (outermost first), in
+// elements, not bytes: element (i0, i1, ...) of the box is at data + sum(i_d * strides[d])
+// elements. Empty: packed row-major. A save accepts any strides, zero (broadcast views)
+// and negative included; a load refuses zero, negative and overlapping ones (it would
+// write one element twice), naming the tensor.
+using Strides = std::vector<int64_t>;
+
 // An info value: int, float, bool or string (epoch_num, step_num, user values).
 using InfoValue = std::variant<int64_t, double, bool, std::string>;
 // The value as text (as a .ckpt or safetensors file stores it). Local, any thread,
@@ -33,6 +44,12 @@ struct TensorEntry {
   // One buffer per box this rank holds, in the order of layout.boxes_of(rank).
   std::vector<void*> buffers;
   std::vector<Box> boxes;  // the rank's boxes (filled by add_tensor)
+  // One per buffer; empty for a packed row-major buffer (add_tensor empties strides that
+  // describe one, so packed data takes the fast paths however it was described).
+  std::vector<Strides> strides;
+  bool packed(std::size_t box) const { return box >= strides.size() || strides[box].empty(); }
+  // Whether any of the rank's buffers is strided (not packed row-major).
+  bool strided() const;
 };
 
 class StateDict {
@@ -51,6 +68,17 @@ class StateDict {
   // or for a buffer count other than the rank's box count.
   Status add_tensor(const std::string& name, DType dtype, std::vector<void*> buffers,
                     const TensorLayout& layout);
+  // The same with element strides per buffer (see Strides): one list per buffer, each
+  // with one stride per dimension of its box, or empty (packed row-major).
+  // kInvalidArgument as above, or for a stride list of another length.
+  Status add_tensor(const std::string& name, DType dtype, void* data, const Strides& strides,
+                    const TensorLayout& layout);
+  Status add_tensor(const std::string& name, DType dtype, std::vector<void*> buffers, std::vector<Strides> strides,
+                    const TensorLayout& layout);
+  // Adds a tensor that refers to the same memory as `entry` of another state dict (its
+  // name, dtype, layout, buffers and strides). kInvalidArgument on a duplicate name, or
+  // when the dicts' ranks differ.
+  Status add_view(const TensorEntry& entry);
 
   // Points a tensor at new buffers of the same boxes (its memory was reallocated, say
   // by a framework moving a parameter to new storage), in the order of
@@ -58,6 +86,8 @@ class StateDict {
   // kInvalidArgument for a buffer count other than the rank's box count, or a null
   // buffer for a non-empty box (the entry is then unchanged).
   Status set_buffers(const std::string& name, std::vector<void*> buffers);
+  // The same with new strides (one list per buffer, see Strides).
+  Status set_buffers(const std::string& name, std::vector<void*> buffers, std::vector<Strides> strides);
 
   // Adds or replaces an info value. kInvalidArgument on an empty key.
   // One overload per kind, so that a double never silently binds to an integer.
@@ -75,6 +105,11 @@ class StateDict {
   int find(const std::string& name) const;
 
  private:
+  Status add_entry(const std::string& name, DType dtype, std::vector<void*> buffers, std::vector<Strides> strides,
+                   bool with_strides, const TensorLayout& layout);
+  Status replace_buffers(const std::string& name, std::vector<void*> buffers, std::vector<Strides> strides,
+                         bool with_strides);
+
   int rank_;
   std::vector<TensorEntry> tensors_;
   std::map<std::string, int> by_name_;

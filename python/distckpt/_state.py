@@ -24,10 +24,7 @@ def _numpy_view(name, a, dtype):
     """The same for anything with the buffer protocol (numpy arrays)."""
     if not isinstance(a, _np.ndarray):  # its memory is what the StateDict refers to
         raise TypeError(f"tensor '{name}': a numpy array or a torch tensor, not {type(a).__name__}")
-    view = memoryview(a)  # the buffer protocol
-    if not view.c_contiguous:
-        raise TypeError(f"tensor '{name}' is not C-contiguous (use numpy.ascontiguousarray)")
-    arr = _np.asarray(a)
+    arr = a
     if not arr.dtype.isnative:  # the name ("float32") would hide the byte order
         raise TypeError(f"tensor '{name}': dtype {arr.dtype.str} is not in this machine's byte order "
                         f"(use a.astype(a.dtype.newbyteorder('=')))")
@@ -42,8 +39,16 @@ def _numpy_view(name, a, dtype):
         if kind not in ("uint16", "int16"):
             raise TypeError(f"tensor '{name}': bfloat16 is declared for the bits in a uint16 or int16 array, "
                             f"not {arr.dtype}")
+    # numpy's strides are bytes: distckpt's are elements (a view of a structured array's
+    # field, say, may step by a non-multiple: refused rather than copied).
+    strides = []
+    for step in arr.strides:
+        if step % arr.itemsize:
+            raise TypeError(f"tensor '{name}': stride {step} bytes is not a whole number of "
+                            f"{arr.itemsize}-byte elements")
+        strides.append(step // arr.itemsize)
     address = arr.__array_interface__["data"][0] if arr.size else 0
-    return address, arr.nbytes, dtype or kind, view.readonly, a, list(arr.shape)
+    return address, arr.nbytes, dtype or kind, not arr.flags.writeable, a, list(arr.shape), strides
 
 
 def _plain(value):
@@ -54,7 +59,9 @@ def _plain(value):
 class StateDict:
     """Named tensors of this rank, each with its layout, plus info values.
 
-    tensors: name -> numpy array or torch tensor (this rank's slice, C-contiguous, CPU).
+    tensors: name -> numpy array or torch tensor (this rank's slice, in host memory, any
+    strides: views, arrays with halo cells and column-major arrays are saved from and loaded
+    into in place; a load refuses zero, negative and overlapping strides).
     layouts: name -> TensorLayout; a tensor without one is replicated on every rank.
     dtypes: name -> "bfloat16", to store a numpy uint16 (or int16) array's bits as bfloat16.
     Each array's shape is its box of the layout. A torch tensor given new storage of the
@@ -102,10 +109,10 @@ class StateDict:
                 self._native._add_torch([name], [value], [layout._native if layout is not None else None],
                                         world_size, follow)
                 continue
-            address, nbytes, dtype, readonly, owner, shape = _numpy_view(name, value, dtypes.get(name))
+            address, nbytes, dtype, readonly, owner, shape, strides = _numpy_view(name, value, dtypes.get(name))
             if layout is None:
                 layout = TensorLayout.replicated(shape, world_size)
-            self._native._add(name, dtype, address, nbytes, shape, layout._native, owner, readonly, None)
+            self._native._add(name, dtype, address, nbytes, shape, strides, layout._native, owner, readonly, None)
 
     def set_info(self, key, value):
         """Adds or replaces the info value `key` (int, float, bool or str; numpy scalars as their

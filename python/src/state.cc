@@ -14,15 +14,10 @@ TorchView torch_view(const std::string& name, py::handle t, bool keep_storage) {
     type_error("tensor '" + name + "' is " + std::string(py::str(t.attr("layout"))) +
                ": only dense (strided) tensors are checkpointed");
   const py::object device = t.attr("device");
-  // No "call .cpu()" nor ".contiguous()": a copy, and a load into a copy never reaches the tensor.
+  // Other devices are staged by the Python layer (distckpt.torch) into host memory first.
   if (device.attr("type").cast<std::string>() != "cpu")
     type_error("tensor '" + name + "' is on " + std::string(py::str(device)) +
-               ": only CPU tensors are checkpointed yet (a copy made for distckpt would be saved, but a load "
-               "into it would not reach the tensor)");
-  if (!t.attr("is_contiguous")().cast<bool>())
-    type_error("tensor '" + name + "' is not contiguous (strides " + std::string(py::str(t.attr("stride")())) +
-               "): only dense row-major tensors are checkpointed yet (a .contiguous() copy would be saved, but a "
-               "load into it would not reach the tensor)");
+               ": this call takes host memory (distckpt.torch stages device tensors through host buffers)");
   const py::object dtype = t.attr("dtype");
   auto known = dtype_names->find(dtype.ptr());
   if (known == dtype_names->end()) {
@@ -37,6 +32,7 @@ TorchView torch_view(const std::string& name, py::handle t, bool keep_storage) {
   for (py::handle extent : t.attr("shape")) view.shape.push_back(extent.cast<int64_t>());
   view.nbytes = t.attr("element_size")().cast<uint64_t>() * t.attr("numel")().cast<uint64_t>();
   view.address = t.attr("data_ptr")().cast<uintptr_t>();
+  view.strides = t.attr("stride")().cast<std::vector<int64_t>>();
   view.owner = py::reinterpret_borrow<py::object>(t);
   if (keep_storage)
     view.owner = py::make_tuple(view.owner, py::hasattr(t, "untyped_storage") ? t.attr("untyped_storage")()
@@ -61,7 +57,7 @@ void PyStateDict::add_torch(const std::vector<std::string>& names, const py::lis
                                                 to_shape(view.shape), {world_size}, Shape(view.shape.size(), -1)))).first;
       layout = &it->second;
     }
-    add(names[i], view.dtype, view.address, view.nbytes, view.shape, *layout, std::move(view.owner), false,
+    add(names[i], view.dtype, view.address, view.nbytes, view.shape, view.strides, *layout, std::move(view.owner), false,
         follow ? py::reinterpret_borrow<py::object>(tensors[i]) : py::object(py::none()));
   }
 }

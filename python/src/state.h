@@ -14,10 +14,12 @@ struct TorchView {
   uint64_t nbytes = 0;
   std::string dtype;  // our name: "float32", "bfloat16"
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // torch's, in elements (the core tells packed ones)
   py::object owner;
 };
-// The checks every torch tensor passes: dense (strided), on the CPU, contiguous, a dtype we
-// store. TypeError naming the tensor. GIL held.
+// The checks every torch tensor passes: dense (strided layout), on the CPU, a dtype we
+// store. Any strides (views, transposes, expanded tensors: the core packs them). TypeError
+// naming the tensor. GIL held.
 TorchView torch_view(const std::string& name, py::handle t, bool keep_storage);
 
 // A StateDict whose buffers belong to Python objects: it holds a reference to each, so
@@ -27,11 +29,11 @@ class PyStateDict {
   explicit PyStateDict(int rank) : state_(rank) {}
   StateDict& get() { return state_; }
   // A tensor by address: `owner` keeps the memory alive; `readonly` refuses loads into it;
-  // `shape` must be the rank's box. `movable` (a torch tensor, else None) may be given new
-  // storage later: refresh() follows it.
+  // `shape` must be the rank's box; `strides` in elements (empty: packed row-major).
+  // `movable` (a torch tensor, else None) may be given new storage later: refresh() follows it.
   void add(const std::string& name, const std::string& dtype, uintptr_t address, uint64_t nbytes,
-           const std::vector<int64_t>& shape, const TensorLayout& layout, py::object owner, bool readonly,
-           py::object movable) {
+           const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, const TensorLayout& layout,
+           py::object owner, bool readonly, py::object movable) {
     const auto dt = dtype_from_name(dtype);
     if (!dt) type_error("tensor '" + name + "': unknown dtype '" + dtype + "'");
     const std::vector<Box> boxes = layout.boxes_of(state_.rank());
@@ -52,11 +54,12 @@ class PyStateDict {
     if (data == nullptr && want > 0) type_error("tensor '" + name + "': null data");
     // A zero-size box still needs a non-null buffer.
     if (data == nullptr && !boxes.empty()) data = &empty_;
-    check(state_.add_tensor(name, *dt, data, layout));
+    check(boxes.empty() ? state_.add_tensor(name, *dt, data, layout)
+                        : state_.add_tensor(name, *dt, data, Strides(strides), layout));
     owners_.push_back(std::move(owner));
     if (readonly) readonly_.push_back(name);
     if (!movable.is_none() && !boxes.empty())
-      movable_.push_back(Movable{name, std::move(movable), address, dtype, shape, owners_.size() - 1});
+      movable_.push_back(Movable{name, std::move(movable), address, dtype, shape, strides, owners_.size() - 1});
   }
   // Adds torch tensors in one call, each checked by torch_view. `layouts[i]` is a TensorLayout
   // or None (replicated over `world_size` ranks). `follow` (StateDict's rule): the StateDict
@@ -70,16 +73,20 @@ class PyStateDict {
   // GIL is held. Cheap when nothing moved: one data_ptr() per torch tensor.
   void refresh() {
     for (Movable& m : movable_) {
-      if (m.tensor.attr("data_ptr")().cast<uintptr_t>() == m.address) continue;
+      // In place (t.t_(), as_strided_) keeps the address but not the strides.
+      if (m.tensor.attr("data_ptr")().cast<uintptr_t>() == m.address &&
+          m.tensor.attr("stride")().cast<std::vector<int64_t>>() == m.strides)
+        continue;
       TorchView view = torch_view(m.name, m.tensor, /*keep_storage=*/true);
       if (view.dtype != m.dtype || view.shape != m.shape)  // the same bytes, then (a dense tensor)
         type_error("tensor '" + m.name + "' changed since the StateDict was made: " + m.dtype + " " +
                    shape_text(m.shape) + ", now " + view.dtype + " " + shape_text(view.shape) +
                    " (make a new StateDict)");
       if (view.address == 0 && view.nbytes > 0) type_error("tensor '" + m.name + "': null data");
-      check(state_.set_buffers(m.name, {reinterpret_cast<void*>(view.address)}));
+      check(state_.set_buffers(m.name, {reinterpret_cast<void*>(view.address)}, {Strides(view.strides)}));
       owners_[m.owner] = std::move(view.owner);  // the new storage lives, the old one may go
       m.address = view.address;
+      m.strides = view.strides;
     }
   }
   void set_info(const std::string& key, py::handle value) { check(state_.set_info(key, to_info_value(key, value))); }
@@ -108,6 +115,7 @@ class PyStateDict {
     uintptr_t address;
     std::string dtype;
     std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
     std::size_t owner;  // index into owners_
   };
   std::vector<Movable> movable_;

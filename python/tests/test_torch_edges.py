@@ -168,10 +168,15 @@ def test_stored_values_reads_the_plain_values_without_mpi(comm, shared_dir):
     assert values["optim.param_groups"][0]["params"] == ["model.weight", "model.bias"]
 
 
-def test_a_strided_tensor_is_refused_without_advising_a_copy(comm, shared_dir):
-    state = {"t": torch.zeros(4, 3).t()}  # a transposed view
-    with pytest.raises(TypeError, match=r"'t' is not contiguous.*a load into it would not reach the tensor"):
-        dt.save(comm, state, shared_dir, name="strided")
+def test_a_transposed_view_is_saved_and_loaded_in_place(comm, shared_dir):
+    base = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    state = {"t": base.t()}  # a transposed view: strides (1, 3)
+    dt.save(comm, state, shared_dir, name="strided")
+    with distckpt.open(os.path.join(shared_dir, "strided")) as r:
+        assert torch.equal(r.to_torch("t"), base.t().contiguous())
+    base.zero_()
+    dt.load(comm, state, os.path.join(shared_dir, "strided"))
+    assert torch.equal(base, torch.arange(12, dtype=torch.float32).reshape(4, 3))  # the view's memory
 
 
 def test_a_placement_for_an_optimizer_state_path_wins_over_its_parameters(comm, shared_dir):

@@ -23,6 +23,7 @@
 #include "distckpt/async.h"
 #include "distckpt/mpi_comm.h"
 #include "format/format.h"
+#include "layout/strided.h"
 #include "storage/staging.h"
 #include "storage/stream_writer.h"
 
@@ -93,7 +94,7 @@ class AsyncCheckpointer::Impl {
         for (std::size_t b = 0; b < e.boxes.size(); ++b) {
           const std::size_t bytes = static_cast<std::size_t>(e.boxes[b].num_elements()) * dtype_size(e.dtype);
           copy->bytes.emplace_back(std::max<std::size_t>(bytes, 1));
-          if (bytes > 0) std::memcpy(copy->bytes.back().data(), e.buffers[b], bytes);
+          internal_layout::copy_packed_out(e, b, 0, bytes, reinterpret_cast<char*>(copy->bytes.back().data()));
           buffers.push_back(copy->bytes.back().data());
         }
         if (buffers.empty()) buffers.push_back(nullptr);  // not in the tensor's group

@@ -1,5 +1,6 @@
 #include "collective/incremental.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -11,11 +12,26 @@
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
+#include "layout/strided.h"
 #include "transform/content_hash.h"
 
 namespace distckpt::internal_collective {
 
 namespace {
+
+// The content hash of a box's packed bytes (a strided box: packed a piece at a time).
+std::string box_hash(const TensorEntry& e, std::size_t b, uint64_t length) {
+  if (e.packed(b)) return internal_transform::content_hash(e.buffers[b], static_cast<std::size_t>(length));
+  constexpr std::size_t kPiece = 1 << 20;
+  internal_transform::ContentHasher hasher;
+  std::vector<char> scratch;
+  for (uint64_t done = 0; done < length;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPiece, length - done));
+    hasher.update(internal_layout::packed_piece(e, b, done, n, scratch), n);
+    done += n;
+  }
+  return hasher.digest();
+}
 
 using internal_plan::WriteItem;
 using internal_transform::kContentHashBytes;
@@ -165,8 +181,7 @@ void apply_base(Comm& comm, SaveSession& session, const StateDict& state) {
     for (std::size_t i = 0; i < session.mine.size(); ++i) {
       WriteItem item = session.mine[i];
       const TensorEntry& e = state.tensors()[item.tensor];
-      const std::string hash =
-          internal_transform::content_hash(e.buffers[item.local_box], static_cast<std::size_t>(item.length));
+      const std::string hash = box_hash(e, item.local_box, item.length);
       const bool same = candidates[i * kMarkBytes] == 'b' &&
                         candidates.compare(i * kMarkBytes + 1, kContentHashBytes, hash) == 0;
       session.marks += hash;

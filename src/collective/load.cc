@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -13,6 +14,8 @@
 #include "base/timer.h"
 #include "collective/fetch_index.h"
 #include "plan/load_names.h"
+#include "plan/load_staging.h"
+#include "layout/strided.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
@@ -221,13 +224,20 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   LoadResult result;
   proto::Index index = std::move(fetched.index);
   std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
-  std::map<int, DType> casts;              // state-dict tensor -> its stored dtype (cast_floats)
+  // State-dict tensor -> the dtype it is read in, for tensors read into staging buffers:
+  // a cast (cast_floats: the stored dtype) or strided buffers (its own dtype).
+  std::map<int, DType> staged_dtypes;
   std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
   std::unique_ptr<FileCache> files;
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
-  // Tensors to cast are read (and shared between replicas) in their stored dtype into
-  // staging buffers, converted into the caller's buffers once every read succeeded.
-  std::map<int, std::vector<std::vector<unsigned char>>> staged;
+  // Those tensors are read (and shared between replicas) into packed staging buffers,
+  // converted and scattered into the caller's buffers once every read succeeded; made as
+  // a box first needs one (not zeroed: every byte is read into them before it is used).
+  // A strided box read by this rank alone, without a cast, goes through one reused
+  // buffer instead, scattered as soon as it is read (as other boxes are read straight
+  // into the caller's memory), so its staging is one box, not the tensor.
+  std::map<std::pair<int, std::size_t>, std::unique_ptr<unsigned char[]>> staged;
+  std::vector<char> box_scratch;
   // Chunks needed whole that are read directly, gathered in phase 2 and read after it.
   // Only where chunks carry their own CRC32C: a single file checked by a whole-file CRC
   // (a .ckpt) has just been read through the page cache, and the other single files are
@@ -278,8 +288,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
           return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
                           t.dtype() + " in the checkpoint" +
                           (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
-        casts[i] = *stored_dtype;
+        staged_dtypes[i] = *stored_dtype;
       }
+      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e, comm.rank()));
+      if (e.strided()) staged_dtypes.emplace(i, e.dtype);
       const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
       if (stored_shape != e.layout.global_shape()) {
         if (!same_up_to_trailing_ones(stored_shape, e.layout.global_shape()))
@@ -294,11 +306,6 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     for (const auto& [name, i] : stored)
       if (!asked.count(name)) result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
     DISTCKPT_RETURN_IF_ERROR(internal_plan::refuse_unexpected(names, state, options, dir));
-    for (const auto& [i, from] : casts) {
-      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-      auto& boxes = staged[i];
-      for (const Box& box : e.boxes) boxes.emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(from));
-    }
     // Whether this load reads directly, by its first box (phase 2 asks again for each
     // chunk and file): a chunk needed whole, not encrypted, of a file that reads directly.
     // If ranks answer differently, they do not share (share_words).
@@ -328,9 +335,18 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   if (!internal_format::has_chunk_checksums(index))
     DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
 
-  const auto dtype_read = [&](int i) { return casts.count(i) ? casts.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype; };
+  const auto dtype_read = [&](int i) {
+    return staged_dtypes.count(i) ? staged_dtypes.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype;
+  };
   const auto buffer_read = [&](int i, std::size_t b) -> void* {
-    return casts.count(i) ? static_cast<void*>(staged.at(i)[b].data()) : state.tensors()[static_cast<std::size_t>(i)].buffers[b];
+    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
+    auto from = staged_dtypes.find(i);
+    if (from == staged_dtypes.end()) return e.buffers[b];
+    std::unique_ptr<unsigned char[]>& buffer = staged[{i, b}];
+    if (!buffer)
+      buffer.reset(new unsigned char[std::max<std::size_t>(1, static_cast<std::size_t>(e.boxes[b].num_elements()) *
+                                                                  dtype_size(from->second))]);
+    return buffer.get();
   };
 
   // Phase 2: read what each box needs (checking the CRC32C of chunks read whole), copy it
@@ -349,6 +365,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
     int reader;
   };
   std::vector<BoxRead> boxes;
+  std::set<std::size_t> exchanged;  // boxes sent or received: read into whole buffers
   std::vector<Comm::Transfer> receives;
   Outbox outbox;
   // 2a, planning: who reads each box, and the messages. With shared reads the ranks
@@ -390,6 +407,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       const int number = one.number;
       BoxRead& box = boxes[k];
       box.reader = groups.reader(number);
+      exchanged.insert(k);
       void* buffer = buffer_read(box.i, box.b);
       if (box.reader != comm.rank()) {
         receives.push_back({box.reader, buffer, box.bytes});
@@ -426,6 +444,17 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       if (box.reader != comm.rank()) continue;
       gathered.tag = static_cast<int64_t>(k);
       const std::size_t gathered_before = gathered.size();
+      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(box.i)];
+      if (e.strided() && dtype_read(box.i) == e.dtype && !exchanged.count(k)) {
+        if (box_scratch.size() < box.bytes) box_scratch.resize(box.bytes);
+        DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
+            *files, index, index.tensors(box.t), box.reads, e.boxes[box.b], box_scratch.data(), scratch,
+            &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small, nullptr));
+        internal_plan::write_back(e, box.b, box_scratch.data(), e.dtype);
+        result.rank_bytes_needed += box.bytes;
+        outbox.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
+        continue;
+      }
       DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
           *files, index, index.tensors(box.t), box.reads, state.tensors()[box.i].boxes[box.b], buffer_read(box.i, box.b),
           scratch, &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small,
@@ -460,11 +489,10 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   }
   result.exchange_s = exchange_timer.seconds();
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  for (const auto& [i, from] : casts) {
-    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-    for (std::size_t b = 0; b < e.boxes.size(); ++b)
-      internal_transform::cast_floats(staged.at(i)[b].data(), from, e.buffers[b], e.dtype,
-                                      static_cast<std::size_t>(e.boxes[b].num_elements()));
+  for (auto& [at, buffer] : staged) {
+    const auto [i, b] = at;
+    internal_plan::write_back(state.tensors()[static_cast<std::size_t>(i)], b, buffer.get(), staged_dtypes.at(i));
+    buffer.reset();  // the peak stays one copy of the staged boxes
   }
   // Small pieces by the way they were read, so that every rank reports all of them.
   static constexpr std::string_view kSmallMethods[] = {"io_uring", "pread", "sieving"};

@@ -17,6 +17,7 @@
 #include "distckpt/checkpoint.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
+#include "layout/strided.h"
 #include "base/bounce.h"
 #include "storage/spare_files.h"
 #include "storage/staging.h"
@@ -42,22 +43,27 @@ constexpr std::size_t kSyncStagingBytes = 32u << 20;
 using Sink = std::function<Status(const char*, std::size_t)>;
 using Gap = std::function<Status(std::size_t)>;  // writes this many zeros
 
-// Encrypts one chunk of `n` bytes at `data` and hands the stored bytes to `sink` in
-// pieces; returns its tag. GCM keeps the length, CBC adds its padding at the end.
+// Pieces of a strided box are packed into a scratch buffer of this size on their way
+// to the file (small enough to stay in cache until they are written).
+constexpr std::size_t kPackPiece = 1 << 20;
+
+// Encrypts one chunk (box `item.local_box` of `e`, packed) and hands the stored bytes to
+// `sink` in pieces; returns its tag. GCM keeps the length, CBC adds its padding at the end.
 Result<std::string> seal_chunk(const internal_transform::CheckpointCipher& cipher, const WriteItem& item,
-                               const std::string& tensor, const std::string& file, const void* data,
-                               std::vector<char>& bounce, const Sink& sink) {
+                               const TensorEntry& e, const std::string& file, std::vector<char>& bounce,
+                               std::vector<char>& scratch, const Sink& sink) {
   constexpr std::size_t kPiece = 4 << 20;
   bounce.resize(kPiece + 32);
+  const std::string& tensor = e.name;
   DISTCKPT_ASSIGN_OR_RETURN(
       auto sealer, cipher.begin_seal(cipher.chunk_nonce(item.tensor, item.chunk),
                                      internal_transform::chunk_aad(tensor, item.chunk, file, item.byte_offset,
                                                                    item.stored_length, item.length)));
-  const auto* p = static_cast<const char*>(data);
   for (uint64_t done = 0; done < item.length;) {
     const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPiece, item.length - done));
     std::size_t out = 0;
-    DISTCKPT_RETURN_IF_ERROR(sealer.update(p + done, n, bounce.data(), &out));
+    const char* p = internal_layout::packed_piece(e, item.local_box, done, n, scratch);
+    DISTCKPT_RETURN_IF_ERROR(sealer.update(p, n, bounce.data(), &out));
     DISTCKPT_RETURN_IF_ERROR(sink(bounce.data(), out));
     done += n;
   }
@@ -75,7 +81,7 @@ Result<std::string> seal_chunk(const internal_transform::CheckpointCipher& ciphe
 Status emit_chunks(const SaveSession& session, const StateDict& state, const Comm& comm, const Sink& sink,
                    const Gap& gap, const std::function<void()>& chunk_done, uint64_t* bytes,
                    std::vector<std::string>* tags) {
-  std::vector<char> bounce;
+  std::vector<char> bounce, scratch;
   const std::string file_name = internal_format::data_file_name(comm.rank());
   uint64_t at = 0;
   for (const WriteItem& item : session.mine) {
@@ -92,11 +98,17 @@ Status emit_chunks(const SaveSession& session, const StateDict& state, const Com
     if (item.byte_offset > at) st = gap(static_cast<std::size_t>(item.byte_offset - at));
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
     if (session.frame.cipher) {
-      auto tag = seal_chunk(*session.frame.cipher, item, e.name, file_name, e.buffers[item.local_box], bounce, sink);
+      auto tag = seal_chunk(*session.frame.cipher, item, e, file_name, bounce, scratch, sink);
       if (tag.ok()) tags->push_back(std::move(*tag));
       st = tag.status();
-    } else {
+    } else if (e.packed(item.local_box)) {
       st = sink(static_cast<const char*>(e.buffers[item.local_box]), item.length);
+    } else {  // strided: packed a piece at a time, so the file, its CRC and hash see packed bytes
+      for (uint64_t done = 0; st.ok() && done < item.length;) {
+        const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(kPackPiece, item.length - done));
+        st = sink(internal_layout::packed_piece(e, item.local_box, done, n, scratch), n);
+        done += n;
+      }
     }
     if (!st.ok()) return st.with_context(rank_prefix(comm) + ": tensor '" + e.name + "'");
     if (chunk_done) chunk_done();
@@ -358,8 +370,21 @@ Result<SaveResult> save(Comm& comm, const StateDict& state, const std::string& r
                             "': integrated=false with safetensors (a safetensors file holds whole tensors; per-rank "
                             "files are written for .ckpt)");
   switch (save_shape(options)) {
-    case SaveShape::kOneFile: return save_single_file(comm, state, root, options);
-    case SaveShape::kPerRankSet: return save_ckpt_set(comm, state, root, options);
+    case SaveShape::kOneFile:
+    case SaveShape::kPerRankSet: {
+      // Their writers take whole boxes: strided ones are packed into a copy first (extra
+      // memory: this rank's strided bytes), agreed so that no rank is left in a gather.
+      std::unique_ptr<internal_layout::PackedState> packed;
+      Status copied = guarded(rank_prefix(comm) + ": packing strided tensors", [&]() -> Status {
+        if (!internal_layout::has_strided(state)) return Status();
+        DISTCKPT_ASSIGN_OR_RETURN(packed, internal_layout::pack_strided(state));
+        return Status();
+      });
+      DISTCKPT_RETURN_IF_ERROR(agree(comm, copied));
+      const StateDict& whole = packed ? packed->state : state;
+      return save_shape(options) == SaveShape::kOneFile ? save_single_file(comm, whole, root, options)
+                                                        : save_ckpt_set(comm, whole, root, options);
+    }
     case SaveShape::kSharded: break;
   }
   DISTCKPT_ASSIGN_OR_RETURN(SaveSession session, begin_save(comm, state, root, options));

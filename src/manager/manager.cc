@@ -107,7 +107,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     const StateDict& source = cfg.saved_network ? *cfg.saved_network : *state;
     for (const TensorEntry& e : source.tensors())
       if (internal_tools::name_selected(e.name, prefixes))
-        DISTCKPT_RETURN_IF_ERROR(view.add_tensor(e.name, e.dtype, e.buffers, e.layout));
+        DISTCKPT_RETURN_IF_ERROR(view.add_view(e));
     // The metric is this save's or none: a value of that name in the state's info (an
     // older one) would rank a save made without the metric in best-K.
     auto is_metric = [&](const std::string& k) {

@@ -28,6 +28,8 @@
 #include "catalog/listing.h"
 #include "catalog/names.h"
 #include "plan/load_names.h"
+#include "plan/load_staging.h"
+#include "layout/strided.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "distckpt/inspect.h"
@@ -641,7 +643,9 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
   // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
   std::map<std::pair<std::string, Box>, int> by_box;
   internal_plan::LoadNames names;
-  std::map<int, DType> casts;  // state tensor -> its stored dtype (LoadOptions::cast_floats)
+  // State tensor -> the dtype it is staged in: its stored one (LoadOptions::cast_floats),
+  // or its own for strided buffers.
+  std::map<int, DType> casts;
   local = guarded(where, [&]() -> Status {
     // The load's filters and renames, as a global load applies them.
     DISTCKPT_ASSIGN_OR_RETURN(names, internal_plan::load_names(described, options.load));
@@ -672,6 +676,8 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
         read_dtype = *stored_dtype;
         casts[static_cast<int>(i)] = read_dtype;
       }
+      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e, comm.rank()));
+      if (e.strided()) casts.emplace(static_cast<int>(i), e.dtype);
       if (!std::equal(t.global_shape().begin(), t.global_shape().end(), e.layout.global_shape().begin(),
                       e.layout.global_shape().end()))
         return mismatch("tensor '" + e.name + "': global shape " + full_box(e.layout.global_shape()).to_string() +
@@ -723,9 +729,9 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
     return internal_plan::refuse_unexpected(names, state, options.load, name);
   });
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  // Tensors to cast are restored, from every source alike, in their stored dtype into a
-  // staging buffer per box (the same state dict with those buffers), and converted once
-  // every byte arrived.
+  // Tensors to cast, or with strided buffers, are restored, from every source alike,
+  // into a packed staging buffer per box (the same state dict with those buffers), and
+  // converted and scattered once every byte arrived (plan/load_staging.h).
   StateDict staged_state(state.rank());
   std::map<int, std::vector<std::vector<char>>> staged;
   local = guarded(where, [&]() -> Status {
@@ -734,7 +740,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
       const TensorEntry& e = state.tensors()[i];
       auto it = casts.find(static_cast<int>(i));
       if (it == casts.end()) {
-        DISTCKPT_RETURN_IF_ERROR(staged_state.add_tensor(e.name, e.dtype, e.buffers, e.layout));
+        DISTCKPT_RETURN_IF_ERROR(staged_state.add_view(e));
         continue;
       }
       std::vector<void*> buffers;
@@ -800,9 +806,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
   result.load.read_s = read_timer.seconds();
   for (const auto& [i, from] : casts) {
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-    for (std::size_t b = 0; b < e.boxes.size(); ++b)
-      internal_transform::cast_floats(staged.at(i)[b].data(), from, e.buffers[b], e.dtype,
-                                      static_cast<std::size_t>(e.boxes[b].num_elements()));
+    for (std::size_t b = 0; b < e.boxes.size(); ++b) internal_plan::write_back(e, b, staged.at(i)[b].data(), from);
   }
 
   std::vector<int64_t> totals{static_cast<int64_t>(counters.sources.local), static_cast<int64_t>(counters.sources.peer),

@@ -15,6 +15,21 @@ inline constexpr std::size_t kContentHashBytes = 16;
 // XXH3-128 of `n` bytes, in its canonical (big-endian) 16-byte form.
 std::string content_hash(const void* data, std::size_t n);
 
+// The same hash over bytes that arrive in pieces (a strided box packed a piece at a
+// time): equal to content_hash of the pieces concatenated. Local, one thread.
+class ContentHasher {
+ public:
+  ContentHasher();
+  ~ContentHasher();
+  ContentHasher(const ContentHasher&) = delete;
+  ContentHasher& operator=(const ContentHasher&) = delete;
+  void update(const void* data, std::size_t n);
+  std::string digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t, kept out of this header
+};
+
 // "9f86d081884c7d65..." (32 hex digits), for messages.
 std::string content_hash_hex(const std::string& hash);
 

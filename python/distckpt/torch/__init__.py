@@ -26,11 +26,18 @@ Placements name where tensors live on a named Mesh: Shard(dim, axis) splits as t
 does, Replicate() (the default) is checked to be equal on every rank that holds it, PerRank()
 keeps each rank's own tensor or plain value. Plain values are stored as typed JSON
 (`encode_value`), never pickled: a tuple comes back a tuple, an int key an int key.
+
+Tensors may be views (any strides: saved from and loaded into in place) and may live on a
+device: CUDA tensors are staged through pinned host buffers by torch's own copies (a save
+copies them out before it writes; a load copies back in place before it returns; see
+staging_info). Meta tensors are refused.
 """
 from ._io import STATE_KEY, LoadResult, load, save, stored_values
 from ._manager import CheckpointManager
 from ._mesh import Mesh, PerRank, Replicate, Shard
+from ._staging import StagingInfo, release_staging, set_pinned_limit, staging_info
 from ._values import ENCODING_VERSION, decode_value, encode_value
 
 __all__ = ["save", "load", "stored_values", "LoadResult", "CheckpointManager", "Mesh", "Shard", "Replicate", "PerRank",
-           "encode_value", "decode_value", "STATE_KEY", "ENCODING_VERSION"]
+           "encode_value", "decode_value", "STATE_KEY", "ENCODING_VERSION", "StagingInfo", "staging_info",
+           "set_pinned_limit", "release_staging"]

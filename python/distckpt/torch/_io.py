@@ -8,6 +8,7 @@ from distckpt import _distckpt
 from distckpt._args import _agreed_outcome, _exchanged, _name_map_arg, _path_arg
 
 from . import _restore
+from ._staging import stage_in, stage_out
 from ._mesh import local_facts, resolve
 from ._values import ENCODING_VERSION, decode_value
 from ._walk import Walk
@@ -108,7 +109,7 @@ def save(comm, state, root, name=None, step=-1, epoch=-1, mesh=None, placements=
 
     def state_dict():  # agreed by save's first step
         r = Resolved(comm, mesh, walk, gathered, check)
-        sd = state_dict_for_one_call(comm, r.tensors, r.layouts)
+        sd = state_dict_for_one_call(comm, stage_out(r.tensors), r.layouts)  # device tensors: host copies
         sd._native._set_info(STATE_KEY, r.text)
         return sd
     sd = _dc._agreed(native, state_dict)
@@ -185,13 +186,18 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
                                         f"{sorted(unexpected)}")
         r = Resolved(comm, mesh, walk, gathered, False)
         wanted = {p: t for p, t in r.tensors.items() if p in stored.tensors and p not in missing}
-        return (state_dict_for_one_call(comm, wanted, {p: lay for p, lay in r.layouts.items() if p in wanted}),
-                {stored.tensors[p]: p for p in wanted if stored.tensors[p] != p})
-    sd, rename_stored = _dc._agreed(native, state_dict)
+        host, copy_back = stage_in(wanted)  # device tensors: loaded into host buffers, copied after
+        return (state_dict_for_one_call(comm, host, {p: lay for p, lay in r.layouts.items() if p in wanted}),
+                {stored.tensors[p]: p for p in wanted if stored.tensors[p] != p}, copy_back)
+    sd, rename_stored, copy_back = _dc._agreed(native, state_dict)
     result = _dc.load(comm, sd, path, key=key, cast_floats=cast_floats, allow_unexpected=True, rename=rename_stored)
     import torch
+
+    def finish():
+        copy_back()  # in place, finished before load returns
+        _restore.restore(state, walk, stored)
     with torch.no_grad():
-        _agreed_outcome(native, lambda: _restore.restore(state, walk, stored))
+        _agreed_outcome(native, finish)
     info = {k: v for k, v in result.info.items() if k != STATE_KEY}
     return LoadResult(path, result.step, result.epoch, info, missing, unexpected, result.bytes_read,
                       _time.perf_counter() - started)

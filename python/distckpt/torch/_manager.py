@@ -4,6 +4,7 @@ import weakref as _weakref
 import distckpt as _dc
 
 from ._io import STATE_KEY, Resolved, _comm_and_mesh, load, state_dict_of, walked
+from ._staging import stage_out
 
 
 class CheckpointManager(_dc.CheckpointManager):
@@ -46,7 +47,8 @@ class CheckpointManager(_dc.CheckpointManager):
 
     def _refill(self, resolved):
         self._sd._native._reset()
-        self._sd._fill(self._torch_state[0].size, resolved.tensors, resolved.layouts, {}, follow=False)
+        # Device tensors: host copies, finished before the save (or save_async) writes them.
+        self._sd._fill(self._torch_state[0].size, stage_out(resolved.tensors), resolved.layouts, {}, follow=False)
         self._sd._native._set_info(STATE_KEY, resolved.text)
 
     # The hooks hold the manager weakly: the native manager holds the hooks, and a cycle

@@ -120,11 +120,27 @@ def fingerprints(tensors):
     to a few elements between the spans can pass unseen."""
     buffers, keep = [], []
     for t in tensors:
-        if t.device.type != "cpu" or not t.is_contiguous():
-            t = t.detach().cpu().contiguous()
+        if t.device.type != "cpu":
+            t = _device_sample(t)  # a few KiB cross to the host, not the tensor
+            keep.append(t)
+        elif not t.is_contiguous():
+            t = t.detach().contiguous()
             keep.append(t)
         buffers.append((t.data_ptr(), t.element_size() * t.numel()))
     return _dc._distckpt._fingerprints(buffers)
+
+
+def _device_sample(t):
+    """A device tensor's bytes as a host sample: all of them up to 4 KiB, else 8 spans of 512
+    bytes spread over them, then the byte count (replicas are on devices of one kind, so every
+    rank samples a tensor alike)."""
+    import torch
+    flat = t.detach().reshape(-1).contiguous().view(torch.uint8)
+    n = flat.numel()
+    if n > 4096:
+        flat = torch.cat([flat[i * (n - 512) // 7:i * (n - 512) // 7 + 512] for i in range(8)])
+    size = torch.tensor([n], dtype=torch.int64).view(torch.uint8)
+    return torch.cat([flat.cpu(), size])
 
 
 def local_facts(walk, check_replicas):

@@ -144,6 +144,8 @@ class Walk:
             raise TypeError("distckpt.torch: the state is one tensor: give a dict that names it")
         if path in self.tensors:
             raise TypeError(f"distckpt.torch: two tensors are named '{path}' (a key with a '.' in it?)")
+        if t.device.type == "meta":
+            raise TypeError(f"distckpt.torch: tensor '{path}' is a meta tensor: it has no data to save or load into")
         self.tensors[path] = t
         # A placement given for the path itself wins over its parameter's.
         own = path in self.placements or path in self.layouts or self._is_per_rank(path)
