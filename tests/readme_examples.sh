@@ -14,7 +14,8 @@ out=$work/readme_examples.cc
   echo '#include <vector>'
   echo 'double train_step();'
   echo 'void readme_examples(int rank, int dp, int tp, int64_t hidden, int64_t in, int64_t step, int64_t steps,'
-  echo '                     int64_t epoch, double loss, std::vector<float>& w1) {'
+  echo '                     int64_t epoch, double loss, std::vector<float>& w1, std::vector<double>& u,'
+  echo '                     double* v_fortran, int64_t nx, int64_t ny) {'
   awk '/^```cpp/{f=1;next} /^```/{f=0} f && !/^#include/' "$src/README.md"
   echo '}'
 } >"$out"

@@ -23,7 +23,7 @@ inline constexpr int kAllRanks = -1;
 // receiver, by its lowest-ranked holder: replicas are not sent twice.
 //
 // Memory: besides `out`, a sender packs each piece it sends that is not contiguous in
-// its own buffer, and a receiver stages each piece that is not contiguous in `out`,
+// its own buffer (every piece of a strided buffer), and a receiver stages each piece that is not contiguous in `out`,
 // so the peak is at most twice the region's bytes on a receiver (once when pieces are
 // contiguous, e.g. splits on the first dimension) and the bytes it sends on a sender.
 // Gather a large tensor region by region to bound it (integrated save does).

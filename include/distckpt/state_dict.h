@@ -3,7 +3,7 @@
 // A tensor entry borrows the caller's memory: for each box the rank holds (see
 // TensorLayout::boxes_of), a pointer to that box's first element, and the box's element
 // strides (row-major and packed unless given: a view into a larger array, an array with
-// halo cells, a column-major array). Saves write, and loads fill, the box's elements in
+// halo cells, a column-major array). Saves read, and loads fill, the box's elements in
 // place, whatever the strides; checksums, content hashes and staging copies always see
 // the packed row-major bytes, so a strided save stores the same bytes as a packed one.
 // The caller keeps the buffers alive and unmodified during save/load. Entries keep
@@ -86,7 +86,8 @@ class StateDict {
   // kInvalidArgument for a buffer count other than the rank's box count, or a null
   // buffer for a non-empty box (the entry is then unchanged).
   Status set_buffers(const std::string& name, std::vector<void*> buffers);
-  // The same with new strides (one list per buffer, see Strides).
+  // The same with new strides (one list per buffer, see Strides). The form without
+  // strides makes the entry packed row-major again.
   Status set_buffers(const std::string& name, std::vector<void*> buffers, std::vector<Strides> strides);
 
   // Adds or replaces an info value. kInvalidArgument on an empty key.

@@ -15,7 +15,9 @@ TorchView torch_view(const std::string& name, py::handle t, bool keep_storage) {
                ": only dense (strided) tensors are checkpointed");
   const py::object device = t.attr("device");
   // Other devices are staged by the Python layer (distckpt.torch) into host memory first.
-  if (device.attr("type").cast<std::string>() != "cpu")
+  const std::string kind = device.attr("type").cast<std::string>();
+  if (kind == "meta") type_error("tensor '" + name + "' is a meta tensor: it has no data to save or load into");
+  if (kind != "cpu")
     type_error("tensor '" + name + "' is on " + std::string(py::str(device)) +
                ": this call takes host memory (distckpt.torch stages device tensors through host buffers)");
   const py::object dtype = t.attr("dtype");

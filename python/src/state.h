@@ -70,7 +70,7 @@ class PyStateDict {
                  int world_size, bool follow);
   // Follows torch tensors given new storage since they were added (same shape and
   // dtype); raises TypeError naming one whose shape, dtype or density changed. The
-  // GIL is held. Cheap when nothing moved: one data_ptr() per torch tensor.
+  // GIL is held. Cheap when nothing moved: one data_ptr() and one stride() per torch tensor.
   void refresh() {
     for (Movable& m : movable_) {
       // In place (t.t_(), as_strided_) keeps the address but not the strides.

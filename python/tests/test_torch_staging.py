@@ -61,7 +61,9 @@ def test_a_staged_load_copies_back_in_place(comm, shared_dir, staged):
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(-5.0)
+    dt.release_staging()
     dt.load(comm, state, os.path.join(shared_dir, "c"))
+    assert dt.staging_info().pageable_bytes > 0  # the load went through host buffers
     for n, p in model.named_parameters():
         assert p.data_ptr() == pointers[n], n  # the model's own memory, not a copy of it
         assert torch.equal(p.detach(), expected[n]), n
@@ -89,6 +91,14 @@ def test_an_async_save_has_its_copy_before_step_end_returns(comm, shared_dir, st
     for path, weight in saved.items():
         with distckpt.open(path) as r:
             assert torch.equal(r.to_torch("model.0.weight"), weight), path
+
+
+def test_a_staged_load_refuses_a_view_that_would_write_an_element_twice(comm, shared_dir, staged):
+    dt.save(comm, {"t": torch.ones(4, 3)}, shared_dir, name="e")
+    target = torch.zeros(1, 3)
+    with pytest.raises(TypeError, match=r"'t' has strides \(0, 1\)"):
+        dt.load(comm, {"t": target.expand(4, 3)}, os.path.join(shared_dir, "e"))
+    assert not target.any()
 
 
 def test_meta_tensors_and_bad_limits_are_refused(comm, shared_dir):

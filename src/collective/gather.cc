@@ -1,6 +1,6 @@
 // gather_region: each distinct box is sent once per receiver by its lowest-ranked
 // holder, straight from (or into) the caller's buffers when the piece is contiguous (a
-// strided tensor's boxes are packed into a copy first).
+// strided box's piece is packed into a copy first).
 #include "distckpt/gather.h"
 
 #include <algorithm>
@@ -67,21 +67,21 @@ Status gather_region(Comm& comm, const StateDict& state, const std::string& name
   auto* dst = static_cast<char*>(out);
   // Staging is allocated, and agreed on, before any message moves: a rank that runs
   // out of memory reports it instead of leaving its peers blocked in the transfer.
-  std::unique_ptr<internal_layout::PackedState> packed_entry;  // a strided tensor's packed copy
   Status local = internal_base::guarded(where, [&]() -> Status {
-  const TensorEntry* source = &e;
-  if (e.strided()) {
-    StateDict one(state.rank());
-    DISTCKPT_RETURN_IF_ERROR(one.add_view(e));
-    DISTCKPT_ASSIGN_OR_RETURN(packed_entry, internal_layout::pack_strided(one));
-    source = &packed_entry->state.tensors()[0];
-  }
   for (const auto& [box, holder] : owner) {
     const Box piece = intersect(box, region);
     const std::size_t bytes = static_cast<std::size_t>(piece.num_elements()) * item;
     if (holder == comm.rank()) {
-      const auto mine = std::find(e.boxes.begin(), e.boxes.end(), box) - e.boxes.begin();
-      const void* src = source->buffers[static_cast<std::size_t>(mine)];
+      const auto mine = static_cast<std::size_t>(std::find(e.boxes.begin(), e.boxes.end(), box) - e.boxes.begin());
+      const void* src = e.buffers[mine];
+      if (!e.packed(mine)) {  // strided: the piece packed (only what the region needs)
+        packed.emplace_back(new char[bytes]);
+        internal_layout::copy_region_out(e, mine, piece, packed.back().get());
+        if (receiving) copy_box(packed.back().get(), piece, dst, region, piece, item);
+        for (int d = 0; d < comm.size(); ++d)
+          if (d != comm.rank() && (root == kAllRanks || d == root)) sends.push_back({d, packed.back().get(), bytes});
+        continue;
+      }
       if (receiving) copy_box(src, box, dst, region, piece, item);
       char* payload = nullptr;
       for (int d = 0; d < comm.size(); ++d) {

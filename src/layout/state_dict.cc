@@ -25,6 +25,7 @@ namespace {
 // Empties strides that describe a packed row-major buffer of `box` (dimensions of
 // extent 1 may have any stride), so that such buffers take the packed paths.
 Strides normalized(const Box& box, Strides strides) {
+  if (box.num_elements() == 0) return {};  // nothing to walk
   int64_t expected = 1;
   for (std::size_t d = box.shape.size(); d-- > 0;) {
     const int64_t extent = box.shape[d];
@@ -97,6 +98,10 @@ Status StateDict::add_tensor(const std::string& name, DType dtype, std::vector<v
 }
 
 Status StateDict::add_view(const TensorEntry& entry) {
+  // The strides describe the entry's own boxes: another rank's would be walked out of bounds.
+  if (!entry.buffers.empty() && entry.layout.boxes_of(rank_) != entry.boxes)
+    return invalid_argument("state dict: rank " + std::to_string(rank_) + ": tensor '" + entry.name +
+                            "' was made for another rank (other boxes)");
   return add_entry(entry.name, entry.dtype, entry.buffers, entry.strides, !entry.strides.empty(), entry.layout);
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <memory>
 
+#include "layout/region.h"
+
 namespace distckpt::internal_layout {
 
 namespace {
@@ -143,6 +145,15 @@ const char* packed_piece(const TensorEntry& e, std::size_t b, uint64_t offset, s
   if (scratch.size() < n) scratch.resize(n);
   copy_packed_out(e, b, offset, n, scratch.data());
   return scratch.data();
+}
+
+void copy_region_out(const TensorEntry& e, std::size_t b, const Box& region, char* dst) {
+  const std::size_t es = dtype_size(e.dtype);
+  // Runs of the region contiguous in the box's packed image, each copied out of the strides.
+  for_each_run(region, e.boxes[b], [&](int64_t outer_at, int64_t inner_at, int64_t count) {
+    copy_packed_out(e, b, static_cast<uint64_t>(outer_at) * es, static_cast<std::size_t>(count) * es,
+                    dst + inner_at * static_cast<int64_t>(es));
+  });
 }
 
 bool has_strided(const StateDict& state) {

@@ -20,7 +20,8 @@ namespace distckpt::internal_layout {
 void copy_packed_out(const TensorEntry& e, std::size_t b, uint64_t offset, std::size_t n, char* dst);
 
 // The reverse: bytes [offset, offset + n) of the packed image from `src` into the
-// entry's buffer. The strides must have passed check_writable (precondition).
+// entry's buffer. The strides must have passed check_writable (precondition). Local,
+// any thread (one writer per box); cannot fail.
 void copy_packed_in(const TensorEntry& e, std::size_t b, uint64_t offset, std::size_t n, const char* src);
 
 // kInvalidArgument, naming the rank and tensor, when a buffer of `e` has a zero or
@@ -30,8 +31,9 @@ void copy_packed_in(const TensorEntry& e, std::size_t b, uint64_t offset, std::s
 Status check_writable(const TensorEntry& e, int rank);
 
 // Bytes [offset, offset + n) of box `b`'s packed image as one contiguous pointer: the
-// caller's memory for a packed buffer, else `scratch` (resized to n) filled by
-// copy_packed_out. For pieces of a chunk streamed to a file, a hash or a cipher.
+// caller's memory for a packed buffer, else `scratch` (grown to n) filled by
+// copy_packed_out, valid until `scratch` is used again. For pieces of a chunk streamed to
+// a file, a hash or a cipher. Local, any thread; std::bad_alloc when scratch cannot grow.
 const char* packed_piece(const TensorEntry& e, std::size_t b, uint64_t offset, std::size_t n,
                          std::vector<char>& scratch);
 
@@ -46,7 +48,11 @@ struct PackedState {
 // Local. kInvalidArgument from StateDict; std::bad_alloc is left to the caller's guard.
 Result<std::unique_ptr<PackedState>> pack_strided(const StateDict& source);
 
-// Whether any tensor of `state` has a strided buffer.
+// `region` (inside box `b`) of the entry, packed row-major into `dst`, whatever the
+// strides. Local, any thread; cannot fail.
+void copy_region_out(const TensorEntry& e, std::size_t b, const Box& region, char* dst);
+
+// Whether any tensor of `state` has a strided buffer. Local, cannot fail.
 bool has_strided(const StateDict& state);
 
 }  // namespace distckpt::internal_layout

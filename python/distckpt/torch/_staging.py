@@ -4,13 +4,14 @@ distckpt reads and writes host memory. A tensor on a device (CUDA, or any other 
 device) is copied into a host buffer before a save writes it (and before an asynchronous
 save returns), and a load fills the host buffer, then copies it into the tensor in place
 before returning. On CUDA the buffers are pinned, up to a limit, and the copies run on a
-side stream ordered after the work already queued on the tensor's stream; an event
-recorded after the copies is waited for before any byte is written.
+side stream ordered after the work already queued on the device's current stream; an
+event recorded after the copies is waited for before any byte is written.
 
 The buffers are kept for the next call (one per device tensor of the last save or load,
 reused while shape and dtype match), so the host memory held is this rank's device-tensor
 bytes: staging_info() reports it, release_staging() frees it. Meta tensors have no data
-and are refused. Devices other than CUDA go through Tensor.copy_ (untested).
+and are refused. Devices other than CUDA go through Tensor.copy_ (untested). The staging
+state is the process's: call these from one thread (the training loop's).
 """
 import os as _os
 from dataclasses import dataclass as _dataclass
@@ -83,8 +84,9 @@ def _host_buffers(tensors):
         else:
             out[path] = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)
         pinned_used += nbytes if pin else 0
-    _buffers.clear()
-    _buffers.update(out)
+    if out:  # (a call without device tensors keeps the last buffers)
+        _buffers.clear()
+        _buffers.update(out)
     return out
 
 
@@ -124,11 +126,31 @@ def stage_out(tensors):
     return {p: buffers.get(p, t) for p, t in tensors.items()}
 
 
+def _refuse_unwritable(tensors):
+    """A load writes each element once: the rule of the native loads (layout/strided.h) for
+    the device tensors, whose host buffers are packed and so never show their strides."""
+    for path, t in tensors.items():
+        if not _staged(t):
+            continue
+        dims = [(st, n) for st, n in zip(t.stride(), t.shape) if n > 1]
+        if any(st <= 0 for st, _ in dims):
+            raise TypeError(f"tensor '{path}' has strides {tuple(t.stride())}: a load writes each element once, "
+                            f"so strides must be positive (an expanded view can be saved, not loaded into)")
+        span = 0
+        for st, n in sorted(dims):
+            if st <= span:
+                raise TypeError(f"tensor '{path}' has overlapping strides {tuple(t.stride())}: a load would "
+                                f"write some element twice")
+            span += (n - 1) * st
+
+
 def stage_in(tensors):
     """Local. (`tensors` with every device tensor replaced by a host buffer to load into,
     copy_back): copy_back() copies the buffers into the tensors in place and returns once
-    the copies are done. TypeError naming a meta tensor."""
+    the copies are done. TypeError naming a meta tensor, or a device tensor whose strides
+    would write an element twice."""
     _refuse_meta(tensors)
+    _refuse_unwritable(tensors)
     buffers = _host_buffers(tensors)
 
     def copy_back():
