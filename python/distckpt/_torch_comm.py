@@ -15,6 +15,8 @@ AsyncCheckpointer (or a CheckpointManager with async_save) asks for. Each proces
 which ranks its Comm spans; the distinct sets are made in order of first appearance on
 every process. Never from a background thread.
 """
+import datetime as _datetime
+import os as _os
 import socket as _socket
 import time as _time
 
@@ -42,13 +44,32 @@ def _dist():
     return dist
 
 
+def _peer_timeout():
+    """The gloo groups' timeout, as make_mpi_comm's peer timeout: DISTCKPT_PEER_TIMEOUT_S
+    seconds (0: none), else 600. Past it a collective fails, which aborts the process."""
+    text = _os.environ.get("DISTCKPT_PEER_TIMEOUT_S", "")
+    seconds = 600.0
+    if text:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1
+        if not 0 <= seconds < float("inf"):
+            import sys
+            print(f"distckpt: DISTCKPT_PEER_TIMEOUT_S={text} is not a number of seconds >= 0; using 600 s",
+                  file=sys.stderr)
+            seconds = 600.0
+    return _datetime.timedelta(days=365 * 100) if seconds == 0 else _datetime.timedelta(seconds=seconds)
+
+
 def _world_group(dist):
     """The default group when it is gloo, else a gloo group over every process, made once
     (at the first Comm.from_torch, on every process alike). Collective the first time."""
     global _world
     default = dist.group.WORLD
     if _world is None or _world[0] is not default:
-        _world = (default, default if str(dist.get_backend()) == "gloo" else dist.new_group(backend="gloo"))
+        twin = None if str(dist.get_backend()) == "gloo" else dist.new_group(backend="gloo", timeout=_peer_timeout())
+        _world = (default, twin or default)
     return _world[1]
 
 
@@ -119,7 +140,7 @@ def _exchange(dist, mine, where):
             raise _distckpt.DistckptError(f"{where}: rank {rank} is not in the group it passed")
     own = None
     for runs, members in groups.items():
-        group = dist.new_group(members, backend="gloo")
+        group = dist.new_group(members, backend="gloo", timeout=_peer_timeout())
         if runs == keys[me]:
             own = group
     members = groups[keys[me]]

@@ -59,8 +59,11 @@ def test_torch_multiprocessing_jobs_save_load_manage_and_reshard_without_mpi(tmp
 
 
 @once
-def test_a_transport_failure_ends_the_process_naming_its_rank(tmp_path):
-    rc, out = run_job(2, tmp_path, "fatal")
+@pytest.mark.parametrize("how", ["gone", "hung"])
+def test_a_transport_failure_ends_the_process_naming_its_rank(tmp_path, how):
+    # A peer that left, or one that hangs past the peer timeout (DISTCKPT_PEER_TIMEOUT_S=2).
+    rc, out = run_job(2, tmp_path, how)
+    print(out)
     assert rc != 0, out
     assert "distckpt: rank 0: torch.distributed failed in barrier" in out and "SIGABRT" in out, out
 

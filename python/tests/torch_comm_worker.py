@@ -1,14 +1,15 @@
 """Processes of a torch.multiprocessing job (gloo, no MPI) that checkpoint through
 Comm.from_torch; test_torch_comm.py runs it without MPI's environment:
 
-    python3 torch_comm_worker.py NPROCS ROOT [fatal]
+    python3 torch_comm_worker.py NPROCS ROOT [gone|hung]
 
 NPROCS = 4: save and load (numpy and torch, sharded and replicated), distckpt.torch's
 save and load, a CheckpointManager of each layer, async saves (AsyncCheckpointer, and the
 manager's async_save), the node-local tier over two pretend nodes (host names rank // 2,
 partner copies), Comms over two torch subgroups, and the checkpoints resharded later.
 NPROCS = 2: the same on one node, a wrong argument on one rank, and the 4-rank
-checkpoints loaded at 2 ranks. "fatal": a peer that leaves mid-collective ends the job.
+checkpoints loaded at 2 ranks. "gone", "hung": a peer that leaves, or hangs past the peer timeout, mid-collective ends the
+job.
 Rank 0 prints "time NAME SECONDS" for each
 part. Exit status 0 when every process passed; a process that raised fails the job with
 its traceback (torch.multiprocessing.spawn's report).
@@ -271,14 +272,18 @@ def mpi_initialised():
     return bool(flag.value)
 
 
-def fatal(rank, nprocs, root):
-    """A peer gone in the middle of a collective: a transport failure, which ends the survivor
-    (std::abort) after it printed its rank and the collective."""
+def fatal(rank, nprocs, root, how):
+    """A peer gone ("gone") or hung ("hung", past a peer timeout of 2 s) in the middle of a
+    collective: a transport failure, which ends the survivor (std::abort) after it printed
+    its rank and the collective."""
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method=f"file://{root}/init-fatal", rank=rank, world_size=nprocs)
+    os.environ["DISTCKPT_PEER_TIMEOUT_S"] = "2"
+    dist.init_process_group("gloo", init_method=f"file://{root}/init-{how}", rank=rank, world_size=nprocs)
     import distckpt
     comm = distckpt.Comm.from_torch()
     if rank == 1:
+        if how == "hung":
+            time.sleep(60)  # ended by spawn once rank 0 failed
         os._exit(0)  # no goodbye
     comm.barrier()
     raise AssertionError("the barrier returned without its peer")
@@ -328,7 +333,10 @@ def main():
     import torch.multiprocessing as mp
     os.makedirs(root, exist_ok=True)
     start = time.perf_counter()
-    mp.spawn(fatal if sys.argv[3:] == ["fatal"] else child, args=(nprocs, root), nprocs=nprocs, join=True)
+    if sys.argv[3:]:
+        mp.spawn(fatal, args=(nprocs, root, sys.argv[3]), nprocs=nprocs, join=True)
+    else:
+        mp.spawn(child, args=(nprocs, root), nprocs=nprocs, join=True)
     print(f"time job {time.perf_counter() - start:.3f}", flush=True)
 
 
