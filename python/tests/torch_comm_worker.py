@@ -118,7 +118,8 @@ def torch_layer(distckpt, dt, comm, root):
 
 
 def managers_and_async(distckpt, comm, root):
-    """The Python CheckpointManager (periodic saves, retention, resume) and an AsyncCheckpointer."""
+    """The Python CheckpointManager (periodic saves, retention, resume, an exception save) and an
+    AsyncCheckpointer."""
     import numpy as np
     rank, size = comm.rank, comm.size
     mine = np.zeros((2, 3), np.float32)
@@ -135,6 +136,26 @@ def managers_and_async(distckpt, comm, root):
     with distckpt.CheckpointManager(comm, state, directory=directory) as m:
         assert m.resume(step=4).step == 4
     assert (mine == 40 + rank).all()
+
+    # An exception on the last rank only, the others already in the manager at the same step
+    # (end): saved by all (its allreduce with a timeout meets their blocking ones).
+    directory = os.path.join(root, "exception")
+    m = distckpt.CheckpointManager(comm, state, directory=directory, exception_save=True, save_every_steps=100)
+
+    def loop():
+        for step in range(1, 4):
+            m.step_end(step)
+        if rank == size - 1:
+            raise ValueError("the loss went to NaN")
+        out = m.end(3)
+        assert out.stop and out.exception_rank == size - 1, out
+
+    try:
+        m.run(loop)
+    except ValueError:
+        assert rank == size - 1
+    m.close()
+    assert any(e.name.endswith("_exception") for e in distckpt.list_checkpoints(directory))
 
     with distckpt.AsyncCheckpointer(comm, staging_bytes=1 << 20) as ckpt:
         mine[...] = rank
