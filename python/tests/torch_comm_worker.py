@@ -8,11 +8,10 @@ save and load, a CheckpointManager of each layer, async saves (AsyncCheckpointer
 manager's async_save), the node-local tier over two pretend nodes (host names rank // 2,
 partner copies), Comms over two torch subgroups, and the checkpoints resharded later.
 NPROCS = 2: the same on one node, a wrong argument on one rank, and the 4-rank
-checkpoints loaded at 2 ranks. "gone", "hung": a peer that leaves, or hangs past the peer timeout, mid-collective ends the
-job.
-Rank 0 prints "time NAME SECONDS" for each
-part. Exit status 0 when every process passed; a process that raised fails the job with
-its traceback (torch.multiprocessing.spawn's report).
+checkpoints loaded at 2 ranks. "gone", "hung": a peer that leaves, or hangs past the peer
+timeout, in the middle of a collective ends the job. Rank 0 prints "time NAME SECONDS" for
+each part. Exit status 0 when every process passed; a process that raised fails the job
+with its traceback (torch.multiprocessing.spawn's report).
 """
 import os
 import sys
