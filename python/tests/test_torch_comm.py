@@ -34,7 +34,7 @@ def without_launchers():
 def run_job(nprocs, root, *extra, timeout_s=150):
     """The worker's job at `nprocs` processes: (exit status, output). A job still running after
     timeout_s is killed with its processes (a new session: they go with it)."""
-    p = subprocess.Popen([sys.executable, WORKER, str(nprocs), str(root), *extra], env=without_launchers(),
+    p = subprocess.Popen([sys.executable, WORKER, str(nprocs), str(root), *extra], env=without_launchers(), cwd=root,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout_s)
