@@ -3,6 +3,7 @@
 
     python3 bench/py_bench.py --build build [--size 256M] [--dp 2 --tp 2] [--dir /dev/shm/py-bench] [--runs 5]
     python3 bench/py_bench.py --build build --torch --size 1G     # through distckpt.torch
+    python3 bench/py_bench.py --build build --launchers           # Comm.from_torch against MPI
 
 A driver (not under MPI) alternates, --runs times, one job of this script's worker under
 `mpirun -np dp*tp` (the workload of ../shared/bench/WORKLOAD.md generated with vectorised
@@ -12,6 +13,12 @@ barrier, the slowest rank's wall time, with waits that sleep) and one `ckpt_benc
 layout and directory. It prints both medians and their ratios (Python / C++), which are
 the layer's overhead: the tensors are handed over by address and the GIL is released, so
 the bytes move exactly as in C++.
+
+With --launchers the same Python worker runs twice per run instead, under mpirun
+(Comm.from_mpi4py) and under torch.multiprocessing with gloo (Comm.from_torch, no MPI), and
+the ratios are torch / MPI: what the communicator over torch.distributed costs. There the
+timing's barriers and maximum go through each launcher's own transport (mpi4py, or a gloo
+group of their own).
 
 With --torch the worker holds the workload as PyTorch holds it: a module tree whose
 parameters are the workload's weights (this rank's torch.chunk of each split tensor), and an
@@ -94,19 +101,65 @@ def values(seed, tid, shape, box):
     return ((z >> np.uint64(40)).astype(np.float64) * 2.0 ** -23 - 1.0).astype(np.float32)
 
 
+class MpiWorld:
+    """The timing's own collectives over mpi4py's world."""
+
+    def __init__(self):
+        from mpi4py import MPI
+        self.mpi, self.comm = MPI, MPI.COMM_WORLD
+
+    def wait_all(self):
+        quiet_wait(self.comm.Ibarrier())
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def slowest(self, seconds):
+        import numpy as np
+        elapsed = np.array([seconds])
+        quiet_wait(self.comm.Iallreduce(self.mpi.IN_PLACE, elapsed, op=self.mpi.MAX))
+        return float(elapsed[0])
+
+    def total(self, n):
+        return self.comm.allreduce(n)
+
+
+class TorchWorld:
+    """The same over a gloo group of the timing's own (gloo's waits block, they do not spin)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.dist, self.group = dist, dist.new_group(backend="gloo")
+
+    def wait_all(self):
+        self.dist.barrier(group=self.group)
+
+    barrier = wait_all
+
+    def _reduced(self, value, dtype, op):
+        import torch
+        t = torch.tensor([value], dtype=dtype)
+        self.dist.all_reduce(t, op, group=self.group)
+        return t.item()
+
+    def slowest(self, seconds):
+        import torch
+        return float(self._reduced(seconds, torch.float64, self.dist.ReduceOp.MAX))
+
+    def total(self, n):
+        import torch
+        return int(self._reduced(n, torch.int64, self.dist.ReduceOp.SUM))
+
+
 def timer(world):
     """timed(call): call()'s wall time on the slowest rank, started as ckpt_bench starts a phase."""
-    import numpy as np
-    from mpi4py import MPI
 
     def timed(call):
-        quiet_wait(world.Ibarrier())
-        world.Barrier()  # short by now: the ranks leave together, as ckpt_bench's (quiet_mpi.h)
-        t0 = MPI.Wtime()
+        world.wait_all()
+        world.barrier()  # short by now: the ranks leave together, as ckpt_bench's (quiet_mpi.h)
+        t0 = time.perf_counter()
         call()
-        elapsed = np.array([MPI.Wtime() - t0])
-        quiet_wait(world.Iallreduce(MPI.IN_PLACE, elapsed, op=MPI.MAX))
-        return float(elapsed[0])
+        return world.slowest(time.perf_counter() - t0)
     return timed
 
 
@@ -119,7 +172,7 @@ def torch_worker(a, world, comm):
     path = os.path.join(a.dir, "py-bench")
     if comm.rank == 0 and os.path.exists(path):
         shutil.rmtree(path)
-    quiet_wait(world.Ibarrier())
+    world.wait_all()
     save_s = timed(lambda: dt.save(comm, state, a.dir, name="py-bench", mesh=mesh, placements=placements,
                                    update_latest=False))
     tensors = [t for t in state["model"].parameters()] + [v for s in state["optim"].state.values()
@@ -131,9 +184,9 @@ def torch_worker(a, world, comm):
     load_s = timed(lambda: dt.load(comm, state, path, mesh=mesh, placements=placements))
     if expected is not None:
         bad = sum(int(not torch.equal(t, e)) for t, e in zip(tensors, expected))
-        if world.allreduce(bad) != 0:
+        if world.total(bad) != 0:
             raise SystemExit("py_bench: the load does not match the save")
-    quiet_wait(world.Ibarrier())
+    world.wait_all()
     if comm.rank == 0:
         shutil.rmtree(path)
         print(json.dumps({"save_s": save_s, "load_s": load_s}), flush=True)
@@ -188,12 +241,22 @@ def torch_state(a, comm):
     return {"model": model, "optim": opt}, placements, mesh
 
 
+def spawned(rank, a, init):
+    """One process of the worker under torch.multiprocessing (--launchers)."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=a.dp * a.tp)
+    worker(a)
+    dist.destroy_process_group()
+
+
 def worker(a):
     import numpy as np
-    from mpi4py import MPI
     import distckpt
-    world = MPI.COMM_WORLD
-    comm = distckpt.Comm.from_mpi4py(world)
+    if a.worker == "torch":
+        world, comm = TorchWorld(), distckpt.Comm.from_torch()
+    else:
+        world = MpiWorld()
+        comm = distckpt.Comm.from_mpi4py(world.comm)
     if a.torch:
         return torch_worker(a, world, comm)
     rank, tp, dp = comm.rank, a.tp, a.dp
@@ -220,7 +283,7 @@ def worker(a):
     path = os.path.join(a.dir, "py-bench")
     if rank == 0 and os.path.exists(path):
         shutil.rmtree(path)
-    quiet_wait(world.Ibarrier())
+    world.wait_all()
     save_s = timed(lambda: distckpt.save(comm, state, a.dir, "py-bench", step=0, update_latest=False))
     expected = {n: t.copy() for n, t in tensors.items()} if a.verify else None
     for t in tensors.values():
@@ -228,9 +291,9 @@ def worker(a):
     load_s = timed(lambda: distckpt.load(comm, state, path))
     if expected is not None:
         bad = sum(int(not np.array_equal(tensors[n], expected[n])) for n in tensors)
-        if world.allreduce(bad) != 0:
+        if world.total(bad) != 0:
             raise SystemExit("py_bench: the load does not match the save")
-    quiet_wait(world.Ibarrier())
+    world.wait_all()
     if rank == 0:
         shutil.rmtree(path)
         print(json.dumps({"save_s": save_s, "load_s": load_s}), flush=True)
@@ -248,41 +311,54 @@ def main():
     p.add_argument("--verify", action="store_true", help="check every loaded element (outside the timing)")
     p.add_argument("--torch", action="store_true", help="save and load a module and AdamW through distckpt.torch")
     p.add_argument("--json", action="store_true", help="end with one JSON line: every run's times, medians, ratios")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--launchers", action="store_true",
+                   help="compare the worker under torch.multiprocessing (Comm.from_torch) with it under mpirun")
+    p.add_argument("--worker", choices=["mpi", "torch"], help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.worker:
+    if a.worker == "mpi":
         return worker(a)
+    if a.worker == "torch":  # the processes meet in a file
+        import tempfile
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory(prefix="py-bench-") as where:
+            mp.spawn(spawned, args=(a, f"file://{where}/init"), nprocs=a.dp * a.tp)
+        return None
     build = os.path.abspath(a.build)
-    bench = os.path.join(build, "ckpt_bench")
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(a.dp * a.tp)]
+    args = (["--size", a.size, "--dp", str(a.dp), "--tp", str(a.tp), "--dir", a.dir]
+            + (["--verify"] if a.verify else []) + (["--torch"] if a.torch else []))
+    me = [sys.executable, os.path.abspath(__file__)]
+    if a.launchers:  # the same worker: under torch.multiprocessing, and under mpirun
+        names = ("torch", "MPI")
+        jobs = (me + ["--worker", "torch"] + args, mpirun + me + ["--worker", "mpi"] + args)
+    else:
+        names = ("python", "C++")
+        jobs = (mpirun + me + ["--worker", "mpi"] + args,
+                mpirun + [os.path.join(build, "ckpt_bench"), "--size", a.size, "--dp", str(a.dp), "--tp", str(a.tp),
+                          "--dir", os.path.join(a.dir, "cc"), "--repeat", "1", "--json"])
     os.makedirs(a.dir, exist_ok=True)
-    py, cc = {"save_s": [], "load_s": []}, {"save_s": [], "load_s": []}
+    times = ({"save_s": [], "load_s": []}, {"save_s": [], "load_s": []})
     for run in range(a.runs):
-        out = subprocess.run(mpirun + [sys.executable, os.path.abspath(__file__), "--worker", "--size", a.size,
-                                       "--dp", str(a.dp), "--tp", str(a.tp), "--dir", a.dir]
-                             + (["--verify"] if a.verify else []) + (["--torch"] if a.torch else []),
-                             env=env, capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        out = subprocess.run(mpirun + [bench, "--size", a.size, "--dp", str(a.dp), "--tp", str(a.tp), "--dir",
-                                       os.path.join(a.dir, "cc"), "--repeat", "1", "--json"],
-                             capture_output=True, text=True, check=True)
-        c = json.loads(out.stdout.strip().splitlines()[-1])
-        for k in py:
-            py[k].append(r[k])
-            cc[k].append(c[k])
-        print(f"run {run + 1}: python save {r['save_s']:.3f} s load {r['load_s']:.3f} s | "
-              f"C++ save {c['save_s']:.3f} s load {c['load_s']:.3f} s", flush=True)
+        got = []
+        for job, t in zip(jobs, times):
+            out = subprocess.run(job, env=env, capture_output=True, text=True, check=True)
+            got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            for k in t:
+                t[k].append(got[-1][k])
+        print(f"run {run + 1}: " + " | ".join(f"{n} save {g['save_s']:.3f} s load {g['load_s']:.3f} s"
+                                              for n, g in zip(names, got)), flush=True)
     shutil.rmtree(os.path.join(a.dir, "cc"), ignore_errors=True)
-    med = {k: (statistics.median(py[k]), statistics.median(cc[k])) for k in py}
+    med = {k: (statistics.median(times[0][k]), statistics.median(times[1][k])) for k in times[0]}
     what = "distckpt.torch (module + AdamW)" if a.torch else "distckpt (numpy StateDict)"
     print(f"py_bench: {what}, {a.size} at DP{a.dp} x TP{a.tp} in {a.dir}, medians of {a.runs}:")
-    for k, (p_s, c_s) in med.items():
-        print(f"  {k[:-2]}: python {p_s:.3f} s, C++ {c_s:.3f} s, ratio {p_s / c_s:.3f}")
+    for k, (first, second) in med.items():
+        print(f"  {k[:-2]}: {names[0]} {first:.3f} s, {names[1]} {second:.3f} s, ratio {first / second:.3f}")
     if a.json:
+        keys = ("torch", "mpi") if a.launchers else ("python", "cpp")
         print(json.dumps({"layer": "torch" if a.torch else "numpy", "size": a.size, "dp": a.dp, "tp": a.tp,
-                          "dir": a.dir, "runs": a.runs, "python": py, "cpp": cc,
-                          "median_s": {k: {"python": v[0], "cpp": v[1]} for k, v in med.items()},
+                          "dir": a.dir, "runs": a.runs, keys[0]: times[0], keys[1]: times[1],
+                          "median_s": {k: {keys[0]: v[0], keys[1]: v[1]} for k, v in med.items()},
                           "ratio": {k[:-2]: v[0] / v[1] for k, v in med.items()}}), flush=True)
 
 

@@ -9,6 +9,9 @@
 #       steps 16-36 must equal (a)'s exactly, bit for bit
 #   (d) that checkpoint resumed at DP1 x TP4, DP4 x TP1 (4 ranks) and DP1 x TP2 (2 ranks,
 #       another world size): the 20 losses of steps 16-35 must be within a relative 1e-5 of (a)'s
+#   (e) that checkpoint resumed under torch's launcher instead (--spawn 4: torch.multiprocessing,
+#       gloo, Comm.from_torch, no MPI) up to step 20, and (f) its step-20 checkpoint resumed
+#       under mpirun up to step 24: both bit-identical to (a)
 # Exit 0 when all hold.
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -91,6 +94,20 @@ for layout in "4 1 4" "4 4 1" "2 1 2"; do
   grep -q "^resumed step 15$" "$WORK_DIR/other-$dp-$tp.log" || { echo "DP$dp x TP$tp did not resume step 15" >&2; status=1; }
   compare "$WORK_DIR/ref.log" "$WORK_DIR/other-$dp-$tp.log" 16 35 1e-5 || status=1
 done
+
+echo "== (e) the checkpoint of step 15 resumed under torch.multiprocessing (gloo, no MPI) at DP2 x TP2"
+rm -rf "$WORK_DIR/torch"
+cp -r "$WORK_DIR/run" "$WORK_DIR/torch"
+# Without mpirun's environment: these processes must not believe they run under MPI.
+env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u PMIX_RANK -u PMI_SIZE \
+  "$PYTHON" "$HERE/train_torch.py" --spawn 4 --dp 2 --tp 2 --steps 20 --save-every 5 --dir "$WORK_DIR/torch" \
+  --resume > "$WORK_DIR/torch.log"
+grep -q "^resumed step 15$" "$WORK_DIR/torch.log" || { echo "the torch launcher did not resume step 15" >&2; status=1; }
+compare "$WORK_DIR/ref.log" "$WORK_DIR/torch.log" 16 20 0 || status=1
+echo "== (f) the torch launcher's checkpoint of step 20 resumed under mpirun"
+run 4 --dp 2 --tp 2 --steps 24 --dir "$WORK_DIR/torch" --resume > "$WORK_DIR/torch-mpi.log"
+grep -q "^resumed step 20$" "$WORK_DIR/torch-mpi.log" || { echo "mpirun did not resume step 20" >&2; status=1; }
+compare "$WORK_DIR/ref.log" "$WORK_DIR/torch-mpi.log" 21 24 0 || status=1
 
 echo "== (c) resumed at DP2 x TP2"
 run 4 --dp 2 --tp 2 --steps 36 --dir "$WORK_DIR/run" --resume | tee "$WORK_DIR/resume.log"

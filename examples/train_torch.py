@@ -5,12 +5,20 @@ Megatron-style tensor parallelism over the TP axis: the attention's q, k, v proj
 the MLP's first layer are column-parallel (their output features, and so the attention
 heads, split over TP), the attention's output projection and the MLP's second layer are
 row-parallel (their input features split), each block summing its partial outputs with one
-allreduce. Data parallelism averages the gradients over the DP axis. Communication goes
-through mpi4py. AdamW, a cosine learning-rate schedule, each rank's RNG state, no dropout.
-Every parameter is initialised from its global shape and every batch from the step, so the
-run is the same model at any DP x TP.
+allreduce. Data parallelism averages the gradients over the DP axis. AdamW, a cosine
+learning-rate schedule, each rank's RNG state, no dropout. Every parameter is initialised
+from its global shape and every batch from the step, so the run is the same model at any
+DP x TP.
+
+Two launchers: under mpirun (or srun) the ranks talk through mpi4py and checkpoint through
+Comm.from_mpi4py; under torch's launchers (torchrun, or --spawn N here, which starts N
+processes with torch.multiprocessing) they talk through torch.distributed with gloo and
+checkpoint through Comm.from_torch, with no MPI. At DP2 x TP2 every sum is over two ranks,
+which both add alike, so a run resumed under the other launcher continues bit for bit.
 
     mpirun -np 4 python3 examples/train_torch.py --dp 2 --tp 2 --steps 30 --dir /tmp/gpt
+    python3 examples/train_torch.py --spawn 4 --dp 2 --tp 2 --steps 30 --dir /tmp/gpt
+    torchrun --nproc_per_node 4 examples/train_torch.py --dp 2 --tp 2 --steps 30 --dir /tmp/gpt
     ... --crash-at-step 17   the last rank kills itself (SIGKILL) after step 17's update
     ... --resume             resumes from the newest checkpoint, at any --dp x --tp
     ... --resume --reshard   the same on another DP x TP (the RNG states, per rank, are left out)
@@ -21,10 +29,10 @@ step S" after a resume.
 import argparse
 import os
 import signal
+import tempfile
 
 import torch
 import torch.nn.functional as F
-from mpi4py import MPI
 
 VOCAB, HIDDEN, HEADS, SEQ, LAYERS, BATCH = 64, 32, 4, 16, 2, 8
 
@@ -40,7 +48,63 @@ def parse():
     p.add_argument("--reshard", action="store_true",
                    help="the checkpoint was saved on another mesh: its per-rank RNG states are left out")
     p.add_argument("--crash-at-step", type=int, default=0)
+    p.add_argument("--spawn", type=int, default=0, metavar="N",
+                   help="start N processes with torch.multiprocessing (gloo, no MPI) instead of running under mpirun")
     return p.parse_args()
+
+
+class MpiGroup:
+    """A group of ranks over mpi4py."""
+
+    def __init__(self, comm, mpi):
+        self.comm, self.size, self.mpi = comm, comm.size, mpi
+
+    def sum_(self, t):  # in place
+        self.comm.Allreduce(self.mpi.IN_PLACE, t.numpy())
+
+    def sum(self, x):
+        return self.comm.allreduce(x)
+
+
+class TorchGroup:
+    """A group of ranks over torch.distributed."""
+
+    def __init__(self, group, size):
+        self.group, self.size = group, size
+
+    def sum_(self, t):
+        import torch.distributed as dist
+        dist.all_reduce(t, group=self.group)
+
+    def sum(self, x):
+        import torch.distributed as dist
+        t = torch.tensor([x], dtype=torch.float64)
+        dist.all_reduce(t, group=self.group)
+        return t.item()
+
+
+def groups(args):
+    """(world rank, world size, this rank's TP group, its DP group, mpi4py's world or None)."""
+    under_mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+    if args.spawn or ("WORLD_SIZE" in os.environ and not under_mpi):
+        import torch.distributed as dist
+        if not dist.is_initialized():  # torchrun: its environment says where
+            dist.init_process_group("gloo")
+        rank, size = dist.get_rank(), dist.get_world_size()
+        if size != args.dp * args.tp:
+            raise SystemExit(f"run {args.dp * args.tp} processes (dp {args.dp} x tp {args.tp}), not {size}")
+        # torch: every process makes every group, in the same order
+        tp = [dist.new_group([d * args.tp + t for t in range(args.tp)]) for d in range(size // args.tp)]
+        dp = [dist.new_group([d * args.tp + t for d in range(size // args.tp)]) for t in range(args.tp)]
+        tp_group, dp_group = TorchGroup(tp[rank // args.tp], args.tp), TorchGroup(dp[rank % args.tp], size // args.tp)
+        return rank, size, tp_group, dp_group, None
+    from mpi4py import MPI  # initialises MPI: only under an MPI launcher
+    world = MPI.COMM_WORLD
+    if world.size != args.dp * args.tp:
+        raise SystemExit(f"run with mpirun -np {args.dp * args.tp} (dp {args.dp} x tp {args.tp})")
+    dp_index, tp_index = divmod(world.rank, args.tp)
+    tp_group, dp_group = MpiGroup(world.Split(dp_index, tp_index), MPI), MpiGroup(world.Split(tp_index, dp_index), MPI)
+    return world.rank, world.size, tp_group, dp_group, world
 
 
 class Reduce(torch.autograd.Function):
@@ -50,7 +114,7 @@ class Reduce(torch.autograd.Function):
     def forward(ctx, x, group):
         out = x.contiguous().clone()
         if group.size > 1:
-            group.Allreduce(MPI.IN_PLACE, out.numpy())
+            group.sum_(out)
         return out
 
     @staticmethod
@@ -70,7 +134,7 @@ class Gather(torch.autograd.Function):
     def backward(ctx, grad):
         grad = grad.contiguous().clone()
         if ctx.group.size > 1:
-            ctx.group.Allreduce(MPI.IN_PLACE, grad.numpy())
+            ctx.group.sum_(grad)
         return grad, None
 
 
@@ -160,15 +224,11 @@ def batch(step, dp, dp_index):
     return rows[:, :-1], rows[:, 1:]
 
 
-def main():
-    args = parse()
+def train(args):
     torch.set_num_threads(1)
-    world = MPI.COMM_WORLD
-    if world.size != args.dp * args.tp:
-        raise SystemExit(f"run with mpirun -np {args.dp * args.tp} (dp {args.dp} x tp {args.tp})")
-    dp_index, tp_index = divmod(world.rank, args.tp)  # rank = dp_index * tp + tp_index
-    tp_group, dp_group = world.Split(dp_index, tp_index), world.Split(tp_index, dp_index)
-    torch.manual_seed(world.rank)
+    rank, size, tp_group, dp_group, world = groups(args)
+    dp_index, tp_index = divmod(rank, args.tp)  # rank = dp_index * tp + tp_index
+    torch.manual_seed(rank)
     model = GPT(args.tp, tp_index, tp_group)
     optim = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=100)
@@ -176,7 +236,7 @@ def main():
     # checkpoint: begin
     import distckpt
     import distckpt.torch as dt
-    comm = distckpt.Comm.from_mpi4py(world)
+    comm = distckpt.Comm.from_mpi4py(world) if world is not None else distckpt.Comm.from_torch()
     mesh = dt.Mesh(comm, dp=args.dp, tp=args.tp)
     placements = {f"model.{name}": dt.Shard(dim, "tp") for name, dim in GPT.split_dims().items()}
     placements["rng"] = dt.PerRank()
@@ -185,7 +245,7 @@ def main():
                                    save_every_steps=args.save_every, keep_max=3)
     start = manager.resume(strict=not args.reshard).step + 1 if args.resume else 1
     # checkpoint: end
-    if args.resume and world.rank == 0:
+    if args.resume and rank == 0:
         print(f"resumed step {start - 1}", flush=True)
 
     for step in range(start, args.steps + 1):
@@ -195,22 +255,40 @@ def main():
         loss.backward()
         for p in model.parameters():  # the DP mean of the gradients
             if args.dp > 1:
-                dp_group.Allreduce(MPI.IN_PLACE, p.grad.numpy())
+                dp_group.sum_(p.grad)
                 p.grad /= args.dp
         optim.step()
         sched.step()
-        mean = dp_group.allreduce(loss.item()) / args.dp
-        if world.rank == 0:
+        mean = dp_group.sum(loss.item()) / args.dp
+        if rank == 0:
             print(f"step {step} loss {mean!r}", flush=True)
         # checkpoint: begin
         manager.step_end(step, metrics={"loss": mean})
         # checkpoint: end
-        if step == args.crash_at_step and world.rank == world.size - 1:
+        if step == args.crash_at_step and rank == size - 1:
             os.kill(os.getpid(), signal.SIGKILL)  # a node dies: no cleanup, no goodbye
     # checkpoint: begin
     manager.end(args.steps)
     manager.close()
     # checkpoint: end
+
+
+def spawned(rank, args, init):
+    """One of --spawn's processes."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=args.spawn)
+    train(args)
+    dist.destroy_process_group()
+
+
+def main():
+    args = parse()
+    if not args.spawn:
+        train(args)
+        return
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory(prefix="train-torch-") as where:  # the processes meet in a file
+        mp.spawn(spawned, args=(args, f"file://{where}/init"), nprocs=args.spawn)
 
 
 if __name__ == "__main__":

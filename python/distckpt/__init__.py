@@ -3,7 +3,8 @@
 The Python face of the C++ library (libdistckpt), the same files and the same rules:
 
     import numpy as np, distckpt
-    comm = distckpt.Comm.world()                       # or Comm.from_mpi4py(MPI.COMM_WORLD)
+    comm = distckpt.Comm.world()                       # or Comm.from_mpi4py(MPI.COMM_WORLD);
+                                                       # under torchrun: Comm.from_torch()
     w = np.ones((4, 8), np.float32)                    # this rank's rows of a [4*size, 8] tensor
     layout = distckpt.TensorLayout.from_device_matrix([4 * comm.size, 8], [comm.size], [0, -1])
     state = distckpt.StateDict(comm, {"w": w}, layouts={"w": layout}, info={"step": 3})
@@ -16,8 +17,9 @@ The Python face of the C++ library (libdistckpt), the same files and the same ru
 Tensors are never copied into the state dict: numpy arrays are taken through the buffer
 protocol, torch tensors by data_ptr(), dtype and strides; the StateDict keeps a reference
 to each. Collectives and I/O release the GIL. `import distckpt` does not initialise MPI;
-Comm.world() does (MPI_THREAD_MULTIPLE) when no one did. Every Comm is closed before
-MPI_Finalize, also for a script that exits with one still open.
+Comm.world() does (MPI_THREAD_MULTIPLE) when no one did, and Comm.from_torch() never does (it
+runs over torch.distributed's gloo groups, for jobs torchrun or torch.multiprocessing start).
+Every Comm is closed before MPI_Finalize, also for a script that exits with one still open.
 """
 from . import _distckpt
 from ._distckpt import (  # noqa: F401  (re-exported)

@@ -33,12 +33,15 @@ def _refuse_a_world_of_one():
         raise _distckpt.DistckptError(
             f"Comm.world: this process was started by a torch.distributed launcher (WORLD_SIZE="
             f"{os.environ['WORLD_SIZE']}) without MPI, so MPI would make it a world of one rank, racing "
-            f"the others on the same checkpoints. Launch the job with mpirun or srun (MPI); "
-            f"communicators over torch.distributed are not supported yet.")
+            f"the others on the same checkpoints. Either launch the job with mpirun or srun and use "
+            f"Comm.world(), or keep the torch launcher (torchrun, torch.multiprocessing) and use "
+            f"Comm.from_torch() after torch.distributed.init_process_group().")
 
 
 class Comm(_Closing):
-    """A communicator for distckpt's collectives (a duplicate of an MPI communicator)."""
+    """A communicator for distckpt's collectives: a duplicate of an MPI communicator
+    (Comm.world, Comm.from_mpi4py) or a gloo group of torch.distributed (Comm.from_torch).
+    Every call that takes a Comm takes either kind."""
 
     def __init__(self, native):
         self._native = native
@@ -51,7 +54,8 @@ class Comm(_Closing):
         Refuses (DistckptError) a process that a torch.distributed launcher started
         (torchrun, torch.multiprocessing: WORLD_SIZE > 1) without an MPI launcher (no
         OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK): MPI would make each such process a world
-        of its own, and the processes would race on the same checkpoint names."""
+        of its own, and the processes would race on the same checkpoint names. Such jobs use
+        Comm.from_torch()."""
         _refuse_a_world_of_one()
         return cls(_distckpt.Comm._world())
 
@@ -60,6 +64,40 @@ class Comm(_Closing):
         """A duplicate of an mpi4py communicator (MPI must be initialised). Collective."""
         from mpi4py import MPI
         return cls(_distckpt.Comm._from_handle(MPI._handleof(comm)))
+
+    @classmethod
+    def from_torch(cls, group=None):
+        """A communicator over torch.distributed, for jobs that torchrun or
+        torch.multiprocessing started without MPI (MPI is never initialised for it).
+
+        Collective over the whole torch job: torch's new_group is, so every process of the
+        default group calls from_torch at the same point, in the same order as its other
+        new_group calls, from the thread that calls torch.distributed. `group`: None (the
+        default group) or a torch.distributed process group holding this process; processes
+        may pass different groups when these split the job into disjoint groups (a
+        DistckptError on every process otherwise). TypeError for anything else; DistckptError
+        when torch.distributed is not initialised.
+
+        Groups it makes, all with torch.distributed.new_group(ranks, backend="gloo") over
+        the group's ranks: one for this Comm, so that its collectives never meet the
+        training's; two more for each AsyncCheckpointer, and for each CheckpointManager with
+        async_save (the training loop's side and the background thread's), made when those
+        are created, which makes their creation collective over the whole job too.
+
+        The transport is gloo whatever the given group's backend: an NCCL group gets a gloo
+        group over the same ranks beside it. Only distckpt's own messages (metadata, and the
+        host buffers it exchanges) go over it; a save or load reads and writes host memory as
+        with MPI (distckpt.torch stages CUDA tensors through host buffers).
+
+        Nodes: host names (socket.gethostname) are gathered once; ranks with the same name
+        share a node, numbered by first appearance (the node-local tier and its redundancy
+        go by them).
+
+        Failures: a torch or gloo error inside a collective is a transport failure and
+        fatal, as under MPI: the process prints the error with its rank on stderr and
+        aborts (std::abort)."""
+        from . import _torch_comm
+        return cls(_distckpt.Comm._from_torch(_torch_comm.backend(group)))
 
     @property
     def rank(self):
@@ -87,5 +125,6 @@ def _close_all():
 
 def _comm_arg(where, comm):
     if not isinstance(comm, Comm):
-        raise _type_error(where, "comm", "a distckpt.Comm (Comm.world() or Comm.from_mpi4py(...))", comm)
+        raise _type_error(where, "comm", "a distckpt.Comm (Comm.world(), Comm.from_mpi4py(...) or Comm.from_torch())",
+                          comm)
     return comm._native

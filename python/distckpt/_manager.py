@@ -76,7 +76,9 @@ class CheckpointManager(_Closing):
     """The training loop's policies (when to save, what to keep, resume), as the C++
     CheckpointManager. Options take our names and, where they exist, MindSpore's
     (save_checkpoint_steps, keep_checkpoint_max, ...) and MMEngine's (interval,
-    max_keep_ckpts, save_best, rule, ...). Collective calls, on every rank alike."""
+    max_keep_ckpts, save_best, rule, ...). Collective calls, on every rank alike. With
+    async_save on a Comm.from_torch() Comm, creating it makes two gloo groups (collective
+    over the whole torch job)."""
 
     def __init__(self, comm, state, **config):
         where = "CheckpointManager"
@@ -179,7 +181,9 @@ class CheckpointManager(_Closing):
 class AsyncCheckpointer(_Closing):
     """Saves in the background: save_async() returns once this rank's share is staged
     (the tensors may change from then on); wait() reports the commit. Needs MPI with
-    MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s). Collective."""
+    MPI_THREAD_MULTIPLE (mpi4py's default, and Comm.world()'s), or a Comm.from_torch() Comm,
+    for which it makes two gloo groups (collective over the whole torch job then).
+    Collective."""
 
     def __init__(self, comm, staging_bytes=1 << 30, refuse_when_busy=False):
         where = "AsyncCheckpointer"

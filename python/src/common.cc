@@ -110,6 +110,12 @@ std::unique_ptr<PyComm> comm_from_handle(uintptr_t handle) {
   return wrap(comm);
 }
 
+// A Comm over torch.distributed: `backend` is distckpt._torch_comm._Backend, whose making
+// (Comm.from_torch) was the collective part. No MPI call.
+std::unique_ptr<PyComm> comm_from_torch(py::object backend) {
+  return std::make_unique<PyComm>(std::make_unique<TorchComm>(std::move(backend)));
+}
+
 void finalize_if_ours() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -123,6 +129,7 @@ void bind_comm(py::module_& m) {
   py::class_<PyComm>(m, "Comm")
       .def_static("_world", &comm_world)
       .def_static("_from_handle", &comm_from_handle)
+      .def_static("_from_torch", &comm_from_torch)
       .def_property_readonly("rank", &PyComm::rank)
       .def_property_readonly("size", &PyComm::size)
       .def_property_readonly("closed", &PyComm::closed)

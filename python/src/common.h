@@ -16,6 +16,7 @@
 
 #include "comm/agree.h"
 #include "distckpt/distckpt.h"
+#include "torch_comm.h"
 
 namespace distckpt::python {
 
@@ -79,21 +80,43 @@ void agreed_arguments(Comm& comm, F&& prepare) {
 
 // ---- communicators ----
 
+// A Comm the Python side holds: over MPI (Comm.world, Comm.from_mpi4py: `source` is the
+// MPI communicator it duplicates) or over torch.distributed (Comm.from_torch: a TorchComm,
+// no MPI anywhere). Used from the thread that holds the GIL.
 class PyComm {
  public:
-  explicit PyComm(std::unique_ptr<Comm> comm, MPI_Comm source) : comm_(std::move(comm)), source_(source) {}
-  MPI_Comm source() const { return source_; }  // the communicator it duplicates
+  PyComm(std::unique_ptr<Comm> comm, MPI_Comm source) : comm_(std::move(comm)), source_(source) {}
+  explicit PyComm(std::unique_ptr<TorchComm> comm) : torch_(comm.get()), comm_(std::move(comm)) {}
   Comm& get() {
     if (!comm_) throw py::value_error("this Comm was closed");
     return *comm_;
   }
   int rank() { return get().rank(); }
   int size() { return get().size(); }
+  // Whether it runs over torch.distributed (then nothing may call MPI for it).
+  bool over_torch() const { return torch_ != nullptr; }
+  // Collective (over the whole torch job for a torch Comm: its duplicates are new groups,
+  // see TorchComm::duplicate). An AsyncCheckpointer over two new communicators spanning
+  // this one's ranks: MPI duplicates (make_async_checkpointer) or two new gloo groups.
+  // The GIL is held by the caller and released here around the native part. Errors as
+  // AsyncCheckpointer::create, and the backend's Python errors (raised).
+  Result<std::unique_ptr<AsyncCheckpointer>> make_async(const AsyncOptions& options) {
+    (void)get();  // a closed Comm raises
+    if (torch_ != nullptr) {
+      std::unique_ptr<Comm> foreground = torch_->duplicate();
+      std::unique_ptr<Comm> background = torch_->duplicate();
+      return without_gil(
+          [&] { return AsyncCheckpointer::create(std::move(foreground), std::move(background), options); });
+    }
+    const MPI_Comm source = source_;
+    return without_gil([&] { return make_async_checkpointer(source, options); });
+  }
   void close() {
     if (users_ > 0)
       throw py::value_error("Comm.close: a CheckpointManager or AsyncCheckpointer still uses this Comm (close it first)");
     py::gil_scoped_release unlocked;
-    comm_.reset();  // frees the duplicated communicator: before MPI_Finalize
+    torch_ = nullptr;
+    comm_.reset();  // frees the duplicated communicator (before MPI_Finalize) or drops the gloo group
   }
   bool closed() const { return !comm_; }
   // A manager or an async checkpointer keeps a pointer to the Comm: it may not be closed under it.
@@ -101,8 +124,9 @@ class PyComm {
   void drop_user() { --users_; }
 
  private:
+  TorchComm* torch_ = nullptr;  // comm_ itself, when over torch.distributed
   std::unique_ptr<Comm> comm_;
-  MPI_Comm source_;
+  MPI_Comm source_ = MPI_COMM_NULL;
   int users_ = 0;
 };
 

@@ -159,7 +159,16 @@ class PyManager {
         }
       };
     }
-    manager_ = take(without_gil([&] { return CheckpointManager::create(native_comm, ps.get(), std::move(c)); }));
+    // Over MPI the manager makes its own AsyncCheckpointer from the MPI communicator; a
+    // torch Comm has none, so it is made here, over two new gloo groups. Every rank makes
+    // them when any asks (new_group must be called alike everywhere); a rank without
+    // async_save then refuses it in create(), on every rank.
+    std::unique_ptr<AsyncCheckpointer> async;
+    if (pc.over_torch() &&
+        without_gil([&] { return native_comm.allreduce_one(c.async_save ? 1 : 0, ReduceOp::kMax); }) != 0)
+      async = take(pc.make_async(c.async));
+    manager_ = take(without_gil(
+        [&] { return CheckpointManager::create(native_comm, ps.get(), std::move(c), std::move(async)); }));
     pc.add_user();
   }
   ~PyManager() { close(); }
@@ -314,8 +323,7 @@ class PyAsync {
     // The Python side's checks failed on a rank: that rank joins here (_agree_argument_error)
     // instead of the others waiting for it in make_async_checkpointer's collectives.
     agreed_arguments(pc.get(), [] {});
-    const MPI_Comm source = pc.source();
-    async_ = take(without_gil([&] { return make_async_checkpointer(source, o); }));  // collective
+    async_ = take(pc.make_async(o));  // collective
     pc.add_user();
   }
   ~PyAsync() { close(); }
