@@ -77,3 +77,22 @@ run tier-dp2tp2-async 4 --size 256M --dp 2 --tp 2 --dir "$disk" --local-dir "$sh
 # The Python layers against C++ on the same bytes (DP2 x TP2, /dev/shm, 5 alternating runs).
 pyrun py-torch-1g --torch --size 1G --runs 5
 pyrun py-numpy-1g --size 1G --runs 5
+# The same worker launched by torch.multiprocessing (Comm.from_torch, gloo) against mpirun.
+pyrun py-launchers-numpy-1g --launchers --size 1G --runs 5
+pyrun py-launchers-torch-1g --launchers --torch --size 1G --runs 5
+
+# stridedrun NAME NP DIR: bench/strided_bench.cc (haloed blocks against packed ones, alternating).
+stridedrun() {
+  local name=$1 np=$2 dir=$3
+  if [ "${#selected[@]}" -gt 0 ] && [[ " ${selected[*]} " != *" $name "* ]]; then return 0; fi
+  rm -rf "$dir"
+  echo "== $name: strided_bench -np $np --dir $dir" >&2
+  "${mpirun[@]}" -np "$np" "$build/strided_bench" --dir "$dir" --runs 5 --json | grep "^{" | tail -n 1 \
+    >"$out/$name.json.tmp"
+  mv "$out/$name.json.tmp" "$out/$name.json"
+  rm -rf "$dir"
+}
+# 64 blocks of 1024^2 float32 per rank, each with a halo of 2 cells (256 MiB per rank).
+stridedrun strided-shm-2 2 "$shm"
+stridedrun strided-shm-4 4 "$shm"
+stridedrun strided-disk-2 2 "$disk"
