@@ -415,7 +415,7 @@ TEST_P(StridedTest, LoadsRefuseStridesThatCannotBeWritten) {
     lo.only = {"packed"};
     auto r = load(comm, overlapping, root() + "/a", lo);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find("overlapping"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("overlap"), std::string::npos) << r.status().to_string();
     EXPECT_EQ(mem, std::vector<int32_t>(16, 0)) << "a refused load wrote";
     return Status();
   }));
@@ -509,7 +509,7 @@ TEST(StridedPieces, ThreeDimensionsWithANegativeStride) {
       internal_layout::copy_packed_out(e, 0, from, len, got.data());
       ASSERT_EQ(got, std::string(want + from, len)) << "from " << from << " n " << len;
     }
-  EXPECT_EQ(internal_layout::check_writable(e, 0).code(), StatusCode::kInvalidArgument);  // negative
+  EXPECT_EQ(internal_layout::check_writable(e).code(), StatusCode::kInvalidArgument);  // negative
 }
 
 TEST(StridedPieces, PackedStridesAreTheFastPath) {

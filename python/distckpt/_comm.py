@@ -22,17 +22,32 @@ class _Closing:
         self.close()
 
 
+def _torch_world_size():
+    """The world size of an initialised torch.distributed default group, else 1 (torch is not
+    imported for this: a process that never imported it has no such group)."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+    except Exception:  # pragma: no cover - a torch in an odd state: no opinion
+        pass
+    return 1
+
+
 def _refuse_a_world_of_one():
     import os
     try:
         launched = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         launched = 1
+    # torch.multiprocessing.spawn sets no WORLD_SIZE: its processes show in their group.
+    launched = max(launched, _torch_world_size())
     mpi = any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
     if launched > 1 and not mpi:
         raise _distckpt.DistckptError(
-            f"Comm.world: this process was started by a torch.distributed launcher (WORLD_SIZE="
-            f"{os.environ['WORLD_SIZE']}) without MPI, so MPI would make it a world of one rank, racing "
+            f"Comm.world: this process was started by a torch.distributed launcher (a world of "
+            f"{launched} processes) without MPI, so MPI would make it a world of one rank, racing "
             f"the others on the same checkpoints. Either launch the job with mpirun or srun and use "
             f"Comm.world(), or keep the torch launcher (torchrun, torch.multiprocessing) and use "
             f"Comm.from_torch() after torch.distributed.init_process_group().")
@@ -52,7 +67,8 @@ class Comm(_Closing):
         """MPI_COMM_WORLD; initialises MPI (MPI_THREAD_MULTIPLE) if no one did. Collective.
 
         Refuses (DistckptError) a process that a torch.distributed launcher started
-        (torchrun, torch.multiprocessing: WORLD_SIZE > 1) without an MPI launcher (no
+        (torchrun: WORLD_SIZE > 1; torch.multiprocessing: an initialised torch.distributed
+        group of more than one process) without an MPI launcher (no
         OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK): MPI would make each such process a world
         of its own, and the processes would race on the same checkpoint names. Such jobs use
         Comm.from_torch()."""

@@ -576,3 +576,27 @@ def test_comm_world_refuses_a_process_a_torch_launcher_started_without_mpi(comm)
     # Both ways in are named: an MPI launcher, or Comm.from_torch under the torch launcher.
     assert out.returncode != 0 and "torch.distributed launcher" in out.stderr, out.stderr
     assert "mpirun" in out.stderr and "Comm.world()" in out.stderr and "Comm.from_torch()" in out.stderr, out.stderr
+    # torch.multiprocessing.spawn sets no WORLD_SIZE: the initialised group tells.
+    pytest.importorskip("torch")
+    script = """
+import os, sys, tempfile, torch.distributed as dist, torch.multiprocessing as mp
+def child(rank, init):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    import distckpt
+    try:
+        distckpt.Comm.world()
+    except distckpt.DistckptError as e:
+        assert "a world of 2 processes" in str(e), e
+        dist.barrier()
+        return
+    sys.exit("Comm.world() made a world of one")
+if __name__ == "__main__":
+    mp.spawn(child, args=("file://" + tempfile.mktemp(),), nprocs=2)
+"""
+    env.pop("WORLD_SIZE")
+    with tempfile.TemporaryDirectory() as work:
+        path = os.path.join(work, "spawned.py")  # spawn's children import the script by path
+        with open(path, "w") as f:
+            f.write(script)
+        out = subprocess.run([sys.executable, path], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -290,7 +290,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
                           (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
         staged_dtypes[i] = *stored_dtype;
       }
-      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e, comm.rank()));
+      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e));
       if (e.strided()) staged_dtypes.emplace(i, e.dtype);
       const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
       if (stored_shape != e.layout.global_shape()) {

@@ -110,7 +110,7 @@ void copy_packed_in(const TensorEntry& e, std::size_t b, uint64_t offset, std::s
   move_range<false>(e, b, offset, n, const_cast<char*>(src));  // only read from in this direction
 }
 
-Status check_writable(const TensorEntry& e, int rank) {
+Status check_writable(const TensorEntry& e) {
   for (std::size_t b = 0; b < e.buffers.size(); ++b) {
     if (e.packed(b)) continue;
     const Box& box = e.boxes[b];
@@ -119,21 +119,24 @@ Status check_writable(const TensorEntry& e, int rank) {
     for (std::size_t d = 0; d < box.shape.size(); ++d) {
       if (box.shape[d] <= 1) continue;  // never stepped over
       if (st[d] <= 0)
-        return invalid_argument("rank " + std::to_string(rank) + ": tensor '" + e.name + "': box " + box.to_string() +
+        return invalid_argument("tensor '" + e.name + "': box " + box.to_string() +
                                 " has stride " + std::to_string(st[d]) + " on dimension " + std::to_string(d) +
                                 ": a load writes each element once, so strides must be positive (a broadcast or "
                                 "reversed view can be saved, not loaded into)");
       dims.push_back(d);
     }
     std::sort(dims.begin(), dims.end(), [&](std::size_t x, std::size_t y) { return st[x] < st[y]; });
+    std::string listed;
+    for (std::size_t d = 0; d < st.size(); ++d) listed += (d ? ", " : "") + std::to_string(st[d]);
     int64_t span = 0;  // the largest offset the smaller strides reach
     for (std::size_t d : dims) {
-      if (st[d] <= span)
-        return invalid_argument("rank " + std::to_string(rank) + ": tensor '" + e.name + "': box " + box.to_string() +
-                                " has overlapping strides (dimension " + std::to_string(d) + "'s stride " +
-                                std::to_string(st[d]) + " is within the " + std::to_string(span + 1) +
-                                " elements the smaller strides span): a load would write some element twice");
-      span += (box.shape[d] - 1) * st[d];
+      int64_t reach = 0;
+      if (st[d] <= span || __builtin_mul_overflow(box.shape[d] - 1, st[d], &reach) ||
+          __builtin_add_overflow(span, reach, &span))
+        return invalid_argument("tensor '" + e.name + "': box " + box.to_string() + " has strides (" + listed +
+                                ") whose elements overlap: dimension " + std::to_string(d) + " steps " +
+                                std::to_string(st[d]) + " element(s), within the smaller strides' reach; a load "
+                                "would write some element twice");
     }
   }
   return Status();

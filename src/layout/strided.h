@@ -24,11 +24,11 @@ void copy_packed_out(const TensorEntry& e, std::size_t b, uint64_t offset, std::
 // any thread (one writer per box); cannot fail.
 void copy_packed_in(const TensorEntry& e, std::size_t b, uint64_t offset, std::size_t n, const char* src);
 
-// kInvalidArgument, naming the rank and tensor, when a buffer of `e` has a zero or
+// kInvalidArgument, naming the tensor (callers add the rank), when a buffer of `e` has a zero or
 // negative stride on a dimension of extent > 1, or strides whose elements may overlap
 // (a load would write one element twice). Accepted: strides that, sorted, each step
 // over everything the smaller ones span. Local.
-Status check_writable(const TensorEntry& e, int rank);
+Status check_writable(const TensorEntry& e);
 
 // Bytes [offset, offset + n) of box `b`'s packed image as one contiguous pointer: the
 // caller's memory for a packed buffer, else `scratch` (grown to n) filled by

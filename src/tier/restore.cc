@@ -676,7 +676,7 @@ Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::strin
         read_dtype = *stored_dtype;
         casts[static_cast<int>(i)] = read_dtype;
       }
-      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e, comm.rank()));
+      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e));
       if (e.strided()) casts.emplace(static_cast<int>(i), e.dtype);
       if (!std::equal(t.global_shape().begin(), t.global_shape().end(), e.layout.global_shape().begin(),
                       e.layout.global_shape().end()))
