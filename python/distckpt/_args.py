@@ -166,5 +166,13 @@ def _exchanged(comm_native, compute):
         raise error
     failed = next((m for m in everyone if m[:1] == b"\x01"), None)
     if failed is not None:
-        raise _distckpt.DistckptError(failed[1:].decode("utf-8", "replace"))
+        text = failed[1:].decode("utf-8", "replace")
+        # A distckpt error keeps its class on every rank (NotFoundError stays NotFoundError).
+        kind = text.split(": ", 2)[1] if text.count(": ") >= 2 else ""
+        raise _DISTCKPT_ERRORS.get(kind, _distckpt.DistckptError)(text)
     return value, [m[1:] for m in everyone]
+
+
+_DISTCKPT_ERRORS = {cls.__name__: cls for cls in (
+    _distckpt.DistckptError, _distckpt.NotFoundError, _distckpt.CorruptionError, _distckpt.AuthError,
+    _distckpt.MismatchError)}

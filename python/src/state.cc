@@ -197,39 +197,27 @@ void remove_from_root(const std::string& root, const std::string& name) {
 // Collective: rank 0 resolves `path` (a root: its newest committed checkpoint) and reads
 // its description; every rank gets it as JSON text {"path", "step", "epoch",
 // "world_size", "info"}, or the same error. One read of the index, wherever the ranks run.
-std::string checkpoint_description(PyComm& comm, const std::string& path, const py::object& key) {
+// Local (rank 0 of a load calls it, and the result travels in the load's first exchange):
+// the checkpoint at `path` (a root: its newest) as JSON: path, step, epoch, world_size and
+// every info value. Raises as the other calls (NotFoundError, AuthError, ...).
+std::string read_description(const std::string& path, const py::object& key) {
   InspectOptions o;
-  Comm& native = comm.get();
-  std::shared_ptr<const EncryptionKey> k;
-  agreed_arguments(native, [&] { k = key_from(key); });
-  o.key = k;
+  o.key = key_from(key);
   std::string text;
-  const Status st = without_gil([&]() -> Status {
-    Status local;
-    if (native.rank() == 0) try {
-      auto resolved = resolve_checkpoint(path, o);
-      auto info = resolved.ok() ? read_checkpoint_info(*resolved, o) : Result<CheckpointInfo>(resolved.status());
-      if (!info.ok()) {
-        local = info.status();
-      } else {
-        nlohmann::ordered_json j;
-        j["path"] = *resolved;
-        j["step"] = info->step;
-        j["epoch"] = info->epoch;
-        j["world_size"] = info->world_size;
-        j["info"] = nlohmann::ordered_json::object();
-        for (const auto& [name, value] : info->info)
-          std::visit([&, &name = name](const auto& v) { j["info"][name] = v; }, value);
-        text = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-      }
-    } catch (const std::exception& e) {  // the others wait in the agreement: never leave them there
-      local = internal_error("rank 0: reading the checkpoint's description: " + std::string(e.what()));
-    }
-    DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(native, local));
-    native.broadcast_string(text, 0);
+  check(without_gil([&]() -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, o));
+    DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(resolved, o));
+    nlohmann::ordered_json j;
+    j["path"] = resolved;
+    j["step"] = info.step;
+    j["epoch"] = info.epoch;
+    j["world_size"] = info.world_size;
+    j["info"] = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : info.info)
+      std::visit([&, &name = name](const auto& v) { j["info"][name] = v; }, value);
+    text = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     return Status();
-  });
-  check(st);
+  }));
   return text;
 }
 
@@ -310,7 +298,7 @@ void bind_state(py::module_& m) {
   m.def("_list_checkpoints", &list_root);
   m.def("_remove_checkpoint", &remove_from_root);
   m.def("_verify", &verify_path);
-  m.def("_checkpoint_description", &checkpoint_description);
+  m.def("_read_description", &read_description);
   m.def("_fingerprints", &fingerprints);
   m.def("_convert", &convert_path);
 }

@@ -159,12 +159,18 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
     """
     started = _time.perf_counter()
     where = "distckpt.torch.load"
-    native, *names, path = _dc._agreed(_dc._comm_arg(where, comm), lambda: (
-        _comm_and_mesh(where, comm, mesh), _name_map_arg(where, "rename", rename),
-        _name_map_arg(where, "prefix_map", prefix_map), _path_arg(where, "path", path)))
-    # Rank 0 reads the description once; the load below reads this very checkpoint, even if a
-    # newer one is committed meanwhile under a root.
-    described = _json.loads(_distckpt._checkpoint_description(native, path, key))
+    native = _dc._comm_arg(where, comm)
+
+    def arguments_and_description():
+        # The arguments checked on every rank, and rank 0's read of the checkpoint's
+        # description, in one exchange: the load below reads this very checkpoint, even if
+        # a newer one is committed meanwhile under a root.
+        _comm_and_mesh(where, comm, mesh)
+        checked = (_name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map))
+        text = _distckpt._read_description(_path_arg(where, "path", path), key) if comm.rank == 0 else ""
+        return checked, text.encode("utf-8")
+    names, texts = _exchanged(native, arguments_and_description)
+    described = _json.loads(texts[0].decode("utf-8"))
     path = described["path"]
 
     # The stored tree, the walk and the plan, every check before anything of the state changes,

@@ -57,25 +57,25 @@ def release_staging():
     _streams.clear()
 
 
-def _staged(t):
-    kind = t.device.type
-    return kind != "cpu" or _os.environ.get(_TEST_SWITCH) == "1"
+def _staged(tensors):
+    """path -> tensor of those that go through host buffers (none, quickly, on CPU)."""
+    if _os.environ.get(_TEST_SWITCH) == "1":
+        return dict(tensors)
+    return {p: t for p, t in tensors.items() if t.device.type != "cpu"}
 
 
-def _refuse_meta(tensors):
-    for path, t in tensors.items():
+def _refuse_meta(staged):
+    for path, t in staged.items():
         if t.device.type == "meta":
             raise TypeError(f"tensor '{path}' is a meta tensor: it has no data to save or load into")
 
 
-def _host_buffers(tensors):
+def _host_buffers(staged):
     """path -> host buffer for every staged tensor, reusing the last call's where they fit."""
     import torch
     pinned_used = 0
     out = {}
-    for path, t in tensors.items():
-        if not _staged(t):
-            continue
+    for path, t in staged.items():
         nbytes = t.numel() * t.element_size()
         pin = t.device.type == "cuda" and pinned_used + nbytes <= _pinned_limit
         old = _buffers.get(path)
@@ -101,10 +101,11 @@ def _side_stream(device):
 def stage_out(tensors):
     """Local. `tensors` with every device tensor replaced by a host copy, made and finished
     before this returns. TypeError naming a meta tensor."""
-    _refuse_meta(tensors)
-    buffers = _host_buffers(tensors)
-    if not buffers:
+    staged = _staged(tensors)
+    if not staged:
         return tensors
+    _refuse_meta(staged)
+    buffers = _host_buffers(staged)
     import torch
     events = []
     with torch.no_grad():
@@ -130,8 +131,6 @@ def _refuse_unwritable(tensors):
     """A load writes each element once: the rule of the native loads (layout/strided.h) for
     the device tensors, whose host buffers are packed and so never show their strides."""
     for path, t in tensors.items():
-        if not _staged(t):
-            continue
         dims = [(st, n) for st, n in zip(t.stride(), t.shape) if n > 1]
         if any(st <= 0 for st, _ in dims):
             raise TypeError(f"tensor '{path}' has strides {tuple(t.stride())}: a load writes each element once, "
@@ -149,9 +148,12 @@ def stage_in(tensors):
     copy_back): copy_back() copies the buffers into the tensors in place and returns once
     the copies are done. TypeError naming a meta tensor, or a device tensor whose strides
     would write an element twice."""
-    _refuse_meta(tensors)
-    _refuse_unwritable(tensors)
-    buffers = _host_buffers(tensors)
+    staged = _staged(tensors)
+    if not staged:
+        return tensors, lambda: None
+    _refuse_meta(staged)
+    _refuse_unwritable(staged)
+    buffers = _host_buffers(staged)
 
     def copy_back():
         if not buffers:

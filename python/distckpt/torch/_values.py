@@ -53,6 +53,8 @@ def encode_value(value, where="value"):
     if isinstance(value, tuple):
         return {"$tuple": [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     if isinstance(value, list):
+        if all(type(v) is str for v in value):  # a param group's parameter paths: long, and as they are
+            return list(value)
         return [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
         at = (lambda k: f"{where}.{k}") if where else str  # a top-level key is its own path
