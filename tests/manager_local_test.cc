@@ -106,11 +106,8 @@ TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
   for (int i = 1; i <= 6; ++i) e.push_back({"c" + std::to_string(i), static_cast<uint64_t>(i), i * 60'000, std::nullopt});
   EXPECT_EQ(retention_deletes(e, {3, 0, 0, CompareRule::kLess}), (std::vector<std::string>{"c1", "c2", "c3"}));
   EXPECT_TRUE(retention_deletes(e, {0, 0, 0, CompareRule::kLess}).empty());  // keep all
-  // MindSpore's rules: keep_max set, per-minutes ignored; keep_max 0, one per 2 minutes
-  // of commit time (c1, c3, c5) and the newest (c6).
+  // MindSpore's rules: keep_max set, per-minutes ignored (keep_per_n_minutes: the replay below).
   EXPECT_EQ(retention_deletes(e, {1, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c1", "c2", "c3", "c4", "c5"}));
-  EXPECT_EQ(retention_deletes(e, {0, 2, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c4"}));
-  EXPECT_EQ(retention_deletes(e, {0, 10, 0, CompareRule::kLess}), (std::vector<std::string>{"c2", "c3", "c4", "c5"}));
   // Best 2 by loss: c2 (0.1) and the newer of the two 0.3 (c5); NaN never counts.
   e[1].metric = 0.1;
   e[2].metric = 0.3;
@@ -122,6 +119,99 @@ TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
   // The newest is never deleted, whatever the rules say.
   std::vector<SeriesEntry> one{{"only", 7, 0, std::nullopt}};
   EXPECT_TRUE(retention_deletes(one, {1, 0, 0, CompareRule::kLess}).empty());
+}
+
+// MindSpore's keep_checkpoint_per_n_minutes as its ModelCheckpoint runs it, transcribed: at
+// each save, the time is taken when the save is decided (before the write); if that is less
+// than N minutes after the previous save ended (its process memory: the callback's creation
+// before the first save), keep_one_ckpoint_per_minutes removes every file whose mtime is less
+// than N minutes before that time, but the oldest of them; then the file is written (its
+// mtime: when the write ends) and the save's end time is remembered.
+struct MindSporeSave {
+  int64_t decided_ms, written_ms, ended_ms;
+};
+
+std::vector<int> mindspore_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes) {
+  std::vector<std::pair<int, int64_t>> files;  // (save, mtime)
+  int64_t last_time_for_keep = created_ms;
+  for (int i = 0; i < static_cast<int>(saves.size()); ++i) {
+    const int64_t cur_time = saves[static_cast<std::size_t>(i)].decided_ms;
+    if (static_cast<double>(cur_time - last_time_for_keep) < minutes * 60'000) {
+      std::vector<std::size_t> del_list;
+      std::optional<std::size_t> oldest;
+      for (std::size_t f = 0; f < files.size(); ++f)
+        if (static_cast<double>(cur_time - files[f].second) < minutes * 60'000) {
+          del_list.push_back(f);
+          if (!oldest || files[f].second < files[*oldest].second) oldest = f;
+        }
+      std::vector<std::pair<int, int64_t>> kept;
+      for (std::size_t f = 0; f < files.size(); ++f)
+        if (std::find(del_list.begin(), del_list.end(), f) == del_list.end() || f == *oldest) kept.push_back(files[f]);
+      files = kept;
+    }
+    files.emplace_back(i, saves[static_cast<std::size_t>(i)].written_ms);
+    last_time_for_keep = saves[static_cast<std::size_t>(i)].ended_ms;
+  }
+  std::vector<int> out;
+  for (const auto& f : files) out.push_back(f.first);
+  return out;
+}
+
+// The same saves through the manager's retention, as the manager calls it after each commit.
+std::vector<int> distckpt_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes) {
+  std::vector<SeriesEntry> entries;
+  int64_t previous_end = created_ms;
+  for (int i = 0; i < static_cast<int>(saves.size()); ++i) {
+    const MindSporeSave& s = saves[static_cast<std::size_t>(i)];
+    const std::string name = "s" + std::to_string(i);
+    entries.push_back({name, static_cast<uint64_t>(i + 1), s.written_ms, std::nullopt});
+    RetentionPolicy policy{0, minutes, 0, CompareRule::kLess, s.decided_ms, previous_end, name};
+    for (const std::string& gone : retention_deletes(entries, policy))
+      entries.erase(std::find_if(entries.begin(), entries.end(), [&](const SeriesEntry& e) { return e.name == gone; }));
+    previous_end = s.ended_ms;
+  }
+  std::vector<int> out;
+  for (const SeriesEntry& e : entries) out.push_back(std::stoi(e.name.substr(1)));
+  return out;
+}
+
+TEST(Retention, KeepPerNMinutesReplaysMindSporesWindow) {
+  const double minutes = 1.2 / 60;  // a 1.2 s window
+  const int64_t created = 1'000'000;
+  // Regular: a save decided every 305 ms, 10 ms of writing, 2 ms more to end (no boundary ties).
+  std::vector<MindSporeSave> regular;
+  for (int i = 0; i < 900; ++i) {
+    const int64_t d = created + 200 + i * 305;
+    regular.push_back({d, d + 10, d + 12});
+  }
+  // Jittered: gaps of 50-900 ms and writes of 10-300 ms, from a fixed seed.
+  std::vector<MindSporeSave> jittered;
+  uint64_t x = 42;
+  int64_t t = created + 100;
+  for (int i = 0; i < 600; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int64_t gap = 50 + static_cast<int64_t>((x >> 33) % 851), write = 10 + static_cast<int64_t>((x >> 13) % 291);
+    t += gap;
+    jittered.push_back({t, t + write, t + write + 3});
+    t += write + 3;
+  }
+  // Bursts: five saves 20 ms apart, then 2.5 s of training.
+  std::vector<MindSporeSave> bursts;
+  t = created + 10;
+  for (int b = 0; b < 60; ++b, t += 2'500)
+    for (int k = 0; k < 5; ++k, t += 20) bursts.push_back({t, t + 15, t + 16});
+  for (const auto* saves : {&regular, &jittered, &bursts}) {
+    const std::vector<int> want = mindspore_kept(*saves, created, minutes);
+    EXPECT_EQ(distckpt_kept(*saves, created, minutes), want);
+    EXPECT_GT(want.size(), 1u);
+    EXPECT_LT(want.size(), saves->size());
+  }
+  // The regular case keeps one save in three (0, 3, 6, ...), as MindSpore does: the rule the
+  // manager had before (the first at least N after the previous kept one) kept one in four.
+  const std::vector<int> kept = distckpt_kept(regular, created, minutes);
+  EXPECT_EQ(kept[0], 0);
+  EXPECT_EQ(kept[1], 3);
+  EXPECT_EQ(kept[2], 6);
 }
 
 TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {

@@ -78,8 +78,10 @@ struct CheckpointConfig : SaveSettings {
   // As MindSpore's keep_checkpoint_max / keep_checkpoint_per_n_minutes:
   //  keep_max > 0: the newest N periodic checkpoints; keep_per_n_minutes is ignored
   //    (create() warns; MindSpore ignores it silently);
-  //  keep_max = 0, keep_per_n_minutes > 0: one per N minutes of commit time (the first
-  //    of each period), and the newest;
+  //  keep_max = 0, keep_per_n_minutes = N > 0: MindSpore's window, replayed: a save
+  //    decided less than N minutes after the previous save ended retires the series'
+  //    checkpoints committed less than N minutes before the decision but the oldest
+  //    (the previous end is kept in memory: the manager's creation after a restart);
   //  both 0: every checkpoint (MindSpore keeps 1 there).
   int keep_max = 5;
   double keep_per_n_minutes = 0;

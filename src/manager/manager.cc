@@ -212,7 +212,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     auto retained = internal_base::guarded(where(), [&]() -> Result<std::vector<std::string>> {
       if (!apply_retention) return std::vector<std::string>{};
       upload_after_commit(saved.path);  // queued first: retention keeps what is pending
-      return retain(&warnings);
+      return retain(record, &warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
     const std::vector<std::string> gone = retained.ok() ? *retained : std::vector<std::string>{};
@@ -272,36 +272,6 @@ std::string CheckpointManager::Impl::incremental_base() const {
         names.matches(series, e.name) && (newest == nullptr || internal_catalog::newer(e, *newest, listing->latest)))
       newest = &e;
   return newest == nullptr ? "" : newest->name;
-}
-
-std::vector<std::string> CheckpointManager::Impl::retain(std::vector<std::string>* warnings) {
-  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
-  if (!listing.ok()) {
-    warnings->push_back("retention: " + listing.status().to_string());
-    return {};
-  }
-  std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
-  internal_manager::RetentionPolicy policy{keep_newest(),
-                                           cfg.keep_per_n_minutes,
-                                           cfg.best_metric.empty() ? 0 : cfg.keep_best, rule};
-  std::vector<std::string> removed;
-  for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
-    if (uploader && uploader->pending(cfg.directory + "/" + name)) continue;  // removed once uploaded
-    Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);
-    if (st.ok()) removed.push_back(name);
-    else warnings->push_back("retention: " + st.to_string());
-  }
-  // Files of retired checkpoints that nothing references any more (incremental saves;
-  // a crash in an earlier retirement leaves some too).
-  if (auto swept = internal_catalog::sweep_retired(*fs, cfg.directory); swept.ok()) {
-    for (const std::string& w : swept->warnings) warnings->push_back("retention: " + w);
-    retired_kept_bytes = swept->kept_bytes;
-  } else
-    warnings->push_back("retention: " + swept.status().to_string());
-  // What a crash in an earlier removal of this series left behind.
-  internal_catalog::sweep_trash(*fs, cfg.directory,
-                                [&](const std::string& name) { return names.matches(series, name); });
-  return removed;
 }
 
 CheckpointManager::CheckpointManager() = default;

@@ -43,6 +43,14 @@ struct CheckpointManager::Impl {
   int64_t last_saved_step = -1, last_saved_epoch = -1;
   std::string last_saved_path;
   std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
+  // When the previous save ended (retention's keep_per_n_minutes replays MindSpore's
+  // window from it): the manager's creation until a save ends, as MindSpore's
+  // ModelCheckpoint keeps it in memory. Rank 0's.
+  int64_t previous_save_end_unix_ms = unix_ms_now();
+  static int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
   // The step (and epoch) whose state this rank's buffers hold: that of its last
   // step_end/end/save_now call, or of the checkpoint resumed.
   int64_t current_step = -1, current_epoch = -1;
@@ -176,7 +184,10 @@ struct CheckpointManager::Impl {
 
   // Rank 0: retention over this series after a commit. Returns the names removed; a
   // failure to remove one is a warning (the checkpoint stays, retention retries later).
-  std::vector<std::string> retain(std::vector<std::string>* warnings);
+  struct Record;  // a save as the manager remembers it (below)
+  // Rank 0, after `record`'s commit: retires what the retention policies let go
+  // (manager/retention.h); returns the names retired. Warnings for what failed.
+  std::vector<std::string> retain(const Record& record, std::vector<std::string>* warnings);
 
   struct SaveKind {
     bool update_latest = true;
@@ -219,6 +230,7 @@ struct CheckpointManager::Impl {
     bool moves_last = true;
     std::string best_of;
     std::map<std::string, double> metrics;  // the call's metrics (rank 0's), in its stats line
+    int64_t decided_unix_ms = unix_ms_now();  // when the save was decided, before its write
   };
   std::optional<Record> in_flight;
   // Collective: waits for the save in flight, if any, and completes it as a

@@ -50,14 +50,24 @@ std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, con
     for (std::size_t i = n > static_cast<std::size_t>(policy.keep_max) ? n - policy.keep_max : 0; i < n; ++i)
       keep[i] = true;
   } else if (policy.keep_per_n_minutes > 0) {
-    // One per N minutes of commit time: the first of each period, the newest besides.
-    const auto period_ms = static_cast<int64_t>(policy.keep_per_n_minutes * 60'000.0);
-    std::optional<int64_t> last;
-    for (std::size_t i = 0; i < n; ++i)
-      if (!last || entries[i].created_unix_ms - *last >= period_ms) {
-        keep[i] = true;
-        last = entries[i].created_unix_ms;
+    // MindSpore's rule (ModelCheckpoint._save_ckpt, keep_one_ckpoint_per_minutes): every
+    // checkpoint stays unless this save's decision falls inside the window of the
+    // previous save's end; then the window's checkpoints go but its oldest.
+    const double period_ms = policy.keep_per_n_minutes * 60'000.0;
+    keep.assign(n, true);
+    if (static_cast<double>(policy.decided_unix_ms - policy.previous_end_unix_ms) < period_ms) {
+      std::optional<std::size_t> oldest;
+      std::vector<std::size_t> window;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (entries[i].name == policy.saving) continue;  // written after the decision
+        if (static_cast<double>(policy.decided_unix_ms - entries[i].created_unix_ms) >= period_ms) continue;
+        window.push_back(i);
+        if (!oldest || entries[i].created_unix_ms < entries[*oldest].created_unix_ms) oldest = i;
       }
+      for (std::size_t i : window)
+        if (i != *oldest) keep[i] = false;
+    }
+    keep[n - 1] = true;
   } else {
     return {};  // both 0: keep all (MindSpore would keep 1)
   }

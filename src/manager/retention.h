@@ -23,15 +23,25 @@ struct RetentionPolicy {
   double keep_per_n_minutes = 0;  // 0: off
   int keep_best = 0;              // 0: off
   CompareRule rule = CompareRule::kLess;  // kGreater or kLess when keep_best > 0
+  // keep_per_n_minutes replays MindSpore's ModelCheckpoint, which decides at each save:
+  //  decided_unix_ms: when the save being retained for was decided (before its write);
+  //  previous_end_unix_ms: when the previous save of this manager ended (its process's
+  //    memory: after a restart, when the manager was made);
+  //  saving: the name of the save being retained for (committed since the decision).
+  int64_t decided_unix_ms = 0;
+  int64_t previous_end_unix_ms = 0;
+  std::string saving;
 };
 
 // Names to delete from `entries` (committed checkpoints of one series, any order), by
 // MindSpore's CheckpointConfig rules. A checkpoint is kept when any rule keeps it:
 //  - keep_max > 0: it is among the keep_max newest (commit order); keep_per_n_minutes
 //    is then ignored;
-//  - keep_max = 0, keep_per_n_minutes > 0: walking from oldest to newest, it is the
-//    first whose commit time is at least keep_per_n_minutes after the previous one
-//    kept by this rule;
+//  - keep_max = 0, keep_per_n_minutes = N > 0: MindSpore's keep_one_ckpoint_per_minutes,
+//    replayed. When the save was decided less than N minutes after the previous save
+//    ended (strictly), of the other checkpoints committed less than N minutes before
+//    the decision (strictly) all but the oldest are deleted; otherwise nothing is.
+//    So the oldest checkpoint of each trailing window stays;
 //  - both 0: every checkpoint is kept;
 //  - it is among the keep_best best by metric (NaN and missing values never count;
 //    ties go to the newer checkpoint);
