@@ -27,6 +27,33 @@ def _as_list(v):
     return [v] if isinstance(v, str) else list(v)
 
 
+def _async_mode(v):  # MindSpore 2.x: async_save=True, "thread" or "process"
+    if isinstance(v, str):
+        if v == "thread":
+            return True
+        if v == "process":
+            raise ValueError("CheckpointManager: async_save='process' is not supported: distckpt's writer threads "
+                             "run in C++ without the GIL, so the thread mode (async_save=True or 'thread') already "
+                             "overlaps the write with training; a writer process would copy the state once more")
+        raise ValueError(f"CheckpointManager: async_save must be True, False, 'thread' or 'process', not {v!r}")
+    return v
+
+
+def _append_info(v):  # MindSpore's list form: ["epoch_num", "step_num", {"lr": 0.1}]
+    if v is None or isinstance(v, dict):
+        return v
+    if not isinstance(v, (list, tuple)):
+        return v  # (refused with the option's type below)
+    merged = {}
+    for item in v:
+        if isinstance(item, dict):
+            merged.update(item)
+        elif item not in ("epoch_num", "step_num"):  # those two are in every checkpoint's info
+            raise ValueError(f"CheckpointManager: append_info's names may be 'epoch_num' and 'step_num' "
+                             f"(in every checkpoint anyway), not {item!r}; give other values as a dict")
+    return merged
+
+
 def _path(v):  # os.PathLike (pathlib.Path) as well as str
     import os
     return os.fspath(v) if isinstance(v, os.PathLike) else v
@@ -50,7 +77,8 @@ _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
             "save_checkpoint_steps": _none_is_zero, "save_checkpoint_seconds": _none_is_zero,
             "keep_checkpoint_max": _none_is_zero, "keep_checkpoint_per_n_minutes": _none_is_zero,
             "save_best": _as_list, "rule": _as_list, "greater_keys": _as_list, "less_keys": _as_list,
-            "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path}
+            "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path,
+            "async_save": _async_mode, "append_info": _append_info}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
 
 

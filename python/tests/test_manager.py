@@ -146,6 +146,14 @@ def test_seed_option_values_mean_what_they_mean_in_the_seeds():
     # save_best, rule and the key lists default to None.
     assert canonical(dict(interval=-1, max_keep_ckpts=-1, save_best=None, rule=None, greater_keys=None,
                           less_keys=None)) == {"save_every_steps": 0, "keep_max": 0}
+    # MindSpore 2.x: async_save "thread" is ours; "process" is refused, saying why.
+    assert canonical(dict(async_save="thread")) == {"async_save": True}
+    with pytest.raises(ValueError, match="'process' is not supported.*without the GIL"):
+        canonical(dict(async_save="process"))
+    # MindSpore's list form of append_info: the counters (in every checkpoint) and dicts of values.
+    assert canonical(dict(append_info=["epoch_num", "step_num", {"lr": 0.1}])) == {"append_info": {"lr": 0.1}}
+    with pytest.raises(ValueError, match="'loss'"):
+        canonical(dict(append_info=["loss"]))
 
 
 def test_resume_falls_back_past_a_damaged_newest_when_asked(comm, shared_dir):
