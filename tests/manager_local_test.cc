@@ -1010,6 +1010,53 @@ TEST(Manager, ResumeFreshDamagedAndFallback) {
   }));
 }
 
+// A rewind: resuming an older checkpoint and saving again. The abandoned branch stays until
+// the new branch's first save is committed (a crash before it resumes where the job was),
+// then it is retired, and retention counts the new branch only: the resume point stays.
+TEST(Manager, ARewindRetiresTheAbandonedBranchAtTheFirstNewSave) {
+  TempDir dir;
+  auto committed = [&] {
+    std::vector<std::string> names;
+    auto listing = list_checkpoints(dir.path());
+    EXPECT_TRUE(listing.ok());
+    for (const auto& e : listing->entries)
+      if (e.state == EntryState::kCommitted) names.push_back(e.name);
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.keep_max = 3;
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int s = 1; s <= 5; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    return Status();
+  }));
+  EXPECT_EQ(committed(), (std::vector<std::string>{"run-0_3", "run-0_4", "run-0_5"}));
+  for (int attempt = 0; attempt < 2; ++attempt)
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(dir.path());
+      c.keep_max = 3;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      ResumeOptions back;
+      back.step = 3;
+      DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume(back));
+      if (r.step != 3) return internal_error("resumed step " + std::to_string(r.step));
+      if (attempt == 0) return Status();  // a crash before the first save: nothing retired
+      for (int s = 4; s <= 6; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+      return Status();
+    }));
+  // The first new save found run-0_4 taken (by the abandoned branch, retired after it).
+  EXPECT_EQ(committed(), (std::vector<std::string>{"run-0_4_1", "run-0_5", "run-0_6"}));
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, base_config(dir.path())));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    return r.step == 6 && r.path.ends_with("run-0_6") ? Status() : internal_error("resumed " + r.path);
+  }));
+}
+
 // A single file (safetensors here) cut short: resolving `latest` finds it damaged. The
 // refusal says how to fall back, and the fallback takes the newest undamaged one.
 TEST(Manager, ResumeFallsBackPastATruncatedSingleFile) {

@@ -47,6 +47,13 @@ struct CheckpointManager::Impl {
   // window from it): the manager's creation until a save ends, as MindSpore's
   // ModelCheckpoint keeps it in memory. Rank 0's.
   int64_t previous_save_end_unix_ms = unix_ms_now();
+  // Rank 0: after a resume from a checkpoint older than its series' newest (a rewind, or a
+  // fall back past damaged ones), the checkpoints of that series committed after it: the
+  // abandoned branch, retired once the first save of the new branch is committed.
+  std::vector<std::string> abandoned;
+  // Rank 0: the committed checkpoints of this series committed after `resumed` (none when
+  // the directory cannot be listed: the branch then stays).
+  std::vector<std::string> newer_in_series(const std::string& resumed) const;
   static int64_t unix_ms_now() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();

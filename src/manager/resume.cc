@@ -20,6 +20,20 @@ namespace distckpt {
 using internal_base::split;
 using internal_comm::agree;
 
+std::vector<std::string> CheckpointManager::Impl::newer_in_series(const std::string& resumed) const {
+  auto listing = list_checkpoints(cfg.directory, {.fs = fs});
+  if (!listing.ok()) return {};
+  const CheckpointEntry* from = nullptr;
+  for (const auto& e : listing->entries)
+    if (e.name == resumed) from = &e;
+  std::vector<std::string> newer;
+  if (from == nullptr) return newer;
+  for (const auto& e : listing->entries)
+    if (e.state == EntryState::kCommitted && e.commit_seq > from->commit_seq && names.matches(series, e.name))
+      newer.push_back(e.name);
+  return newer;
+}
+
 Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   Impl& impl = *impl_;
   DISTCKPT_RETURN_IF_ERROR(impl.enter_plain("resume"));
@@ -229,6 +243,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
   impl.comm->broadcast_string(series, 0);
   if (series != impl.series) impl.forget_bests();
   impl.series = series;
+  if (impl.root()) impl.abandoned = impl.newer_in_series(internal_base::base_name(chosen));
   return result;
 }
 

@@ -11,10 +11,20 @@
 namespace distckpt {
 
 std::vector<std::string> CheckpointManager::Impl::retain(const Record& record, std::vector<std::string>* warnings) {
+  // A rewind's abandoned branch goes once the new branch has a committed checkpoint: a
+  // crash before that resumes where the job was before the rewind.
+  std::vector<std::string> removed;
+  for (const std::string& name : abandoned) {
+    if (name == record.name) continue;
+    Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);
+    if (st.ok()) removed.push_back(name);
+    else warnings->push_back("retention: abandoned branch: " + st.to_string());
+  }
+  abandoned.clear();
   auto listing = list_checkpoints(cfg.directory, {.fs = fs});
   if (!listing.ok()) {
     warnings->push_back("retention: " + listing.status().to_string());
-    return {};
+    return removed;
   }
   std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
   internal_manager::RetentionPolicy policy{keep_newest(),
@@ -25,7 +35,6 @@ std::vector<std::string> CheckpointManager::Impl::retain(const Record& record, s
                                            previous_save_end_unix_ms,
                                            record.name};
   previous_save_end_unix_ms = unix_ms_now();  // this save has ended: the next one's window starts
-  std::vector<std::string> removed;
   for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
     if (uploader && uploader->pending(cfg.directory + "/" + name)) continue;  // removed once uploaded
     Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);
