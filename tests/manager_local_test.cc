@@ -121,6 +121,31 @@ TEST(Retention, KeepMaxPerMinutesBestKTiesAndNaN) {
   EXPECT_TRUE(retention_deletes(one, {1, 0, 0, CompareRule::kLess}).empty());
 }
 
+// The presets hold each seed's defaults, and what they hold is a valid config.
+TEST(Config, PresetsHoldTheSeedsDefaults) {
+  const CheckpointConfig ms = CheckpointConfig::mindspore(/*steps_per_epoch=*/100);
+  EXPECT_EQ(ms.save_every_steps, 1);
+  EXPECT_EQ(ms.keep_max, 5);
+  EXPECT_EQ(ms.prefix, "CKP");
+  EXPECT_EQ(ms.name_template, "{prefix}-{epoch}_{step_in_epoch}");
+  EXPECT_EQ(ms.format, Format::kCkpt);
+  EXPECT_EQ(ms.integrated, std::optional<bool>(true));
+  EXPECT_FALSE(ms.ckpt_crc_footer);
+  EXPECT_FALSE(ms.remove_redundancy);
+  CheckpointConfig with_dir = ms;
+  with_dir.directory = "/tmp/x";
+  EXPECT_TRUE(with_dir.validate().ok()) << with_dir.validate().to_string();
+  EXPECT_EQ(CheckpointConfig::mindspore().name_template, "{prefix}-{epoch}_{step}");
+  CheckpointConfig mm = CheckpointConfig::mmengine();
+  EXPECT_EQ(mm.save_every_steps, 0);
+  EXPECT_TRUE(mm.by_epoch);
+  EXPECT_EQ(mm.keep_max, 0);
+  EXPECT_TRUE(mm.save_last);
+  EXPECT_EQ(mm.filename_tmpl, "epoch_{}.pth");
+  mm.directory = "/tmp/x";
+  EXPECT_TRUE(mm.validate().ok()) << mm.validate().to_string();
+}
+
 // MindSpore's keep_checkpoint_per_n_minutes as its ModelCheckpoint runs it, transcribed: at
 // each save, the time is taken when the save is decided (before the write); if that is less
 // than N minutes after the previous save ended (its process memory: the callback's creation

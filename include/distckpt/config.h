@@ -249,6 +249,20 @@ struct CheckpointConfig : SaveSettings {
   // that save on every rank, as a failed write does (on_failure).
   std::function<Status()> before_save;
 
+  // Presets: a config holding one seed's defaults, for the caller to adjust. Local,
+  // cannot fail (validate() judges the result).
+  // MindSpore's CheckpointConfig and ModelCheckpoint: a save every step, keep the newest
+  // 5, prefix "CKP", one integrated .ckpt per save without the CRC-32 footer (crc_check
+  // off), remove_redundancy off. Named "CKP-{epoch}_{step_in_epoch}.ckpt" as MindSpore
+  // names them when `steps_per_epoch` (MindSpore's batch_num, the dataset's size) is
+  // given, else "CKP-{epoch}_{step}.ckpt".
+  static CheckpointConfig mindspore(int64_t steps_per_epoch = 0);
+  // MMEngine's CheckpointHook: interval=-1 (no periodic save: set save_every_steps, or
+  // save_every_epochs... as its interval), by_epoch, max_keep_ckpts=-1 (keep all),
+  // save_last, names "epoch_{}" (filename_tmpl; "iter_{}" is MMEngine's when by_epoch is
+  // false: set it with by_epoch), native sharded saves.
+  static CheckpointConfig mmengine();
+
   // kInvalidArgument naming the first bad option. Local, thread-safe.
   Status validate() const;
   // The helpers below are local and thread-safe (const reads of the config), like

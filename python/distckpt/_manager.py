@@ -69,6 +69,8 @@ _OPTIONS = {
     "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
     "best_metric": [], "keep_best": [], "save_best": [], "rule": [], "greater_keys": [], "less_keys": [],
     "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
+    "ckpt_crc_footer": ["crc_check"], "steps_per_epoch": [], "save_at_start": [], "publish_at_end": [],
+    "save_prefixes": [],
     "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
@@ -80,6 +82,67 @@ _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
             "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path,
             "async_save": _async_mode, "append_info": _append_info}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
+# The names only one seed uses: a preset refuses the other seed's.
+_MINDSPORE_NAMES = {"save_checkpoint_steps", "save_checkpoint_seconds", "keep_checkpoint_max",
+                    "keep_checkpoint_per_n_minutes", "integrated_save", "crc_check"}
+_MMENGINE_NAMES = {"interval", "max_keep_ckpts", "filename_tmpl", "out_dir", "save_best", "rule", "greater_keys",
+                   "less_keys"}
+
+
+def _with_defaults(defaults, kwargs):
+    """kwargs over `defaults` (canonical names): a default gives way to its option under any name."""
+    config = {k: v for k, v in defaults.items() if k not in {_ALIAS_OF.get(key, key) for key in kwargs}}
+    config.update(kwargs)
+    return config
+
+
+def _given(kwargs, name, default):
+    """The value of option `name` as kwargs give it, under any of its names."""
+    for key, value in kwargs.items():
+        if _ALIAS_OF.get(key) == name:
+            return value
+    return default
+
+
+def _mindspore_config(prefix, directory, kwargs):
+    """MindSpore's CheckpointConfig and ModelCheckpoint defaults under kwargs, with its value
+    mappings (C++ CheckpointConfig::mindspore() holds the same defaults)."""
+    import os
+    foreign = sorted(set(kwargs) & _MMENGINE_NAMES)
+    if foreign:
+        raise TypeError(f"CheckpointManager.mindspore: {', '.join(foreign)} are MMEngine's options "
+                        f"(use CheckpointManager.mmengine, or our names)")
+    steps, seconds = _given(kwargs, "save_every_steps", 1), _given(kwargs, "save_every_seconds", 0)
+    keep_max, minutes = _given(kwargs, "keep_max", 5), _given(kwargs, "keep_per_n_minutes", 0)
+    if not steps and not seconds and not keep_max and not minutes:  # as CheckpointConfig
+        raise ValueError("CheckpointManager.mindspore: the save and keep policies can't be all None or 0")
+    defaults = {"directory": os.getcwd() if directory is None else directory, "prefix": prefix,
+                "save_every_steps": 1, "save_every_seconds": 0, "keep_max": 5, "keep_per_n_minutes": 0,
+                "name_template": ("{prefix}-{epoch}_{step_in_epoch}" if _given(kwargs, "steps_per_epoch", 0)
+                                  else "{prefix}-{epoch}_{step}"),
+                "format": "ckpt", "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False,
+                "save_last": True}
+    config = _with_defaults(defaults, kwargs)
+    if not (keep_max and keep_max > 0) and not minutes:
+        # MindSpore keeps one checkpoint when neither keep policy is set (ours would keep all).
+        config = _with_defaults({}, {k: v for k, v in config.items() if _ALIAS_OF.get(k) != "keep_max"})
+        config["keep_max"] = 1
+    return config
+
+
+def _mmengine_config(work_dir, kwargs):
+    """MMEngine's CheckpointHook defaults under kwargs, with its value mappings (C++
+    CheckpointConfig::mmengine() holds the same defaults)."""
+    foreign = sorted(set(kwargs) & _MINDSPORE_NAMES)
+    if foreign:
+        raise TypeError(f"CheckpointManager.mmengine: {', '.join(foreign)} are MindSpore's options "
+                        f"(use CheckpointManager.mindspore, or our names)")
+    by_epoch = _given(kwargs, "by_epoch", True)
+    defaults = {"directory": work_dir, "by_epoch": True, "save_every_steps": 0, "keep_max": 0, "save_last": True,
+                "format": "native"}
+    if _given(kwargs, "name_template", None) is None:
+        defaults["filename_tmpl"] = "epoch_{}.pth" if by_epoch else "iter_{}.pth"
+    return _with_defaults(defaults, kwargs)
 
 
 def _canonical_config(kwargs):
@@ -117,6 +180,26 @@ class CheckpointManager(_Closing):
         self._native = _distckpt._Manager(native, state._native, canonical, self._before_save())
         self._comm_native = native  # agrees on resume's arguments
         _live_comms.add(self)  # closed before MPI_Finalize too
+
+    @classmethod
+    def mindspore(cls, comm, state, prefix="CKP", directory=None, **config):
+        """Collective. A manager with the defaults of MindSpore's CheckpointConfig and
+        ModelCheckpoint: a save every step (save_checkpoint_steps=1), keep the newest 5
+        (keep_checkpoint_max=5), one integrated .ckpt per save without the CRC footer
+        (crc_check=False), remove_redundancy=False, named "CKP-{epoch}_{step_in_epoch}.ckpt"
+        when steps_per_epoch (MindSpore's batch_num) is given, else "CKP-{epoch}_{step}.ckpt";
+        directory None is the current directory. Options take MindSpore's names and ours; a
+        name only MMEngine uses is a TypeError. MindSpore's mappings hold: every save and
+        keep policy at 0 (or None) is a ValueError, and neither keep policy set keeps 1."""
+        return cls(comm, state, **_mindspore_config(prefix, directory, dict(config)))
+
+    @classmethod
+    def mmengine(cls, comm, state, work_dir, **config):
+        """Collective. A manager with the defaults of MMEngine's CheckpointHook: interval=-1
+        (no periodic save), by_epoch=True, max_keep_ckpts=-1 (keep all), save_last=True,
+        names epoch_{} (iter_{} with by_epoch=False). Options take MMEngine's names and ours;
+        a name only MindSpore uses is a TypeError."""
+        return cls(comm, state, **_mmengine_config(work_dir, dict(config)))
 
     def _before_save(self):
         """A callable the native manager runs before each save (None: none); distckpt.torch's

@@ -65,6 +65,11 @@ CheckpointConfig make_config(const py::dict& kw) {
       else if (k == "format") c.format = format_from(v.cast<std::string>());
       else if (k == "integrated") c.integrated = v.cast<bool>();
       else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
+      else if (k == "ckpt_crc_footer") c.ckpt_crc_footer = v.cast<bool>();
+      else if (k == "steps_per_epoch") c.steps_per_epoch = v.cast<int64_t>();
+      else if (k == "save_at_start") c.save_at_start = v.cast<bool>();
+      else if (k == "publish_at_end") c.publish_at_end = v.cast<bool>();
+      else if (k == "save_prefixes") c.save_prefixes = v.cast<std::vector<std::string>>();
       else if (k == "fsync") c.fsync = v.cast<bool>();
       else if (k == "async_save") c.async_save = v.cast<bool>();
       else if (k == "incremental") c.incremental = v.cast<bool>();

@@ -217,3 +217,41 @@ def test_metrics_land_in_the_statistics_whatever_the_policies(comm, shared_dir):
         assert metrics[1]["metrics"] == {"bad": None, "loss": 0.5}
         saves = [ln for ln in lines if "event" not in ln]
         assert saves[0]["step"] == 3 and saves[0]["metrics"]["loss"] == 1.0 / 3
+
+
+def test_presets_start_from_each_seeds_defaults(comm, shared_dir):
+    mindspore, mmengine = distckpt._manager._mindspore_config, distckpt._manager._mmengine_config
+    ms = distckpt._canonical_config(mindspore("CKP", shared_dir, {}))
+    assert ms == {"directory": shared_dir, "prefix": "CKP", "save_every_steps": 1, "save_every_seconds": 0,
+                  "keep_max": 5, "keep_per_n_minutes": 0, "name_template": "{prefix}-{epoch}_{step}", "format": "ckpt",
+                  "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False, "save_last": True}
+    named = distckpt._canonical_config(mindspore("CKP", shared_dir, {"steps_per_epoch": 4, "crc_check": True}))
+    assert named["name_template"] == "{prefix}-{epoch}_{step_in_epoch}" and named["ckpt_crc_footer"] is True
+    # MindSpore's mappings: neither keep policy keeps one; every policy at 0 or None raises.
+    assert distckpt._canonical_config(mindspore("CKP", shared_dir, {"keep_checkpoint_max": 0}))["keep_max"] == 1
+    with pytest.raises(ValueError, match="can't be all None or 0"):
+        mindspore("CKP", shared_dir, {"save_checkpoint_steps": None, "keep_checkpoint_max": 0})
+    with pytest.raises(TypeError, match="max_keep_ckpts are MMEngine's"):
+        mindspore("CKP", shared_dir, {"max_keep_ckpts": 3})
+    mm = distckpt._canonical_config(mmengine(shared_dir, {}))
+    assert mm == {"directory": shared_dir, "by_epoch": True, "save_every_steps": 0, "keep_max": 0, "save_last": True,
+                  "format": "native", "filename_tmpl": "epoch_{}.pth"}
+    iters = distckpt._canonical_config(mmengine(shared_dir, {"by_epoch": False, "interval": 2, "max_keep_ckpts": -1}))
+    assert iters["filename_tmpl"] == "iter_{}.pth" and iters["save_every_steps"] == 2 and iters["keep_max"] == 0
+    with pytest.raises(TypeError, match="keep_checkpoint_max are MindSpore's"):
+        mmengine(shared_dir, {"keep_checkpoint_max": 3})
+
+
+def test_a_mindspore_preset_names_and_keeps_as_mindspore(comm, shared_dir):
+    w = np.full((2, 3), float(comm.rank), np.float32)
+    layout = distckpt.TensorLayout.from_device_matrix([2 * comm.size, 3], [comm.size], [0, -1])
+    state = distckpt.StateDict(comm, {"w": w}, {"w": layout})
+    with distckpt.CheckpointManager.mindspore(comm, state, directory=shared_dir, steps_per_epoch=4) as m:
+        for step in range(1, 9):
+            m.step_end(step, epoch=(step - 1) // 4 + 1)
+        m.end(8, epoch=2)
+    comm.barrier()
+    names = sorted(e.name for e in distckpt.list_checkpoints(shared_dir))
+    assert names == ["CKP-1_4.ckpt", "CKP-2_1.ckpt", "CKP-2_2.ckpt", "CKP-2_3.ckpt", "CKP-2_4.ckpt"], names
+    with distckpt.open(os.path.join(shared_dir, "CKP-2_4.ckpt")) as r:  # one integrated file, no CRC footer
+        assert r.shape("w") == [2 * comm.size, 3]

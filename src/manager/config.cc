@@ -67,6 +67,34 @@ std::string CheckpointConfig::effective_name_template() const {
   return t;
 }
 
+CheckpointConfig CheckpointConfig::mindspore(int64_t steps_per_epoch) {
+  CheckpointConfig c;
+  c.save_every_steps = 1;       // save_checkpoint_steps=1
+  c.save_every_seconds = 0;     // save_checkpoint_seconds=0
+  c.keep_max = 5;               // keep_checkpoint_max=5
+  c.keep_per_n_minutes = 0;     // keep_checkpoint_per_n_minutes=0
+  c.prefix = "CKP";             // ModelCheckpoint(prefix='CKP')
+  c.steps_per_epoch = steps_per_epoch;
+  c.name_template = steps_per_epoch > 0 ? "{prefix}-{epoch}_{step_in_epoch}" : "{prefix}-{epoch}_{step}";
+  c.format = Format::kCkpt;     // format='ckpt'
+  c.integrated = true;          // integrated_save=True
+  c.ckpt_crc_footer = false;    // crc_check=False
+  c.remove_redundancy = false;  // remove_redundancy=False
+  c.save_last = true;           // ModelCheckpoint.end() saves the last step (unless just saved)
+  return c;
+}
+
+CheckpointConfig CheckpointConfig::mmengine() {
+  CheckpointConfig c;
+  c.save_every_steps = 0;       // interval=-1: no periodic save
+  c.by_epoch = true;            // by_epoch=True
+  c.keep_max = 0;               // max_keep_ckpts=-1: keep all
+  c.save_last = true;           // save_last=True
+  c.filename_tmpl = "epoch_{}.pth";  // filename_tmpl=None with by_epoch
+  c.format = Format::kNative;
+  return c;
+}
+
 Status CheckpointConfig::validate() const {
   if (directory.empty()) return bad("directory is empty");
   if (save_every_steps < 0) return bad("save_every_steps " + std::to_string(save_every_steps) + " is negative");
