@@ -69,7 +69,8 @@ _OPTIONS = {
     "keep_per_n_minutes": ["keep_checkpoint_per_n_minutes"],
     "best_metric": [], "keep_best": [], "save_best": [], "rule": [], "greater_keys": [], "less_keys": [],
     "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
-    "ckpt_crc_footer": ["crc_check"], "steps_per_epoch": [], "save_at_start": [], "publish_at_end": [],
+    "ckpt_crc_footer": ["crc_check"], "allow_unchecked": [], "steps_per_epoch": [], "save_at_start": [],
+    "publish_at_end": [],
     "save_prefixes": [],
     "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
@@ -121,7 +122,7 @@ def _mindspore_config(prefix, directory, kwargs):
                 "name_template": ("{prefix}-{epoch}_{step_in_epoch}" if _given(kwargs, "steps_per_epoch", 0)
                                   else "{prefix}-{epoch}_{step}"),
                 "format": "ckpt", "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False,
-                "save_last": True}
+                "save_last": True, "allow_unchecked": True}  # (resume reads its footer-less files)
     config = _with_defaults(defaults, kwargs)
     if not (keep_max and keep_max > 0) and not minutes:
         # MindSpore keeps one checkpoint when neither keep policy is set (ours would keep all).

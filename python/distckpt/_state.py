@@ -145,7 +145,7 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
 
 
 def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unexpected=False, rename=None,
-         prefix_map=None, specify_prefix=None, filter_prefix=None):
+         prefix_map=None, specify_prefix=None, filter_prefix=None, choice_func=None, allow_unchecked=False):
     """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any
     layout; returns a LoadResult.
 
@@ -158,6 +158,11 @@ def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unex
     tensors by the prefix of their stored name; rename maps a stored name to the state's;
     prefix_map maps a stored prefix to the state's ({"module.": ""} strips DDP's prefix,
     {"": "model."} adds one; the longest matching prefix wins; an exact rename wins over it).
+    choice_func(stored_name) -> bool: after the prefixes, only the stored tensors it accepts
+    (MindSpore's choice_func; called on every rank, it must answer alike everywhere).
+    allow_unchecked: accept checkpoints whose data nothing checks (a save made without
+    checksums, a .ckpt without its CRC-32 footer, another writer's safetensors), refused
+    otherwise; HDF5 loads with a warning either way.
     cast_floats: a floating tensor stored in another floating dtype is converted (else refused).
     Raises MismatchError, CorruptionError, AuthError, NotFoundError, TypeError for a wrong
     argument; a failure on one rank fails the call on every rank.
@@ -168,8 +173,15 @@ def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unex
         _state_arg(where, state), _path_arg(where, "path", path), _bool_arg(where, "strict", strict), key,
         _bool_arg(where, "cast_floats", cast_floats), _bool_arg(where, "allow_unexpected", allow_unexpected),
         _name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map),
-        _names_arg(where, "specify_prefix", specify_prefix), _names_arg(where, "filter_prefix", filter_prefix)))
+        _names_arg(where, "specify_prefix", specify_prefix), _names_arg(where, "filter_prefix", filter_prefix),
+        _callable_arg(where, "choice_func", choice_func), _bool_arg(where, "allow_unchecked", allow_unchecked)))
     return _from(LoadResult, _distckpt._load(native, *args))
+
+
+def _callable_arg(where, name, value):
+    if value is not None and not callable(value):
+        raise _type_error(where, name, "a callable or None", value)
+    return value
 
 
 def remove_checkpoint(root, name):

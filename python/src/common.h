@@ -130,6 +130,15 @@ class PyComm {
   int users_ = 0;
 };
 
+// A Python callable kept by a C++ std::function, which may be copied and dropped on any
+// thread: the shared pointer is copied without the GIL, the object released under it.
+inline std::shared_ptr<py::object> held_under_gil(py::handle callable) {
+  return std::shared_ptr<py::object>(new py::object(py::reinterpret_borrow<py::object>(callable)), [](py::object* o) {
+    py::gil_scoped_acquire locked;
+    delete o;
+  });
+}
+
 // ---- conversions ----
 
 inline Shape to_shape(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }

@@ -5,15 +5,6 @@
 namespace distckpt::python {
 namespace {
 
-// A Python callable kept by a C++ std::function, which may be dropped on any thread: it
-// is released under the GIL.
-std::shared_ptr<py::object> held_under_gil(py::handle callable) {
-  return std::shared_ptr<py::object>(new py::object(py::reinterpret_borrow<py::object>(callable)), [](py::object* o) {
-    py::gil_scoped_acquire locked;
-    delete o;
-  });
-}
-
 // The Status a Python exception becomes when it crosses back into C++ (a hook's): the
 // package's exception classes keep their codes, anything else is kInvalidArgument. The
 // exception is cleared; the Python layer keeps the original to raise it again.
@@ -66,6 +57,7 @@ CheckpointConfig make_config(const py::dict& kw) {
       else if (k == "integrated") c.integrated = v.cast<bool>();
       else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
       else if (k == "ckpt_crc_footer") c.ckpt_crc_footer = v.cast<bool>();
+      else if (k == "allow_unchecked") c.load.allow_unchecked = v.cast<bool>();
       else if (k == "steps_per_epoch") c.steps_per_epoch = v.cast<int64_t>();
       else if (k == "save_at_start") c.save_at_start = v.cast<bool>();
       else if (k == "publish_at_end") c.publish_at_end = v.cast<bool>();

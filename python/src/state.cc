@@ -134,13 +134,30 @@ std::string renamed(const std::map<std::string, std::string>& rename, const std:
 py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key,
                     bool cast_floats, bool allow_unexpected, const std::map<std::string, std::string>& rename,
                     const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
-                    const std::vector<std::string>& filter_prefix) {
+                    const std::vector<std::string>& filter_prefix, const py::object& choice_func,
+                    bool allow_unchecked) {
   LoadOptions o;
   o.strict = strict;
   o.cast_floats = cast_floats;
   o.allow_unexpected = allow_unexpected;
+  o.allow_unchecked = allow_unchecked;
   o.specify_prefix = specify_prefix;
   o.filter_prefix = filter_prefix;
+  if (!choice_func.is_none()) {
+    // Called from the load's own code, without the GIL: taken for the call; a Python
+    // exception becomes a C++ one (the load's guard turns it into its error), cleared here.
+    o.choice_func = [f = held_under_gil(choice_func)](const std::string& stored) -> bool {
+      py::gil_scoped_acquire locked;
+      try {
+        return py::bool_((*f)(stored)).cast<bool>();
+      } catch (py::error_already_set& e) {
+        const std::string what = e.what();
+        e.restore();
+        PyErr_Clear();
+        throw std::runtime_error("choice_func('" + stored + "') raised " + what);
+      }
+    };
+  }
   if (!prefix_map.empty()) {
     o.rename_func = [rename, prefix_map](const std::string& stored) { return renamed(rename, prefix_map, stored); };
   } else {

@@ -224,7 +224,8 @@ def test_presets_start_from_each_seeds_defaults(comm, shared_dir):
     ms = distckpt._canonical_config(mindspore("CKP", shared_dir, {}))
     assert ms == {"directory": shared_dir, "prefix": "CKP", "save_every_steps": 1, "save_every_seconds": 0,
                   "keep_max": 5, "keep_per_n_minutes": 0, "name_template": "{prefix}-{epoch}_{step}", "format": "ckpt",
-                  "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False, "save_last": True}
+                  "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False, "save_last": True,
+                  "allow_unchecked": True}
     named = distckpt._canonical_config(mindspore("CKP", shared_dir, {"steps_per_epoch": 4, "crc_check": True}))
     assert named["name_template"] == "{prefix}-{epoch}_{step_in_epoch}" and named["ckpt_crc_footer"] is True
     # MindSpore's mappings: neither keep policy keeps one; every policy at 0 or None raises.
@@ -255,3 +256,13 @@ def test_a_mindspore_preset_names_and_keeps_as_mindspore(comm, shared_dir):
     assert names == ["CKP-1_4.ckpt", "CKP-2_1.ckpt", "CKP-2_2.ckpt", "CKP-2_3.ckpt", "CKP-2_4.ckpt"], names
     with distckpt.open(os.path.join(shared_dir, "CKP-2_4.ckpt")) as r:  # one integrated file, no CRC footer
         assert r.shape("w") == [2 * comm.size, 3]
+    w[...] = -1
+    with distckpt.CheckpointManager.mindspore(comm, state, directory=shared_dir, steps_per_epoch=4) as m:
+        assert m.resume().step == 8 and (w == comm.rank).all()  # its footer-less files resume
+    # choice_func, as MindSpore's load_checkpoint takes it: here it declines the only tensor.
+    w[...] = -1
+    out = distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"), strict=False, allow_unchecked=True,
+                        choice_func=lambda name: name != "w")
+    assert out.missing_in_checkpoint == ["w"] and (w == -1).all()
+    with pytest.raises(distckpt.DistckptError, match="allow_unchecked"):
+        distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"))
