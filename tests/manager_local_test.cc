@@ -146,20 +146,23 @@ TEST(Config, PresetsHoldTheSeedsDefaults) {
   EXPECT_TRUE(mm.validate().ok()) << mm.validate().to_string();
 }
 
-// MindSpore's keep_checkpoint_per_n_minutes as its ModelCheckpoint runs it, transcribed: at
-// each save, the time is taken when the save is decided (before the write); if that is less
-// than N minutes after the previous save ended (its process memory: the callback's creation
-// before the first save), keep_one_ckpoint_per_minutes removes every file whose mtime is less
-// than N minutes before that time, but the oldest of them; then the file is written (its
-// mtime: when the write ends) and the save's end time is remembered.
+// MindSpore's keep_checkpoint_per_n_minutes as its ModelCheckpoint._save_ckpt runs it,
+// transcribed: at each save, cur_time is taken once the save is decided; if it is less than
+// N minutes after _last_time_for_keep (the previous save's start, or the callback's
+// creation), keep_one_ckpoint_per_minutes removes every file whose mtime is less than N
+// minutes before cur_time, but the oldest of them; then _last_time_for_keep is set (before
+// the write) and the file is written (its mtime: the end of the write). Files of an earlier
+// run (a restart) are there from the start.
 struct MindSporeSave {
-  int64_t decided_ms, written_ms, ended_ms;
+  int64_t decided_ms, written_ms;
 };
 
-std::vector<int> mindspore_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes) {
+std::vector<int> mindspore_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes,
+                                int earlier) {
   std::vector<std::pair<int, int64_t>> files;  // (save, mtime)
+  for (int i = 0; i < earlier; ++i) files.emplace_back(i, saves[static_cast<std::size_t>(i)].written_ms);
   int64_t last_time_for_keep = created_ms;
-  for (int i = 0; i < static_cast<int>(saves.size()); ++i) {
+  for (int i = earlier; i < static_cast<int>(saves.size()); ++i) {
     const int64_t cur_time = saves[static_cast<std::size_t>(i)].decided_ms;
     if (static_cast<double>(cur_time - last_time_for_keep) < minutes * 60'000) {
       std::vector<std::size_t> del_list;
@@ -174,26 +177,31 @@ std::vector<int> mindspore_kept(const std::vector<MindSporeSave>& saves, int64_t
         if (std::find(del_list.begin(), del_list.end(), f) == del_list.end() || f == *oldest) kept.push_back(files[f]);
       files = kept;
     }
+    last_time_for_keep = cur_time;
     files.emplace_back(i, saves[static_cast<std::size_t>(i)].written_ms);
-    last_time_for_keep = saves[static_cast<std::size_t>(i)].ended_ms;
   }
   std::vector<int> out;
   for (const auto& f : files) out.push_back(f.first);
   return out;
 }
 
-// The same saves through the manager's retention, as the manager calls it after each commit.
-std::vector<int> distckpt_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes) {
+// The same saves through the manager's retention, as the manager calls it after each
+// commit (the first `earlier` saves: committed by an earlier run, before `created`).
+std::vector<int> distckpt_kept(const std::vector<MindSporeSave>& saves, int64_t created_ms, double minutes,
+                               int earlier) {
   std::vector<SeriesEntry> entries;
-  int64_t previous_end = created_ms;
-  for (int i = 0; i < static_cast<int>(saves.size()); ++i) {
+  for (int i = 0; i < earlier; ++i)
+    entries.push_back({"s" + std::to_string(i), static_cast<uint64_t>(i + 1), saves[static_cast<std::size_t>(i)].written_ms,
+                       std::nullopt});
+  int64_t previous_start = created_ms;
+  for (int i = earlier; i < static_cast<int>(saves.size()); ++i) {
     const MindSporeSave& s = saves[static_cast<std::size_t>(i)];
     const std::string name = "s" + std::to_string(i);
     entries.push_back({name, static_cast<uint64_t>(i + 1), s.written_ms, std::nullopt});
-    RetentionPolicy policy{0, minutes, 0, CompareRule::kLess, s.decided_ms, previous_end, name};
+    RetentionPolicy policy{0, minutes, 0, CompareRule::kLess, s.decided_ms, previous_start, name};
     for (const std::string& gone : retention_deletes(entries, policy))
       entries.erase(std::find_if(entries.begin(), entries.end(), [&](const SeriesEntry& e) { return e.name == gone; }));
-    previous_end = s.ended_ms;
+    previous_start = s.decided_ms;
   }
   std::vector<int> out;
   for (const SeriesEntry& e : entries) out.push_back(std::stoi(e.name.substr(1)));
@@ -203,40 +211,68 @@ std::vector<int> distckpt_kept(const std::vector<MindSporeSave>& saves, int64_t 
 TEST(Retention, KeepPerNMinutesReplaysMindSporesWindow) {
   const double minutes = 1.2 / 60;  // a 1.2 s window
   const int64_t created = 1'000'000;
-  // Regular: a save decided every 305 ms, 10 ms of writing, 2 ms more to end (no boundary ties).
-  std::vector<MindSporeSave> regular;
+  struct Case {
+    const char* what;
+    std::vector<MindSporeSave> saves;
+    int64_t created;
+    int earlier;  // saves of an earlier run, committed before `created`
+  };
+  std::vector<Case> cases;
+  // Regular: a save decided every 305 ms, 10 ms of writing (no boundary ties).
+  Case regular{"regular", {}, created, 0};
   for (int i = 0; i < 900; ++i) {
     const int64_t d = created + 200 + i * 305;
-    regular.push_back({d, d + 10, d + 12});
+    regular.saves.push_back({d, d + 10});
   }
-  // Jittered: gaps of 50-900 ms and writes of 10-300 ms, from a fixed seed.
-  std::vector<MindSporeSave> jittered;
+  cases.push_back(regular);
+  // Jittered: gaps of 50-1900 ms and writes of 10-300 ms, from a fixed seed: some saves
+  // come after the window closed, some inside it.
+  Case jittered{"jittered", {}, created, 0};
   uint64_t x = 42;
   int64_t t = created + 100;
   for (int i = 0; i < 600; ++i) {
     x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int64_t gap = 50 + static_cast<int64_t>((x >> 33) % 851), write = 10 + static_cast<int64_t>((x >> 13) % 291);
+    const int64_t gap = 50 + static_cast<int64_t>((x >> 33) % 1851), write = 10 + static_cast<int64_t>((x >> 13) % 291);
     t += gap;
-    jittered.push_back({t, t + write, t + write + 3});
-    t += write + 3;
+    jittered.saves.push_back({t, t + write});
+    t += write;
   }
+  cases.push_back(jittered);
   // Bursts: five saves 20 ms apart, then 2.5 s of training.
-  std::vector<MindSporeSave> bursts;
+  Case bursts{"bursts", {}, created, 0};
   t = created + 10;
   for (int b = 0; b < 60; ++b, t += 2'500)
-    for (int k = 0; k < 5; ++k, t += 20) bursts.push_back({t, t + 15, t + 16});
-  for (const auto* saves : {&regular, &jittered, &bursts}) {
-    const std::vector<int> want = mindspore_kept(*saves, created, minutes);
-    EXPECT_EQ(distckpt_kept(*saves, created, minutes), want);
-    EXPECT_GT(want.size(), 1u);
-    EXPECT_LT(want.size(), saves->size());
+    for (int k = 0; k < 5; ++k, t += 20) bursts.saves.push_back({t, t + 15});
+  cases.push_back(bursts);
+  // A restart: an earlier run's saves, 300 ms apart, the last 100 ms before the manager was
+  // made; the first new save, 400 ms later, finds them inside its window.
+  Case restart{"restart", {}, created + 2'000, 6};
+  for (int i = 0; i < 6; ++i) restart.saves.push_back({created + 400 + i * 300, created + 410 + i * 300});
+  for (int i = 0; i < 10; ++i) restart.saves.push_back({created + 2'400 + i * 300, created + 2'410 + i * 300});
+  cases.push_back(restart);
+  // Ties: a file exactly N old at a decision, and a decision exactly N after the previous
+  // start: both outside the window (MindSpore's comparisons are strict).
+  Case ties{"ties", {{created + 100, created + 100}, {created + 1'300, created + 1'310}, {created + 1'500, created + 1'510},
+                     {created + 2'700, created + 2'710}, {created + 2'710, created + 2'720}},
+            created, 0};
+  cases.push_back(ties);
+  for (const Case& c : cases) {
+    const std::vector<int> want = mindspore_kept(c.saves, c.created, minutes, c.earlier);
+    EXPECT_EQ(distckpt_kept(c.saves, c.created, minutes, c.earlier), want) << c.what;
+    if (std::string(c.what) != "ties") EXPECT_LT(want.size(), c.saves.size()) << c.what;
   }
   // The regular case keeps one save in three (0, 3, 6, ...), as MindSpore does: the rule the
   // manager had before (the first at least N after the previous kept one) kept one in four.
-  const std::vector<int> kept = distckpt_kept(regular, created, minutes);
+  const std::vector<int> kept = distckpt_kept(regular.saves, created, minutes, 0);
   EXPECT_EQ(kept[0], 0);
   EXPECT_EQ(kept[1], 3);
   EXPECT_EQ(kept[2], 6);
+  // The restart: the earlier run's newest files inside the first window go but the oldest.
+  const std::vector<int> after = distckpt_kept(restart.saves, restart.created, minutes, 6);
+  EXPECT_TRUE(std::find(after.begin(), after.end(), 5) == after.end());
+  // The ties keep everything: with <= instead of <, saves 1 and 3 would prune, and save 4
+  // would find saves 2 and 3 in its window and delete 3.
+  EXPECT_EQ(mindspore_kept(ties.saves, created, minutes, 0), (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
 TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {

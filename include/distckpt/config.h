@@ -79,9 +79,9 @@ struct CheckpointConfig : SaveSettings {
   //  keep_max > 0: the newest N periodic checkpoints; keep_per_n_minutes is ignored
   //    (create() warns; MindSpore ignores it silently);
   //  keep_max = 0, keep_per_n_minutes = N > 0: MindSpore's window, replayed: a save
-  //    decided less than N minutes after the previous save ended retires the series'
+  //    decided less than N minutes after the previous save started retires the series'
   //    checkpoints committed less than N minutes before the decision but the oldest
-  //    (the previous end is kept in memory: the manager's creation after a restart);
+  //    (the previous start is kept in memory: the manager's creation after a restart);
   //  both 0: every checkpoint (MindSpore keeps 1 there).
   int keep_max = 5;
   double keep_per_n_minutes = 0;
@@ -257,8 +257,8 @@ struct CheckpointConfig : SaveSettings {
   // names them when `steps_per_epoch` (MindSpore's batch_num, the dataset's size) is
   // given, else "CKP-{epoch}_{step}.ckpt".
   static CheckpointConfig mindspore(int64_t steps_per_epoch = 0);
-  // MMEngine's CheckpointHook: interval=-1 (no periodic save: set save_every_steps, or
-  // save_every_epochs... as its interval), by_epoch, max_keep_ckpts=-1 (keep all),
+  // MMEngine's CheckpointHook: interval=-1 (no periodic save: set save_every_steps as its
+  // interval, which counts epochs with by_epoch), by_epoch, max_keep_ckpts=-1 (keep all),
   // save_last, names "epoch_{}" (filename_tmpl; "iter_{}" is MMEngine's when by_epoch is
   // false: set it with by_epoch), native sharded saves.
   static CheckpointConfig mmengine();

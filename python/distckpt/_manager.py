@@ -91,9 +91,12 @@ _MMENGINE_NAMES = {"interval", "max_keep_ckpts", "filename_tmpl", "out_dir", "sa
 
 
 def _with_defaults(defaults, kwargs):
-    """kwargs over `defaults` (canonical names): a default gives way to its option under any name."""
-    config = {k: v for k, v in defaults.items() if k not in {_ALIAS_OF.get(key, key) for key in kwargs}}
-    config.update(kwargs)
+    """kwargs over `defaults` (canonical names): a default gives way to its option under any
+    name, except to None under a name where None means "unset" (ours, MMEngine's: the
+    preset's default stays); MindSpore's None means "off" and wins."""
+    given = {k: v for k, v in kwargs.items() if v is not None or k in _MINDSPORE_NAMES}
+    config = {k: v for k, v in defaults.items() if k not in {_ALIAS_OF.get(key, key) for key in given}}
+    config.update(given)
     return config
 
 
@@ -115,6 +118,10 @@ def _mindspore_config(prefix, directory, kwargs):
                         f"(use CheckpointManager.mmengine, or our names)")
     steps, seconds = _given(kwargs, "save_every_steps", 1), _given(kwargs, "save_every_seconds", 0)
     keep_max, minutes = _given(kwargs, "keep_max", 5), _given(kwargs, "keep_per_n_minutes", 0)
+    for name, value in (("save_checkpoint_steps", steps), ("save_checkpoint_seconds", seconds),
+                        ("keep_checkpoint_max", keep_max), ("keep_checkpoint_per_n_minutes", minutes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"CheckpointManager.mindspore: {name} must be a number >= 0 or None, not {value!r}")
     if not steps and not seconds and not keep_max and not minutes:  # as CheckpointConfig
         raise ValueError("CheckpointManager.mindspore: the save and keep policies can't be all None or 0")
     defaults = {"directory": os.getcwd() if directory is None else directory, "prefix": prefix,

@@ -241,6 +241,10 @@ def test_presets_start_from_each_seeds_defaults(comm, shared_dir):
     assert iters["filename_tmpl"] == "iter_{}.pth" and iters["save_every_steps"] == 2 and iters["keep_max"] == 0
     with pytest.raises(TypeError, match="keep_checkpoint_max are MindSpore's"):
         mmengine(shared_dir, {"keep_checkpoint_max": 3})
+    # None is MMEngine's "unset": the preset's default stays; MindSpore's None is "off".
+    assert distckpt._canonical_config(mmengine(shared_dir, {"filename_tmpl": None}))["filename_tmpl"] == "epoch_{}.pth"
+    with pytest.raises(ValueError, match="keep_checkpoint_max must be a number >= 0"):
+        mindspore("CKP", shared_dir, {"keep_checkpoint_max": -1})
 
 
 def test_a_mindspore_preset_names_and_keeps_as_mindspore(comm, shared_dir):

@@ -212,7 +212,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
     auto retained = internal_base::guarded(where(), [&]() -> Result<std::vector<std::string>> {
       if (!apply_retention) return std::vector<std::string>{};
       upload_after_commit(saved.path);  // queued first: retention keeps what is pending
-      return retain(record, &warnings);
+      return retain(record, internal_base::base_name(saved.path), &warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
     const std::vector<std::string> gone = retained.ok() ? *retained : std::vector<std::string>{};

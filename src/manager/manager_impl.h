@@ -43,10 +43,12 @@ struct CheckpointManager::Impl {
   int64_t last_saved_step = -1, last_saved_epoch = -1;
   std::string last_saved_path;
   std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
-  // When the previous save ended (retention's keep_per_n_minutes replays MindSpore's
-  // window from it): the manager's creation until a save ends, as MindSpore's
+  // When the previous save started (retention's keep_per_n_minutes replays MindSpore's
+  // window from it): the manager's creation before the first, as MindSpore's
   // ModelCheckpoint keeps it in memory. Rank 0's.
-  int64_t previous_save_end_unix_ms = unix_ms_now();
+  int64_t previous_save_start_unix_ms = unix_ms_now();
+  // Rank 0: when each of this manager's saves was committed, by listed name.
+  std::map<std::string, int64_t> committed_unix_ms;
   // Rank 0: after a resume from a checkpoint older than its series' newest (a rewind, or a
   // fall back past damaged ones), the checkpoints of that series committed after it: the
   // abandoned branch, retired once the first save of the new branch is committed.
@@ -192,9 +194,10 @@ struct CheckpointManager::Impl {
   // Rank 0: retention over this series after a commit. Returns the names removed; a
   // failure to remove one is a warning (the checkpoint stays, retention retries later).
   struct Record;  // a save as the manager remembers it (below)
-  // Rank 0, after `record`'s commit: retires what the retention policies let go
+  // Rank 0, after `record`'s commit (listed as `committed`): retires what the retention policies let go
   // (manager/retention.h); returns the names retired. Warnings for what failed.
-  std::vector<std::string> retain(const Record& record, std::vector<std::string>* warnings);
+  std::vector<std::string> retain(const Record& record, const std::string& committed,
+                                  std::vector<std::string>* warnings);
 
   struct SaveKind {
     bool update_latest = true;

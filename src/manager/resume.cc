@@ -28,8 +28,11 @@ std::vector<std::string> CheckpointManager::Impl::newer_in_series(const std::str
     if (e.name == resumed) from = &e;
   std::vector<std::string> newer;
   if (from == nullptr) return newer;
+  // The branch: periodic and final saves (those that move `latest`), not exception saves
+  // or side snapshots, which are loaded only when named.
   for (const auto& e : listing->entries)
-    if (e.state == EntryState::kCommitted && e.commit_seq > from->commit_seq && names.matches(series, e.name))
+    if (e.state == EntryState::kCommitted && e.advances_latest && e.commit_seq > from->commit_seq &&
+        names.matches(series, e.name))
       newer.push_back(e.name);
   return newer;
 }

@@ -10,12 +10,19 @@
 
 namespace distckpt {
 
-std::vector<std::string> CheckpointManager::Impl::retain(const Record& record, std::vector<std::string>* warnings) {
+std::vector<std::string> CheckpointManager::Impl::retain(const Record& record, const std::string& committed,
+                                                         std::vector<std::string>* warnings) {
+  // MindSpore's window (keep_per_n_minutes): the previous save's start, and when each of
+  // this manager's saves was committed (a single file's index holds the start of its write,
+  // MindSpore goes by the file's mtime: the end of it).
+  const int64_t previous_start = previous_save_start_unix_ms;
+  previous_save_start_unix_ms = record.decided_unix_ms;
+  committed_unix_ms[committed] = unix_ms_now();
+  std::vector<std::string> removed;
   // A rewind's abandoned branch goes once the new branch has a committed checkpoint: a
   // crash before that resumes where the job was before the rewind.
-  std::vector<std::string> removed;
   for (const std::string& name : abandoned) {
-    if (name == record.name) continue;
+    if (name == committed || (uploader && uploader->pending(cfg.directory + "/" + name))) continue;
     Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);
     if (st.ok()) removed.push_back(name);
     else warnings->push_back("retention: abandoned branch: " + st.to_string());
@@ -27,14 +34,15 @@ std::vector<std::string> CheckpointManager::Impl::retain(const Record& record, s
     return removed;
   }
   std::vector<internal_manager::SeriesEntry> entries = series_with_metrics(*listing);
+  for (auto& e : entries)
+    if (auto known = committed_unix_ms.find(e.name); known != committed_unix_ms.end()) e.created_unix_ms = known->second;
   internal_manager::RetentionPolicy policy{keep_newest(),
                                            cfg.keep_per_n_minutes,
                                            cfg.best_metric.empty() ? 0 : cfg.keep_best,
                                            rule,
                                            record.decided_unix_ms,
-                                           previous_save_end_unix_ms,
-                                           record.name};
-  previous_save_end_unix_ms = unix_ms_now();  // this save has ended: the next one's window starts
+                                           previous_start,
+                                           committed};
   for (const auto& name : internal_manager::retention_deletes(std::move(entries), policy)) {
     if (uploader && uploader->pending(cfg.directory + "/" + name)) continue;  // removed once uploaded
     Status st = internal_catalog::retire_checkpoint(*fs, cfg.directory, name);

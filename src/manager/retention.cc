@@ -52,10 +52,10 @@ std::vector<std::string> retention_deletes(std::vector<SeriesEntry> entries, con
   } else if (policy.keep_per_n_minutes > 0) {
     // MindSpore's rule (ModelCheckpoint._save_ckpt, keep_one_ckpoint_per_minutes): every
     // checkpoint stays unless this save's decision falls inside the window of the
-    // previous save's end; then the window's checkpoints go but its oldest.
+    // previous save's start; then the window's checkpoints go but its oldest.
     const double period_ms = policy.keep_per_n_minutes * 60'000.0;
     keep.assign(n, true);
-    if (static_cast<double>(policy.decided_unix_ms - policy.previous_end_unix_ms) < period_ms) {
+    if (static_cast<double>(policy.decided_unix_ms - policy.previous_start_unix_ms) < period_ms) {
       std::optional<std::size_t> oldest;
       std::vector<std::size_t> window;
       for (std::size_t i = 0; i < n; ++i) {

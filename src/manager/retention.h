@@ -25,11 +25,11 @@ struct RetentionPolicy {
   CompareRule rule = CompareRule::kLess;  // kGreater or kLess when keep_best > 0
   // keep_per_n_minutes replays MindSpore's ModelCheckpoint, which decides at each save:
   //  decided_unix_ms: when the save being retained for was decided (before its write);
-  //  previous_end_unix_ms: when the previous save of this manager ended (its process's
-  //    memory: after a restart, when the manager was made);
-  //  saving: the name of the save being retained for (committed since the decision).
+  //  previous_start_unix_ms: when the previous save of this manager started (its
+  //    process's memory: after a restart, when the manager was made);
+  //  saving: the listed name of the save being retained for (committed since).
   int64_t decided_unix_ms = 0;
-  int64_t previous_end_unix_ms = 0;
+  int64_t previous_start_unix_ms = 0;
   std::string saving;
 };
 
@@ -39,7 +39,7 @@ struct RetentionPolicy {
 //    is then ignored;
 //  - keep_max = 0, keep_per_n_minutes = N > 0: MindSpore's keep_one_ckpoint_per_minutes,
 //    replayed. When the save was decided less than N minutes after the previous save
-//    ended (strictly), of the other checkpoints committed less than N minutes before
+//    started (strictly), of the other checkpoints committed less than N minutes before
 //    the decision (strictly) all but the oldest are deleted; otherwise nothing is.
 //    So the oldest checkpoint of each trailing window stays;
 //  - both 0: every checkpoint is kept;

@@ -167,7 +167,8 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
         # a newer one is committed meanwhile under a root.
         _comm_and_mesh(where, comm, mesh)
         checked = (_name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map))
-        text = _distckpt._read_description(_path_arg(where, "path", path), key) if comm.rank == 0 else ""
+        where_from = _path_arg(where, "path", path)  # checked on every rank: a TypeError everywhere
+        text = _distckpt._read_description(where_from, key) if comm.rank == 0 else ""
         return checked, text.encode("utf-8")
     names, texts = _exchanged(native, arguments_and_description)
     described = _json.loads(texts[0].decode("utf-8"))
