@@ -1108,6 +1108,35 @@ TEST(Manager, ARewindRetiresTheAbandonedBranchAtTheFirstNewSave) {
       for (int s = 4; s <= 6; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
       return Status();
     }));
+  // Incremental saves after a rewind build on the checkpoint resumed: the first one's base.
+  {
+    TempDir inc;
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(inc.path());
+      c.keep_max = 0;
+      c.incremental = true;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      for (int s = 1; s <= 3; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+      return Status();
+    }));
+    expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+      FormatModel model(comm.rank(), 2);
+      CheckpointConfig c = base_config(inc.path());
+      c.keep_max = 0;
+      c.incremental = true;
+      DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+      ResumeOptions back;
+      back.step = 1;
+      DISTCKPT_RETURN_IF_ERROR(m->resume(back).status());
+      return m->step_end(2, 0).status();
+    }));
+    std::ifstream stats(inc.path() + "/stats.jsonl");
+    std::string line, last_save;
+    while (std::getline(stats, line))
+      if (line.find("\"incremental_base\"") != std::string::npos) last_save = line;
+    EXPECT_NE(last_save.find("\"incremental_base\":\"run-0_1\""), std::string::npos) << last_save;
+  }
   // The first new save found run-0_4 taken (by the abandoned branch, retired after it).
   EXPECT_EQ(committed(), (std::vector<std::string>{"run-0_4_1", "run-0_5", "run-0_6"}));
   expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {

@@ -246,7 +246,12 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
   impl.comm->broadcast_string(series, 0);
   if (series != impl.series) impl.forget_bests();
   impl.series = series;
-  if (impl.root()) impl.abandoned = impl.newer_in_series(internal_base::base_name(chosen));
+  if (impl.root()) {
+    impl.abandoned = impl.newer_in_series(internal_base::base_name(chosen));
+    // A rewind's next incremental save builds on the checkpoint resumed, not on the
+    // abandoned branch's newest (which goes once that save is committed).
+    if (!impl.abandoned.empty()) impl.last_saved_path = chosen;
+  }
   return result;
 }
 
