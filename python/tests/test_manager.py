@@ -270,3 +270,14 @@ def test_a_mindspore_preset_names_and_keeps_as_mindspore(comm, shared_dir):
     assert out.missing_in_checkpoint == ["w"] and (w == -1).all()
     with pytest.raises(distckpt.DistckptError, match="allow_unchecked"):
         distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"))
+
+
+def test_step_end_twice_for_one_step_saves_once(comm, shared_dir):
+    w = np.ones(4, np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    with distckpt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=1, keep_max=0) as m:
+        assert m.step_end(5).saved and not m.step_end(5).saved  # as MindSpore's and MMEngine's hooks
+        assert m.step_end(6).saved
+        m.end(6)
+    comm.barrier()
+    assert sorted(e.name for e in distckpt.list_checkpoints(shared_dir)) == ["ckpt-0_5", "ckpt-0_6"]

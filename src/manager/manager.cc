@@ -420,7 +420,10 @@ Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch,
   }
   // Caffe2's checkpoint_every_epochs, beside the step policy.
   if (epoch_end && cfg.save_every_epochs > 0 && epoch > 0 && epoch % cfg.save_every_epochs == 0) due = true;
+  // step_end twice for one step saves once (MindSpore's _last_triggered_step).
+  if (due && impl.last_triggered == std::make_pair(step, epoch)) due = false;
   if (due) {
+    impl.last_triggered = std::make_pair(step, epoch);
     Impl::SaveKind periodic;
     periodic.may_run_async = true;
     DISTCKPT_RETURN_IF_ERROR(impl.save(step, epoch, metrics, "", periodic, &out));

@@ -53,6 +53,9 @@ struct CheckpointManager::Impl {
   // fall back past damaged ones), the checkpoints of that series committed after it: the
   // abandoned branch, retired once the first save of the new branch is committed.
   std::vector<std::string> abandoned;
+  // The (step, epoch) of the last periodic save step_end triggered: a second call for it
+  // does not save again. The same on every rank.
+  std::optional<std::pair<int64_t, int64_t>> last_triggered;
   // Rank 0: the committed checkpoints of this series committed after `resumed` (none when
   // the directory cannot be listed: the branch then stays).
   std::vector<std::string> newer_in_series(const std::string& resumed) const;
