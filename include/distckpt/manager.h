@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distckpt/async.h"
@@ -155,6 +156,17 @@ class CheckpointManager {
   // (run(), save_after_exception), naming the rank that threw.
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
+  // Metrics in the order the caller reported them: save_best = {"auto"} takes the first
+  // one reported (MMEngine's rule; the std::map forms report them in name order).
+  // (Built explicitly, MetricsInOrder({{"loss", l}, {"acc", a}}), so that `{}` and
+  // `{{"loss", l}}` stay the std::map forms.)
+  struct MetricsInOrder {
+    explicit MetricsInOrder(std::vector<std::pair<std::string, double>> in_order) : values(std::move(in_order)) {}
+    std::vector<std::pair<std::string, double>> values;
+  };
+  // Collective. step_end and end with metrics in the caller's order; otherwise the same.
+  Result<StepOutcome> step_end(int64_t step, int64_t epoch, const MetricsInOrder& metrics, bool epoch_end = false);
+  Result<StepOutcome> end(int64_t step, int64_t epoch, const MetricsInOrder& metrics, bool epoch_end = false);
   // Collective. Completes a save in flight, then saves the final state (save_last)
   // unless this step was just saved. `epoch_end`: the last step ended epoch `epoch` (the
   // checkpoint is then the one ResumeOptions::epoch finds for it).

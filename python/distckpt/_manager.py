@@ -229,6 +229,8 @@ class CheckpointManager(_Closing):
         except Exception as error:  # any failed check (OverflowError too)
             self._native.abort_after_error(f"{type(error).__name__}: {error}")
             raise
+        if name != "save_now":  # in the caller's order: save_best "auto" takes the first reported
+            args = (args[0], args[1], list(args[2].items()), args[3])
         return _from(StepOutcome, getattr(self._native, name)(*args))
 
     def step_end(self, step, epoch=0, metrics=None, epoch_end=False):

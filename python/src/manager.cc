@@ -192,11 +192,13 @@ class PyManager {
     Result<StepOutcome> r = without_gil([&] { return call(self); });
     return outcome_dict(take(std::move(r)));
   }
-  py::dict step_end(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end) {
-    return step([&](CheckpointManager& m) { return m.step_end(step_, epoch, metrics, epoch_end); });
+  // Metrics in the caller's order (a dict's), for save_best "auto": the first reported.
+  using Ordered = std::vector<std::pair<std::string, double>>;
+  py::dict step_end(int64_t step_, int64_t epoch, const Ordered& metrics, bool epoch_end) {
+    return step([&](CheckpointManager& m) { return m.step_end(step_, epoch, CheckpointManager::MetricsInOrder{metrics}, epoch_end); });
   }
-  py::dict end(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end) {
-    return step([&](CheckpointManager& m) { return m.end(step_, epoch, metrics, epoch_end); });
+  py::dict end(int64_t step_, int64_t epoch, const Ordered& metrics, bool epoch_end) {
+    return step([&](CheckpointManager& m) { return m.end(step_, epoch, CheckpointManager::MetricsInOrder{metrics}, epoch_end); });
   }
   py::dict save_now(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix) {
     return step([&](CheckpointManager& m) { return m.save_now(step_, epoch, metrics, suffix); });

@@ -281,3 +281,16 @@ def test_step_end_twice_for_one_step_saves_once(comm, shared_dir):
         m.end(6)
     comm.barrier()
     assert sorted(e.name for e in distckpt.list_checkpoints(shared_dir)) == ["ckpt-0_5", "ckpt-0_6"]
+
+
+def test_save_best_auto_takes_the_first_metric_reported(comm, shared_dir):
+    w = np.ones(4, np.float32)
+    state = distckpt.StateDict(comm, {"w": w})
+    with distckpt.CheckpointManager(comm, state, directory=shared_dir, save_every_steps=0, save_best="auto") as m:
+        # "val_loss" comes first here, though "acc" sorts first: MMEngine's auto takes val_loss.
+        m.step_end(1, metrics={"val_loss": 0.5, "acc": 0.1})
+        m.step_end(2, metrics={"val_loss": 0.4, "acc": 0.0})
+        m.end(2)
+    comm.barrier()
+    best = sorted(e.name for e in distckpt.list_checkpoints(shared_dir) if e.name.startswith("best_"))
+    assert best and all(n.startswith("best_val_loss_") for n in best), best

@@ -112,9 +112,27 @@ Status link_checkpoint(FileSystem& fs, const std::string& dir, const std::string
 }  // namespace
 }  // namespace internal_manager
 
+Result<StepOutcome> CheckpointManager::step_end(int64_t step, int64_t epoch, const MetricsInOrder& metrics,
+                                                bool epoch_end) {
+  const std::map<std::string, double> by_name(metrics.values.begin(), metrics.values.end());
+  impl_->first_metric = metrics.values.empty() ? "" : metrics.values.front().first;
+  auto out = step_end(step, epoch, by_name, epoch_end);
+  impl_->first_metric.clear();
+  return out;
+}
+
+Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const MetricsInOrder& metrics, bool epoch_end) {
+  const std::map<std::string, double> by_name(metrics.values.begin(), metrics.values.end());
+  impl_->first_metric = metrics.values.empty() ? "" : metrics.values.front().first;
+  auto out = end(step, epoch, by_name, epoch_end);
+  impl_->first_metric.clear();
+  return out;
+}
+
 Status CheckpointManager::Impl::resolve_best_auto(const std::map<std::string, double>& metrics) {
   if (!best_auto_pending || metrics.empty()) return Status();
-  const std::string& metric = metrics.begin()->first;
+  // MMEngine's "auto": the first metric reported (in the caller's order when it gave one).
+  const std::string& metric = metrics.count(first_metric) ? first_metric : metrics.begin()->first;
   DISTCKPT_ASSIGN_OR_RETURN(CompareRule r, cfg.save_best_rule(0, metric));
   bests.push_back(BestTracker::of(metric, r));
   best_auto_pending = false;

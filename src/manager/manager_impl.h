@@ -329,6 +329,7 @@ struct CheckpointManager::Impl {
   };
   std::vector<BestTracker> bests;  // rank 0 only
   bool best_auto_pending = false;  // rank 0: save_best = {"auto"}, no metric seen yet
+  std::string first_metric;        // the first metric the current call reported in order ("" : name order)
   // Rank 0: turns "auto" into the first metric reported (kInvalidArgument when its rule
   // cannot be inferred).
   Status resolve_best_auto(const std::map<std::string, double>& metrics);
