@@ -81,6 +81,11 @@ struct Config {
   double keep_per_minutes = 0;              // MindSpore's keep_checkpoint_per_n_minutes
   int64_t eval_every = 0;                   // report the loss as a metric only every N steps
   int64_t resume_epoch = -1;                // resume from the end of this epoch
+  int64_t save_begin = 0, save_every_epochs = 0;  // MMEngine's save_begin; Caffe2's every N epochs
+  std::string out_dir;                      // MMEngine's out_dir
+  bool no_remove_redundancy = false, no_crc_footer = false, save_at_start = false, no_save_last = false;
+  std::vector<std::string> append_info;     // MindSpore's append_info, as key=value
+  std::vector<std::string> greater_keys, less_keys;  // MMEngine's rule keys
 };
 
 constexpr float kMomentum = 0.9f;
@@ -479,6 +484,25 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.incremental = cfg.incremental;
   c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
   c.load.allow_unchecked = cfg.allow_unchecked;
+  c.save_begin = cfg.save_begin;
+  c.save_every_epochs = cfg.save_every_epochs;
+  c.out_dir = cfg.out_dir;
+  c.remove_redundancy = !cfg.no_remove_redundancy;
+  c.ckpt_crc_footer = !cfg.no_crc_footer;
+  c.save_at_start = cfg.save_at_start;
+  c.save_last = !cfg.no_save_last;
+  c.greater_keys = cfg.greater_keys;
+  c.less_keys = cfg.less_keys;
+  for (const std::string& kv : cfg.append_info) {  // key=value: an int, a float, true/false, else text
+    const std::string key = kv.substr(0, kv.find('=')), text = kv.substr(kv.find('=') + 1);
+    char* end = nullptr;
+    const long long i = std::strtoll(text.c_str(), &end, 10);
+    if (!text.empty() && *end == '\0') { c.append_info[key] = int64_t{i}; continue; }
+    const double d = std::strtod(text.c_str(), &end);
+    if (!text.empty() && *end == '\0') c.append_info[key] = d;
+    else if (text == "true" || text == "false") c.append_info[key] = text == "true";
+    else c.append_info[key] = text;
+  }
   if (cfg.key) c.encryption = {*distckpt::encryption_mode_from_name(cfg.enc_mode), cfg.key};
   if (!cfg.local_dir.empty()) {
     c.local = {cfg.local_dir, cfg.redundancy};
@@ -595,6 +619,19 @@ int run(int argc, char** argv, int rank, int world) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume-epoch", cfg.resume_epoch, "resume from the checkpoint saved at the end of this epoch")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--save-begin", cfg.save_begin, "periodic saves start at this step (epoch with --by-epoch)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--save-every-epochs", cfg.save_every_epochs, "also save at the end of every N epochs (Caffe2)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--out-dir", cfg.out_dir, "checkpoints go to OUT_DIR/basename(--dir) (MMEngine's out_dir)");
+  app.add_flag("--no-remove-redundancy", cfg.no_remove_redundancy, "every rank writes its replicas too");
+  app.add_flag("--no-crc-footer", cfg.no_crc_footer, ".ckpt files without MindSpore's CRC-32 footer");
+  app.add_flag("--save-at-start", cfg.save_at_start, "with nothing to resume from, save the initial state (Caffe2)");
+  app.add_flag("--no-save-last", cfg.no_save_last, "do not save the final state at the end");
+  app.add_option("--append-info", cfg.append_info, "info values saved with every checkpoint, as key=value")
+      ->check([](const std::string& kv) { return kv.find('=') > 0 && kv.find('=') != std::string::npos ? "" : "key=value"; });
+  app.add_option("--greater-keys", cfg.greater_keys, "metric names whose larger values are better (MMEngine)");
+  app.add_option("--less-keys", cfg.less_keys, "metric names whose smaller values are better (MMEngine)");
   app.add_option("--lr", cfg.lr, "learning rate");
   app.add_option("--batch", cfg.batch, "samples per DP rank per step")->check(CLI::PositiveNumber);
   app.add_option("--hidden", cfg.hidden, "hidden units")->check(CLI::PositiveNumber);

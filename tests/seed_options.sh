@@ -12,7 +12,9 @@
 #     .ckpt per rank in each set, listed as one checkpoint, a crashed run resumes to the
 #     same state, and the set loads onto 2 ranks (DP1 x TP2) and converts to one file;
 #  6. a truncated newest checkpoint: --resume refuses it, --fall-back resumes from the one
-#     before (the manager's fall_back_to_previous).
+#     before (the manager's fall_back_to_previous);
+#  7. --save-begin, --no-save-last, --append-info, --no-crc-footer name, skip and record as
+#     their seeds' options do.
 # Usage: seed_options.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1
@@ -34,6 +36,15 @@ grep -q "resumed from $work/ms/net-2_4.ckpt" "$work/ms2.log" || { cat "$work/ms2
 again=$(awk '/^final step 12/ {print $5}' "$work/ms2.log")
 echo "final state: straight $final, from the end of epoch 2 $again"
 [ -n "$final" ] && [ "$final" = "$again" ] || { echo "MISMATCH"; exit 1; }
+# The seeds' remaining flags: save_begin, no final save, append_info, a .ckpt without its footer.
+"${mpirun[@]}" -np 2 "${train[@]}" --steps 8 --save-every 2 --save-begin 3 --no-save-last --append-info lr=0.05 \
+  --append-info tag=x --format ckpt --no-crc-footer --allow-unchecked --keep-max 0 --dir "$work/flags" \
+  > "$work/flags.log" 2>&1
+names=$(cd "$work/flags" && ls -1 | grep '\.ckpt$' | tr '\n' ' ')
+echo "save_begin 3, every 2, 8 steps, no final save: $names"
+[ "$names" = "step-3.ckpt step-5.ckpt step-7.ckpt " ] || { echo "unexpected names"; exit 1; }
+"$build/distckpt" inspect "$work/flags/step-5.ckpt" > "$work/flags.inspect"
+grep -q "tag = x" "$work/flags.inspect" && grep -q "lr = 0.05" "$work/flags.inspect" || { echo "append_info missing"; exit 1; }
 rc=0
 "${mpirun[@]}" -np 2 "${train[@]}" --epochs 3 --steps 5 --steps-per-epoch 4 --dir "$work/bad" > "$work/bad.log" 2>&1 || rc=$?
 [ "$rc" -ne 0 ] && grep -q "not both" "$work/bad.log" || { echo "--epochs with --steps was not refused"; exit 1; }
