@@ -753,6 +753,27 @@ TEST(Manager, SavedNetworkIsWhatSavesWrite) {
 // outcomes (a failure too) reach every rank at the next call and stats.jsonl; end()
 // waits for the queue. Only rank 0 sets the hook, as only its hook runs. A command is
 // spawned with the path as its last argument.
+// Caffe2's upload: once, at the end, of the run's last checkpoint.
+TEST(Manager, UploadAtEndUploadsTheLastCheckpointOnce) {
+  TempDir dir;
+  std::vector<std::string> calls;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 2);
+    CheckpointConfig c = base_config(dir.path());
+    c.upload_at_end = true;
+    if (comm.rank() == 0) c.upload = [&](const std::string& path) -> Status {
+      calls.push_back(path);  // one upload at a time, on the uploader's thread
+      return Status();
+    };
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    for (int s = 1; s <= 3; ++s) DISTCKPT_RETURN_IF_ERROR(m->step_end(s, 0).status());
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome last, m->end(3, 0));
+    if (last.uploaded != std::vector<std::string>{dir.path() + "/run-0_3"}) return internal_error("not uploaded at end");
+    return Status();
+  }));
+  EXPECT_EQ(calls, (std::vector<std::string>{dir.path() + "/run-0_3"}));
+}
+
 TEST(Manager, UploadHookRunsInOrderOffTheLoopAndNeverFails) {
   TempDir dir;
   std::mutex mu;

@@ -237,6 +237,9 @@ struct CheckpointConfig : SaveSettings {
   // 0's upload/upload_command is used: the other ranks may leave them unset.
   std::function<Status(const std::string& path)> upload;
   std::vector<std::string> upload_command;
+  // Caffe2's upload runs once, when the job ends: with this set, end() uploads this run's
+  // last checkpoint (and what it publishes) and no commit before it is uploaded.
+  bool upload_at_end = false;
   int upload_queue = 4;
   double upload_wait_s = 600;
 

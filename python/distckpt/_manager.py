@@ -75,6 +75,7 @@ _OPTIONS = {
     "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
+    "upload_at_end": [],
 }
 _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
             "save_checkpoint_steps": _none_is_zero, "save_checkpoint_seconds": _none_is_zero,

@@ -58,6 +58,7 @@ CheckpointConfig make_config(const py::dict& kw) {
       else if (k == "remove_redundancy") c.remove_redundancy = v.cast<bool>();
       else if (k == "ckpt_crc_footer") c.ckpt_crc_footer = v.cast<bool>();
       else if (k == "allow_unchecked") c.load.allow_unchecked = v.cast<bool>();
+      else if (k == "upload_at_end") c.upload_at_end = v.cast<bool>();
       else if (k == "steps_per_epoch") c.steps_per_epoch = v.cast<int64_t>();
       else if (k == "save_at_start") c.save_at_start = v.cast<bool>();
       else if (k == "publish_at_end") c.publish_at_end = v.cast<bool>();

@@ -440,6 +440,10 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const st
   // The uploads of this run, waited for (up to upload_wait_s) and reported. Every rank
   // takes part in the collection (one broadcast) whatever its own config says: only rank
   // 0's hook runs, and the other ranks may leave theirs unset.
+  // Caffe2's once-at-the-end upload: this run's last checkpoint (when it reached the global tier).
+  if (impl_->uploader && impl_->cfg.upload_at_end && !impl_->last_saved_path.empty() &&
+      impl_->fs->exists(impl_->last_saved_path))
+    impl_->upload_after_commit(impl_->last_saved_path, /*at_end=*/true);
   if (impl_->uploader && !impl_->uploader->drain(impl_->cfg.upload_wait_s))
     std::fprintf(stderr, "distckpt: %s: end: uploads still pending after %g s\n", impl_->where().c_str(),
                  impl_->cfg.upload_wait_s);

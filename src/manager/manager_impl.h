@@ -133,8 +133,9 @@ struct CheckpointManager::Impl {
   std::vector<std::string> uploads_ok, uploads_failed;  // collected, for the call's StepOutcome
   // Collective: rank 0's finished uploads go to stats.jsonl and every rank.
   void collect_uploads();
-  void upload_after_commit(const std::string& path) {  // rank 0
-    if (uploader) (void)uploader->enqueue(path, cfg.upload_wait_s);
+  // Rank 0. `at_end`: end()'s own uploads, the only ones with upload_at_end.
+  void upload_after_commit(const std::string& path, bool at_end = false) {
+    if (uploader && (at_end || !cfg.upload_at_end)) (void)uploader->enqueue(path, cfg.upload_wait_s);
   }
   void report_uploads(StepOutcome* out) {
     out->uploaded.insert(out->uploaded.end(), uploads_ok.begin(), uploads_ok.end());

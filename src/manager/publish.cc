@@ -37,7 +37,7 @@ Result<std::vector<std::string>> CheckpointManager::Impl::publish_on_root(const 
         options.key = cfg.encryption.key;
         DISTCKPT_ASSIGN_OR_RETURN(PublishResult published, publish_checkpoint(src, options));
         paths += (paths.empty() ? "" : "\n") + published.path;
-        upload_after_commit(published.path);
+        upload_after_commit(published.path, /*at_end=*/true);  // (publishing ends a run or is asked for)
       }
       return Status();
     });
