@@ -64,12 +64,6 @@ def _staged(tensors):
     return {p: t for p, t in tensors.items() if t.device.type != "cpu"}
 
 
-def _refuse_meta(staged):
-    for path, t in staged.items():
-        if t.device.type == "meta":
-            raise TypeError(f"tensor '{path}' is a meta tensor: it has no data to save or load into")
-
-
 def _host_buffers(staged):
     """path -> host buffer for every staged tensor, reusing the last call's where they fit."""
     import torch
@@ -100,11 +94,10 @@ def _side_stream(device):
 
 def stage_out(tensors):
     """Local. `tensors` with every device tensor replaced by a host copy, made and finished
-    before this returns. TypeError naming a meta tensor."""
+    before this returns. (Meta tensors never get here: the walk refuses them.)"""
     staged = _staged(tensors)
     if not staged:
         return tensors
-    _refuse_meta(staged)
     buffers = _host_buffers(staged)
     import torch
     events = []
@@ -146,12 +139,11 @@ def _refuse_unwritable(tensors):
 def stage_in(tensors):
     """Local. (`tensors` with every device tensor replaced by a host buffer to load into,
     copy_back): copy_back() copies the buffers into the tensors in place and returns once
-    the copies are done. TypeError naming a meta tensor, or a device tensor whose strides
-    would write an element twice."""
+    the copies are done. TypeError naming a device tensor whose strides would write an
+    element twice."""
     staged = _staged(tensors)
     if not staged:
         return tensors, lambda: None
-    _refuse_meta(staged)
     _refuse_unwritable(staged)
     buffers = _host_buffers(staged)
 
