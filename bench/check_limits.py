@@ -15,6 +15,11 @@ it and as fio alone did, and exits 1 when any pair differs by more than --tolera
 fio alone). A limit that flatters the library is worse than none: this is how we know that
 ckpt_bench's ranks leave fio the machine while it runs.
 
+At the test's 256 MiB a limit is 50-100 ms, where one stall of the host moves a median by a third.
+A directory where a limit differs is therefore checked once more from the start, and the check
+fails only when the same limit differs both times: a bias of ckpt_bench's own (ranks spinning
+beside fio) shows in every attempt, a stall of the host in one.
+
 Each check runs in a new directory under a --dir, removed afterwards. Exit status: 0 every limit
 agrees; 1 one does not (or a run failed); 77 fio or mpirun is missing, or a --dir has less free
 space than 4x --size, and CI is not set (under CI=true that is a failure).
@@ -147,6 +152,14 @@ def main():
     rows, ok = [], True
     for directory in a.dir:
         r, good, measured = check_dir(a, directory)
+        if not good:
+            print(f"{directory}: a limit differs; checking this directory once more", flush=True)
+            again, _, measured = check_dir(a, directory)
+            differed = {row["limit"] for row in r if not row["agrees"]}
+            good = all(row["agrees"] for row in again if row["limit"] in differed)
+            for row in again:
+                row["attempt"] = 2
+            r += again
         rows += r
         ok &= good
         print(f"{directory}: save_vs_limit {measured.get('save_vs_limit', 0):.2f}  "
@@ -156,8 +169,9 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
-    print(f"check_limits: {sum(r['agrees'] for r in rows)} of {len(rows)} limits agree with fio alone "
-          f"within {100 * a.tolerance:.0f}%")
+    print(f"check_limits: {sum(r['agrees'] for r in rows)} of {len(rows)} measured limits agree with fio "
+          f"alone within {100 * a.tolerance:.0f}%; " + ("every limit agreed in at least one of two attempts"
+          if ok else "a limit differed in both attempts"))
     return 0 if ok else 1
 
 
