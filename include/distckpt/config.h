@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,48 @@ enum class CompareRule { kAuto, kGreater, kLess };
 // StepOutcome::save_error, and training goes on (Caffe2 warns and continues). Either
 // way every rank sees the same outcome: no rank hangs.
 enum class OnSaveFailure { kStop, kContinue };
+
+// Caffe2's metadata handler (JobRunner's checkpoint_manager): an object with its own
+// store of the checkpoints a job wrote (a job database, a scheduler's catalog). Set as
+// CheckpointConfig::metadata_handler. The manager calls it on rank 0 only (the other
+// ranks may leave it null), on the thread of the manager call that needs it, never two
+// calls at once, and broadcasts what it answers. Each method's default does what the
+// manager does without a handler. A handler that throws is caught: the call fails as the
+// method's comment says.
+class MetadataHandler {
+ public:
+  virtual ~MetadataHandler() = default;
+  // Where the manager writes (Caffe2's set_params(db_prefix, db_type, node_names,
+  // path_prefix, path_type)): once, by CheckpointManager::create(), with the series
+  // prefix chosen; `hosts` holds every rank's host name, in rank order.
+  struct Params {
+    std::string directory, prefix, format;
+    std::vector<std::string> hosts;
+  };
+  virtual void set_params(const Params& params) { (void)params; }
+  // After each committed checkpoint that moves `latest` (Caffe2's write(epoch)). An error
+  // is a warning on stderr and in stats.jsonl: the checkpoint stays committed.
+  virtual Status write(int64_t epoch, int64_t step, const std::string& path) {
+    (void)epoch, (void)step, (void)path;
+    return Status();
+  }
+  // resume() without a target or step: which checkpoint to resume from (Caffe2's
+  // last_epoch(user_epoch)); `user_epoch` is ResumeOptions::epoch (-1: none given).
+  // std::nullopt: none, a fresh start; -1: the newest committed; >= 0: the checkpoint that
+  // ended that epoch. An error fails resume() on every rank.
+  virtual Result<std::optional<int64_t>> last_epoch(int64_t user_epoch) {
+    return std::optional<int64_t>(user_epoch);
+  }
+  // Before each save that would move `latest` (Caffe2's cp_accessible(epoch=None)):
+  // false skips that save with a warning (StepOutcome::skipped); training goes on. An
+  // exception counts as false.
+  virtual bool cp_accessible() { return true; }
+  // Statistics of a save ("checkpoint_save", after write()) or of a resume
+  // ("checkpoint_load"): step, epoch, seconds, bytes. Errors are ignored.
+  virtual void report(const std::string& action, const std::map<std::string, double>& stats) {
+    (void)action, (void)stats;
+  }
+};
 
 struct CheckpointConfig : SaveSettings {
   // ---- when to save ----
@@ -94,9 +137,10 @@ struct CheckpointConfig : SaveSettings {
   // becomes '_') is committed whenever a step_end/end/save_now call reports a better
   // value than the best so far (NaN never is); the previous best of that metric is then
   // removed. The best so far is read back from the directory (each best checkpoint
-  // stores its value), so it survives a restart. {"auto"}: the first metric, in the
-  // map's (alphabetical) order, of the first call that reports any (MMEngine: the first
-  // key of the evaluation's results). A best checkpoint never moves `latest`; periodic
+  // stores its value), so it survives a restart. {"auto"}: the first metric of the first
+  // call that reports any, in the caller's order (CheckpointManager::MetricsInOrder; the
+  // std::map forms report in name order; MMEngine: the first key of the evaluation's
+  // results). A best checkpoint never moves `latest`; periodic
   // retention (keep_max, best_metric/keep_best) neither counts nor removes it. When the
   // same call committed a periodic save of the whole state, the best checkpoint is a
   // second name for its files (hard links: no byte written twice; a file system
@@ -114,6 +158,12 @@ struct CheckpointConfig : SaveSettings {
   // the optimizer out, as MMEngine's best checkpoints do (save_optimizer=False); such a
   // best checkpoint is then always written (its files differ from the periodic save's).
   std::vector<std::string> best_prefixes;
+  // MMEngine's _save_checkpoint_with_step after a new best: when a call commits a new
+  // best checkpoint, a regular checkpoint of this run exists (saved, or resumed from), and
+  // the call made none of its step, a regular checkpoint of the step is saved too (it
+  // moves `latest` and counts for keep_max), so that a resume continues from the best
+  // step. Nothing is rewritten: a step that has one already gets none. On in mmengine().
+  bool regular_at_best = false;
 
   // ---- naming (the format, and every other way of writing, are the SaveSettings) ----
   std::string directory;                            // the checkpoint root (required)
@@ -243,6 +293,9 @@ struct CheckpointConfig : SaveSettings {
   int upload_queue = 4;
   double upload_wait_s = 600;
 
+  // Caffe2's metadata_handler (above); rank 0's is used. Shared: the caller may keep it.
+  std::shared_ptr<MetadataHandler> metadata_handler;
+
   // ---- a layer above the state dict ----
   // Called on every rank, on the calling thread, each time the manager is about to save
   // (a periodic, final, breakpoint, best or exception save), once the save is decided
@@ -263,7 +316,10 @@ struct CheckpointConfig : SaveSettings {
   // MMEngine's CheckpointHook: interval=-1 (no periodic save: set save_every_steps as its
   // interval, which counts epochs with by_epoch), by_epoch, max_keep_ckpts=-1 (keep all),
   // save_last, names "epoch_{}" (filename_tmpl; "iter_{}" is MMEngine's when by_epoch is
-  // false: set it with by_epoch), native sharded saves.
+  // false: set it with by_epoch), native sharded saves, a regular save at a new best
+  // (regular_at_best). MMEngine's best checkpoints hold no optimizer or scheduler state: a
+  // state dict does not say which tensors those are, so set best_prefixes to the model's
+  // (distckpt.torch's manager does it by object type).
   static CheckpointConfig mmengine();
 
   // kInvalidArgument naming the first bad option. Local, thread-safe.

@@ -76,6 +76,9 @@ struct StepOutcome {
   // With a local tier (CheckpointConfig::local): the save of this call went to the
   // local tier ("local"); drains committed during this call (global paths); and a drain
   // that failed (the local checkpoint stays; identical on every rank).
+  // A save that was due and was not made, and why (the metadata handler's cp_accessible
+  // said no); "" otherwise. Identical on every rank.
+  std::string skipped;
   std::string tier = "global";
   std::vector<std::string> drained;
   Status drain_error;
@@ -100,6 +103,17 @@ struct ResumeOptions {
   // (LoadOptions::allow_unexpected).
   bool allow_unexpected = false;
   std::vector<std::string> only;      // load only these tensors (Caffe2's load_blobs)
+  // Which stored tensors are read and under which names: LoadOptions' fields of the same
+  // names (MindSpore's load_checkpoint arguments). Set here, they replace the config's
+  // (CheckpointConfig::load) for this call; choice_func and rename_func are called on
+  // every rank and must answer alike everywhere.
+  std::vector<std::string> specify_prefix, filter_prefix;
+  std::function<bool(const std::string& stored_name)> choice_func;
+  std::map<std::string, std::string> rename;
+  std::function<std::string(const std::string& stored_name)> rename_func;
+  // Also accept checkpoints whose data nothing checks (LoadOptions::allow_unchecked);
+  // either this or the config's.
+  bool allow_unchecked = false;
   // Loads the chosen checkpoint instead of load(state): for a layer above the state dict
   // that restores more than tensors (distckpt.torch). Called on every rank with the
   // checkpoint's path and the LoadOptions resume would use; collective: it must return

@@ -93,6 +93,7 @@ CheckpointConfig CheckpointConfig::mmengine() {
   c.save_last = true;           // save_last=True
   c.filename_tmpl = "epoch_{}.pth";  // filename_tmpl=None with by_epoch
   c.format = Format::kNative;
+  c.regular_at_best = true;     // _save_best_checkpoint's _save_checkpoint_with_step
   return c;
 }
 

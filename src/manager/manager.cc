@@ -58,6 +58,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   // first (this waits for it, and the wait counts in blocking_s).
   internal_base::Timer blocked;
   DISTCKPT_RETURN_IF_ERROR(complete_async(out));
+  // Caffe2's JobRunner asks its metadata handler first, and skips the save with a warning.
+  if (kind.update_latest && has_metadata_handler && !metadata_accessible(out)) return Status();
 
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name, extra;
@@ -215,6 +217,7 @@ Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Reco
       return retain(record, internal_base::base_name(saved.path), &warnings);
     });
     if (!retained.ok()) warnings.push_back("retention: " + retained.status().to_string());
+    if (apply_retention) metadata_after_commit(record, saved);
     const std::vector<std::string> gone = retained.ok() ? *retained : std::vector<std::string>{};
     removed = join(gone, '\n');
     flush_metrics();  // the steps' metrics before the save's line
@@ -382,6 +385,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   comm.broadcast_string(impl.series, 0);
   comm.broadcast_string(impl.job_id, 0);
+  impl.metadata_set_params();
   return m;
 }
 

@@ -247,6 +247,21 @@ struct CheckpointManager::Impl {
     int64_t decided_unix_ms = unix_ms_now();  // when the save was decided, before its write
   };
   std::optional<Record> in_flight;
+  // ---- the metadata handler (metadata.cc; CheckpointConfig::metadata_handler) ----
+  // Rank 0: a warning on stderr and in stats.jsonl.
+  void metadata_warning(const std::string& what) const;
+  // Collective, at create(): whether rank 0 has a handler (has_metadata_handler, on every
+  // rank); rank 0 calls its set_params.
+  void metadata_set_params();
+  bool has_metadata_handler = false;
+  // Collective: rank 0's cp_accessible(); false fills out->skipped (a warning).
+  bool metadata_accessible(StepOutcome* out);
+  // Rank 0, after a commit that moves `latest`: write() and report("checkpoint_save").
+  void metadata_after_commit(const Record& record, const SaveResult& saved) const;
+  // Collective: rank 0's last_epoch(user_epoch), agreed.
+  Result<std::optional<int64_t>> metadata_last_epoch(int64_t user_epoch);
+  // Rank 0, after a resume that loaded: report("checkpoint_load").
+  void metadata_report_load(const ResumeResult& result, double seconds) const;
   // Collective: waits for the save in flight, if any, and completes it as a
   // synchronous save completes (latest, retention, statistics), or reports its failure.
   // finish_in_flight() returns the background save's failure whatever the policy, so

@@ -44,9 +44,24 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   // The options are the same on every rank (a collective call's arguments): so is this.
   if (options.epoch >= 0 && (options.step >= 0 || !options.target.empty()))
     return invalid_argument(impl.where() + ": resume: `epoch` cannot be combined with `step` or `target`");
-  DISTCKPT_ASSIGN_OR_RETURN(ResumeResult result,
-                            impl.tiered() ? impl.resume_tiered(options) : impl.resume_global(options));
-  const bool implicit = options.target.empty() && options.step < 0 && options.epoch < 0;
+  // Caffe2's get_resume_from_epoch_id: the metadata handler chooses the epoch (none: a
+  // fresh start) unless the call names a checkpoint or a step.
+  ResumeOptions chosen = options;
+  bool fresh = false;  // the handler knows no checkpoint
+  if (impl.has_metadata_handler && options.target.empty() && options.step < 0) {
+    DISTCKPT_ASSIGN_OR_RETURN(std::optional<int64_t> epoch, impl.metadata_last_epoch(options.epoch));
+    fresh = !epoch;
+    chosen.epoch = epoch.value_or(-1);
+  }
+  ResumeResult result;
+  if (!fresh) {
+    internal_base::Timer resuming;
+    Result<ResumeResult> resumed = impl.tiered() ? impl.resume_tiered(chosen) : impl.resume_global(chosen);
+    if (!resumed.ok()) return resumed.status();
+    result = std::move(*resumed);
+    impl.metadata_report_load(result, resuming.seconds());
+  }
+  const bool implicit = options.target.empty() && options.step < 0 && (options.epoch < 0 || fresh);
   if (result.resumed || !impl.cfg.save_at_start || !implicit) return result;
   // A fresh start: Caffe2 checkpoints epoch 0 before training.
   impl.current_step = 0;
@@ -170,7 +185,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
         VerifyOptions verify;
         verify.fs = impl.fs;
         verify.key = impl.cfg.encryption.key;
-        verify.allow_unchecked = impl.cfg.load.allow_unchecked;
+        verify.allow_unchecked = impl.cfg.load.allow_unchecked || options.allow_unchecked;
         Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
                                    : read_checkpoint_info(candidates[i], verify).status();
         if (ok.ok()) {
@@ -202,6 +217,14 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
   lo.strict = options.strict;
   lo.allow_unexpected = options.allow_unexpected;
   lo.only = options.only;
+  if (!options.specify_prefix.empty()) lo.specify_prefix = options.specify_prefix;
+  if (!options.filter_prefix.empty()) lo.filter_prefix = options.filter_prefix;
+  if (options.choice_func) lo.choice_func = options.choice_func;
+  if (!options.rename.empty() || options.rename_func) {  // the call's renaming, whole
+    lo.rename = options.rename;
+    lo.rename_func = options.rename_func;
+  }
+  lo.allow_unchecked = lo.allow_unchecked || options.allow_unchecked;
   lo.fs = impl.fs;
   lo.key = impl.cfg.encryption.key;
   DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded,

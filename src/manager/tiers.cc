@@ -258,7 +258,11 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
   ro.load.strict = options.strict;
   ro.load.allow_unexpected = options.allow_unexpected;
   if (options.load) return unsupported(where() + ": resume: a custom load (distckpt.torch's state) is not supported with a local tier");
-  if (!options.only.empty()) return invalid_argument(where() + ": resume: `only` is not supported with a local tier");
+  if (!options.only.empty() || !options.specify_prefix.empty() || !options.filter_prefix.empty() ||
+      options.choice_func || !options.rename.empty() || options.rename_func)
+    return invalid_argument(where() + ": resume: `only`, the prefixes, choice_func and renames are not supported "
+                            "with a local tier");
+  ro.load.allow_unchecked = ro.load.allow_unchecked || options.allow_unchecked;
   if (options.step >= 0 || options.epoch >= 0)
     return invalid_argument(where() + ": resume: `step` and `epoch` are not supported with a local tier");
   ro.name = options.target;
