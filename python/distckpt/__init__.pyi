@@ -1,6 +1,6 @@
 # Type stubs of the distckpt package (editors complete from these).
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -67,7 +67,10 @@ class CheckpointManager:
                  suffix: str = ...) -> StepOutcome: ...
     def resume(self, target: PathLike = ..., step: int = ..., epoch: int = ..., strict: bool = ...,
                fall_back_to_previous: bool = ..., verify: bool = ...,
-               only: Optional[Sequence[str]] = ..., allow_unexpected: bool = ...) -> ResumeResult: ...
+               only: Optional[Sequence[str]] = ..., allow_unexpected: bool = ...,
+               rename: Optional[Mapping[str, str]] = ..., prefix_map: Optional[Mapping[str, str]] = ...,
+               specify_prefix: Optional[Sequence[str]] = ..., filter_prefix: Optional[Sequence[str]] = ...,
+               choice_func: Optional[Callable[[str], bool]] = ..., allow_unchecked: bool = ...) -> ResumeResult: ...
     def best_checkpoint(self, metric: str = ...) -> str: ...
     def publish(self, target: str = ...) -> str: ...
     @property

@@ -54,6 +54,40 @@ def _append_info(v):  # MindSpore's list form: ["epoch_num", "step_num", {"lr": 
     return merged
 
 
+def _published_keys(v):  # MMEngine's published_keys: top-level keys of the state, published at the end
+    keys = [v] if isinstance(v, str) else v
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"CheckpointManager: published_keys must be a str or a list of str, not {v!r}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"CheckpointManager: published_keys has duplicates: {list(keys)}")
+    return [k + "." for k in keys]  # a key's tensors: its dotted names
+
+
+def _backend_args(v):  # MMEngine's backend_args / file_client_args
+    if v is None or (isinstance(v, dict) and not v):
+        return None
+    raise ValueError(f"CheckpointManager: backend_args {v!r} is not supported: checkpoints are written to file "
+                     f"system paths (a mounted store works; upload or upload_command copies each checkpoint "
+                     f"elsewhere)")
+
+
+def _whole_state_only(name):
+    def check(v):
+        if v is None or v is True:
+            return None
+        raise ValueError(f"CheckpointManager: {name}=False needs to know which tensors those are, and a StateDict "
+                         f"does not say: use save_prefixes (the model's prefixes), or distckpt.torch.CheckpointManager, "
+                         f"which leaves out optimizers and LR schedulers by type")
+    return check
+
+
+def _state_dict_native(v):  # MindSpore's saved_network: another StateDict of this rank
+    from ._state import StateDict
+    if not isinstance(v, StateDict):
+        raise TypeError(f"CheckpointManager: saved_network must be a distckpt.StateDict, not {type(v).__name__}")
+    return v._native
+
+
 def _path(v):  # os.PathLike (pathlib.Path) as well as str
     import os
     return os.fspath(v) if isinstance(v, os.PathLike) else v
@@ -71,7 +105,9 @@ _OPTIONS = {
     "format": [], "integrated": ["integrated_save"], "remove_redundancy": [], "fsync": [],
     "ckpt_crc_footer": ["crc_check"], "allow_unchecked": [], "steps_per_epoch": [], "save_at_start": [],
     "publish_at_end": [],
-    "save_prefixes": [],
+    "save_prefixes": [], "best_prefixes": [], "regular_at_best": [], "saved_network": [],
+    "publish_only": ["published_keys"], "publish_format": [], "metadata_handler": [],
+    "save_optimizer": [], "save_param_scheduler": [], "backend_args": ["file_client_args"],
     "async_save": [], "incremental": [], "exception_save": [], "job_id": [], "on_failure": [], "enc_key": [], "enc_mode": [],
     "append_info": [], "local_dir": [], "redundancy": [], "local_every_steps": [], "global_every": [],
     "keep_local": [], "keep_global": [], "upload": [], "upload_command": [], "upload_queue": [], "upload_wait_s": [],
@@ -82,13 +118,19 @@ _CONVERT = {"max_keep_ckpts": _keep_all_is_zero, "interval": _never_is_zero,
             "keep_checkpoint_max": _none_is_zero, "keep_checkpoint_per_n_minutes": _none_is_zero,
             "save_best": _as_list, "rule": _as_list, "greater_keys": _as_list, "less_keys": _as_list,
             "upload_command": _as_list, "directory": _path, "out_dir": _path, "local_dir": _path,
-            "async_save": _async_mode, "append_info": _append_info}
+            "async_save": _async_mode, "append_info": _append_info, "published_keys": _published_keys,
+            "backend_args": _backend_args, "file_client_args": _backend_args,
+            "save_optimizer": _whole_state_only("save_optimizer"),
+            "save_param_scheduler": _whole_state_only("save_param_scheduler"),
+            "saved_network": _state_dict_native, "metadata_handler": lambda v: None if v is None else _MetadataAdapter(v),
+            "save_prefixes": _as_list, "best_prefixes": _as_list, "publish_only": _as_list}
 _ALIAS_OF = {alias: name for name, aliases in _OPTIONS.items() for alias in [name] + aliases}
 # The names only one seed uses: a preset refuses the other seed's.
 _MINDSPORE_NAMES = {"save_checkpoint_steps", "save_checkpoint_seconds", "keep_checkpoint_max",
                     "keep_checkpoint_per_n_minutes", "integrated_save", "crc_check"}
 _MMENGINE_NAMES = {"interval", "max_keep_ckpts", "filename_tmpl", "out_dir", "save_best", "rule", "greater_keys",
-                   "less_keys"}
+                   "less_keys", "save_optimizer", "save_param_scheduler", "published_keys", "backend_args",
+                   "file_client_args"}
 
 
 def _with_defaults(defaults, kwargs):
@@ -148,7 +190,7 @@ def _mmengine_config(work_dir, kwargs):
                         f"(use CheckpointManager.mindspore, or our names)")
     by_epoch = _given(kwargs, "by_epoch", True)
     defaults = {"directory": work_dir, "by_epoch": True, "save_every_steps": 0, "keep_max": 0, "save_last": True,
-                "format": "native"}
+                "format": "native", "regular_at_best": True}
     if _given(kwargs, "name_template", None) is None:
         defaults["filename_tmpl"] = "epoch_{}.pth" if by_epoch else "iter_{}.pth"
     return _with_defaults(defaults, kwargs)
@@ -167,9 +209,66 @@ def _canonical_config(kwargs):
         value = _CONVERT.get(key, _CONVERT.get(name, lambda v: v))(value)
         if name == "append_info" and value is not None:
             value = {k: _plain(v) for k, v in dict(value).items()}
+        if key == "published_keys" and value is not None:
+            config["publish_at_end"] = True  # MMEngine publishes after training
         if value is not None:
             config[name] = value
     return config
+
+
+class _MetadataAdapter:
+    """Caffe2's metadata_handler as the native manager calls it (rank 0 only): each method
+    the handler lacks does what the manager does without one, and each present one is
+    called as Caffe2's CheckpointManager and JobRunner call it."""
+
+    def __init__(self, handler):
+        self._handler = handler
+
+    def _method(self, name):
+        method = getattr(self._handler, name, None)
+        if method is not None and not callable(method):
+            raise TypeError(f"metadata_handler.{name} is not callable")
+        return method
+
+    def set_params(self, directory, prefix, format, hosts):
+        method = self._method("set_params")
+        if method is not None:  # Caffe2's keywords; path_type names the storage
+            method(db_prefix=prefix, db_type=format, node_names=list(hosts), path_prefix=directory,
+                   path_type="posix")
+
+    def write(self, epoch, step, path):
+        method = self._method("write")
+        if method is None:
+            return
+        import inspect
+        extra = {"step": step, "path": path}
+        try:
+            params = inspect.signature(method).parameters
+            takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+            extra = {k: v for k, v in extra.items() if takes_any or k in params}
+        except (TypeError, ValueError):  # no signature (a builtin): Caffe2's call only
+            extra = {}
+        method(epoch=epoch, **extra)  # Caffe2's write(epoch=epoch), with step and path when it takes them
+
+    def last_epoch(self, user_epoch):
+        method = self._method("last_epoch")
+        if method is None:
+            return user_epoch  # -1: the newest
+        epoch = method(user_epoch=None if user_epoch < 0 else user_epoch)
+        if epoch is None:
+            return None  # no checkpoint to resume from: a fresh start
+        if isinstance(epoch, bool) or not hasattr(epoch, "__index__") or epoch.__index__() < 0:
+            raise TypeError(f"metadata_handler.last_epoch returned {epoch!r}: an epoch (int >= 0) or None")
+        return epoch.__index__()
+
+    def cp_accessible(self):
+        method = self._method("cp_accessible")
+        return True if method is None else bool(method(None))  # JobRunner asks with epoch=None
+
+    def report(self, action, stats):
+        method = self._method("report")
+        if method is not None:
+            method(action, dict(stats))
 
 
 class CheckpointManager(_Closing):
@@ -206,8 +305,13 @@ class CheckpointManager(_Closing):
     def mmengine(cls, comm, state, work_dir, **config):
         """Collective. A manager with the defaults of MMEngine's CheckpointHook: interval=-1
         (no periodic save), by_epoch=True, max_keep_ckpts=-1 (keep all), save_last=True,
-        names epoch_{} (iter_{} with by_epoch=False). Options take MMEngine's names and ours;
-        a name only MindSpore uses is a TypeError."""
+        names epoch_{} (iter_{} with by_epoch=False), and a regular checkpoint of the step at
+        each new best once one exists (regular_at_best). Options take MMEngine's names and
+        ours; a name only MindSpore uses is a TypeError. save_optimizer /
+        save_param_scheduler=False need distckpt.torch.CheckpointManager (which finds them by
+        type; a StateDict does not say which tensors are an optimizer's); published_keys are
+        the state's top-level keys (tensor-name prefixes "key."), published at end();
+        backend_args may be None or {} only (file system paths)."""
         return cls(comm, state, **_mmengine_config(work_dir, dict(config)))
 
     def _before_save(self):
@@ -244,20 +348,35 @@ class CheckpointManager(_Closing):
         return self._step_call("save_now", step, epoch, metrics, lambda w: _str_arg(w, "suffix", suffix))
 
     def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None,
-               allow_unexpected=False):
+               allow_unexpected=False, rename=None, prefix_map=None, specify_prefix=None, filter_prefix=None,
+               choice_func=None, allow_unchecked=False):
         """Collective. Loads the newest committed checkpoint (or `target`, or the newest of
         `step` / ending `epoch`) into the state, verified first; returns a ResumeResult
         (resumed=False on a fresh start). A damaged one raises CorruptionError unless
         fall_back_to_previous, which takes the newest undamaged older one (the passed-over
-        paths in `skipped`). `only`: tensor names. strict and allow_unexpected as
-        distckpt.load."""
+        paths in `skipped`). `only`: tensor names. strict, allow_unexpected, rename,
+        prefix_map, specify_prefix, filter_prefix, choice_func and allow_unchecked as
+        distckpt.load (MindSpore's load_checkpoint arguments). With a metadata_handler, its
+        last_epoch(user_epoch=epoch) chooses the epoch unless target or step is given (None:
+        a fresh start)."""
+        return self._resume(target, step, epoch, strict, fall_back_to_previous, verify, only, allow_unexpected,
+                            rename, prefix_map, specify_prefix, filter_prefix, choice_func, allow_unchecked)
+
+    def _resume(self, target, step, epoch, strict, fall_back_to_previous, verify, only, allow_unexpected, rename,
+                prefix_map, specify_prefix, filter_prefix, choice_func, allow_unchecked):
+        from ._args import _name_map_arg
+        from ._state import _callable_arg
         w = "CheckpointManager.resume"
         args = _agreed(self._comm_native, lambda: (
             _path_arg(w, "target", target, none_is_empty=True), _int_arg(w, "step", step), _int_arg(w, "epoch", epoch),
             _bool_arg(w, "strict", strict), _bool_arg(w, "fall_back_to_previous", fall_back_to_previous),
             _bool_arg(w, "verify", verify), _names_arg(w, "only", only),
             _bool_arg(w, "allow_unexpected", allow_unexpected)))
-        return _from(ResumeResult, self._native.resume(*args, self._resume_loader()))
+        names = _agreed(self._comm_native, lambda: (
+            _name_map_arg(w, "rename", rename), _name_map_arg(w, "prefix_map", prefix_map),
+            _names_arg(w, "specify_prefix", specify_prefix), _names_arg(w, "filter_prefix", filter_prefix),
+            _callable_arg(w, "choice_func", choice_func), _bool_arg(w, "allow_unchecked", allow_unchecked)))
+        return _from(ResumeResult, self._native.resume(*args, self._resume_loader(), *names))
 
     def best_checkpoint(self, metric=""):
         return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))

@@ -79,6 +79,7 @@ class StepOutcome:
     tier: str
     drained: List[str]
     exception_rank: int
+    skipped: str = ""  #: a save that was due and was not made, and why (metadata_handler.cp_accessible)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,55 @@ Status status_of_python_error(py::error_already_set& e, const std::string& where
   return Status(code, where + ": " + e.what());
 }
 
+// CheckpointConfig::metadata_handler over the Python layer's adapter (_manager.py's
+// _MetadataAdapter: every method present, Caffe2's signatures resolved). Called on rank
+// 0's manager thread, with the GIL taken; a Python exception becomes the C++ one the
+// manager catches and reports (a warning, or last_epoch's error).
+class PyMetadataHandler final : public MetadataHandler {
+ public:
+  explicit PyMetadataHandler(py::handle adapter) : adapter_(held_under_gil(adapter)) {}
+  void set_params(const Params& p) override {
+    call([&] {
+      (*adapter_).attr("set_params")(p.directory, p.prefix, p.format, p.hosts);
+    });
+  }
+  Status write(int64_t epoch, int64_t step, const std::string& path) override {
+    call([&] { (*adapter_).attr("write")(epoch, step, path); });
+    return Status();
+  }
+  Result<std::optional<int64_t>> last_epoch(int64_t user_epoch) override {
+    std::optional<int64_t> out;
+    call([&] {
+      py::object e = (*adapter_).attr("last_epoch")(user_epoch);
+      if (!e.is_none()) out = e.cast<int64_t>();
+    });
+    return out;
+  }
+  bool cp_accessible() override {
+    bool ok = true;
+    call([&] { ok = (*adapter_).attr("cp_accessible")().cast<bool>(); });
+    return ok;
+  }
+  void report(const std::string& action, const std::map<std::string, double>& stats) override {
+    call([&] { (*adapter_).attr("report")(action, stats); });
+  }
+
+ private:
+  template <typename F>
+  static void call(F&& f) {
+    py::gil_scoped_acquire locked;
+    try {
+      f();
+    } catch (py::error_already_set& e) {
+      const std::string what = e.what();
+      e.restore();
+      PyErr_Clear();
+      throw std::runtime_error(what);
+    }
+  }
+  std::shared_ptr<py::object> adapter_;
+};
+
 // A CheckpointConfig from canonical names (the Python layer resolves MindSpore's and
 // MMEngine's aliases and refuses unknown ones); validated by the manager.
 CheckpointConfig make_config(const py::dict& kw) {
@@ -63,6 +112,11 @@ CheckpointConfig make_config(const py::dict& kw) {
       else if (k == "save_at_start") c.save_at_start = v.cast<bool>();
       else if (k == "publish_at_end") c.publish_at_end = v.cast<bool>();
       else if (k == "save_prefixes") c.save_prefixes = v.cast<std::vector<std::string>>();
+      else if (k == "best_prefixes") c.best_prefixes = v.cast<std::vector<std::string>>();
+      else if (k == "regular_at_best") c.regular_at_best = v.cast<bool>();
+      else if (k == "publish_only") c.publish_only = v.cast<std::vector<std::string>>();
+      else if (k == "publish_format") c.publish_format = format_from(v.cast<std::string>());
+      else if (k == "metadata_handler") c.metadata_handler = std::make_shared<PyMetadataHandler>(v);
       else if (k == "fsync") c.fsync = v.cast<bool>();
       else if (k == "async_save") c.async_save = v.cast<bool>();
       else if (k == "incremental") c.incremental = v.cast<bool>();
@@ -131,6 +185,7 @@ py::dict outcome_dict(const StepOutcome& o) {
   d["tier"] = o.tier;
   d["drained"] = o.drained;
   d["exception_rank"] = o.exception_rank;
+  d["skipped"] = o.skipped;
   return d;
 }
 
@@ -144,7 +199,21 @@ class PyManager {
     PyStateDict& ps = state.cast<PyStateDict&>();
     Comm& native_comm = pc.get();
     CheckpointConfig c;
-    agreed_arguments(native_comm, [&] { c = make_config(config); });
+    agreed_arguments(native_comm, [&] {
+      py::dict rest;
+      for (auto item : config) {
+        if (item.first.cast<std::string>() == "saved_network") {
+          saved_network_ = py::reinterpret_borrow<py::object>(item.second);
+          PyStateDict& network = saved_network_.cast<PyStateDict&>();
+          if (network.get().rank() != ps.get().rank())
+            throw py::value_error("CheckpointManager: saved_network was built for another rank");
+        } else {
+          rest[item.first] = item.second;
+        }
+      }
+      c = make_config(rest);
+      if (!saved_network_.is_none()) c.saved_network = &saved_network_.cast<PyStateDict&>().get();
+    });
     if (!before_save.is_none()) {
       std::shared_ptr<py::object> hook = held_under_gil(before_save);
       c.before_save = [hook]() -> Status {
@@ -177,6 +246,7 @@ class PyManager {
   void refresh_or_abort() {
     try {
       state_.cast<PyStateDict&>().refresh();
+      if (!saved_network_.is_none()) saved_network_.cast<PyStateDict&>().refresh();
     } catch (const std::exception& e) {
       abort_after_error(e.what());
       throw;
@@ -222,7 +292,10 @@ class PyManager {
   // unexpected, bytes_read, load_s) that loads the chosen checkpoint instead of the
   // state dict's load (ResumeOptions::load; distckpt.torch's load).
   py::dict resume(const std::string& target, int64_t step_, int64_t epoch, bool strict, bool fall_back, bool verify,
-                  const std::vector<std::string>& only, bool allow_unexpected, py::object load) {
+                  const std::vector<std::string>& only, bool allow_unexpected, py::object load,
+                  const std::map<std::string, std::string>& rename, const std::map<std::string, std::string>& prefix_map,
+                  const std::vector<std::string>& specify_prefix, const std::vector<std::string>& filter_prefix,
+                  const py::object& choice_func, bool allow_unchecked) {
     PyStateDict& ps = state_.cast<PyStateDict&>();
     CheckpointManager* manager = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {
@@ -241,6 +314,14 @@ class PyManager {
     o.only = only;
     o.allow_unexpected = allow_unexpected;
     if (!load.is_none()) o.load = python_loader(load);
+    LoadOptions names;  // load()'s conversions of the same arguments
+    set_name_options(names, rename, prefix_map, specify_prefix, filter_prefix, choice_func);
+    o.specify_prefix = std::move(names.specify_prefix);
+    o.filter_prefix = std::move(names.filter_prefix);
+    o.choice_func = std::move(names.choice_func);
+    o.rename = std::move(names.rename);
+    o.rename_func = std::move(names.rename_func);
+    o.allow_unchecked = allow_unchecked;
     Result<ResumeResult> r = without_gil([&] { return manager->resume(o); });
     ResumeResult rr = take(std::move(r));
     py::dict d;
@@ -309,6 +390,7 @@ class PyManager {
 
  private:
   py::object comm_, state_;  // kept alive while the manager uses them
+  py::object saved_network_ = py::none();  // CheckpointConfig::saved_network's owner
   std::unique_ptr<CheckpointManager> manager_;
 };
 

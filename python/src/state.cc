@@ -120,6 +120,8 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   return save_result_dict(s);
 }
 
+}  // namespace
+
 // A stored name's name in the state: rename's, else the longest prefix of prefix_map
 // replaced (distckpt.load's prefix_map), else itself.
 std::string renamed(const std::map<std::string, std::string>& rename, const std::map<std::string, std::string>& prefix_map,
@@ -131,16 +133,9 @@ std::string renamed(const std::map<std::string, std::string>& rename, const std:
   return best == nullptr ? stored : prefix_map.at(*best) + stored.substr(best->size());
 }
 
-py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key,
-                    bool cast_floats, bool allow_unexpected, const std::map<std::string, std::string>& rename,
-                    const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
-                    const std::vector<std::string>& filter_prefix, const py::object& choice_func,
-                    bool allow_unchecked) {
-  LoadOptions o;
-  o.strict = strict;
-  o.cast_floats = cast_floats;
-  o.allow_unexpected = allow_unexpected;
-  o.allow_unchecked = allow_unchecked;
+void set_name_options(LoadOptions& o, const std::map<std::string, std::string>& rename,
+                      const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
+                      const std::vector<std::string>& filter_prefix, const py::object& choice_func) {
   o.specify_prefix = specify_prefix;
   o.filter_prefix = filter_prefix;
   if (!choice_func.is_none()) {
@@ -163,6 +158,21 @@ py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, b
   } else {
     o.rename = rename;
   }
+}
+
+namespace {
+
+py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, bool strict, const py::object& key,
+                    bool cast_floats, bool allow_unexpected, const std::map<std::string, std::string>& rename,
+                    const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
+                    const std::vector<std::string>& filter_prefix, const py::object& choice_func,
+                    bool allow_unchecked) {
+  LoadOptions o;
+  o.strict = strict;
+  o.cast_floats = cast_floats;
+  o.allow_unexpected = allow_unexpected;
+  o.allow_unchecked = allow_unchecked;
+  set_name_options(o, rename, prefix_map, specify_prefix, filter_prefix, choice_func);
   Comm& native = comm.get();
   agreed_arguments(native, [&] {
     state.refresh();

@@ -122,6 +122,12 @@ class PyStateDict {
   char empty_ = 0;
 };
 
+// Fills `o`'s filters and renames as distckpt.load's arguments give them (prefix_map
+// through a rename_func; choice_func called with the GIL taken, its exception a C++ one).
+void set_name_options(LoadOptions& o, const std::map<std::string, std::string>& rename,
+                      const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
+                      const std::vector<std::string>& filter_prefix, const py::object& choice_func);
+
 // A SaveResult as the dict distckpt.SaveResult is made from.
 py::dict save_result_dict(const SaveResult& s);
 

@@ -236,7 +236,7 @@ def test_presets_start_from_each_seeds_defaults(comm, shared_dir):
         mindspore("CKP", shared_dir, {"max_keep_ckpts": 3})
     mm = distckpt._canonical_config(mmengine(shared_dir, {}))
     assert mm == {"directory": shared_dir, "by_epoch": True, "save_every_steps": 0, "keep_max": 0, "save_last": True,
-                  "format": "native", "filename_tmpl": "epoch_{}.pth"}
+                  "format": "native", "filename_tmpl": "epoch_{}.pth", "regular_at_best": True}
     iters = distckpt._canonical_config(mmengine(shared_dir, {"by_epoch": False, "interval": 2, "max_keep_ckpts": -1}))
     assert iters["filename_tmpl"] == "iter_{}.pth" and iters["save_every_steps"] == 2 and iters["keep_max"] == 0
     with pytest.raises(TypeError, match="keep_checkpoint_max are MindSpore's"):

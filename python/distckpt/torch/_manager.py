@@ -7,6 +7,42 @@ from ._io import STATE_KEY, Resolved, _comm_and_mesh, load, state_dict_of, walke
 from ._staging import stage_out
 
 
+def _is_optimizer(value):
+    import torch
+    return isinstance(value, torch.optim.Optimizer)
+
+
+def _is_scheduler(value):
+    import torch
+    kinds = tuple(k for k in (getattr(torch.optim.lr_scheduler, "LRScheduler", None),
+                              getattr(torch.optim.lr_scheduler, "_LRScheduler", None),
+                              torch.optim.lr_scheduler.ReduceLROnPlateau) if k is not None)
+    return isinstance(value, kinds)
+
+
+def _keys_except(state, optimizers, schedulers):
+    """The tensor-name prefixes of `state`'s top-level entries, less its optimizers and/or
+    LR schedulers (by type); None when nothing is left out (every entry is saved)."""
+    if not isinstance(state, dict):
+        return None
+    kept = [f"{k}." for k, v in state.items()
+            if not ((optimizers and _is_optimizer(v)) or (schedulers and _is_scheduler(v)))]
+    return kept if kept and len(kept) < len(state) else None
+
+
+def _by_type(state, config):
+    """MMEngine's save_optimizer / save_param_scheduler over an application state: False
+    leaves out its optimizers / LR schedulers, found by type, through save_prefixes."""
+    config = dict(config)
+    drop_opt = config.pop("save_optimizer", True) is False
+    drop_sched = config.pop("save_param_scheduler", True) is False
+    if (drop_opt or drop_sched) and config.get("save_prefixes") is None:
+        prefixes = _keys_except(state, drop_opt, drop_sched)
+        if prefixes is not None:
+            config["save_prefixes"] = prefixes
+    return config
+
+
 class CheckpointManager(_dc.CheckpointManager):
     """distckpt.CheckpointManager over an application state, as distckpt.torch.save takes it:
 
@@ -27,6 +63,7 @@ class CheckpointManager(_dc.CheckpointManager):
     def __init__(self, comm, state, mesh=None, placements=None, layouts=None, check_replicas=True, **config):
         where = "distckpt.torch.CheckpointManager"
         _dc._comm_arg(where, comm)
+        config = _by_type(state, config)
         self._torch_state = (comm, state, mesh, placements, layouts)
         self._check = bool(check_replicas) and comm.size > 1
         self._raised = None
@@ -44,6 +81,16 @@ class CheckpointManager(_dc.CheckpointManager):
         self._key = config.get("enc_key")
         super().__init__(comm, self._sd, **config)
         self._sd._native._reset()
+
+    @classmethod
+    def mmengine(cls, comm, state, work_dir, **config):
+        """Collective. As distckpt.CheckpointManager.mmengine, and a best checkpoint holds
+        what MMEngine's _save_best_checkpoint saves: the state's top-level entries that are
+        neither an optimizer nor an LR scheduler (best_prefixes, unless given)."""
+        given = dict(config)
+        if given.get("best_prefixes") is None:
+            given["best_prefixes"] = _keys_except(state, optimizers=True, schedulers=True)
+        return super().mmengine(comm, state, work_dir, **given)
 
     def _refill(self, resolved):
         self._sd._native._reset()
@@ -73,8 +120,9 @@ class CheckpointManager(_dc.CheckpointManager):
         def load_state(path):
             self = manager()
             try:
+                rename, prefix_map = self._names
                 r = load(comm, state, path, strict=self._strict, mesh=mesh, placements=placements, layouts=layouts,
-                         key=self._key)
+                         key=self._key, rename=rename, prefix_map=prefix_map)
             except BaseException as error:
                 self._raised = error
                 raise
@@ -94,15 +142,18 @@ class CheckpointManager(_dc.CheckpointManager):
         finally:
             self._sd._native._reset()  # no reference to the state's tensors between saves
 
-    def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True):
+    def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True,
+               rename=None, prefix_map=None, allow_unchecked=False):
         """Collective. As distckpt.CheckpointManager.resume, loading with distckpt.torch.load:
         strict=True fails on missing and on unexpected entries, naming both; strict=False
-        lists them in the result's missing_in_checkpoint and unexpected_in_checkpoint."""
+        lists them in the result's missing_in_checkpoint and unexpected_in_checkpoint.
+        rename and prefix_map as distckpt.torch.load's."""
         self._strict = bool(strict)
+        self._names = (rename, prefix_map)
         self._raised = None
         try:
             return super().resume(target, step, epoch, strict=True, fall_back_to_previous=fall_back_to_previous,
-                                  verify=verify, allow_unexpected=True)
+                                  verify=verify, allow_unexpected=True, allow_unchecked=allow_unchecked)
         except _dc.DistckptError:
             raised, self._raised = self._raised, None
             if raised is not None:
