@@ -114,8 +114,10 @@ Status CheckpointConfig::validate() const {
     if (local_every_steps == 0 && local_every_seconds == 0 && save_every_epochs == 0 && !save_last)
       return bad("nothing would ever be saved: set local_every_steps, local_every_seconds or save_last");
     if (auto r = internal_tier::parse_redundancy(local.redundancy); !r.ok()) return bad(r.status().message());
-  } else if (save_every_steps == 0 && save_every_seconds == 0 && save_every_epochs == 0 && !save_last)
-    return bad("nothing would ever be saved: set save_every_steps, save_every_seconds, save_every_epochs or save_last");
+  } else if (save_every_steps == 0 && save_every_seconds == 0 && save_every_epochs == 0 && !save_last &&
+             save_best.empty())  // (an MMEngine hook that keeps only its best saves that)
+    return bad("nothing would ever be saved: set save_every_steps, save_every_seconds, save_every_epochs, save_last "
+               "or save_best");
   if (save_every_epochs < 0) return bad("save_every_epochs is negative");
   if (save_every_epochs > 0 && by_epoch)
     return bad("save_every_epochs is for step-counted runs: with by_epoch, save_every_steps counts epochs");
