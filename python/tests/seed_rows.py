@@ -140,7 +140,8 @@ ROWS = [
     (MM, "save_best", "save_best", "differs",
      "'auto' is the first metric reported; a new best saves a regular checkpoint of its step too "
      "(regular_at_best); distckpt.torch's best leaves optimizers and schedulers out by type, a StateDict's holds "
-     "every tensor unless best_prefixes",
+     "every tensor unless best_prefixes. The best is named with the call's counter, which is MMEngine's "
+     "runner.epoch/iter at validation (already advanced past the epoch or iteration it ends)",
      ("accepts", "torch-mmengine", {"save_best": "acc"})),
     (MM, "rule", "rule", "exact", "'greater', 'less' or None, one or one per metric",
      ("accepts", "mmengine", {"save_best": "acc", "rule": "greater"})),
