@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <atomic>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "format_model.h"
 #include "mindspore_checkpoint.pb.h"
 #include "storage/fault_fs.h"
+#include "transform/crc32c.h"
 #include "local_ranks.h"
 #include "test_util.h"
 
@@ -317,8 +319,33 @@ TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
     *one.add_value() = v;
     records += one.SerializeAsString();
   }
-  ASSERT_LT(records.size(), body.size());
-  EXPECT_EQ(body.substr(body.size() - records.size()), records);
+  // Then field 1002 (tag bytes D2 3E), which MindSpore's parser skips: the CRC32C of each
+  // tensor record's content (one chunk per record at this size; info records are not
+  // chunks), and of the structure: every byte before it but the tensors' contents.
+  const std::set<std::string> info_keys{"epoch_num", "step_num", "lr", "tag", "flag", "seed"};
+  const std::size_t records_at = body.find(records);
+  ASSERT_NE(records_at, std::string::npos);
+  const std::string tail = body.substr(records_at + records.size());
+  ASSERT_GT(tail.size(), 3u);
+  EXPECT_EQ(tail.substr(0, 2), std::string("\xd2\x3e"));
+  proto::CkptChecks stored;
+  ASSERT_TRUE(stored.ParseFromString(tail.substr(3)));  // a one-byte length at this size
+  std::vector<uint32_t> want_chunks;
+  std::string structure = body.substr(0, records_at);  // the metadata field
+  for (const auto& v : ck.value()) {
+    const std::string& content = v.tensor().tensor_content();
+    if (info_keys.count(v.tag())) {
+      Checkpoint one;
+      *one.add_value() = v;
+      structure += one.SerializeAsString();
+      continue;
+    }
+    Shape dims(v.tensor().dims().begin(), v.tensor().dims().end());
+    structure += internal_format::ckpt_record_header(v.tag(), dims, v.tensor().tensor_type(), content.size());
+    if (!content.empty()) want_chunks.push_back(internal_transform::crc32c(content.data(), content.size()));
+  }
+  EXPECT_EQ(std::vector<uint32_t>(stored.chunk_crc32c().begin(), stored.chunk_crc32c().end()), want_chunks);
+  EXPECT_EQ(stored.structure_crc32c(), internal_transform::crc32c(structure.data(), structure.size()));
   EXPECT_EQ(body.substr(0, 2), std::string("\xc2\x3e"));
   std::map<std::string, const Checkpoint::Value*> by_tag;
   for (const auto& v : ck.value()) by_tag[v.tag()] = &v;

@@ -330,10 +330,15 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   const internal_comm::Compared phase1 = internal_comm::agree_same(comm, local, sharing);
   if (phase1.failed) return agree(comm, local.with_context(where));
   const bool share = phase1.same && sharing[1] == 1;
-  // A whole-file CRC-32 is read whole only where chunks have no CRC32C of their own (a
-  // single .ckpt); a per-rank set's chunks are checked as they are read, like native.
-  if (!internal_format::has_chunk_checksums(index))
+  // A whole-file CRC-32 (a .ckpt's footer) is read whole for a single file; a per-rank
+  // set's chunks are checked as they are read, like native.
+  // A single file's footer is checked whole as well: it covers the structure around the
+  // chunks, and a file MindSpore would refuse is damaged.
+  if (!internal_format::has_chunk_checksums(index) || internal_format::is_single_file(index))
     DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
+  // A part of a chunk is read alone (not checked: the chunk's CRC32C covers all of it),
+  // in a single file as in native directories, unless check_partial_chunks asks.
+  const bool check_partial = options.check_partial_chunks;
 
   const auto dtype_read = [&](int i) {
     return staged_dtypes.count(i) ? staged_dtypes.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype;
@@ -449,7 +454,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
         if (box_scratch.size() < box.bytes) box_scratch.resize(box.bytes);
         DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
             *files, index, index.tensors(box.t), box.reads, e.boxes[box.b], box_scratch.data(), scratch,
-            &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small, nullptr));
+            &result.rank_bytes_read, check_partial, cipher.get(), &small, nullptr));
         internal_plan::write_back(e, box.b, box_scratch.data(), e.dtype);
         result.rank_bytes_needed += box.bytes;
         outbox.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
@@ -457,7 +462,7 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       }
       DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
           *files, index, index.tensors(box.t), box.reads, state.tensors()[box.i].boxes[box.b], buffer_read(box.i, box.b),
-          scratch, &result.rank_bytes_read, options.check_partial_chunks, cipher.get(), &small,
+          scratch, &result.rank_bytes_read, check_partial, cipher.get(), &small,
           gathers ? &gathered : nullptr));
       result.rank_bytes_needed += box.bytes;
       pending[k] = static_cast<uint32_t>(gathered.size() - gathered_before);

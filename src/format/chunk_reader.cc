@@ -267,7 +267,7 @@ Status read_into(FileCache& files, const proto::Index& index, const proto::Tenso
       }
       DISTCKPT_RETURN_IF_ERROR(read_cached_chunk(files, t, r.chunk, dst, checksums, cipher, scratch));
       *bytes_read += chunk.length();
-    } else if (cipher != nullptr || (native && (check_partial || r.region == chunk_box(chunk)))) {
+    } else if (cipher != nullptr || ((native || checksums) && (check_partial || r.region == chunk_box(chunk)))) {
       const Box cbox = chunk_box(chunk);
       // The chunk whole in `scratch`, or (CBC) its plaintext in `cbc_plain`, since its
       // stored bytes then take `scratch`.

@@ -94,13 +94,11 @@ bool is_per_rank_set(const proto::Index& index) { return !is_single_file(index) 
 
 bool has_chunk_checksums(const proto::Index& index) { return index.transforms().checksum() == "crc32c"; }
 
-namespace {
 bool has_file_crc32(const proto::Index& index) {
   for (const auto& f : index.files())
     if (f.crc32_covered() > 0) return true;
   return false;
 }
-}  // namespace
 
 bool has_data_checks(const proto::Index& index) {
   return has_chunk_checksums(index) || has_file_crc32(index) || index.has_encryption();

@@ -113,6 +113,8 @@ Format stored_format(const proto::Index& index);
 bool is_single_file(const proto::Index& index);
 // Whether every chunk carries a CRC32C (transforms.checksum "crc32c").
 bool has_chunk_checksums(const proto::Index& index);
+// Some data file has a whole-file CRC-32 (a .ckpt's footer).
+bool has_file_crc32(const proto::Index& index);
 // Whether the data can be checked at all: chunk CRC32Cs, a whole-file CRC-32, or
 // encryption (every chunk authenticated).
 bool has_data_checks(const proto::Index& index);

@@ -13,6 +13,7 @@
 #include "layout/region.h"
 #include "layout/tiling.h"
 #include "transform/cipher.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
 
@@ -111,7 +112,15 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
                         std::to_string(layout.records()) + " (truncated?)");
     if (layout.footer() && !scan.footer)
       return corruption("'" + path + "': its CRC-32 footer is missing (truncated?)");
+    if (layout.checks() && !scan.checks)
+      return corruption("'" + path + "': its checksums field is missing (truncated?)");
   }
+  if (scan.checks && (scan.encryption || !scan.meta))
+    return corruption("'" + path + "': a checksums field without distckpt's metadata, or in an encrypted file");
+  if (scan.checks && scan.checks->structure_crc32c() != scan.structure_crc32c)
+    return corruption("'" + path + "': its metadata, record headers or info values were modified or damaged "
+                      "(structure CRC32C " + internal_transform::crc32c_hex(scan.structure_crc32c) + " != " +
+                      internal_transform::crc32c_hex(scan.checks->structure_crc32c()) + ")");
   index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
   index.clear_ckpt_layout();
   std::set<std::string> info_keys;
@@ -247,6 +256,24 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     order.push_back(first.tag);
     found.emplace(first.tag, std::move(t));
     i = j;
+  }
+  if (scan.checks) {
+    // Each chunk's CRC32C, in the order the chunks were described (file order).
+    const auto& crcs = scan.checks->chunk_crc32c();
+    int next = 0;
+    for (const std::string& name : order) {
+      auto it = found.find(name);
+      if (it == found.end()) continue;
+      for (auto& ch : *it->second.mutable_chunks()) {
+        if (ch.length() == 0) continue;
+        if (next == crcs.size()) return corruption("'" + path + "': the checksums field lists fewer chunks than the records hold");
+        ch.set_crc32c(crcs.Get(next++));
+      }
+    }
+    if (next != crcs.size())
+      return corruption("'" + path + "': the checksums field lists " + std::to_string(crcs.size()) +
+                        " chunks, the records hold " + std::to_string(next));
+    index.mutable_transforms()->set_checksum("crc32c");
   }
   if (scan.encryption) {
     const proto::CkptEncryption& e = *scan.encryption;

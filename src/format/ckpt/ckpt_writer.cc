@@ -21,6 +21,7 @@ class CkptWriter final : public SequentialWriter {
         progress_(meta_),
         footer_(footer),
         describe_(describe && cipher == nullptr),
+        checks_(cipher == nullptr),
         cipher_(cipher) {
     if (cipher_ != nullptr) {
       encryption_.set_mode(std::string(encryption_mode_name(cipher_->mode())));
@@ -38,7 +39,8 @@ class CkptWriter final : public SequentialWriter {
     }
     meta_.mutable_ckpt_layout()->set_records(records);
     meta_.mutable_ckpt_layout()->set_footer(footer_);
-    return out_.write(ckpt_meta_field(meta_));
+    meta_.mutable_ckpt_layout()->set_checks(checks_);
+    return put(ckpt_meta_field(meta_));
   }
   Status append(int tensor, const void* data, std::size_t n) override {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
@@ -50,13 +52,13 @@ class CkptWriter final : public SequentialWriter {
       ranges_for_ = tensor;
       ranges_ = ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item);
       if (cipher_ != nullptr) plan_units(t, item);
-      if (describe_) plan_described(t, item);
+      if (checks_) plan_described(t, item);
     }
     if (cipher_ != nullptr) return append_sealed(tensor, at, data, n);
     const auto* p = static_cast<const char*>(data);
     if (tensor_bytes(t) == 0) {  // an empty tensor: one record without content
       Shape dims(t.global_shape().begin(), t.global_shape().end());
-      return out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype), 0));
+      return put(ckpt_record_header(t.name(), dims, ms_type_name(dtype), 0));
     }
     while (n > 0) {
       // Start the record that begins at this byte, if one does.
@@ -64,13 +66,13 @@ class CkptWriter final : public SequentialWriter {
         if (static_cast<uint64_t>(b) * item == at && e > b) {
           Shape dims(t.global_shape().begin(), t.global_shape().end());
           if (dims.empty()) dims = {0};  // MindSpore's scalar
-          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, ms_type_name(dtype),
+          DISTCKPT_RETURN_IF_ERROR(put(ckpt_record_header(t.name(), dims, ms_type_name(dtype),
                                                                  static_cast<uint64_t>(e - b) * item)));
         }
       uint64_t record_end = at + n;
       for (const auto& [b, e] : ranges_)
         if (static_cast<uint64_t>(b) * item > at) record_end = std::min<uint64_t>(record_end, static_cast<uint64_t>(b) * item);
-      if (describe_) {
+      if (checks_) {
         if (described_next_ >= described_.size())
           return internal_error("writer: more bytes than the boxes of '" + t.name() + "'");
         const DescribedUnit& u = described_[described_next_];
@@ -82,10 +84,11 @@ class CkptWriter final : public SequentialWriter {
       }
       const std::size_t piece = static_cast<std::size_t>(record_end - at);
       DISTCKPT_RETURN_IF_ERROR(out_.write(p, piece));
-      if (describe_) {
+      if (checks_) {
         described_crc_ = internal_transform::crc32c_extend(described_crc_, p, piece);
         const DescribedUnit& u = described_[described_next_];
-        if (at + piece == u.end) {
+        if (at + piece == u.end) checks_msg_.add_chunk_crc32c(internal_transform::crc32c_finish(described_crc_));
+        if (at + piece == u.end && describe_) {
           proto::Chunk* c = meta_.mutable_tensors(tensor)->add_chunks();
           for (std::size_t d = 0; d < u.box.offset.size(); ++d) {
             c->add_offset(u.box.offset[d]);
@@ -94,8 +97,8 @@ class CkptWriter final : public SequentialWriter {
           c->set_byte_offset(described_at_);
           c->set_length(u.end - u.begin);
           c->set_crc32c(internal_transform::crc32c_finish(described_crc_));
-          ++described_next_;
         }
+        if (at + piece == u.end) ++described_next_;
       }
       bytes_written_ += piece;
       p += piece;
@@ -150,7 +153,12 @@ class CkptWriter final : public SequentialWriter {
           type = "str";
           break;
       }
-      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record(key, {0}, type, content)));
+      DISTCKPT_RETURN_IF_ERROR(put(ckpt_record(key, {0}, type, content)));
+    }
+    // Every chunk's CRC32C, so that a file without MindSpore's footer is checked too.
+    if (checks_) {
+      checks_msg_.set_structure_crc32c(internal_transform::crc32c_finish(structure_crc_));
+      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_checks_field(checks_msg_)));
     }
     const uint64_t data_end = out_.position();
     const uint32_t data_crc = out_.crc32();
@@ -261,7 +269,8 @@ class CkptWriter final : public SequentialWriter {
     return Status();
   }
 
-  // describe_chunks: the current tensor's record boxes, as byte ranges of the tensor.
+  // The current tensor's record boxes, as byte ranges of the tensor (each a chunk: its
+  // CRC32C goes to the checks field and, with describe_chunks, the index).
   struct DescribedUnit {
     uint64_t begin = 0, end = 0;
     Box box;
@@ -282,7 +291,15 @@ class CkptWriter final : public SequentialWriter {
 
   static constexpr uint64_t kPiece = 4 << 20;
   bool footer_;
-  bool describe_;
+  bool describe_;  // the chunks, with their CRC32C, into the returned index (a per-rank set's)
+  bool checks_;    // each chunk's CRC32C into the file's checks field (unencrypted files)
+  proto::CkptChecks checks_msg_;
+  uint32_t structure_crc_ = internal_transform::kCrc32cInit;  // every byte but tensor contents
+  // Writes bytes of the file's structure (all but tensor contents): into the structure CRC.
+  Status put(const std::string& bytes) {
+    if (checks_) structure_crc_ = internal_transform::crc32c_extend(structure_crc_, bytes.data(), bytes.size());
+    return out_.write(bytes);
+  }
   std::vector<DescribedUnit> described_;
   std::size_t described_next_ = 0;
   uint64_t described_at_ = 0;

@@ -34,7 +34,8 @@ constexpr uint64_t kMaxStrBytes = 1 << 20;
 // A record costs ~150 bytes in memory for >= 8 on disk: bound what a hostile file costs.
 constexpr std::size_t kMaxRecords = std::size_t{1} << 24;
 
-Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_type, bool* has_content) {
+Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_type, bool* has_content,
+                          const google::protobuf::Map<std::string, proto::InfoValue>* info_keys) {
   while (c.pos() < end) {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
     const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
@@ -66,11 +67,15 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
       if (n > end - c.pos()) return c.error("tensor '" + internal_base::printable(r.tag) + "': tensor_content of " + std::to_string(n) + " bytes runs past its record");
       r.content_offset = c.pos();
       r.content_bytes = n;
+      // A tensor's content is outside the structure checksum (its chunks have their own);
+      // an info record's (its tag in distckpt's metadata, read first) is inside.
+      c.set_crc_paused(info_keys == nullptr || !info_keys->count(r.tag));
       if (n <= 64 || (r.type == "str" && n <= kMaxStrBytes)) {  // info values: kept
         DISTCKPT_ASSIGN_OR_RETURN(r.small_content, c.bytes(n, kMaxStrBytes));
       } else {
         DISTCKPT_RETURN_IF_ERROR(c.skip(n));
       }
+      c.set_crc_paused(false);
       *has_content = true;
     } else {
       DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
@@ -80,7 +85,8 @@ Status parse_tensor_proto(WireCursor& c, uint64_t end, CkptRecord& r, bool* has_
   return Status();
 }
 
-Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r) {
+Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r,
+                   const google::protobuf::Map<std::string, proto::InfoValue>* info_keys) {
   bool has_tag = false, has_tensor = false, has_type = false, has_content = false;
   while (c.pos() < end) {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
@@ -93,7 +99,7 @@ Status parse_value(WireCursor& c, uint64_t end, CkptRecord& r) {
       if (has_tensor) return c.error("a record holds two tensors");
       DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
       if (n > end - c.pos()) return c.error("tensor runs past its record");
-      DISTCKPT_RETURN_IF_ERROR(parse_tensor_proto(c, c.pos() + n, r, &has_type, &has_content));
+      DISTCKPT_RETURN_IF_ERROR(parse_tensor_proto(c, c.pos() + n, r, &has_type, &has_content, info_keys));
       has_tensor = true;
     } else {
       DISTCKPT_RETURN_IF_ERROR(c.skip_field(wire));
@@ -200,6 +206,14 @@ std::string ckpt_meta_field(const proto::Index& meta) {
   return out + bytes;
 }
 
+std::string ckpt_checks_field(const proto::CkptChecks& checks) {
+  std::string out, bytes;
+  checks.SerializeToString(&bytes);
+  put_tag(out, kCkptChecksField, 2);
+  put_varint(out, bytes.size());
+  return out + bytes;
+}
+
 std::string ckpt_encryption_field(const proto::CkptEncryption& encryption) {
   std::string out, bytes;
   encryption.SerializeToString(&bytes);
@@ -260,6 +274,7 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
   }
   WireCursor c(file, path, 0, end);
   while (!c.at_end()) {
+    const uint32_t structure = c.crc();  // before this field's tag
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
     const auto field = static_cast<uint32_t>(key >> 3), wire = static_cast<uint32_t>(key & 7);
     if (field == 1 && wire == 2) {
@@ -267,7 +282,7 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
       if (n > end - c.pos()) return c.error("record of " + std::to_string(n) + " bytes runs past the end of the file (truncated?)");
       if (scan.records.size() >= kMaxRecords) return c.error("more than 16M records");
       CkptRecord r;
-      DISTCKPT_RETURN_IF_ERROR(parse_value(c, c.pos() + n, r));
+      DISTCKPT_RETURN_IF_ERROR(parse_value(c, c.pos() + n, r, scan.meta ? &scan.meta->info() : nullptr));
       scan.records.push_back(std::move(r));
     } else if (field == kCkptMetaField && wire == 2) {
       DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
@@ -282,6 +297,15 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
       proto::CkptEncryption encryption;
       if (!encryption.ParseFromString(bytes)) return c.error("distckpt's encryption field does not parse");
       scan.encryption = std::move(encryption);
+    } else if (field == kCkptChecksField && wire == 2) {
+      scan.structure_crc32c = structure;  // everything before the field
+      c.set_crc_paused(true);
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+      DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, c.bytes(n, kMaxMetaBytes));
+      c.set_crc_paused(false);
+      proto::CkptChecks checks;
+      if (scan.checks || !checks.ParseFromString(bytes)) return c.error("distckpt's checksums field does not parse");
+      scan.checks = std::move(checks);
     } else if (field == 0) {
       return c.error("field number 0 (not a .ckpt file?)");
     } else {

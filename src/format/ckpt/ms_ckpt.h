@@ -7,9 +7,11 @@
 // consecutive records of a tag. An optional footer follows: "crc_num" and the zlib
 // CRC-32 of everything before it, as 10 big-endian bytes.
 //
-// distckpt adds one field MindSpore does not know, which protobuf parsers skip:
-// field 1000 of Checkpoint, holding a serialized distckpt.proto.Index without chunks
-// (step, epoch, commit sequence, layouts at save, typed info values, tensor order).
+// distckpt adds fields MindSpore does not know, which protobuf parsers skip: field 1000
+// of Checkpoint, holding a serialized distckpt.proto.Index without chunks (step, epoch,
+// commit sequence, layouts at save, typed info values, tensor order), first; after the
+// records, field 1002 with each chunk's CRC32C (or, encrypted, field 1001 with the nonces,
+// tags and seal).
 // Info values are also written as MindSpore writes append info: scalar records
 // (dims [0]) of type Int64, Float64, Bool or "str" (the text as numpy stores a str:
 // UTF-32LE, which MindSpore's load_checkpoint decodes).
@@ -33,6 +35,9 @@ inline constexpr uint64_t kCkptRecordBytes = uint64_t{512} << 20;  // MindSpore'
 inline constexpr uint32_t kCkptMetaField = 1000;
 // An encrypted file's parameters, nonces and tags (proto::CkptEncryption).
 inline constexpr uint32_t kCkptEncryptionField = 1001;
+// The CRC32C of every chunk of an unencrypted file we write (proto::CkptChecks), after the
+// records: MindSpore's footer is optional (crc_check), our files are always checked.
+inline constexpr uint32_t kCkptChecksField = 1002;
 inline constexpr std::size_t kCkptFooterBytes = 17;  // "crc_num" + 10 bytes
 
 // MindSpore's tensor_type strings ("Float32", "BFloat16", "Bool", ...).
@@ -51,6 +56,8 @@ std::optional<std::string> utf32le_to_utf8(const std::string& s);
 // The meta field (kCkptMetaField) holding `meta`.
 std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);
+// The checks field (kCkptChecksField) holding `checks`.
+std::string ckpt_checks_field(const proto::CkptChecks& checks);
 // The encryption field (kCkptEncryptionField) holding `encryption`.
 std::string ckpt_encryption_field(const proto::CkptEncryption& encryption);
 // An encrypted file's tensor records have this tensor_type (their dtype is in
@@ -78,6 +85,8 @@ struct CkptScan {
   std::optional<proto::Index> meta;
   std::string meta_bytes;  // the meta field's bytes as stored (what an encrypted file's seal covers)
   std::optional<proto::CkptEncryption> encryption;
+  std::optional<proto::CkptChecks> checks;
+  uint32_t structure_crc32c = 0;  // with `checks`: the CRC32C of the structure before them
   uint64_t data_end = 0;           // where the records end (the footer starts)
   std::optional<uint32_t> footer;  // CRC-32 from the footer
 };

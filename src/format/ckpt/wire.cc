@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "transform/crc32c.h"
+
 namespace distckpt::internal_format {
 
 void put_varint(std::string& out, uint64_t v) {
@@ -25,6 +27,12 @@ void put_tag(std::string& out, uint32_t field, uint32_t wire_type) {
   put_varint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
 }
 
+uint32_t WireCursor::crc32c_extend_bytes(uint32_t state, const char* p, std::size_t n) {
+  return internal_transform::crc32c_extend(state, p, n);
+}
+
+uint32_t WireCursor::crc() const { return internal_transform::crc32c_finish(crc_); }
+
 Status WireCursor::error(const std::string& what) const {
   return corruption("'" + path_ + "' at byte " + std::to_string(pos_) + ": " + what);
 }
@@ -46,6 +54,7 @@ Result<uint64_t> WireCursor::varint() {
   for (int shift = 0; shift < 64; shift += 7) {
     DISTCKPT_RETURN_IF_ERROR(fill(1));
     const auto byte = static_cast<uint8_t>(buf_[pos_ - buf_start_]);
+    add_crc(&buf_[pos_ - buf_start_], 1);
     ++pos_;
     if (shift == 63 && byte > 1) return error("varint overflows 64 bits");
     v |= static_cast<uint64_t>(byte & 0x7f) << shift;
@@ -64,12 +73,21 @@ Result<std::string> WireCursor::bytes(uint64_t n, uint64_t max_bytes) {
   } else {
     DISTCKPT_RETURN_IF_ERROR(file_.read_at(out.data(), n, pos_));
   }
+  add_crc(out.data(), out.size());
   pos_ += n;
   return out;
 }
 
 Status WireCursor::skip(uint64_t n) {
   if (n > end_ - std::min(pos_, end_)) return error("field of " + std::to_string(n) + " bytes runs past its end");
+  // Skipped bytes count in the running CRC unless it is paused: read them in windows.
+  while (!crc_paused_ && n > 0) {
+    const std::size_t step = static_cast<std::size_t>(std::min<uint64_t>(n, 64 << 10));
+    DISTCKPT_RETURN_IF_ERROR(fill(step));
+    add_crc(&buf_[pos_ - buf_start_], step);
+    pos_ += step;
+    n -= step;
+  }
   pos_ += n;
   return Status();
 }

@@ -31,8 +31,18 @@ class WireCursor {
   // Skips one field's payload of wire type `wire_type` (groups are refused).
   Status skip_field(uint32_t wire_type);
   Status error(const std::string& what) const;
+  // A running CRC32C of the bytes read (varints, bytes, skips), paused over ranges the
+  // caller excludes: a .ckpt's structure checksum.
+  void set_crc_paused(bool paused) { crc_paused_ = paused; }
+  uint32_t crc() const;
 
  private:
+  void add_crc(const char* p, std::size_t n) {
+    if (!crc_paused_) crc_ = crc32c_extend_bytes(crc_, p, n);
+  }
+  static uint32_t crc32c_extend_bytes(uint32_t state, const char* p, std::size_t n);
+  uint32_t crc_ = 0xFFFFFFFFu;
+  bool crc_paused_ = false;
   Status fill(std::size_t need);
   const ReadableFile& file_;
   std::string path_;
