@@ -50,7 +50,7 @@ TEST(ManagerHooks, BeforeSaveRefreshesTheStateAtEachSaveOnly) {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = config_in(dir.path());
     int calls = 0;
-    c.before_save = [&]() -> Status {
+    c.before_save = [&](const std::vector<std::string>&) -> Status {
       ++calls;
       return model.state.set_info("walked", int64_t{calls});
     };
@@ -82,7 +82,7 @@ TEST(ManagerHooks, BeforeSaveFailingOnOneRankFailsTheSaveEverywhere) {
   auto statuses = run_ranks(2, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 2);
     CheckpointConfig c = config_in(dir.path());
-    c.before_save = [&]() -> Status {
+    c.before_save = [&](const std::vector<std::string>&) -> Status {
       return comm.rank() == 1 ? invalid_argument("the walk found a callable") : Status();
     };
     DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));

@@ -94,6 +94,27 @@ TEST(SeedManager, MMEngineSavesARegularCheckpointAtEachNewBest) {
     return Status();
   }));
   EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"iter_6", "iter_7", "best_acc_iter_7"}));
+  // After a restart, MMEngine's last_ckpt is None until the run saves a regular
+  // checkpoint: a new best at 9 saves none; one at 11, after the periodic 10, does.
+  expect_all_ok(run_ranks(1, [&](Comm& comm) -> Status {
+    FormatModel model(comm.rank(), 1);
+    CheckpointConfig c = CheckpointConfig::mmengine();
+    c.directory = dir.path();
+    c.by_epoch = false;
+    c.filename_tmpl = "iter_{}.pth";
+    c.save_every_steps = 2;
+    c.keep_max = 0;
+    c.save_best = {"acc"};
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
+    if (r.step != 7) return internal_error("resumed " + std::to_string(r.step));
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome at9, m->step_end(9, 0, {{"acc", 0.7}}));
+    DISTCKPT_RETURN_IF_ERROR(m->step_end(10, 0).status());
+    DISTCKPT_ASSIGN_OR_RETURN(StepOutcome at11, m->step_end(11, 0, {{"acc", 0.8}}));
+    if (at9.saved || !at11.saved) return internal_error("regular saves at a best after a restart");
+    return Status();
+  }));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"iter_6", "iter_7", "iter_10", "iter_11", "best_acc_iter_11"}));
 }
 
 // A handler that records every call, answers as the test sets, and can throw.
@@ -125,10 +146,9 @@ struct RecordingHandler : MetadataHandler {
     calls.push_back("cp_accessible");
     return accessible;
   }
-  void report(const std::string& action, const std::map<std::string, double>& stats) override {
+  void report(const std::string& action, const std::string& path, double seconds) override {
     std::lock_guard<std::mutex> lock(mu);
-    calls.push_back("report " + action + " step " + std::to_string(static_cast<int64_t>(stats.at("step"))) +
-                    (stats.at("seconds") >= 0 ? "" : " negative seconds"));
+    calls.push_back("report " + action + " " + fs::path(path).filename().string() + (seconds >= 0 ? "" : " negative"));
   }
 };
 
@@ -140,7 +160,7 @@ TEST(SeedManager, Caffe2MetadataHandlerIsCalledAsJobRunnerCallsIt) {
     c.directory = dir.path();
     c.prefix = "job";
     c.save_every_epochs = 1;
-    c.save_every_steps = 0;
+    c.save_every_steps = 15;  // also mid-epoch saves (at step 15), which Caffe2 never writes
     c.keep_max = 0;
     c.save_last = false;
     c.save_at_start = true;
@@ -158,23 +178,24 @@ TEST(SeedManager, Caffe2MetadataHandlerIsCalledAsJobRunnerCallsIt) {
     DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
     if (r.resumed || r.saved_at_start.empty()) return internal_error("not a fresh start with its epoch-0 save");
     for (int64_t epoch = 1; epoch <= 3; ++epoch) {
+      if (epoch == 2) DISTCKPT_RETURN_IF_ERROR(m->step_end(15, 1, {}, false).status());  // mid-epoch
       if (comm.rank() == 0) handler->accessible = epoch != 2;
       if (comm.rank() == 0) handler->throw_in_write = epoch == 3;
-      comm.barrier();
       DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(epoch * 10, epoch, {}, true));
       if (out.saved != (epoch != 2)) return internal_error("epoch " + std::to_string(epoch) + " saved " + std::to_string(out.saved));
       if ((epoch == 2) != !out.skipped.empty()) return internal_error("skipped: '" + out.skipped + "'");
     }
     return Status();
   }));
-  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"job-0_0", "job-1_10", "job-3_30"}));
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{"job-0_0", "job-1_10", "job-1_15", "job-3_30"}));
   EXPECT_EQ(handler->params.prefix, "job");
   EXPECT_EQ(handler->params.directory, dir.path());
-  EXPECT_EQ(handler->params.hosts.size(), 2u);
+  EXPECT_EQ(handler->params.hosts.size(), 1u);  // each node once
+  // The mid-epoch save is reported, never written; a write that throws is not reported.
   EXPECT_EQ(handler->calls, (std::vector<std::string>{
-      "set_params", "last_epoch -1", "cp_accessible", "write 0 0 job-0_0", "report checkpoint_save step 0",
-      "cp_accessible", "write 1 10 job-1_10", "report checkpoint_save step 10", "cp_accessible", "cp_accessible",
-      "write 3 30 job-3_30", "report checkpoint_save step 30"}));
+      "set_params", "last_epoch -1", "cp_accessible", "write 0 0 job-0_0", "report checkpoint_save job-0_0",
+      "cp_accessible", "write 1 10 job-1_10", "report checkpoint_save job-1_10", "cp_accessible",
+      "report checkpoint_save job-1_15", "cp_accessible", "cp_accessible", "write 3 30 job-3_30"}));
   // The handler chooses the epoch to resume from (Caffe2's get_resume_from_epoch_id); a
   // user epoch is passed to it; a named step bypasses it.
   for (int64_t choice : {1, -1}) {
@@ -191,8 +212,9 @@ TEST(SeedManager, Caffe2MetadataHandlerIsCalledAsJobRunnerCallsIt) {
       return Status();
     }));
     EXPECT_EQ(handler->calls, (std::vector<std::string>{"set_params", "last_epoch 3",
-                                                         "report checkpoint_load step " + std::to_string(choice == 1 ? 10 : 30),
-                                                         "report checkpoint_load step 10"}));
+                                                         std::string("report checkpoint_load job-") +
+                                                             (choice == 1 ? "1_10" : "3_30"),
+                                                         "report checkpoint_load job-1_10"}));
   }
   // An epoch no checkpoint ended: resume fails on every rank, naming the epochs there are.
   handler->resume_epoch = 2;

@@ -50,14 +50,17 @@ class MetadataHandler {
   virtual ~MetadataHandler() = default;
   // Where the manager writes (Caffe2's set_params(db_prefix, db_type, node_names,
   // path_prefix, path_type)): once, by CheckpointManager::create(), with the series
-  // prefix chosen; `hosts` holds every rank's host name, in rank order.
+  // prefix chosen; `hosts` holds each node's host name once, in rank order.
   struct Params {
     std::string directory, prefix, format;
     std::vector<std::string> hosts;
   };
   virtual void set_params(const Params& params) { (void)params; }
-  // After each committed checkpoint that moves `latest` (Caffe2's write(epoch)). An error
-  // is a warning on stderr and in stats.jsonl: the checkpoint stays committed.
+  // After each committed checkpoint saved at the end of an epoch (a step_end or end call
+  // with epoch_end, or save_at_start's epoch 0: Caffe2's JobRunner checkpoints only
+  // there), so that last_epoch() can answer with an epoch resume() finds: Caffe2's
+  // write(epoch). An error is a warning on stderr and in stats.jsonl (the checkpoint stays
+  // committed), and that save is not reported.
   virtual Status write(int64_t epoch, int64_t step, const std::string& path) {
     (void)epoch, (void)step, (void)path;
     return Status();
@@ -73,10 +76,11 @@ class MetadataHandler {
   // false skips that save with a warning (StepOutcome::skipped); training goes on. An
   // exception counts as false.
   virtual bool cp_accessible() { return true; }
-  // Statistics of a save ("checkpoint_save", after write()) or of a resume
-  // ("checkpoint_load"): step, epoch, seconds, bytes. Errors are ignored.
-  virtual void report(const std::string& action, const std::map<std::string, double>& stats) {
-    (void)action, (void)stats;
+  // Caffe2's report(action_name, all_stats): after each committed save that moves
+  // `latest` ("checkpoint_save", after write()) and each resume that loaded
+  // ("checkpoint_load"): the checkpoint's path and how long it took. An error is a warning.
+  virtual void report(const std::string& action, const std::string& path, double seconds) {
+    (void)action, (void)path, (void)seconds;
   }
 };
 
@@ -159,8 +163,9 @@ struct CheckpointConfig : SaveSettings {
   // best checkpoint is then always written (its files differ from the periodic save's).
   std::vector<std::string> best_prefixes;
   // MMEngine's _save_checkpoint_with_step after a new best: when a call commits a new
-  // best checkpoint, a regular checkpoint of this run exists (saved, or resumed from), and
-  // the call made none of its step, a regular checkpoint of the step is saved too (it
+  // best checkpoint, this manager has committed a regular checkpoint before (MMEngine's
+  // last_ckpt, which a restart does not restore), and the call made none of its step, a
+  // regular checkpoint of the step is saved too (it
   // moves `latest` and counts for keep_max), so that a resume continues from the best
   // step. Nothing is rewritten: a step that has one already gets none. On in mmengine().
   bool regular_at_best = false;
@@ -189,8 +194,8 @@ struct CheckpointConfig : SaveSettings {
   // loads into the managed one (set ResumeOptions::strict = false when it holds tensors
   // the saved network lacks). null: the managed state.
   const StateDict* saved_network = nullptr;
-  // Save only tensors whose names start with one of these (MMEngine's save_optimizer =
-  // false is {"model."}); empty: every tensor.
+  // Save only tensors whose names start with one of these ("model." also names a tensor
+  // "model" itself; MMEngine's save_optimizer = false is {"model."}); empty: every tensor.
   std::vector<std::string> save_prefixes;
   // Info values stored with every checkpoint, besides epoch_num and step_num (which
   // are always stored) and, with best_metric, the metric.
@@ -302,8 +307,10 @@ struct CheckpointConfig : SaveSettings {
   // and before the state dict is read. It may replace the borrowed state dict's tensors
   // and info values (distckpt.torch walks its application state again here, so that
   // storage that changed since the last save is followed). A failure on any rank fails
-  // that save on every rank, as a failed write does (on_failure).
-  std::function<Status()> before_save;
+  // that save on every rank, as a failed write does (on_failure). `prefixes`: the
+  // tensor-name prefixes this save keeps (save_prefixes, or best_prefixes for a best
+  // checkpoint; empty: every tensor), so that the layer can describe only what is kept.
+  std::function<Status(const std::vector<std::string>& prefixes)> before_save;
 
   // Presets: a config holding one seed's defaults, for the caller to adjust. Local,
   // cannot fail (validate() judges the result).

@@ -60,6 +60,8 @@ def _published_keys(v):  # MMEngine's published_keys: top-level keys of the stat
         raise TypeError(f"CheckpointManager: published_keys must be a str or a list of str, not {v!r}")
     if len(set(keys)) != len(keys):
         raise ValueError(f"CheckpointManager: published_keys has duplicates: {list(keys)}")
+    if not keys:
+        raise ValueError("CheckpointManager: published_keys is empty: nothing would be published")
     return [k + "." for k in keys]  # a key's tensors: its dotted names
 
 
@@ -222,13 +224,27 @@ class _MetadataAdapter:
     called as Caffe2's CheckpointManager and JobRunner call it."""
 
     def __init__(self, handler):
+        for name in ("set_params", "write", "last_epoch", "cp_accessible", "report"):
+            method = getattr(handler, name, None)
+            if method is not None and not callable(method):
+                raise TypeError(f"CheckpointManager: metadata_handler.{name} is not callable")
         self._handler = handler
+        self.interrupted = None  # a KeyboardInterrupt (or SystemExit) a method raised
 
     def _method(self, name):
         method = getattr(self._handler, name, None)
-        if method is not None and not callable(method):
-            raise TypeError(f"metadata_handler.{name} is not callable")
-        return method
+        if method is None:
+            return None
+
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception:
+                raise
+            except BaseException as stop:  # Ctrl-C: kept for the manager call to raise again
+                self.interrupted = stop
+                raise
+        return call
 
     def set_params(self, directory, prefix, format, hosts):
         method = self._method("set_params")
@@ -243,7 +259,7 @@ class _MetadataAdapter:
         import inspect
         extra = {"step": step, "path": path}
         try:
-            params = inspect.signature(method).parameters
+            params = inspect.signature(self._handler.write).parameters
             takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
             extra = {k: v for k, v in extra.items() if takes_any or k in params}
         except (TypeError, ValueError):  # no signature (a builtin): Caffe2's call only
@@ -265,10 +281,10 @@ class _MetadataAdapter:
         method = self._method("cp_accessible")
         return True if method is None else bool(method(None))  # JobRunner asks with epoch=None
 
-    def report(self, action, stats):
+    def report(self, action, path, seconds):
         method = self._method("report")
-        if method is not None:
-            method(action, dict(stats))
+        if method is not None:  # Caffe2's all_stats: {db_name: the operation's time in nanoseconds}
+            method(action, {path: int(seconds * 1e9)})
 
 
 class CheckpointManager(_Closing):
@@ -285,6 +301,7 @@ class CheckpointManager(_Closing):
         _agreed(native, lambda: _state_arg(where, state))
         canonical = _agreed(native, lambda: _canonical_config(config))
         self._exception_save = bool(canonical.get("exception_save", False))
+        self._handler = canonical.get("metadata_handler")  # its adapter: holds a Ctrl-C it saw
         self._native = _distckpt._Manager(native, state._native, canonical, self._before_save())
         self._comm_native = native  # agrees on resume's arguments
         _live_comms.add(self)  # closed before MPI_Finalize too
@@ -336,7 +353,17 @@ class CheckpointManager(_Closing):
             raise
         if name != "save_now":  # in the caller's order: save_best "auto" takes the first reported
             args = (args[0], args[1], list(args[2].items()), args[3])
-        return _from(StepOutcome, getattr(self._native, name)(*args))
+        outcome = getattr(self._native, name)(*args)
+        self._raise_handler_interrupt()
+        return _from(StepOutcome, outcome)
+
+    def _raise_handler_interrupt(self):
+        """A KeyboardInterrupt (or SystemExit) raised in the metadata handler: the native call
+        took it for a failed handler call and went on; it is raised here, after the call."""
+        handler = getattr(self, "_handler", None)
+        if handler is not None and handler.interrupted is not None:
+            stop, handler.interrupted = handler.interrupted, None
+            raise stop
 
     def step_end(self, step, epoch=0, metrics=None, epoch_end=False):
         return self._step_call("step_end", step, epoch, metrics, lambda w: _bool_arg(w, "epoch_end", epoch_end))
@@ -376,7 +403,9 @@ class CheckpointManager(_Closing):
             _name_map_arg(w, "rename", rename), _name_map_arg(w, "prefix_map", prefix_map),
             _names_arg(w, "specify_prefix", specify_prefix), _names_arg(w, "filter_prefix", filter_prefix),
             _callable_arg(w, "choice_func", choice_func), _bool_arg(w, "allow_unchecked", allow_unchecked)))
-        return _from(ResumeResult, self._native.resume(*args, self._resume_loader(), *names))
+        result = self._native.resume(*args, self._resume_loader(), *names)
+        self._raise_handler_interrupt()
+        return _from(ResumeResult, result)
 
     def best_checkpoint(self, metric=""):
         return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))

@@ -47,8 +47,8 @@ class PyMetadataHandler final : public MetadataHandler {
     call([&] { ok = (*adapter_).attr("cp_accessible")().cast<bool>(); });
     return ok;
   }
-  void report(const std::string& action, const std::map<std::string, double>& stats) override {
-    call([&] { (*adapter_).attr("report")(action, stats); });
+  void report(const std::string& action, const std::string& path, double seconds) override {
+    call([&] { (*adapter_).attr("report")(action, path, seconds); });
   }
 
  private:
@@ -216,10 +216,10 @@ class PyManager {
     });
     if (!before_save.is_none()) {
       std::shared_ptr<py::object> hook = held_under_gil(before_save);
-      c.before_save = [hook]() -> Status {
+      c.before_save = [hook](const std::vector<std::string>& prefixes) -> Status {
         py::gil_scoped_acquire locked;
         try {
-          (*hook)();
+          (*hook)(prefixes);
           return Status();
         } catch (py::error_already_set& e) {
           return status_of_python_error(e, "the state's walk");

@@ -120,8 +120,6 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   return save_result_dict(s);
 }
 
-}  // namespace
-
 // A stored name's name in the state: rename's, else the longest prefix of prefix_map
 // replaced (distckpt.load's prefix_map), else itself.
 std::string renamed(const std::map<std::string, std::string>& rename, const std::map<std::string, std::string>& prefix_map,
@@ -132,6 +130,8 @@ std::string renamed(const std::map<std::string, std::string>& rename, const std:
     if (stored.compare(0, prefix.size(), prefix) == 0 && (best == nullptr || prefix.size() > best->size())) best = &prefix;
   return best == nullptr ? stored : prefix_map.at(*best) + stored.substr(best->size());
 }
+
+}  // namespace
 
 void set_name_options(LoadOptions& o, const std::map<std::string, std::string>& rename,
                       const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,

@@ -9,7 +9,9 @@ Each row's check is one of:
     ("accepts", preset, kwargs)                 the preset's manager is created with kwargs
     ("refuses", preset, kwargs, error, text)    creating it raises `error` matching `text`
     ("load", names)                             distckpt.load and CheckpointManager.resume take them
-    ("test", path, name)                        a test of that name exists in that file
+    ("load_lacks", name)                        distckpt.load has no such argument (refused: TypeError)
+    ("test", path, name)                        that file defines a test of that name (gtest TEST or
+                                                pytest function), which CI runs
 A preset is "mindspore", "mmengine", "plain" (distckpt.CheckpointManager) or "torch-mmengine"
 (distckpt.torch.CheckpointManager.mmengine).
 """
@@ -42,7 +44,8 @@ ROWS = [
      "when step_end sees every step, others when a loop reports every k-th step and k does not divide N",
      ("accepts", "mindspore", {"save_checkpoint_steps": 3})),
     (MS, "save_checkpoint_seconds", "save_every_seconds", "exact",
-     "rank 0's clock decides for every rank; steps win when both are set",
+     "more than N seconds since the last save was decided, on rank 0's clock for every rank; steps win when both "
+     "are set",
      ("accepts", "mindspore", {"save_checkpoint_steps": 0, "save_checkpoint_seconds": 30})),
     (MS, "keep_checkpoint_max", "keep_max", "exact",
      "0 with keep_checkpoint_per_n_minutes 0 keeps 1, as MindSpore; only this run's series is counted",
@@ -58,7 +61,7 @@ ROWS = [
      "True and 'thread' save in the background; 'process' is refused (ValueError): the writer threads run "
      "without the GIL, and a process would copy the state once more",
      ("refuses", "mindspore", {"async_save": "process"}, ValueError, "process.*not supported")),
-    (MS, "saved_network", "saved_network", "exact",
+    (MS, "saved_network", "saved_network", "differs",
      "a StateDict of the same rank (MindSpore: a Cell); resume still loads the managed state",
      ("accepts", "mindspore", {"saved_network": "STATE"})),
     (MS, "append_info", "append_info", "differs",
@@ -111,14 +114,16 @@ ROWS = [
     (MSL, "choice_func", "choice_func", "exact", "called on every rank; also resume()", ("load", ["choice_func"])),
     (MSL, "dec_key", "key", "exact", "load's key; the manager's enc_key", ("load", ["key"])),
     (MSL, "dec_mode", "(read from the file)", "refused", "the mode is recorded in the checkpoint: nothing to pass",
-     ("load", ["key"])),
+     ("load_lacks", "dec_mode")),
     (MSL, "crc_check", "allow_unchecked", "differs",
      "every checksum present is checked always; a file with none (MindSpore's default) needs allow_unchecked, "
      "which the MindSpore preset's resume sets",
      ("load", ["allow_unchecked"])),
     (MSL, "remove_redundancy", "(read from the file)", "refused",
-     "a checkpoint saved without redundancy loads onto any layout: nothing to pass", ("load", ["path"])),
-    (MSL, "format", "(read from the file)", "refused", "the format is detected from the file", ("load", ["path"])),
+     "a checkpoint saved without redundancy loads onto any layout: nothing to pass",
+     ("load_lacks", "remove_redundancy")),
+    (MSL, "format", "(read from the file)", "refused", "the format is detected from the file",
+     ("load_lacks", "format")),
     # ---- MMEngine CheckpointHook ----
     (MM, "interval", "save_every_steps", "exact", "-1 (the preset's) saves nothing periodically; counts epochs "
      "with by_epoch", ("accepts", "mmengine", {"interval": 2})),
@@ -131,6 +136,9 @@ ROWS = [
     (MM, "save_param_scheduler", "save_param_scheduler (distckpt.torch), save_prefixes", "differs",
      "as save_optimizer, for LR schedulers", ("accepts", "torch-mmengine", {"save_param_scheduler": False})),
     (MM, "out_dir", "out_dir", "exact", "out_dir/basename(work_dir)", ("accepts", "mmengine", {"out_dir": "OUT"})),
+    (MM, "last_checkpoint file", "latest", "differs",
+     "beside the checkpoints (MMEngine: in work_dir, also with out_dir), holding a name, not a path; it moves "
+     "forward only, under a lock", ("test", "mpi_tests/checkpoint_mpi_test.cc", "BackToBackSavesMoveLatest")),
     (MM, "max_keep_ckpts", "keep_max", "exact", "-1 (the preset's) keeps all",
      ("accepts", "mmengine", {"max_keep_ckpts": 2})),
     (MM, "save_last", "save_last", "differs",
@@ -170,24 +178,38 @@ ROWS = [
     (C2, "db_prefix", "directory", "differs", "one collective checkpoint for all nodes, not a database per node",
      ("accepts", "plain", {})),
     (C2, "node_name", "(none)", "refused", "every rank writes its share of one checkpoint: no per-node name",
-     ("accepts", "plain", {})),
+     ("refuses", "plain", {"node_name": "n0"}, TypeError, "node_name")),
     (C2, "db_type", "format", "differs", "native, ckpt, safetensors, hdf5 (not Caffe2's db types)",
      ("accepts", "plain", {"format": "hdf5"})),
-    (C2, "metadata_handler", "metadata_handler", "exact",
-     "write(epoch), last_epoch(user_epoch), cp_accessible(epoch), report(action_name, all_stats), set_params(...) "
-     "on rank 0; missing methods do what the manager does",
+    (C2, "metadata_handler", "metadata_handler", "differs",
+     "rank 0's: write(epoch) after each save that ends an epoch, last_epoch(user_epoch) choosing resume's epoch "
+     "(None: a fresh start), cp_accessible(None) before each save that moves latest (false: skipped, with a "
+     "warning), report(action_name, {path: nanoseconds}), set_params(db_prefix=series, db_type=format, "
+     "node_names=hosts, path_prefix=directory, path_type='posix'); missing methods do what the manager does. "
+     "Not asked before best or exception saves (Caffe2 has none); a local tier's resume takes no epoch",
      ("test", PY, "test_a_caffe2_metadata_handler_is_called_as_job_runner_calls_it")),
     (C2, "job", "(the training loop)", "refused", "the caller's loop calls step_end; there is no task graph",
-     ("accepts", "plain", {})),
-    (C2, "checkpoint_manager", "CheckpointManager", "exact", "", ("accepts", "plain", {})),
+     ("refuses", "plain", {"job": "J"}, TypeError, "job")),
+    (C2, "checkpoint_manager", "CheckpointManager", "differs",
+     "the loop calls the manager (step_end, end, resume) where JobRunner runs its tasks",
+     ("test", PM, "test_manager_policies_with_mindspore_and_mmengine_names")),
     (C2, "resume_from_epoch", "resume(epoch=E)", "differs",
      "an epoch without a checkpoint raises NotFoundError listing the epochs that have one",
      ("test", T, "EpochsAsCaffe2JobRunnerUsesThem")),
-    (C2, "upload_task_group_builder", "upload, upload_command, upload_at_end", "exact",
-     "with upload_at_end, once at the end as JobRunner does; otherwise after every commit",
+    (C2, "upload_task_group_builder", "upload, upload_command, upload_at_end", "differs",
+     "a callback or a command given each checkpoint's path, not a task group; with upload_at_end once at the "
+     "end, as JobRunner does, otherwise after every commit",
      ("accepts", "plain", {"upload_command": ["true"], "upload_at_end": True})),
     (C2, "the epoch-0 checkpoint and one per epoch", "save_at_start, save_every_epochs", "exact", "",
-     ("accepts", "plain", {"save_at_start": True, "save_every_epochs": 1})),
+     ("test", T, "EpochsAsCaffe2JobRunnerUsesThem")),
+    (C2, "load_blobs_from_checkpoint(blob_names, epoch)", "resume(only=..., epoch=E, strict=False)", "exact",
+     "also load's specify_prefix", ("load", ["specify_prefix"])),
+    (C2, "MultiNodeCheckpointManager", "the collective manager", "differs",
+     "every rank commits one checkpoint together, rank 0 coordinating (not a database per node)",
+     ("test", "mpi_tests/manager_mpi_test.cc", "StepsSecondsRetentionAndResumeAgreeOnEveryRank")),
+    (C2, "report_checkpoint_stats", "metadata_handler.report, stats.jsonl", "exact",
+     "the handler's report after each save and resume; every save's and resume's figures in stats.jsonl",
+     ("test", PY, "test_a_caffe2_metadata_handler_is_called_as_job_runner_calls_it")),
 ]
 
 STATES = {"exact": "exact", "differs": "differs", "refused": "refused"}

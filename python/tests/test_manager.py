@@ -268,8 +268,9 @@ def test_a_mindspore_preset_names_and_keeps_as_mindspore(comm, shared_dir):
     out = distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"), strict=False, allow_unchecked=True,
                         choice_func=lambda name: name != "w")
     assert out.missing_in_checkpoint == ["w"] and (w == -1).all()
-    with pytest.raises(distckpt.DistckptError, match="allow_unchecked"):
-        distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"))
+    # Without MindSpore's footer our file still carries each chunk's CRC32C: it loads checked.
+    out = distckpt.load(comm, state, os.path.join(shared_dir, "CKP-2_4.ckpt"))
+    assert not out.warning and (w == comm.rank).all()
 
 
 def test_step_end_twice_for_one_step_saves_once(comm, shared_dir):

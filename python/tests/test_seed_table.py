@@ -49,10 +49,14 @@ def test_row_holds(row, comm, shared_dir):
             wanted = [n for n in check[1] if not (fn is distckpt.CheckpointManager.resume and n in ("path", "state",
                                                                                                    "key"))]
             assert all(n in params for n in wanted), (fn.__name__, wanted)
+    elif kind == "load_lacks":
+        assert check[1] not in inspect.signature(distckpt.load).parameters
     elif kind == "test":
         with open(os.path.join(ROOT, check[1])) as f:
             source = f.read()
-        assert re.search(r"\b" + re.escape(check[2]) + r"\b", source), check
+        pattern = (r"^TEST(_P|_F)?\(\w+, " + re.escape(check[2]) + r"\)" if check[1].endswith(".cc")
+                   else r"^def " + re.escape(check[2]) + r"\(")
+        assert re.search(pattern, source, re.M), check
     else:
         state = distckpt.StateDict(comm, {"w": np.ones(4, np.float32)})
         if kind == "accepts":

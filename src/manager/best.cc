@@ -203,7 +203,7 @@ Status CheckpointManager::Impl::save_bests(int64_t step, int64_t epoch, const st
   comm->broadcast_string(due, 0);
   // MMEngine's _save_checkpoint_with_step after a new best: a regular checkpoint of this
   // step, when the run has one already and this call made none (the same on every rank).
-  if (!due.empty() && cfg.regular_at_best && !out->saved && last_saved_step >= 0 && last_saved_step != step) {
+  if (!due.empty() && cfg.regular_at_best && !out->saved && regular_this_run && last_saved_step != step) {
     last_triggered = std::make_pair(step, epoch);  // a second step_end of the step saves no more
     DISTCKPT_RETURN_IF_ERROR(save(step, epoch, metrics, "", SaveKind(), out));
   }

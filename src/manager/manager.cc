@@ -60,6 +60,8 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   DISTCKPT_RETURN_IF_ERROR(complete_async(out));
   // Caffe2's JobRunner asks its metadata handler first, and skips the save with a warning.
   if (kind.update_latest && has_metadata_handler && !metadata_accessible(out)) return Status();
+  // MindSpore's save_checkpoint_seconds counts from when a save is decided.
+  if (root() && kind.moves_last) last_save_time = std::chrono::steady_clock::now();
 
   // Rank 0 picks a free name and reads the metric; everyone gets both.
   std::string name, extra;
@@ -98,14 +100,14 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   comm->broadcast(metric, sizeof(metric), 0);
 
   // A layer above may refresh the state dict now (CheckpointConfig::before_save).
+  const std::vector<std::string>& prefixes = kind.prefixes ? *kind.prefixes : cfg.save_prefixes;
   if (cfg.before_save) {
-    const Status refreshed = agree(*comm, internal_base::guarded(where(), [&] { return cfg.before_save(); }));
+    const Status refreshed = agree(*comm, internal_base::guarded(where(), [&] { return cfg.before_save(prefixes); }));
     if (!refreshed.ok()) return save_failed(refreshed.with_context("before_save"), out);
   }
   // What is saved: the tensors selected by save_prefixes, with the info values.
   StateDict view(state->rank());
   local = internal_base::guarded(where(), [&]() -> Status {
-    const std::vector<std::string>& prefixes = kind.prefixes ? *kind.prefixes : cfg.save_prefixes;
     const StateDict& source = cfg.saved_network ? *cfg.saved_network : *state;
     for (const TensorEntry& e : source.tensors())
       if (internal_tools::name_selected(e.name, prefixes))
@@ -163,6 +165,7 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   record.metric = metric[0];
   record.moves_last = kind.moves_last;
   record.best_of = kind.best_of;
+  record.epoch_end = current_epoch_end && kind.update_latest;
   record.metrics = metrics;
   if (tiered()) return save_tiered(view, opts, record, kind, blocked, out);
 
@@ -176,7 +179,6 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
     out->saved = true;
     out->in_flight = true;
     out->path = path_of(name);  // what `committed` will name (single files: with the extension)
-    if (root()) last_save_time = std::chrono::steady_clock::now();
     return Status();
   }
   auto saved = distckpt::save(*comm, view, cfg.directory, opts);  // identical outcome on every rank
@@ -184,13 +186,13 @@ Status CheckpointManager::Impl::save(int64_t step, int64_t epoch, const std::map
   record.blocking_s = blocked.seconds();
   out->saved = true;
   out->path = saved->path;
-  if (root() && kind.moves_last) last_save_time = std::chrono::steady_clock::now();
   return after_commit(*saved, record, kind.update_latest, out);
 }
 
 Status CheckpointManager::Impl::after_commit(const SaveResult& saved, const Record& record, bool apply_retention,
                                              StepOutcome* out) {
   // A drain commits an older local save's copy: the newest save stays the last one.
+  if (record.moves_last) regular_this_run = true;
   if (record.tier != "drain" && record.moves_last) {
     last_saved_step = record.step;
     last_saved_epoch = record.epoch;

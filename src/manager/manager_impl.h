@@ -41,6 +41,9 @@ struct CheckpointManager::Impl {
   internal_manager::SeriesNames names;
   std::shared_ptr<FileSystem> fs = posix_filesystem();
   int64_t last_saved_step = -1, last_saved_epoch = -1;
+  // A regular checkpoint (one that moves the job's last) was committed by this manager:
+  // MMEngine's last_ckpt, which a restart does not restore (regular_at_best).
+  bool regular_this_run = false;
   std::string last_saved_path;
   std::chrono::steady_clock::time_point last_save_time = std::chrono::steady_clock::now();  // rank 0's
   // When the previous save started (retention's keep_per_n_minutes replays MindSpore's
@@ -94,7 +97,7 @@ struct CheckpointManager::Impl {
     const double every_seconds = tiered() ? cfg.local_every_seconds : cfg.save_every_seconds;
     if (root() && every_steps == 0 && every_seconds > 0) {
       const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time).count();
-      v[1] = since >= every_seconds ? 1 : 0;
+      v[1] = since > every_seconds ? 1 : 0;  // MindSpore's strict >
     }
     Sync s;
     if (!comm->allreduce_within(v, ReduceOp::kMax, timeout_s)) {
@@ -245,6 +248,7 @@ struct CheckpointManager::Impl {
     std::string best_of;
     std::map<std::string, double> metrics;  // the call's metrics (rank 0's), in its stats line
     int64_t decided_unix_ms = unix_ms_now();  // when the save was decided, before its write
+    bool epoch_end = false;  // saved at the end of an epoch (moves `latest`): Caffe2's write(epoch)
   };
   std::optional<Record> in_flight;
   // ---- the metadata handler (metadata.cc; CheckpointConfig::metadata_handler) ----

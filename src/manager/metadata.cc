@@ -1,6 +1,7 @@
 // Caffe2's metadata handler (CheckpointConfig::metadata_handler): rank 0 calls it, the
 // others get its answers. Its failures never fail a save: they are warnings, as Caffe2's
 // JobRunner logs them; only last_epoch's error fails the resume that asked.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -46,7 +47,10 @@ void CheckpointManager::Impl::metadata_set_params() {
   params.directory = cfg.directory;
   params.prefix = series;
   params.format = std::string(format_name(cfg.format));
-  for (int r = 0; r < comm->size(); ++r) params.hosts.push_back(comm->node_name(r));
+  for (int r = 0; r < comm->size(); ++r) {  // each node once
+    const std::string host = comm->node_name(r);
+    if (std::find(params.hosts.begin(), params.hosts.end(), host) == params.hosts.end()) params.hosts.push_back(host);
+  }
   Status st = handler_call(where(), "set_params", [&] {
     cfg.metadata_handler->set_params(params);
     return Status();
@@ -75,18 +79,20 @@ bool CheckpointManager::Impl::metadata_accessible(StepOutcome* out) {
 
 void CheckpointManager::Impl::metadata_after_commit(const Record& record, const SaveResult& saved) const {
   if (!root() || !cfg.metadata_handler) return;
-  Status st = handler_call(where(), "write", [&] {
-    return cfg.metadata_handler->write(record.epoch, record.step, saved.path);
-  });
-  if (!st.ok()) metadata_warning(where() + ": metadata_handler.write for '" + saved.path + "': " + st.to_string());
-  const std::map<std::string, double> stats{{"step", static_cast<double>(record.step)},
-                                            {"epoch", static_cast<double>(record.epoch)},
-                                            {"seconds", saved.plan_s + saved.write_s + saved.commit_s},
-                                            {"bytes", static_cast<double>(saved.bytes_written)}};
-  (void)handler_call(where(), "report", [&] {
-    cfg.metadata_handler->report("checkpoint_save", stats);
+  if (record.epoch_end) {
+    Status st = handler_call(where(), "write", [&] {
+      return cfg.metadata_handler->write(record.epoch, record.step, saved.path);
+    });
+    if (!st.ok()) {  // as JobRunner's save_checkpoints: a warning, and no report
+      metadata_warning(where() + ": metadata_handler.write for '" + saved.path + "': " + st.to_string());
+      return;
+    }
+  }
+  Status st = handler_call(where(), "report", [&] {
+    cfg.metadata_handler->report("checkpoint_save", saved.path, saved.plan_s + saved.write_s + saved.commit_s);
     return Status();
   });
+  if (!st.ok()) metadata_warning(st.to_string());
 }
 
 Result<std::optional<int64_t>> CheckpointManager::Impl::metadata_last_epoch(int64_t user_epoch) {
@@ -103,7 +109,7 @@ Result<std::optional<int64_t>> CheckpointManager::Impl::metadata_last_epoch(int6
       return Status();
     });
   }
-  DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*comm, local.with_context(where() + ": resume")));
+  DISTCKPT_RETURN_IF_ERROR(internal_comm::agree(*comm, local.with_context("resume")));
   comm->broadcast(answer, sizeof(answer), 0);
   if (answer[0] == 0) return std::optional<int64_t>();
   return std::optional<int64_t>(answer[1]);
@@ -111,13 +117,11 @@ Result<std::optional<int64_t>> CheckpointManager::Impl::metadata_last_epoch(int6
 
 void CheckpointManager::Impl::metadata_report_load(const ResumeResult& result, double seconds) const {
   if (!root() || !cfg.metadata_handler || !result.resumed) return;
-  const std::map<std::string, double> stats{{"step", static_cast<double>(result.step)},
-                                            {"epoch", static_cast<double>(result.epoch)},
-                                            {"seconds", seconds}};
-  (void)handler_call(where(), "report", [&] {
-    cfg.metadata_handler->report("checkpoint_load", stats);
+  Status st = handler_call(where(), "report", [&] {
+    cfg.metadata_handler->report("checkpoint_load", result.path, seconds);
     return Status();
   });
+  if (!st.ok()) metadata_warning(st.to_string());
 }
 
 }  // namespace distckpt

@@ -42,7 +42,6 @@ Status CheckpointManager::Impl::save_tiered(const StateDict& view, const SaveOpt
     out->in_flight = true;
     out->tier = "local";
     out->path = cfg.directory + "/" + opts.name;
-    if (root()) last_save_time = std::chrono::steady_clock::now();
     return Status();
   }
   auto saved = save_local(*comm, view, cfg.directory, opts, cfg.local);
@@ -50,13 +49,13 @@ Status CheckpointManager::Impl::save_tiered(const StateDict& view, const SaveOpt
   record.blocking_s = blocked.seconds();
   out->saved = true;
   out->path = cfg.directory + "/" + opts.name;
-  if (root()) last_save_time = std::chrono::steady_clock::now();
   return after_local_commit(*saved, record, final_save, out);
 }
 
 Status CheckpointManager::Impl::after_local_commit(const LocalSaveResult& saved, const Record& record, bool final_save,
                                                    StepOutcome* out) {
   ++local_saves;
+  regular_this_run = true;
   out->tier = "local";
   out->committed.push_back(saved.save.path);
   last_saved_step = record.step;

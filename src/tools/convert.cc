@@ -28,8 +28,11 @@ namespace internal_tools {
 
 bool name_selected(const std::string& name, const std::vector<std::string>& only) {
   if (only.empty()) return true;
-  for (const auto& p : only)
+  for (const auto& p : only) {
     if (internal_base::starts_with(name, p)) return true;
+    // "model." also names the tensor "model" itself (a key whose value is one tensor).
+    if (!p.empty() && p.back() == '.' && name.size() + 1 == p.size() && internal_base::starts_with(p, name)) return true;
+  }
   return false;
 }
 
@@ -84,7 +87,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     for (const auto* list : {&options.only, &options.exclude})
       for (const auto& p : *list) {
         bool any = false;
-        for (const auto& t : index.tensors()) any |= internal_base::starts_with(t.name(), p);
+        for (const auto& t : index.tensors()) any |= name_selected(t.name(), {p});
         if (!any)
           return invalid_argument(std::string("convert: ") + (list == &options.exclude ? "exclude " : "") + "'" + p +
                                   "' names no tensor of '" + src + "'");
@@ -94,11 +97,11 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       for (const auto& t : index.tensors()) any |= t.name() == from;
       if (!any) return invalid_argument("convert: --rename '" + from + "' names no tensor of '" + src + "'");
     }
-    // The same selection and renames as a load (LoadOptions), in the source's order. An
-    // empty `only` entry selects everything, as it always did.
+    // The same selection and renames as a load (LoadOptions), in the source's order; `only`
+    // by name_selected ("x." names "x" too). An empty `only` entry selects everything.
     LoadOptions select;
     if (std::find(options.only.begin(), options.only.end(), std::string()) == options.only.end())
-      select.specify_prefix = options.only;
+      select.choice_func = [&options](const std::string& name) { return name_selected(name, options.only); };
     select.filter_prefix = options.exclude;
     select.rename = options.rename;
     auto names = internal_plan::load_names(index, select);

@@ -22,8 +22,8 @@ struct ConvertControl {
   internal_catalog::Entry* written = nullptr;
 };
 
-// Whether `name` is selected by `only` (empty: everything; else equal to or starting
-// with one entry).
+// Whether `name` is selected by `only` (empty: everything; else starting with one entry,
+// or an entry "x." names "x" itself too: a key whose value is a single tensor).
 bool name_selected(const std::string& name, const std::vector<std::string>& only);
 
 Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,

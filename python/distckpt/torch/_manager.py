@@ -1,7 +1,9 @@
 """distckpt.torch.CheckpointManager: the manager's policies over an application state."""
+import json as _json
 import weakref as _weakref
 
 import distckpt as _dc
+from distckpt._args import _name_map_arg
 
 from ._io import STATE_KEY, Resolved, _comm_and_mesh, load, state_dict_of, walked
 from ._staging import stage_out
@@ -20,27 +22,65 @@ def _is_scheduler(value):
     return isinstance(value, kinds)
 
 
+def _nested_kind(value, optimizers, schedulers, depth=0):
+    """Whether an optimizer / LR scheduler (as asked) lies inside containers below the top
+    level of the state (they are left out by top-level key only)."""
+    if depth > 0 and ((optimizers and _is_optimizer(value)) or (schedulers and _is_scheduler(value))):
+        return True
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return any(_nested_kind(v, optimizers, schedulers, depth + 1) for v in items)
+
+
 def _keys_except(state, optimizers, schedulers):
-    """The tensor-name prefixes of `state`'s top-level entries, less its optimizers and/or
-    LR schedulers (by type); None when nothing is left out (every entry is saved)."""
+    """The tensor-name prefixes ("key.", which names a tensor "key" too) of `state`'s
+    top-level entries, less its optimizers and/or LR schedulers (by type); None when none
+    is there to leave out."""
     if not isinstance(state, dict):
         return None
-    kept = [f"{k}." for k, v in state.items()
-            if not ((optimizers and _is_optimizer(v)) or (schedulers and _is_scheduler(v)))]
-    return kept if kept and len(kept) < len(state) else None
+    left_out = [k for k, v in state.items() if (optimizers and _is_optimizer(v)) or (schedulers and _is_scheduler(v))]
+    if not left_out:
+        return None
+    return [f"{k}." for k in state if k not in left_out]
 
 
-def _by_type(state, config):
-    """MMEngine's save_optimizer / save_param_scheduler over an application state: False
-    leaves out its optimizers / LR schedulers, found by type, through save_prefixes."""
+def _by_type(where, state, config):
+    """MMEngine's save_optimizer / save_param_scheduler over an application state: false
+    leaves out its top-level optimizers / LR schedulers, found by type, through
+    save_prefixes (the stored tree is trimmed alike: see _before_save)."""
     config = dict(config)
-    drop_opt = config.pop("save_optimizer", True) is False
-    drop_sched = config.pop("save_param_scheduler", True) is False
-    if (drop_opt or drop_sched) and config.get("save_prefixes") is None:
-        prefixes = _keys_except(state, drop_opt, drop_sched)
-        if prefixes is not None:
-            config["save_prefixes"] = prefixes
+    drop = {}
+    for name in ("save_optimizer", "save_param_scheduler"):
+        value = config.pop(name, None)
+        drop[name] = value is not None and not value
+    if not drop["save_optimizer"] and not drop["save_param_scheduler"]:
+        return config
+    opt, sched = drop["save_optimizer"], drop["save_param_scheduler"]
+    if config.get("save_prefixes") is not None:
+        raise TypeError(f"{where}: save_prefixes and save_optimizer/save_param_scheduler=False both choose what "
+                        f"is saved: give one")
+    if isinstance(state, dict) and any(_nested_kind(v, opt, sched) for v in state.values()):
+        raise ValueError(f"{where}: an optimizer or LR scheduler below the top level of the state cannot be left "
+                         f"out: put it at the top level, or choose with save_prefixes")
+    prefixes = _keys_except(state, opt, sched)
+    if prefixes is None:
+        raise ValueError(f"{where}: save_optimizer/save_param_scheduler=False, but the state has no "
+                         f"{'optimizer' if opt else 'LR scheduler'} at its top level to leave out")
+    if not prefixes:
+        raise ValueError(f"{where}: leaving out the optimizers and schedulers leaves nothing to save")
+    config["save_prefixes"] = prefixes
     return config
+
+
+def _trimmed(text, prefixes):
+    """The stored tree `text` with only the top-level entries `prefixes` keep ("key."):
+    a save that keeps part of the state describes only that part."""
+    if not prefixes:
+        return text
+    stored = _json.loads(text)
+    tree = stored["tree"]
+    if isinstance(tree, dict) and "$dict" in tree:
+        tree["$dict"] = [entry for entry in tree["$dict"] if f"{entry[0]}." in prefixes]
+    return _json.dumps(stored, allow_nan=False)
 
 
 class CheckpointManager(_dc.CheckpointManager):
@@ -63,7 +103,7 @@ class CheckpointManager(_dc.CheckpointManager):
     def __init__(self, comm, state, mesh=None, placements=None, layouts=None, check_replicas=True, **config):
         where = "distckpt.torch.CheckpointManager"
         _dc._comm_arg(where, comm)
-        config = _by_type(state, config)
+        config = _by_type(where, state, config)
         self._torch_state = (comm, state, mesh, placements, layouts)
         self._check = bool(check_replicas) and comm.size > 1
         self._raised = None
@@ -92,22 +132,23 @@ class CheckpointManager(_dc.CheckpointManager):
             given["best_prefixes"] = _keys_except(state, optimizers=True, schedulers=True)
         return super().mmengine(comm, state, work_dir, **given)
 
-    def _refill(self, resolved):
+    def _refill(self, resolved, prefixes=()):
         self._sd._native._reset()
         # Device tensors: host copies, finished before the save (or save_async) writes them.
         self._sd._fill(self._torch_state[0].size, stage_out(resolved.tensors), resolved.layouts, {}, follow=False)
-        self._sd._native._set_info(STATE_KEY, resolved.text)
+        self._sd._native._set_info(STATE_KEY, _trimmed(resolved.text, prefixes))
 
     # The hooks hold the manager weakly: the native manager holds the hooks, and a cycle
     # through C++ would keep the model and its optimizer alive after the manager is dropped.
     def _before_save(self):
         manager = _weakref.ref(self)
 
-        def walk_again():
+        def walk_again(prefixes):
             self = manager()
             try:
                 comm, state, mesh, placements, layouts = self._torch_state
-                self._refill(state_dict_of(comm, state, mesh, placements, layouts, check_replicas=self._check))
+                self._refill(state_dict_of(comm, state, mesh, placements, layouts, check_replicas=self._check),
+                             prefixes)
             except BaseException as error:
                 self._raised = error
                 raise
@@ -148,8 +189,11 @@ class CheckpointManager(_dc.CheckpointManager):
         strict=True fails on missing and on unexpected entries, naming both; strict=False
         lists them in the result's missing_in_checkpoint and unexpected_in_checkpoint.
         rename and prefix_map as distckpt.torch.load's."""
+        w = "distckpt.torch.CheckpointManager.resume"
         self._strict = bool(strict)
-        self._names = (rename, prefix_map)
+        # Checked before a checkpoint is chosen (the load that uses them comes later).
+        self._names = _dc._agreed(self._comm_native, lambda: (_name_map_arg(w, "rename", rename),
+                                                              _name_map_arg(w, "prefix_map", prefix_map)))
         self._raised = None
         try:
             return super().resume(target, step, epoch, strict=True, fall_back_to_previous=fall_back_to_previous,
