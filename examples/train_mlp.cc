@@ -483,7 +483,7 @@ distckpt::CheckpointConfig checkpoint_config(const Config& cfg) {
   c.async_save = cfg.async_save;
   c.incremental = cfg.incremental;
   c.async.staging_bytes = static_cast<std::size_t>(cfg.async_staging_mb) << 20;
-  c.load.allow_unchecked = cfg.allow_unchecked;
+  if (cfg.allow_unchecked) c.load.allow_unchecked = true;
   c.save_begin = cfg.save_begin;
   c.save_every_epochs = cfg.save_every_epochs;
   c.out_dir = cfg.out_dir;

@@ -293,6 +293,41 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
   EXPECT_EQ(verify_checkpoint(path).status().code(), StatusCode::kCorruption);
 }
 
+// MindSpore writes .ckpt files without their footer by default (crc_check=False) and
+// loads them: so do we, with a warning in the load result, verify's report and the
+// listing; allow_unchecked = false (MindSpore's crc_check=True) refuses them.
+TEST(MindSporeCkpt, AForeignFileWithoutItsFooterLoadsWithAWarning) {
+  TempDir dir;
+  std::vector<float> w(4 * 2, 1.5f);
+  Checkpoint ck;
+  add_value(ck, "w", {4, 2}, "Float32", std::string(reinterpret_cast<char*>(w.data()), w.size() * 4));
+  const std::string path = dir.path() + "/ms.ckpt";
+  write_ckpt(path, ck.SerializeAsString(), false);
+  auto report = verify_checkpoint(path);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_NE(report->warning.find("records no checksums"), std::string::npos) << report->warning;
+  VerifyOptions strict_verify;
+  strict_verify.allow_unchecked = false;
+  EXPECT_EQ(verify_checkpoint(path, strict_verify).status().code(), StatusCode::kUnsupported);
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_TRUE(listing.ok() && listing->entries.size() == 1u);
+  EXPECT_EQ(listing->entries[0].state, EntryState::kCommitted);
+  EXPECT_NE(listing->entries[0].detail.find("unchecked"), std::string::npos) << listing->entries[0].detail;
+  expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
+    StateDict state(comm.rank());
+    std::vector<float> part(2 * 2, 0.f);
+    DISTCKPT_RETURN_IF_ERROR(state.add_tensor("w", DType::kFloat32, part.data(), *TensorLayout::from_device_matrix({4, 2}, {2}, {0, -1})));
+    DISTCKPT_ASSIGN_OR_RETURN(LoadResult r, load(comm, state, path, {}));
+    if (r.warning.find("records no checksums") == std::string::npos) return internal_error("no warning: " + r.warning);
+    if (part != std::vector<float>(4, 1.5f)) return internal_error("wrong values");
+    LoadOptions crc_check;
+    crc_check.allow_unchecked = false;
+    Status refused = load(comm, state, path, crc_check).status();
+    if (refused.code() != StatusCode::kUnsupported) return internal_error("crc_check: " + refused.to_string());
+    return Status();
+  }));
+}
+
 TEST(MindSporeCkpt, OurFileParsesWithTheGeneratedClasses) {
   TempDir dir;
   SaveOptions options;

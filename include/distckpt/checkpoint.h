@@ -231,11 +231,14 @@ struct LoadOptions {
   bool sieve_small_runs = false;
   // The key of an encrypted checkpoint (kAuthFailed without it, or with a wrong one).
   std::shared_ptr<const EncryptionKey> key;
-  // A checkpoint whose data nothing checks (a native one saved with checksum = false, a
-  // .ckpt without its CRC-32 footer, a safetensors file from another writer) is refused
-  // with kUnsupported unless this is set; HDF5, which cannot carry checksums, loads
-  // with a warning either way (LoadResult::warning).
-  bool allow_unchecked = false;
+  // A checkpoint whose data nothing checks: a native one saved with checksum = false, a
+  // safetensors file from another writer, a .ckpt MindSpore wrote without its CRC-32
+  // footer (its default, crc_check=False; every .ckpt distckpt writes carries checksums).
+  // Unset: such a .ckpt loads with a warning (LoadResult::warning), as MindSpore's
+  // load_checkpoint loads it, and the others are refused with kUnsupported. true: all
+  // load with the warning. false: all are refused (MindSpore's crc_check=True on a load).
+  // HDF5, which cannot carry checksums, loads with a warning either way.
+  std::optional<bool> allow_unchecked;
 };
 
 struct LoadResult {

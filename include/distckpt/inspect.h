@@ -97,10 +97,11 @@ struct VerifyOptions : InspectOptions {
   // With `key`, every chunk is authenticated too (without it an encrypted checkpoint is
   // kAuthFailed: the key is needed).
   bool deep = false;
-  // A checkpoint whose format can carry checksums but records none is reported as
-  // unchecked (kUnsupported) unless this is set (HDF5, which carries none, passes on
-  // its structure).
-  bool allow_unchecked = false;
+  // A checkpoint whose format can carry checksums but records none: as
+  // LoadOptions::allow_unchecked (unset: a .ckpt passes with a warning in the report, the
+  // others are kUnsupported; true: all pass with the warning; false: all are refused).
+  // HDF5, which carries none, passes on its structure.
+  std::optional<bool> allow_unchecked;
 };
 struct VerifyReport {
   uint64_t tensors = 0, chunks = 0, files = 0, bytes_checked = 0;
@@ -112,6 +113,9 @@ struct VerifyReport {
   // What was checked, in words: "sizes and every chunk's CRC32C", "sizes and the file's
   // CRC-32 footer", "structure only: hdf5 carries no checksums", ...
   std::string checked;
+  // Data nothing checks that passed all the same (a .ckpt MindSpore wrote without its
+  // footer, allow_unchecked, HDF5), in one line; "" when every byte was checked.
+  std::string warning;
 };
 // Reads every chunk and checks the index (framing, CRC32C, every number), file sizes,
 // bounds and every chunk's CRC32C (single files: their whole-file CRC-32 and per-tensor
@@ -129,7 +133,9 @@ enum class EntryState { kCommitted, kInFlight, kBroken, kForeign, kRetired };
 struct CheckpointEntry {
   std::string name;
   EntryState state = EntryState::kBroken;
-  std::string detail;  // why broken, in flight, foreign or retired
+  // Why broken, in flight, foreign or retired; for a committed one, a warning or "" (its
+  // data carries no checksums: "unchecked: structure only: ...").
+  std::string detail;
   int64_t step = -1, epoch = -1;
   // Data bytes in the entry's own files (committed and retired entries). An incremental
   // checkpoint's unchanged chunks are in files of earlier checkpoints: their sizes are in

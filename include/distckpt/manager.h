@@ -111,9 +111,9 @@ struct ResumeOptions {
   std::function<bool(const std::string& stored_name)> choice_func;
   std::map<std::string, std::string> rename;
   std::function<std::string(const std::string& stored_name)> rename_func;
-  // Also accept checkpoints whose data nothing checks (LoadOptions::allow_unchecked);
-  // either this or the config's.
-  bool allow_unchecked = false;
+  // Checkpoints whose data nothing checks, as LoadOptions::allow_unchecked; unset: the
+  // config's (CheckpointConfig::load).
+  std::optional<bool> allow_unchecked;
   // Loads the chosen checkpoint instead of load(state): for a layer above the state dict
   // that restores more than tensors (distckpt.torch). Called on every rank with the
   // checkpoint's path and the LoadOptions resume would use; collective: it must return

@@ -64,6 +64,11 @@ def _bool_arg(where, what, value):
     return bool(value)
 
 
+def _optional_bool_arg(where, what, value):
+    """None (the default's meaning, decided later) or a bool."""
+    return None if value is None else _bool_arg(where, what, value)
+
+
 def _names_arg(where, what, value):
     """None or an iterable of str (a single str is one name, not its letters)."""
     if value is None:

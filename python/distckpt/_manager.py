@@ -174,7 +174,7 @@ def _mindspore_config(prefix, directory, kwargs):
                 "name_template": ("{prefix}-{epoch}_{step_in_epoch}" if _given(kwargs, "steps_per_epoch", 0)
                                   else "{prefix}-{epoch}_{step}"),
                 "format": "ckpt", "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False,
-                "save_last": True, "allow_unchecked": True}  # (resume reads its footer-less files)
+                "save_last": True}
     config = _with_defaults(defaults, kwargs)
     if not (keep_max and keep_max > 0) and not minutes:
         # MindSpore keeps one checkpoint when neither keep policy is set (ours would keep all).
@@ -376,7 +376,7 @@ class CheckpointManager(_Closing):
 
     def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True, only=None,
                allow_unexpected=False, rename=None, prefix_map=None, specify_prefix=None, filter_prefix=None,
-               choice_func=None, allow_unchecked=False):
+               choice_func=None, allow_unchecked=None):
         """Collective. Loads the newest committed checkpoint (or `target`, or the newest of
         `step` / ending `epoch`) into the state, verified first; returns a ResumeResult
         (resumed=False on a fresh start). A damaged one raises CorruptionError unless
@@ -391,7 +391,7 @@ class CheckpointManager(_Closing):
 
     def _resume(self, target, step, epoch, strict, fall_back_to_previous, verify, only, allow_unexpected, rename,
                 prefix_map, specify_prefix, filter_prefix, choice_func, allow_unchecked):
-        from ._args import _name_map_arg
+        from ._args import _name_map_arg, _optional_bool_arg
         from ._state import _callable_arg
         w = "CheckpointManager.resume"
         args = _agreed(self._comm_native, lambda: (
@@ -402,7 +402,7 @@ class CheckpointManager(_Closing):
         names = _agreed(self._comm_native, lambda: (
             _name_map_arg(w, "rename", rename), _name_map_arg(w, "prefix_map", prefix_map),
             _names_arg(w, "specify_prefix", specify_prefix), _names_arg(w, "filter_prefix", filter_prefix),
-            _callable_arg(w, "choice_func", choice_func), _bool_arg(w, "allow_unchecked", allow_unchecked)))
+            _callable_arg(w, "choice_func", choice_func), _optional_bool_arg(w, "allow_unchecked", allow_unchecked)))
         result = self._native.resume(*args, self._resume_loader(), *names)
         self._raise_handler_interrupt()
         return _from(ResumeResult, result)

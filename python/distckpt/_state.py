@@ -4,7 +4,8 @@ import numbers as _numbers
 import numpy as _np
 
 from . import _distckpt
-from ._args import _agreed, _bool_arg, _int_arg, _name_map_arg, _names_arg, _path_arg, _str_arg, _type_error
+from ._args import (_agreed, _bool_arg, _int_arg, _name_map_arg, _names_arg, _optional_bool_arg, _path_arg, _str_arg,
+                    _type_error)
 from ._comm import _comm_arg
 from ._layout import TensorLayout
 from ._results import CheckpointEntry, LoadResult, SaveResult, VerifyReport, _from
@@ -145,7 +146,7 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
 
 
 def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unexpected=False, rename=None,
-         prefix_map=None, specify_prefix=None, filter_prefix=None, choice_func=None, allow_unchecked=False):
+         prefix_map=None, specify_prefix=None, filter_prefix=None, choice_func=None, allow_unchecked=None):
     """Collective. Loads the checkpoint at `path` (a root: its newest) into `state`, onto any
     layout; returns a LoadResult.
 
@@ -160,9 +161,12 @@ def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unex
     {"": "model."} adds one; the longest matching prefix wins; an exact rename wins over it).
     choice_func(stored_name) -> bool: after the prefixes, only the stored tensors it accepts
     (MindSpore's choice_func; called on every rank, it must answer alike everywhere).
-    allow_unchecked: accept checkpoints whose data nothing checks (a save made without
-    checksums, a .ckpt without its CRC-32 footer, another writer's safetensors), refused
-    otherwise; HDF5 loads with a warning either way.
+    allow_unchecked: checkpoints whose data nothing checks (a save made without checksums,
+    another writer's safetensors, a .ckpt MindSpore wrote without its CRC-32 footer, its
+    default): None loads such a .ckpt with a warning (the result's `warning`), as
+    MindSpore's load_checkpoint does, and refuses the others; True loads them all with the
+    warning; False refuses them all (MindSpore's crc_check=True). Every .ckpt distckpt
+    writes carries checksums. HDF5 loads with a warning either way.
     cast_floats: a floating tensor stored in another floating dtype is converted (else refused).
     Raises MismatchError, CorruptionError, AuthError, NotFoundError, TypeError for a wrong
     argument; a failure on one rank fails the call on every rank.
@@ -174,7 +178,8 @@ def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unex
         _bool_arg(where, "cast_floats", cast_floats), _bool_arg(where, "allow_unexpected", allow_unexpected),
         _name_map_arg(where, "rename", rename), _name_map_arg(where, "prefix_map", prefix_map),
         _names_arg(where, "specify_prefix", specify_prefix), _names_arg(where, "filter_prefix", filter_prefix),
-        _callable_arg(where, "choice_func", choice_func), _bool_arg(where, "allow_unchecked", allow_unchecked)))
+        _callable_arg(where, "choice_func", choice_func),
+        _optional_bool_arg(where, "allow_unchecked", allow_unchecked)))
     return _from(LoadResult, _distckpt._load(native, *args))
 
 

@@ -295,7 +295,7 @@ class PyManager {
                   const std::vector<std::string>& only, bool allow_unexpected, py::object load,
                   const std::map<std::string, std::string>& rename, const std::map<std::string, std::string>& prefix_map,
                   const std::vector<std::string>& specify_prefix, const std::vector<std::string>& filter_prefix,
-                  const py::object& choice_func, bool allow_unchecked) {
+                  const py::object& choice_func, std::optional<bool> allow_unchecked) {
     PyStateDict& ps = state_.cast<PyStateDict&>();
     CheckpointManager* manager = nullptr;
     agreed_arguments(comm_.cast<PyComm&>().get(), [&] {

@@ -166,7 +166,7 @@ py::dict load_state(PyComm& comm, PyStateDict& state, const std::string& path, b
                     bool cast_floats, bool allow_unexpected, const std::map<std::string, std::string>& rename,
                     const std::map<std::string, std::string>& prefix_map, const std::vector<std::string>& specify_prefix,
                     const std::vector<std::string>& filter_prefix, const py::object& choice_func,
-                    bool allow_unchecked) {
+                    std::optional<bool> allow_unchecked) {
   LoadOptions o;
   o.strict = strict;
   o.cast_floats = cast_floats;

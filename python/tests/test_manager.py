@@ -224,8 +224,7 @@ def test_presets_start_from_each_seeds_defaults(comm, shared_dir):
     ms = distckpt._canonical_config(mindspore("CKP", shared_dir, {}))
     assert ms == {"directory": shared_dir, "prefix": "CKP", "save_every_steps": 1, "save_every_seconds": 0,
                   "keep_max": 5, "keep_per_n_minutes": 0, "name_template": "{prefix}-{epoch}_{step}", "format": "ckpt",
-                  "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False, "save_last": True,
-                  "allow_unchecked": True}
+                  "integrated": True, "ckpt_crc_footer": False, "remove_redundancy": False, "save_last": True}
     named = distckpt._canonical_config(mindspore("CKP", shared_dir, {"steps_per_epoch": 4, "crc_check": True}))
     assert named["name_template"] == "{prefix}-{epoch}_{step_in_epoch}" and named["ckpt_crc_footer"] is True
     # MindSpore's mappings: neither keep policy keeps one; every policy at 0 or None raises.

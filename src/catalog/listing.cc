@@ -152,6 +152,9 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       continue;
     }
     entry.state = EntryState::kCommitted;
+    // Data nothing checks (a .ckpt MindSpore wrote without its footer, HDF5): a warning.
+    if (!internal_format::has_data_checks(*index))
+      entry.detail = "unchecked: " + internal_format::data_checks_text(*index);
     entry.step = index->step();
     entry.epoch = index->epoch();
     entry.format = internal_format::stored_format(*index);

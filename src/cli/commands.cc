@@ -167,6 +167,7 @@ int cmd_ls(const std::string& root, bool as_json) {
         j["commit_seq"] = e.commit_seq;
         j["advances_latest"] = e.advances_latest;
         if (tiers) j["tiers"] = tiers_of(e.name, true);
+        if (!e.detail.empty()) j["warning"] = e.detail;
       } else {
         j["detail"] = e.detail;
         if (e.state == EntryState::kRetired) j["bytes"] = e.bytes;
@@ -199,14 +200,14 @@ int cmd_ls(const std::string& root, bool as_json) {
     char tier_column[32] = "";
     if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
+      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
                   static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(),
                   e.per_rank_files ? "ckpt-set" : std::string(format_name(e.format)).c_str(), tier_column, "committed",
                   (e.name == listing->latest      ? " (latest)"
                    : best_of.count(e.name) != 0 ? " (best " + printable(best_of.at(e.name)) + ")"
                                                 : std::string())
                           .c_str(),
-                  references_text(e).c_str());
+                  references_text(e).c_str(), e.detail.empty() ? "" : (" [" + printable(e.detail) + "]").c_str());
     } else {
       std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-",
                   e.state == EntryState::kRetired ? human_bytes(e.bytes).c_str() : "-", "-", tier_column,
@@ -351,22 +352,25 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unch
   VerifyOptions options;
   options.deep = deep;
   options.key = *key;
-  options.allow_unchecked = allow_unchecked;
+  if (allow_unchecked) options.allow_unchecked = true;
   auto report = verify_checkpoint(*dir, options);
   if (!report.ok()) {
     if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";
     return fail(report.status());
   }
   if (as_json) {
-    std::cout << dump(json{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
-                      {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
-                      {"deep", report->deep}, {"checksums", report->checksums},
-                      {"authenticated", report->authenticated}, {"checked", report->checked}}) << "\n";
+    json j{{"path", *dir},       {"ok", true},           {"tensors", report->tensors},
+           {"chunks", report->chunks}, {"files", report->files}, {"bytes", report->bytes_checked},
+           {"deep", report->deep}, {"checksums", report->checksums},
+           {"authenticated", report->authenticated}, {"checked", report->checked}};
+    if (!report->warning.empty()) j["warning"] = report->warning;
+    std::cout << dump(j) << "\n";
   } else {
     std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s)\n", dir->c_str(),
                 static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
                 static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
                 report->checked.c_str(), report->deep ? ", re-read from storage" : "");
+    if (!report->warning.empty()) std::printf("warning: %s\n", report->warning.c_str());
   }
   return 0;
 }

@@ -121,15 +121,19 @@ std::string data_checks_text(const proto::Index& index) {
   return text;
 }
 
-Status check_unchecked(const proto::Index& index, const std::string& path, bool allowed, std::string* warning) {
+Status check_unchecked(const proto::Index& index, const std::string& path, std::optional<bool> allowed,
+                       std::string* warning) {
   if (has_data_checks(index)) return Status();
   const FormatDriver& d = driver(stored_format(index));
   if (!d.carries_checksums) {
     *warning = "'" + path + "' is " + std::string(d.name) + ", which carries no checksums: its bytes are not checked";
     return Status();
   }
-  if (allowed) {
-    *warning = "'" + path + "' records no checksums: its bytes are not checked (allowed)";
+  // MindSpore writes .ckpt files without their footer by default, and loads them.
+  const bool ckpt = d.id == Format::kCkpt;
+  if (allowed.value_or(ckpt)) {
+    *warning = "'" + path + "' records no checksums: its bytes are not checked" +
+               (allowed ? std::string(" (allowed)") : " (a .ckpt without MindSpore's CRC footer)");
     return Status();
   }
   return unsupported("'" + path + "' records no checksums, so its bytes cannot be checked; allow unchecked data "

@@ -63,7 +63,8 @@ struct FormatDriver {
   bool chunk_checksums;     // its saves record a CRC32C per chunk in the index
   // Whether a file of this format can carry checksums of its data (a native index's
   // CRC32C, a .ckpt's CRC-32 footer, distckpt's CRC32C in a safetensors header): one that
-  // carries none is loaded only when the caller allows it (LoadOptions::allow_unchecked).
+  // carries none is loaded only when the caller allows it (LoadOptions::allow_unchecked;
+  // unset allows a .ckpt, as MindSpore's loader does).
   bool carries_checksums;
   // Whether the first bytes of a file (at least kSniffBytes of them) are this format's;
   // null when a path is recognised otherwise (a directory).
@@ -122,8 +123,10 @@ bool has_data_checks(const proto::Index& index);
 // "structure only: HDF5 carries no checksums", ...), for reports.
 std::string data_checks_text(const proto::Index& index);
 // The error (kUnsupported) for data that nothing checks in a format that can carry
-// checksums, unless `allowed`; for a format that cannot (HDF5), OK with `*warning` set.
-Status check_unchecked(const proto::Index& index, const std::string& path, bool allowed, std::string* warning);
+// checksums, unless `allowed` (unset: for a .ckpt only); for a format that cannot (HDF5),
+// or when allowed, OK with `*warning` set.
+Status check_unchecked(const proto::Index& index, const std::string& path, std::optional<bool> allowed,
+                       std::string* warning);
 // The directory an index's file names are relative to: the checkpoint directory itself,
 // or for a single file the directory it is in.
 std::string files_dir(const proto::Index& index, const std::string& path);

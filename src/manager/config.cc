@@ -79,7 +79,6 @@ CheckpointConfig CheckpointConfig::mindspore(int64_t steps_per_epoch) {
   c.format = Format::kCkpt;     // format='ckpt'
   c.integrated = true;          // integrated_save=True
   c.ckpt_crc_footer = false;    // crc_check=False
-  c.load.allow_unchecked = true;  // resume() reads those footer-less files, as MindSpore does
   c.remove_redundancy = false;  // remove_redundancy=False
   c.save_last = true;           // ModelCheckpoint.end() saves the last step (unless just saved)
   return c;

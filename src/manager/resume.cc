@@ -185,7 +185,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
         VerifyOptions verify;
         verify.fs = impl.fs;
         verify.key = impl.cfg.encryption.key;
-        verify.allow_unchecked = impl.cfg.load.allow_unchecked || options.allow_unchecked;
+        verify.allow_unchecked = options.allow_unchecked ? options.allow_unchecked : impl.cfg.load.allow_unchecked;
         Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
                                    : read_checkpoint_info(candidates[i], verify).status();
         if (ok.ok()) {
@@ -224,7 +224,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
     lo.rename = options.rename;
     lo.rename_func = options.rename_func;
   }
-  lo.allow_unchecked = lo.allow_unchecked || options.allow_unchecked;
+  if (options.allow_unchecked) lo.allow_unchecked = options.allow_unchecked;
   lo.fs = impl.fs;
   lo.key = impl.cfg.encryption.key;
   DISTCKPT_ASSIGN_OR_RETURN(LoadResult loaded,

@@ -261,7 +261,7 @@ Result<ResumeResult> CheckpointManager::Impl::resume_tiered(const ResumeOptions&
       options.choice_func || !options.rename.empty() || options.rename_func)
     return invalid_argument(where() + ": resume: `only`, the prefixes, choice_func and renames are not supported "
                             "with a local tier");
-  ro.load.allow_unchecked = ro.load.allow_unchecked || options.allow_unchecked;
+  if (options.allow_unchecked) ro.load.allow_unchecked = options.allow_unchecked;
   if (options.step >= 0 || options.epoch >= 0)
     return invalid_argument(where() + ": resume: `step` and `epoch` are not supported with a local tier");
   ro.name = options.target;

@@ -100,6 +100,11 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     // The same selection and renames as a load (LoadOptions), in the source's order; `only`
     // by name_selected ("x." names "x" too). An empty `only` entry selects everything.
     LoadOptions select;
+    // As a load's specify_prefix and filter_prefix: an entry may not be in both.
+    for (const auto& o : options.only)
+      for (const auto& e : options.exclude)
+        if (!o.empty() && (o.compare(0, e.size(), e) == 0 || e.compare(0, o.size(), o) == 0))
+          return invalid_argument("convert: only '" + o + "' and exclude '" + e + "' overlap");
     if (std::find(options.only.begin(), options.only.end(), std::string()) == options.only.end())
       select.choice_func = [&options](const std::string& name) { return name_selected(name, options.only); };
     select.filter_prefix = options.exclude;

@@ -70,9 +70,8 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   report.checksums = checksums;
   for (const auto& f : index.files()) report.checksums = report.checksums || f.crc32_covered() > 0;
   report.checked = internal_format::data_checks_text(index);
-  std::string unchecked;
   DISTCKPT_RETURN_IF_ERROR(
-      internal_format::check_unchecked(index, path, options.allow_unchecked, &unchecked).with_context("verify"));
+      internal_format::check_unchecked(index, path, options.allow_unchecked, &report.warning).with_context("verify"));
   report.authenticated = cipher != nullptr;
   // Chunks grouped by file, so that one file is open at a time whatever the number of
   // writers, and each file is read front to back.

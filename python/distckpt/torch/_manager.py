@@ -184,7 +184,7 @@ class CheckpointManager(_dc.CheckpointManager):
             self._sd._native._reset()  # no reference to the state's tensors between saves
 
     def resume(self, target="", step=-1, epoch=-1, strict=True, fall_back_to_previous=False, verify=True,
-               rename=None, prefix_map=None, allow_unchecked=False):
+               rename=None, prefix_map=None, allow_unchecked=None):
         """Collective. As distckpt.CheckpointManager.resume, loading with distckpt.torch.load:
         strict=True fails on missing and on unexpected entries, naming both; strict=False
         lists them in the result's missing_in_checkpoint and unexpected_in_checkpoint.
