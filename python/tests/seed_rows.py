@@ -116,8 +116,8 @@ ROWS = [
     (MSL, "dec_mode", "(read from the file)", "refused", "the mode is recorded in the checkpoint: nothing to pass",
      ("load_lacks", "dec_mode")),
     (MSL, "crc_check", "allow_unchecked", "differs",
-     "every checksum present is checked always; a file with none (MindSpore's default) needs allow_unchecked, "
-     "which the MindSpore preset's resume sets",
+     "every checksum a file carries is checked always; a .ckpt without any (MindSpore's default) loads with a "
+     "warning unless allow_unchecked=False (crc_check=True); every .ckpt distckpt writes carries checksums",
      ("load", ["allow_unchecked"])),
     (MSL, "remove_redundancy", "(read from the file)", "refused",
      "a checkpoint saved without redundancy loads onto any layout: nothing to pass",
