@@ -243,9 +243,13 @@ TEST(MindSporeCkpt, FileBuiltWithGeneratedClassesLoadsIntoAnyLayout) {
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   EXPECT_EQ(info->step, 40);
   EXPECT_EQ(info->epoch, 4);
-  ASSERT_EQ(info->tensors.size(), 3u);
+  // Numeric scalars (epoch_num, step_num, "scalar") are tensors and info values both: a
+  // state without them loads strictly below (they are not "unexpected").
+  ASSERT_EQ(info->tensors.size(), 5u);
   EXPECT_EQ(info->tensors[1].chunks.size(), 7u);  // [0:2,:] [2:3,0:1] | [2:3,1:3] [3:4,:] [4:5,0:1] | [4:5,1:3] [5:8,:]
   EXPECT_EQ(info_value_to_string(info->info.at("note")), "ok\xc3\xa9");
+  EXPECT_EQ(info_value_to_string(info->info.at("scalar")), info_value_to_string(InfoValue(3.25)));
+  EXPECT_EQ(info_value_to_string(info->info.at("epoch_num")), "4");
   ASSERT_TRUE(verify_checkpoint(path).ok());
 
   expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {

@@ -303,8 +303,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
       DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, lookup->second, e));
       plan.emplace_back(i, it->second);
     }
-    for (const auto& [name, i] : stored)
-      if (!asked.count(name)) result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
+    for (const auto& [name, i] : stored)  // (a scalar that is also an info value is reported as one)
+      if (!asked.count(name) && !names.info_scalars.count(name))
+        result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
     DISTCKPT_RETURN_IF_ERROR(internal_plan::refuse_unexpected(names, state, options, dir));
     // Whether this load reads directly, by its first box (phase 2 asks again for each
     // chunk and file): a chunk needed whole, not encrypted, of a file that reads directly.

@@ -51,6 +51,9 @@ Result<LoadNames> load_names(const proto::Index& index, const LoadOptions& optio
       return invalid_argument("tensors '" + pos->second + "' and '" + stored + "' would both be loaded as '" +
                               name + "'");
     out.by_state_name[name] = i;
+    const auto& shape = index.tensors(i).global_shape();
+    if (index.info().count(stored) && (shape.empty() || (shape.size() == 1 && shape[0] == 1)))
+      out.info_scalars.insert(name);
   }
   return out;
 }
@@ -60,7 +63,7 @@ Status refuse_unexpected(const LoadNames& names, const StateDict& state, const L
   if (options.allow_unexpected || !options.only.empty()) return Status();  // `only` loads a subset by design
   std::vector<std::string> unexpected;
   for (const auto& [name, index] : names.by_state_name)
-    if (state.find(name) < 0) unexpected.push_back(name);
+    if (state.find(name) < 0 && !names.info_scalars.count(name)) unexpected.push_back(name);
   if (unexpected.empty()) return Status();
   constexpr std::size_t kNamed = 8;
   std::string listed;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct LoadNames {
   std::vector<std::string> filtered_out;
   // Whether any filter or rename is set (messages say so when a tensor is missing).
   bool selective = false;
+  // State names of stored scalars (0-d or [1]) that are also info values (a foreign .ckpt's
+  // append info): loaded where the state has them, never "unexpected" where it has not.
+  std::set<std::string> info_scalars;
 };
 
 // kInvalidArgument for a prefix list that overlaps the other (one prefix of a

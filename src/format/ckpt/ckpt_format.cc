@@ -1,7 +1,9 @@
 // Describing a scanned .ckpt as an index (the reader's half that knows distckpt's
 // metadata and encryption), and the ckpt format's row of the format table.
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/strings.h"
@@ -98,6 +100,33 @@ Result<proto::Tensor> encrypted_tensor(const CkptScan& scan, std::size_t i, std:
   return t;
 }
 
+// The info value of a scalar record of an integer, floating or boolean type (its content
+// one element), or none.
+std::optional<proto::InfoValue> scalar_info(const CkptRecord& r) {
+  const auto dtype = ms_type_from_name(r.type);
+  if (!dtype || r.content_bytes != dtype_size(*dtype) || r.small_content.size() != r.content_bytes) return std::nullopt;
+  const char* p = r.small_content.data();
+  proto::InfoValue v;
+  auto as = [p](auto zero) {
+    std::memcpy(&zero, p, sizeof(zero));
+    return zero;
+  };
+  switch (*dtype) {
+    case DType::kInt8: v.set_int_value(as(int8_t{})); break;
+    case DType::kInt16: v.set_int_value(as(int16_t{})); break;
+    case DType::kInt32: v.set_int_value(as(int32_t{})); break;
+    case DType::kInt64: v.set_int_value(as(int64_t{})); break;
+    case DType::kUInt8: v.set_int_value(as(uint8_t{})); break;
+    case DType::kUInt16: v.set_int_value(as(uint16_t{})); break;
+    case DType::kUInt32: v.set_int_value(as(uint32_t{})); break;
+    case DType::kFloat32: v.set_float_value(as(float{})); break;
+    case DType::kFloat64: v.set_float_value(as(double{})); break;
+    case DType::kBool: v.set_bool_value(as(uint8_t{}) != 0); break;
+    default: return std::nullopt;  // (uint64 beyond int64, 16-bit floats: tensors only)
+  }
+  return v;
+}
+
 }  // namespace
 
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
@@ -169,21 +198,14 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
         i = j;
         continue;
       }
-      if ((first.tag == "epoch_num" || first.tag == "step_num") && (first.type == "Int64" || first.type == "Int32") &&
-          first.content_bytes == (first.type == "Int64" ? 8u : 4u)) {
-        int64_t v = 0;
-        if (first.type == "Int64") std::memcpy(&v, first.small_content.data(), 8);
-        else {
-          int32_t v32;
-          std::memcpy(&v32, first.small_content.data(), 4);
-          v = v32;
-        }
-        (*index.mutable_info())[first.tag].set_int_value(v);
-        if (first.tag == "epoch_num") index.set_epoch(v);
-        else index.set_step(v);
-        order.push_back(first.tag);
-        i = j;
-        continue;
+      // A numeric scalar (MindSpore's epoch_num, step_num, an append_info "lr") is an info
+      // value too, and stays a tensor that loads where a state has one of its name.
+      if (auto value = scalar_info(first)) {
+        (*index.mutable_info())[first.tag] = *value;
+        if (value->value_case() == proto::InfoValue::kIntValue && first.tag == "epoch_num")
+          index.set_epoch(value->int_value());
+        if (value->value_case() == proto::InfoValue::kIntValue && first.tag == "step_num")
+          index.set_step(value->int_value());
       }
     }
     if (scan.encryption) {
