@@ -144,6 +144,53 @@ TEST(Gc, RemovesOnlyEntriesWhoseOwnerIsProvablyGone) {
   EXPECT_TRUE(fs::exists(fresh_remote));
 }
 
+// The catalog's temporary files (latest's, the commit counter's) name their owner: a
+// process killed between writing one and renaming it leaves a file gc removes once that
+// owner is gone, by the rules of a save's entry; one whose owner runs stays.
+TEST(Gc, CollectsTemporaryFilesOnceTheirOwnerIsGone) {
+  TempDir dir;
+  const std::string root = dir.path();
+  FileSystem& fsys = *posix_filesystem();
+  // A child writes latest's temporary file and is killed before its rename.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const std::string tmp = make_owned_tmp_name(root, "latest");
+    std::ofstream(tmp) << "run-0_4\n";
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  const std::string mine = make_owned_tmp_name(root + "/" + kMetaDir, "seq");  // this process: running
+  fs::create_directories(root + "/" + kMetaDir);
+  write_text(mine, "8\n");
+  // Another host's: judged by age against the lease (it lives for one write and rename).
+  const std::string remote_fresh = root + "/latest.tmp-00000000000000aa.owner-0badcafe-12-34";
+  const std::string remote_stale = root + "/latest.tmp-00000000000000bb.owner-0badcafe-12-34";
+  write_text(remote_fresh, "x\n");
+  write_text(remote_stale, "x\n");
+  age(remote_stale, std::chrono::hours(1));
+  std::set<std::string> before;
+  for (const auto& e : fs::directory_iterator(root)) before.insert(e.path().filename().string());
+  ASSERT_EQ(before.size(), 4u);  // the child's, two remote ones, the catalog directory
+
+  auto done = collect_garbage(fsys, root, GcOptions{});
+  ASSERT_TRUE(done.ok()) << done.status().to_string();
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(root)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{kMetaDir, "latest.tmp-00000000000000aa.owner-0badcafe-12-34"}));
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_EQ(done->removed.size(), 2u);
+  EXPECT_FALSE(tmp_file_owner("latest.tmp-0123456789abcdef").has_value());  // an older build's: by hand only
+}
+
 // A lock a breaker set aside (it found a new holder in it and could not put it back, or
 // the breaker died half way) is collected by the same rules as a save's entry; the
 // catalog's own records are never touched.

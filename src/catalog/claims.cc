@@ -107,7 +107,7 @@ Result<uint64_t> claim_commit_seq(FileSystem& fs, const std::string& root) {
   if (next >= internal_format::kCommitSeqLimit)
     return corruption("root '" + root + "': commit numbers are exhausted (a checkpoint holds " +
                       std::to_string(next - 1) + ")");
-  const std::string tmp = make_tmp_name(root + "/" + kMetaDir, "seq");
+  const std::string tmp = make_owned_tmp_name(root + "/" + kMetaDir, "seq");
   Status st = write_file_synced(fs, tmp, std::to_string(next) + "\n");
   if (st.ok()) st = lock->still_held();
   if (st.ok()) st = fs.rename(tmp, counter);

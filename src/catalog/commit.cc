@@ -50,7 +50,7 @@ Status move_latest(FileSystem& fs, const std::string& root, const std::string& n
     auto index = internal_format::read_stored_index(fs, root + "/" + current);
     if (index.ok() && index->commit_seq() > commit_seq) return Status();  // a later save's: keep it
   }
-  const std::string tmp_latest = make_tmp_name(root, kLatestFileName);
+  const std::string tmp_latest = make_owned_tmp_name(root, kLatestFileName);
   Status st = [&]() -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_writable(tmp_latest));
     const std::string text = name + "\n";

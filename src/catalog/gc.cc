@@ -77,12 +77,33 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
   auto collect_in = [&](const std::string& dir, const std::string& shown_prefix) -> Status {
     DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(dir));
     for (const auto& e : entries) {
-      if (!is_in_flight_name(e.name) || e.name.rfind(".distckpt-clock", 0) == 0) continue;
+      if (!is_in_flight_name(e.name)) continue;
       const std::string path = dir + "/" + e.name;
       GcEntry entry{shown_prefix + e.name, "", false};
       bool gone = false;
       auto owner = e.is_dir ? read_owner(fs, path) : Result<OwnerRecord>(not_found("a file"));
-      if (owner.ok()) {
+      // An entry without an owner record may name its owner (a temporary file, a trash
+      // directory).
+      const std::optional<TmpFileOwner> file_owner =
+          owner.ok() ? std::nullopt : tmp_file_owner(e.name);
+      if (file_owner) {
+        // A temporary file lives for one write and rename under a lock, a trash directory
+        // for one removal: a remote one older than the lease is abandoned too.
+        if (file_owner->host_tag == OwnerRecord::self().host_tag()) {
+          OwnerRecord local = OwnerRecord::self();
+          local.pid = file_owner->pid;
+          local.start_time = file_owner->start_time;
+          gone = local.local_process_gone();
+          entry.reason = "owner pid " + std::to_string(file_owner->pid) + " on this host " +
+                         (gone ? "is gone" : "is running");
+        } else {
+          const auto age = age_s(path);
+          gone = age && *age > lease;
+          entry.reason = "owner pid " + std::to_string(file_owner->pid) + " on another host: " +
+                         (age ? seconds_text(*age) + " old" : std::string("age unknown")) +
+                         (gone ? ", past the lease of " : ", within the lease of ") + seconds_text(lease);
+        }
+      } else if (owner.ok()) {
         if (owner->is_local()) {
           gone = owner->local_process_gone();
           entry.reason = "owner pid " + std::to_string(owner->pid) + " on this host " +

@@ -49,7 +49,7 @@ std::string make_trash_name(const std::string& root, const std::string& name) {
 std::optional<std::string> trashed_name(const std::string& entry) {
   // Checkpoint names cannot contain ".tmp-" and saves use ".tmp-<16 hex>", so only
   // retirement makes these.
-  static const std::regex trash_re(R"((.+)\.tmp-deleting-[0-9a-f]{16})");
+  static const std::regex trash_re(R"((.+)\.tmp-deleting-[0-9a-f]{16}(\.owner-[0-9a-f]{8}-[0-9]+-[0-9]+)?)");
   std::smatch m;
   if (!std::regex_match(entry, m, trash_re)) return std::nullopt;
   return m[1].str();

@@ -1,6 +1,8 @@
 #include "catalog/owner.h"
 
 #include <sys/stat.h>
+
+#include <regex>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <sstream>
 
 #include "catalog/names.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_catalog {
 
@@ -105,6 +108,38 @@ bool OwnerRecord::is_local() const {
   return hostname == me.hostname && boot_id == me.boot_id && !boot_id.empty() && pid_namespace == me.pid_namespace;
 }
 
+std::string OwnerRecord::host_tag() const {
+  const std::string identity = hostname + "\n" + boot_id + "\n" + std::to_string(pid_namespace);
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", internal_transform::crc32c(identity.data(), identity.size()));
+  return hex;
+}
+
+std::string owner_suffix() {
+  const OwnerRecord me = OwnerRecord::self();
+  return ".owner-" + me.host_tag() + "-" + std::to_string(me.pid) + "-" + std::to_string(me.start_time);
+}
+
+std::string make_owned_tmp_name(const std::string& dir, const std::string& name) {
+  return make_tmp_name(dir, name) + owner_suffix();
+}
+
+std::optional<TmpFileOwner> tmp_file_owner(const std::string& entry) {
+  static const std::regex owned(
+      R"(.*\.tmp-(deleting-)?[0-9a-f]{16}\.owner-([0-9a-f]{8})-([0-9]{1,18})-([0-9]{1,19}))");
+  std::smatch m;
+  if (!std::regex_match(entry, m, owned)) return std::nullopt;
+  TmpFileOwner o;
+  o.host_tag = m[2];
+  try {
+    o.pid = std::stoll(m[3]);
+    o.start_time = std::stoull(m[4]);
+  } catch (const std::exception&) {  // out of range: not a name we made
+    return std::nullopt;
+  }
+  return o;
+}
+
 bool OwnerRecord::local_process_gone() const {
   const auto started = process_start_time(pid);
   return !started || *started != start_time;
@@ -180,7 +215,7 @@ void Heartbeat::beat() {
 }
 
 Result<int64_t> file_system_now_ns(FileSystem& fs, const std::string& root) {
-  const std::string probe = make_tmp_name(root, ".distckpt-clock");
+  const std::string probe = make_owned_tmp_name(root, ".distckpt-clock");
   DISTCKPT_RETURN_IF_ERROR(write_file_synced(fs, probe, "clock\n"));
   auto now = fs.modified_time_ns(probe);
   (void)fs.remove_file(probe);

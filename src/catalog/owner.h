@@ -43,7 +43,26 @@ struct OwnerRecord {
   bool is_local() const;
   // Local owners only: the process is gone (no such pid, or another process with it).
   bool local_process_gone() const;
+  // 8 hex digits naming the host, its boot and the pid namespace (CRC32C of the three):
+  // what a temporary file's name carries (make_owned_tmp_name).
+  std::string host_tag() const;
 };
+
+// A fresh "<dir>/<name>.tmp-<random hex>.owner-<host tag>-<pid>-<start time>" path: a
+// temporary file of the catalog (`latest`'s, the commit counter's, a clock probe) names
+// its owner, so that gc removes it once that owner is gone (a file holds no owner record).
+std::string make_owned_tmp_name(const std::string& dir, const std::string& name);
+// ".owner-<host tag>-<pid>-<start time>" of this process (retirement's trash names end
+// with it too).
+std::string owner_suffix();
+// The owner a temporary entry's name carries (a file of make_owned_tmp_name, a trash
+// directory of retirement), or nullopt for a name without one (an older build's).
+struct TmpFileOwner {
+  std::string host_tag;
+  int64_t pid = 0;
+  uint64_t start_time = 0;
+};
+std::optional<TmpFileOwner> tmp_file_owner(const std::string& entry);
 
 // Writes `record` into the entry directory `dir` (kOwnerFile; fsynced unless `sync` is
 // false, for short-lived locks whose record need not survive a crash of the host).

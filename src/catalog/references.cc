@@ -123,7 +123,7 @@ Result<bool> free_unreferenced(FileSystem& fs, const RootLock& lock, const std::
   }
   // Nothing referenced: the directory goes the way retirement always removed one,
   // renamed away first so that no half-removed entry is ever seen under its name.
-  const std::string renamed = make_trash_name(root, name);
+  const std::string renamed = make_trash_name(root, name) + owner_suffix();
   DISTCKPT_RETURN_IF_ERROR(lock.still_held());
   DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(dir, renamed));
   (void)fs.sync_dir(root);
@@ -139,7 +139,7 @@ Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::str
   // Renamed away (atomically, durably); the removal itself runs after the lock is
   // released: a trash name is never a checkpoint, never read, never referenced.
   auto rename_away = [&](std::vector<std::string>* trash) -> Status {
-    const std::string renamed = make_trash_name(root, name);
+    const std::string renamed = make_trash_name(root, name) + owner_suffix();
     DISTCKPT_RETURN_IF_ERROR(fs.rename_no_replace(path, renamed));
     DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(root));
     trash->push_back(renamed);
