@@ -2,7 +2,7 @@
 import numpy as _np
 
 from . import _distckpt
-from ._args import _name_map_arg, _path_arg
+from ._args import _bool_arg, _name_map_arg, _path_arg
 from ._results import CheckpointInfo, _from
 from ._state import _NUMPY_DTYPES
 from ._distckpt import MismatchError
@@ -28,9 +28,10 @@ def _numpy_dtype(name):
 class Reader:
     """One checkpoint in any format (native, .ckpt, safetensors, .h5), read in this process."""
 
-    def __init__(self, path, key=None):
-        self._native = _distckpt._Reader(_path_arg("Reader", "path", path), key)
+    def __init__(self, path, key=None, check=False):
+        self._native = _distckpt._Reader(_path_arg("Reader", "path", path), key, _bool_arg("Reader", "check", check))
         self._tensors = self._native.tensors()
+        self._warned = False
         self.bytes_read = 0
 
     def keys(self):
@@ -56,6 +57,12 @@ class Reader:
         if name not in self._tensors:
             raise KeyError(f"no tensor '{name}' in this checkpoint")
         offset, shape = (list(box[0]), list(box[1]))
+        if not self._warned:  # once per reader: what reads of this checkpoint cannot check
+            self._warned = True
+            reason = self._open().unchecked_reason()
+            if reason:
+                import warnings
+                warnings.warn(f"distckpt.open: {reason} (distckpt.open(..., check=True))", stacklevel=2)
         out = _np.empty(shape, dtype=_numpy_dtype(self._tensors[name][0]))
         self.bytes_read += self._open().read_into(name, offset, shape, out.reshape(-1).view(_np.uint8), bool(check))
         return out
@@ -124,6 +131,9 @@ class Reader:
         self.close()
 
 
-def open(path, key=None):  # noqa: A001 - the package's reader, as h5py.File / safetensors.safe_open
-    """Opens a checkpoint for reading without MPI."""
-    return Reader(path, key)
+def open(path, key=None, check=False):  # noqa: A001 - the package's reader, as h5py.File / safetensors.safe_open
+    """Opens a checkpoint for reading without MPI. Whole chunks read are checked against their
+    checksums; a file whose only checksum covers it whole (a .ckpt MindSpore wrote with its
+    footer) is read unchecked, with a warning at the first read, unless `check`, which reads
+    each file once now and checks its CRC-32 (CorruptionError on a mismatch)."""
+    return Reader(path, key, check)

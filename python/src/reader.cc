@@ -8,9 +8,10 @@ namespace {
 
 class PyReader {
  public:
-  PyReader(const std::string& path, const py::object& key) : key_(key_from(key)) {
+  PyReader(const std::string& path, const py::object& key, bool check_files) : key_(key_from(key)) {
     auto r = without_gil([&] { return internal_tools::CheckpointReader::open(posix_filesystem(), path, key_.get()); });
     reader_ = take(std::move(r));
+    if (check_files) check(without_gil([&] { return reader_->check_files(); }));
     for (int t = 0; t < reader_->index().tensors_size(); ++t) by_name_[reader_->index().tensors(t).name()] = t;
   }
   std::vector<std::string> keys() const {
@@ -25,6 +26,7 @@ class PyReader {
       d[py::str(t.name())] = py::make_tuple(t.dtype(), std::vector<int64_t>(t.global_shape().begin(), t.global_shape().end()));
     return d;
   }
+  std::string unchecked_reason() const { return reader_->unchecked_reason(); }
   py::dict meta() const {
     const auto& index = reader_->index();
     py::dict d;
@@ -64,7 +66,8 @@ class PyReader {
 
 void bind_reader(py::module_& m) {
   py::class_<PyReader>(m, "_Reader")
-      .def(py::init<const std::string&, const py::object&>())
+      .def(py::init<const std::string&, const py::object&, bool>())
+      .def("unchecked_reason", &PyReader::unchecked_reason)
       .def("keys", &PyReader::keys)
       .def("tensors", &PyReader::tensors)
       .def("meta", &PyReader::meta)

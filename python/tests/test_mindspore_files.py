@@ -54,3 +54,35 @@ def test_a_mindspore_file_without_its_footer_loads_and_reports_its_scalars(comm,
     assert lr == 0.5  # where the state has one, it loads as a tensor
     with pytest.raises(distckpt.DistckptError, match="records no checksums"):
         distckpt.load(comm, state, path, allow_unchecked=False)  # MindSpore's crc_check=True
+
+
+def test_the_reader_checks_what_it_can_and_says_what_it_cannot(comm, shared_dir):
+    import zlib
+    path = os.path.join(shared_dir, f"footer-{comm.rank}.ckpt")
+    w = np.arange(6, dtype=np.float32)
+    body = _record("w", [6], "Float32", w.tobytes())
+    crc = zlib.crc32(body)
+    with open(path, "wb") as f:  # MindSpore's crc_check=True: the footer covers the whole file
+        f.write(body + b"crc_num" + crc.to_bytes(10, "big"))
+    with distckpt.open(path) as r, pytest.warns(UserWarning, match="whole-file CRC-32"):
+        assert (r.tensor("w") == w).all()
+    with distckpt.open(path, check=True) as r:  # read once, checked: no warning
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert (r.tensor("w") == w).all()
+    flipped = bytearray(body)
+    flipped[-5] ^= 0x40  # a byte of w's data
+    with open(path, "wb") as f:
+        f.write(bytes(flipped) + b"crc_num" + crc.to_bytes(10, "big"))
+    with pytest.raises(distckpt.CorruptionError, match="CRC-32"):
+        distckpt.open(path, check=True)
+    # Our own .ckpt: every chunk's CRC32C, checked on each whole-tensor read, with no warning.
+    state = distckpt.StateDict(comm, {"w": w.copy()})
+    saved = distckpt.save(comm, state, os.path.join(shared_dir, "ours"), "ours", format="ckpt")
+    comm.barrier()
+    with distckpt.open(saved.path) as r:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert (r.tensor("w") == w).all()

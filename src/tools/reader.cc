@@ -9,6 +9,7 @@
 #include "format/stored.h"
 #include "plan/load_plan.h"
 #include "transform/cipher.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_tools {
 
@@ -20,6 +21,7 @@ struct CheckpointReader::Impl {
   std::vector<char> scratch;
   std::map<int, internal_plan::ChunkLookup> lookups;  // built on first use
   std::shared_ptr<const internal_transform::CheckpointCipher> cipher;  // encrypted sources
+  bool files_checked = false;  // check_files() passed
 };
 
 CheckpointReader::CheckpointReader() = default;
@@ -40,6 +42,32 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
 }
 
 const proto::Index& CheckpointReader::index() const { return impl_->index; }
+
+std::string CheckpointReader::unchecked_reason() const {
+  const Impl& m = *impl_;
+  if (m.cipher || internal_format::has_chunk_checksums(m.index) || m.files_checked) return "";
+  if (internal_format::has_file_crc32(m.index))
+    return "'" + m.dir + "': only a whole-file CRC-32 footer covers its data, which reads of single tensors do not "
+           "check (check the files first to have them checked)";
+  return "'" + m.dir + "': " + internal_format::data_checks_text(m.index) + ": its data is not checked";
+}
+
+Status CheckpointReader::check_files() {
+  Impl& m = *impl_;
+  if (m.files_checked) return Status();
+  for (int f = 0; f < m.index.files_size(); ++f) {
+    const auto& meta = m.index.files(f);
+    if (meta.crc32_covered() == 0) continue;
+    DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, m.files->get(static_cast<uint32_t>(f)));
+    DISTCKPT_ASSIGN_OR_RETURN(uint32_t crc, internal_format::file_crc32(*file, 0, meta.crc32_covered()));
+    if (crc != meta.crc32())
+      return corruption("'" + m.files->path(static_cast<uint32_t>(f)) + "': CRC-32 " +
+                        internal_transform::crc32c_hex(crc) + " != footer " + internal_transform::crc32c_hex(meta.crc32()) +
+                        " (the file was modified or damaged)");
+  }
+  m.files_checked = internal_format::has_file_crc32(m.index);
+  return Status();
+}
 
 Status CheckpointReader::read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial) {
   if (tensor < 0 || tensor >= impl_->index.tensors_size())

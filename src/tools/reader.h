@@ -26,6 +26,14 @@ class CheckpointReader {
   // are checked either way). kInvalidArgument for a region that is not a box inside the
   // tensor (wrong number of dims, negative, out of bounds).
   Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial = true);
+  // Why reads are not checked, or "" when every chunk read whole is (chunk checksums, an
+  // encrypted checkpoint, or check_files() passed): a file MindSpore wrote, whose footer
+  // covers the whole file and is not read per tensor, or data that records no checksums.
+  std::string unchecked_reason() const;
+  // Reads every data file whole once and checks its whole-file CRC-32 (a .ckpt's footer);
+  // kCorruption naming the file on a mismatch. Then unchecked_reason() is "" for a
+  // checkpoint that has those CRCs. Cached: a second call reads nothing.
+  Status check_files();
 
  private:
   CheckpointReader();

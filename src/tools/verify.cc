@@ -7,6 +7,7 @@
 
 #include "distckpt/inspect.h"
 #include "format/chunk_reader.h"
+#include "format/ckpt/ms_ckpt.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
@@ -140,6 +141,15 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
         return corruption("verify: '" + file_path + "': CRC-32 " + internal_transform::crc32c_hex(crc) + " != footer " +
                           internal_transform::crc32c_hex(meta.crc32()));
       report.bytes_checked += meta.crc32_covered();
+      // A per-rank .ckpt file's own footer, as MindSpore's loader checks it: the set's
+      // index holds the CRC the writer computed, the file the footer MindSpore reads.
+      if (internal_format::is_per_rank_set(index) && size == meta.crc32_covered() + internal_format::kCkptFooterBytes) {
+        std::string tail(internal_format::kCkptFooterBytes, '\0');
+        DISTCKPT_RETURN_IF_ERROR((*file)->read_at(tail.data(), tail.size(), meta.crc32_covered()).with_context("verify"));
+        if (tail != internal_format::ckpt_footer(crc))
+          return corruption("verify: '" + file_path + "': its CRC-32 footer does not hold the file's CRC-32 " +
+                            internal_transform::crc32c_hex(crc) + " (damaged: MindSpore would refuse the file)");
+      }
     }
     if (!checksums && !cipher) {
       // Nothing to check the bytes against (HDF5, a .ckpt without its footer): each is

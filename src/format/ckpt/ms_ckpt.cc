@@ -265,9 +265,12 @@ Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::s
     char tail[kCkptFooterBytes];
     DISTCKPT_RETURN_IF_ERROR(file.read_at(tail, sizeof(tail), size - sizeof(tail)));
     if (std::memcmp(tail, kFooterMagic, 7) == 0) {
+      // 10 big-endian bytes, of which a CRC-32 fills the last 4 (the first 6 are zero; a
+      // 64-bit accumulator would drop the first 2, so each is checked).
       uint64_t v = 0;
-      for (int i = 7; i < 17; ++i) v = (v << 8) | static_cast<uint8_t>(tail[i]);
-      if (v > 0xffffffffu) return corruption("'" + path + "': the CRC footer holds " + std::to_string(v) + ", more than 32 bits");
+      for (int i = 7; i < 13; ++i)
+        if (tail[i] != 0) return corruption("'" + path + "': the CRC footer holds more than 32 bits");
+      for (int i = 13; i < 17; ++i) v = (v << 8) | static_cast<uint8_t>(tail[i]);
       scan.footer = static_cast<uint32_t>(v);
       end = size - kCkptFooterBytes;
     }
