@@ -178,9 +178,11 @@ class CheckpointManager {
     explicit MetricsInOrder(std::vector<std::pair<std::string, double>> in_order) : values(std::move(in_order)) {}
     std::vector<std::pair<std::string, double>> values;
   };
-  // Collective. step_end and end with metrics in the caller's order; otherwise the same.
+  // Collective. step_end, end and save_now with metrics in the caller's order; otherwise
+  // the same.
   Result<StepOutcome> step_end(int64_t step, int64_t epoch, const MetricsInOrder& metrics, bool epoch_end = false);
   Result<StepOutcome> end(int64_t step, int64_t epoch, const MetricsInOrder& metrics, bool epoch_end = false);
+  Result<StepOutcome> save_now(int64_t step, int64_t epoch, const MetricsInOrder& metrics, const std::string& suffix = "");
   // Collective. Completes a save in flight, then saves the final state (save_last)
   // unless this step was just saved. `epoch_end`: the last step ended epoch `epoch` (the
   // checkpoint is then the one ResumeOptions::epoch finds for it).

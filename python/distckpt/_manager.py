@@ -351,8 +351,8 @@ class CheckpointManager(_Closing):
         except Exception as error:  # any failed check (OverflowError too)
             self._native.abort_after_error(f"{type(error).__name__}: {error}")
             raise
-        if name != "save_now":  # in the caller's order: save_best "auto" takes the first reported
-            args = (args[0], args[1], list(args[2].items()), args[3])
+        # In the caller's order: save_best "auto" takes the first reported.
+        args = (args[0], args[1], list(args[2].items()), args[3])
         outcome = getattr(self._native, name)(*args)
         self._raise_handler_interrupt()
         return _from(StepOutcome, outcome)

@@ -271,8 +271,8 @@ class PyManager {
   py::dict end(int64_t step_, int64_t epoch, const Ordered& metrics, bool epoch_end) {
     return step([&](CheckpointManager& m) { return m.end(step_, epoch, CheckpointManager::MetricsInOrder{metrics}, epoch_end); });
   }
-  py::dict save_now(int64_t step_, int64_t epoch, const std::map<std::string, double>& metrics, const std::string& suffix) {
-    return step([&](CheckpointManager& m) { return m.save_now(step_, epoch, metrics, suffix); });
+  py::dict save_now(int64_t step_, int64_t epoch, const Ordered& metrics, const std::string& suffix) {
+    return step([&](CheckpointManager& m) { return m.save_now(step_, epoch, CheckpointManager::MetricsInOrder{metrics}, suffix); });
   }
   py::dict save_after_exception(const std::string& what) {
     CheckpointManager& self = get();

@@ -47,8 +47,10 @@ ROWS = [
      "more than N seconds since the last save was decided, on rank 0's clock for every rank; steps win when both "
      "are set",
      ("accepts", "mindspore", {"save_checkpoint_steps": 0, "save_checkpoint_seconds": 30})),
-    (MS, "keep_checkpoint_max", "keep_max", "exact",
-     "0 with keep_checkpoint_per_n_minutes 0 keeps 1, as MindSpore; only this run's series is counted",
+    (MS, "keep_checkpoint_max", "keep_max", "differs",
+     "only this run's series is counted (MindSpore counts every file starting with the prefix, prefix_1's too); "
+     "0 with keep_checkpoint_per_n_minutes 0 keeps 1 in the Python preset, as MindSpore, every checkpoint in "
+     "C++",
      ("accepts", "mindspore", {"keep_checkpoint_max": 0, "keep_checkpoint_per_n_minutes": 0})),
     (MS, "keep_checkpoint_per_n_minutes", "keep_per_n_minutes", "exact",
      "MindSpore's window replayed: the previous save's start in memory, commit times as mtimes, a strict <",
@@ -101,7 +103,9 @@ ROWS = [
     (MS, "ModelCheckpoint's saves (a step saved once, the end forced)", "step_end, end", "exact",
      "a second step_end of the same step saves nothing; end saves the last state unless just saved",
      ("test", PM, "test_step_end_twice_for_one_step_saves_once")),
-    (MS, "every save and keep policy 0", "validate", "exact", "a ValueError, as CheckpointConfig raises",
+    (MS, "every save and keep policy 0", "CheckpointManager.mindspore (Python)", "differs",
+     "a ValueError in the Python preset, as CheckpointConfig raises; C++ validate() accepts it while save_last is "
+     "on",
      ("refuses", "mindspore", {"save_checkpoint_steps": 0, "keep_checkpoint_max": 0}, ValueError, "all None or 0")),
     # ---- MindSpore load_checkpoint ----
     (MSL, "ckpt_file_name", "path", "exact", "a checkpoint or a root (its newest)", ("load", ["path"])),
@@ -109,9 +113,12 @@ ROWS = [
     (MSL, "strict_load", "strict", "differs",
      "strict=True by default (MindSpore: False) refuses missing tensors; no name-suffix matching",
      ("load", ["strict"])),
-    (MSL, "filter_prefix", "filter_prefix", "exact", "also resume()", ("load", ["filter_prefix"])),
-    (MSL, "specify_prefix", "specify_prefix", "exact", "also resume()", ("load", ["specify_prefix"])),
-    (MSL, "choice_func", "choice_func", "exact", "called on every rank; also resume()", ("load", ["choice_func"])),
+    (MSL, "filter_prefix", "filter_prefix", "exact", "also distckpt.CheckpointManager.resume() (not distckpt.torch's)",
+     ("load", ["filter_prefix"])),
+    (MSL, "specify_prefix", "specify_prefix", "exact", "also distckpt.CheckpointManager.resume() (not distckpt.torch's)",
+     ("load", ["specify_prefix"])),
+    (MSL, "choice_func", "choice_func", "exact",
+     "called on every rank; also distckpt.CheckpointManager.resume() (not distckpt.torch's)", ("load", ["choice_func"])),
     (MSL, "dec_key", "key", "exact", "load's key; the manager's enc_key", ("load", ["key"])),
     (MSL, "dec_mode", "(read from the file)", "refused", "the mode is recorded in the checkpoint: nothing to pass",
      ("load_lacks", "dec_mode")),
@@ -146,7 +153,7 @@ ROWS = [
      "accepts the hook); with save_best it keeps only the bests",
      ("accepts", "mmengine", {"save_last": False, "save_best": "acc"})),
     (MM, "save_best", "save_best", "differs",
-     "'auto' is the first metric reported; a new best saves a regular checkpoint of its step too "
+     "'auto' is the first metric reported (step_end, end and save_now keep the caller's order); a new best saves a regular checkpoint of its step too "
      "(regular_at_best); distckpt.torch's best leaves optimizers and schedulers out by type, a StateDict's holds "
      "every tensor unless best_prefixes. The best is named with the call's counter, which is MMEngine's "
      "runner.epoch/iter at validation (already advanced past the epoch or iteration it ends)",
@@ -171,8 +178,9 @@ ROWS = [
     (MM, "save_begin", "save_begin", "exact", "", ("accepts", "mmengine", {"save_begin": 3})),
     (MM, "**kwargs", "(none)", "refused", "an unknown name is a TypeError naming it",
      ("refuses", "mmengine", {"intervall": 1}, TypeError, "intervall")),
-    (MM, "_save_checkpoint_with_step after a new best", "regular_at_best", "exact",
-     "on in the preset; never a second checkpoint of a step",
+    (MM, "_save_checkpoint_with_step after a new best", "regular_at_best", "differs",
+     "on in the preset, once this run has committed a regular checkpoint (MMEngine's last_ckpt); a step that has "
+     "one is never saved again (MMEngine rewrites it to store the best score, which our best copies hold)",
      ("test", S, "MMEngineSavesARegularCheckpointAtEachNewBest")),
     # ---- Caffe2 ----
     (C2, "db_prefix", "directory", "differs", "one collective checkpoint for all nodes, not a database per node",
@@ -207,8 +215,9 @@ ROWS = [
     (C2, "MultiNodeCheckpointManager", "the collective manager", "differs",
      "every rank commits one checkpoint together, rank 0 coordinating (not a database per node)",
      ("test", "mpi_tests/manager_mpi_test.cc", "StepsSecondsRetentionAndResumeAgreeOnEveryRank")),
-    (C2, "report_checkpoint_stats", "metadata_handler.report, stats.jsonl", "exact",
-     "the handler's report after each save and resume; every save's and resume's figures in stats.jsonl",
+    (C2, "report_checkpoint_stats", "metadata_handler.report, stats.jsonl", "differs",
+     "the handler's report(action_name, {path: ns}) after each save and resume, 'checkpoint_load' also for a "
+     "partial resume (only=), one path for all nodes; every save's and resume's figures in stats.jsonl",
      ("test", PY, "test_a_caffe2_metadata_handler_is_called_as_job_runner_calls_it")),
 ]
 

@@ -294,3 +294,9 @@ def test_save_best_auto_takes_the_first_metric_reported(comm, shared_dir):
     comm.barrier()
     best = sorted(e.name for e in distckpt.list_checkpoints(shared_dir) if e.name.startswith("best_"))
     assert best and all(n.startswith("best_val_loss_") for n in best), best
+    root = os.path.join(shared_dir, "now")  # save_now keeps the caller's order too
+    with distckpt.CheckpointManager(comm, state, directory=root, save_every_steps=0, save_best="auto") as m:
+        m.save_now(1, metrics={"val_loss": 0.5, "acc": 0.1})
+        m.end(1)
+    comm.barrier()
+    assert any(e.name.startswith("best_val_loss_") for e in distckpt.list_checkpoints(root))

@@ -129,6 +129,15 @@ Result<StepOutcome> CheckpointManager::end(int64_t step, int64_t epoch, const Me
   return out;
 }
 
+Result<StepOutcome> CheckpointManager::save_now(int64_t step, int64_t epoch, const MetricsInOrder& metrics,
+                                                const std::string& suffix) {
+  const std::map<std::string, double> by_name(metrics.values.begin(), metrics.values.end());
+  impl_->first_metric = metrics.values.empty() ? "" : metrics.values.front().first;
+  auto out = save_now(step, epoch, by_name, suffix);
+  impl_->first_metric.clear();
+  return out;
+}
+
 Status CheckpointManager::Impl::resolve_best_auto(const std::map<std::string, double>& metrics) {
   if (!best_auto_pending || metrics.empty()) return Status();
   // MMEngine's "auto": the first metric reported (in the caller's order when it gave one).
