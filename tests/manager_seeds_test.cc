@@ -211,7 +211,9 @@ TEST(SeedManager, Caffe2MetadataHandlerIsCalledAsJobRunnerCallsIt) {
       if (by_step.step != 10) return internal_error("by step: " + std::to_string(by_step.step));
       return Status();
     }));
-    EXPECT_EQ(handler->calls, (std::vector<std::string>{"set_params", "last_epoch 3",
+    // set_params again once resume adopts the series it resumes ("job", not the new run's "job_1").
+    EXPECT_EQ(handler->params.prefix, "job");
+    EXPECT_EQ(handler->calls, (std::vector<std::string>{"set_params", "last_epoch 3", "set_params",
                                                          std::string("report checkpoint_load job-") +
                                                              (choice == 1 ? "1_10" : "3_30"),
                                                          "report checkpoint_load job-1_10"}));

@@ -49,8 +49,9 @@ class MetadataHandler {
  public:
   virtual ~MetadataHandler() = default;
   // Where the manager writes (Caffe2's set_params(db_prefix, db_type, node_names,
-  // path_prefix, path_type)): once, by CheckpointManager::create(), with the series
-  // prefix chosen; `hosts` holds each node's host name once, in rank order.
+  // path_prefix, path_type)): by CheckpointManager::create(), with the series prefix
+  // chosen, and again when resume() adopts the series it resumes from; `hosts` holds each
+  // node's host name once, in rank order.
   struct Params {
     std::string directory, prefix, format;
     std::vector<std::string> hosts;

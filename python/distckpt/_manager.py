@@ -408,6 +408,8 @@ class CheckpointManager(_Closing):
         return _from(ResumeResult, result)
 
     def best_checkpoint(self, metric=""):
+        """Collective (every rank calls it): the path of the best checkpoint of `metric`, one of
+        save_best's ("": the first). NotFoundError when there is none yet."""
         return self._native.best_checkpoint(_str_arg("CheckpointManager.best_checkpoint", "metric", metric))
 
     def publish(self, target=""):

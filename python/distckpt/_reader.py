@@ -62,7 +62,7 @@ class Reader:
             reason = self._open().unchecked_reason()
             if reason:
                 import warnings
-                warnings.warn(f"distckpt.open: {reason} (distckpt.open(..., check=True))", stacklevel=2)
+                warnings.warn(f"distckpt.open: {reason}", stacklevel=3)
         out = _np.empty(shape, dtype=_numpy_dtype(self._tensors[name][0]))
         self.bytes_read += self._open().read_into(name, offset, shape, out.reshape(-1).view(_np.uint8), bool(check))
         return out

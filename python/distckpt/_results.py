@@ -79,7 +79,14 @@ class StepOutcome:
     tier: str
     drained: List[str]
     exception_rank: int
+    exception: str = ""  #: what the exception on exception_rank said
     skipped: str = ""  #: a save that was due and was not made, and why (metadata_handler.cp_accessible)
+    #: on_failure="continue" with async_save: a background save started earlier failed
+    background_error: Optional[str] = None
+    published: List[str] = field(default_factory=list)  #: end() with publish_at_end / published_keys
+    uploaded: List[str] = field(default_factory=list)  #: uploads finished since the last call
+    upload_errors: List[str] = field(default_factory=list)  #: uploads that failed or were skipped
+    drain_error: Optional[str] = None  #: a local tier's drain that failed (the local checkpoint stays)
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,14 @@ py::dict outcome_dict(const StepOutcome& o) {
   d["tier"] = o.tier;
   d["drained"] = o.drained;
   d["exception_rank"] = o.exception_rank;
+  d["exception"] = o.exception;
   d["skipped"] = o.skipped;
+  d["background_error"] =
+      o.background_error.ok() ? py::object(py::none()) : py::object(py::str(o.background_error.to_string()));
+  d["published"] = o.published;
+  d["uploaded"] = o.uploaded;
+  d["upload_errors"] = o.upload_errors;
+  d["drain_error"] = o.drain_error.ok() ? py::object(py::none()) : py::object(py::str(o.drain_error.to_string()));
   return d;
 }
 

@@ -60,7 +60,9 @@ def test_a_caffe2_metadata_handler_is_called_as_job_runner_calls_it(comm, shared
         r = m.resume()
     assert r.resumed and r.step == 10 and (w == comm.rank).all()  # the handler's epoch, not the newest
     if comm.rank == 0:
-        assert handler.calls[1:] == [("last_epoch", None), ("checkpoint_load", "ckpt-1_10")]
+        # set_params again once resume adopts the series it resumes ("ckpt", not the new run's "ckpt_1")
+        assert handler.calls == [("set_params", "ckpt_1", "native", 1, "posix"), ("last_epoch", None),
+                                 ("set_params", "ckpt", "native", 1, "posix"), ("checkpoint_load", "ckpt-1_10")]
 
 
 def test_resume_takes_load_filters_and_renames(comm, shared_dir):

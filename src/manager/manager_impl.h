@@ -258,6 +258,8 @@ struct CheckpointManager::Impl {
   // rank); rank 0 calls its set_params.
   void metadata_set_params();
   bool has_metadata_handler = false;
+  // Rank 0, after resume() adopted another series: set_params again, with it.
+  void metadata_params_changed();
   // Collective: rank 0's cp_accessible(); false fills out->skipped (a warning).
   bool metadata_accessible(StepOutcome* out);
   // Rank 0, after a commit that moves `latest`: write() and report("checkpoint_save").

@@ -42,6 +42,10 @@ void CheckpointManager::Impl::metadata_set_params() {
   int64_t present = root() && cfg.metadata_handler ? 1 : 0;
   comm->broadcast(&present, sizeof(present), 0);  // the others ask rank 0's at each save
   has_metadata_handler = present != 0;
+  metadata_params_changed();
+}
+
+void CheckpointManager::Impl::metadata_params_changed() {
   if (!root() || !cfg.metadata_handler) return;
   MetadataHandler::Params params;
   params.directory = cfg.directory;

@@ -268,7 +268,9 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
   }
   impl.comm->broadcast_string(series, 0);
   if (series != impl.series) impl.forget_bests();
+  const bool adopted = series != impl.series;
   impl.series = series;
+  if (adopted) impl.metadata_params_changed();  // the handler learns the series it now writes
   if (impl.root()) {
     impl.abandoned = impl.newer_in_series(internal_base::base_name(chosen));
     // A rewind's next incremental save builds on the checkpoint resumed, not on the

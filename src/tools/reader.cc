@@ -46,10 +46,13 @@ const proto::Index& CheckpointReader::index() const { return impl_->index; }
 std::string CheckpointReader::unchecked_reason() const {
   const Impl& m = *impl_;
   if (m.cipher || internal_format::has_chunk_checksums(m.index) || m.files_checked) return "";
+  const std::string what = internal_format::is_single_file(m.index) && m.index.files_size() == 1
+                               ? m.dir + "/" + m.index.files(0).name()
+                               : m.dir;
   if (internal_format::has_file_crc32(m.index))
-    return "'" + m.dir + "': only a whole-file CRC-32 footer covers its data, which reads of single tensors do not "
-           "check (check the files first to have them checked)";
-  return "'" + m.dir + "': " + internal_format::data_checks_text(m.index) + ": its data is not checked";
+    return "'" + what + "': only a whole-file CRC-32 footer covers its data, which reads of single tensors do not "
+           "check (open it with check=True to check the files first)";
+  return "'" + what + "': " + internal_format::data_checks_text(m.index) + ": its data is not checked";
 }
 
 Status CheckpointReader::check_files() {

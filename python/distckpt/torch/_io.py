@@ -138,7 +138,7 @@ class LoadResult:
 
 
 def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=None, key=None, cast_floats=False,
-         rename=None, prefix_map=None):
+         rename=None, prefix_map=None, allow_unchecked=None):
     """Collective. Loads the checkpoint at `path` (a root: its newest; give a checkpoint's path
     where another job may commit meanwhile) into the application state `state`: tensors in
     place, onto any mesh, placement and world size; objects through load_state_dict() where
@@ -150,7 +150,7 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
     the lists. Per-rank entries saved at another world size are missing.
     rename (stored path -> path) and prefix_map (stored prefix -> prefix, the longest that
     matches; {"model.module.": "model."} for a model saved inside DDP) map stored names to the
-    state's; an optimizer's parameters are mapped alike.
+    state's; an optimizer's parameters are mapped alike. allow_unchecked as distckpt.load.
     An optimizer whose state is still empty gets the state the checkpoint has for its
     parameters first (one step at learning rate 0 with zero gradients for those parameters, as
     torch.distributed.checkpoint does; LBFGS, whose step needs a closure, is not supported).
@@ -197,7 +197,8 @@ def load(comm, state, path, strict=True, mesh=None, placements=None, layouts=Non
         return (state_dict_for_one_call(comm, host, {p: lay for p, lay in r.layouts.items() if p in wanted}),
                 {stored.tensors[p]: p for p in wanted if stored.tensors[p] != p}, copy_back)
     sd, rename_stored, copy_back = _dc._agreed(native, state_dict)
-    result = _dc.load(comm, sd, path, key=key, cast_floats=cast_floats, allow_unexpected=True, rename=rename_stored)
+    result = _dc.load(comm, sd, path, key=key, cast_floats=cast_floats, allow_unexpected=True, rename=rename_stored,
+                      allow_unchecked=allow_unchecked)
     import torch
 
     def finish():

@@ -163,7 +163,7 @@ class CheckpointManager(_dc.CheckpointManager):
             try:
                 rename, prefix_map = self._names
                 r = load(comm, state, path, strict=self._strict, mesh=mesh, placements=placements, layouts=layouts,
-                         key=self._key, rename=rename, prefix_map=prefix_map)
+                         key=self._key, rename=rename, prefix_map=prefix_map, allow_unchecked=self._allow_unchecked)
             except BaseException as error:
                 self._raised = error
                 raise
@@ -194,6 +194,7 @@ class CheckpointManager(_dc.CheckpointManager):
         # Checked before a checkpoint is chosen (the load that uses them comes later).
         self._names = _dc._agreed(self._comm_native, lambda: (_name_map_arg(w, "rename", rename),
                                                               _name_map_arg(w, "prefix_map", prefix_map)))
+        self._allow_unchecked = allow_unchecked
         self._raised = None
         try:
             return super().resume(target, step, epoch, strict=True, fall_back_to_previous=fall_back_to_previous,
