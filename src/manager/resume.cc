@@ -200,6 +200,8 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
           if (index_level.code() == StatusCode::kAuthFailed)
             return index_level.with_context("resume: '" + candidates[i] + "'");
         }
+        // Data that records no checksums is not damage: allow_unchecked decides (kUnsupported).
+        if (ok.code() == StatusCode::kUnsupported) return ok.with_context("resume: '" + candidates[i] + "'");
         if (!options.fall_back_to_previous)
           return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
         skipped += (skipped.empty() ? "" : "\n") + candidates[i];
