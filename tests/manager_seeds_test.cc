@@ -37,6 +37,18 @@ std::set<std::string> names_in(const std::string& dir) {
   return out;
 }
 
+// MMEngine's preset by iterations (the audit's V9 hook): interval 2, save_best "acc".
+CheckpointConfig mmengine_by_iter(const std::string& dir, int keep_max) {
+  CheckpointConfig c = CheckpointConfig::mmengine();
+  c.directory = dir;
+  c.by_epoch = false;
+  c.filename_tmpl = "iter_{}.pth";
+  c.save_every_steps = 2;
+  c.keep_max = keep_max;
+  c.save_best = {"acc"};
+  return c;
+}
+
 // The audit's run (V9): interval 2, save_best "acc", acc improving at iterations 1, 2, 3,
 // 4, 6 and 7. MMEngine saves a regular checkpoint at a new best once one exists (not at 1,
 // before the first), never a second one of a step that has one (2, 4, 6).
@@ -46,12 +58,7 @@ TEST(SeedManager, MMEngineSavesARegularCheckpointAtEachNewBest) {
     TempDir dir;
     expect_all_ok(run_ranks(2, [&](Comm& comm) -> Status {
       FormatModel model(comm.rank(), 2);
-      CheckpointConfig c = CheckpointConfig::mmengine();
-      c.directory = dir.path();
-      c.by_epoch = false;
-      c.filename_tmpl = "iter_{}.pth";
-      c.save_every_steps = 2;
-      c.save_best = {"acc"};
+      CheckpointConfig c = mmengine_by_iter(dir.path(), 0);
       c.regular_at_best = regular_at_best;
       DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
       for (int64_t step = 1; step <= 8; ++step) {
@@ -78,14 +85,7 @@ TEST(SeedManager, MMEngineSavesARegularCheckpointAtEachNewBest) {
   TempDir dir;
   expect_all_ok(run_ranks(1, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 1);
-    CheckpointConfig c = CheckpointConfig::mmengine();
-    c.directory = dir.path();
-    c.by_epoch = false;
-    c.filename_tmpl = "iter_{}.pth";
-    c.save_every_steps = 2;
-    c.keep_max = 2;
-    c.save_best = {"acc"};
-    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, mmengine_by_iter(dir.path(), 2)));
     for (int64_t step = 1; step <= 7; ++step) {
       std::map<std::string, double> metrics;
       if (acc.count(step)) metrics["acc"] = acc.at(step);
@@ -98,14 +98,7 @@ TEST(SeedManager, MMEngineSavesARegularCheckpointAtEachNewBest) {
   // checkpoint: a new best at 9 saves none; one at 11, after the periodic 10, does.
   expect_all_ok(run_ranks(1, [&](Comm& comm) -> Status {
     FormatModel model(comm.rank(), 1);
-    CheckpointConfig c = CheckpointConfig::mmengine();
-    c.directory = dir.path();
-    c.by_epoch = false;
-    c.filename_tmpl = "iter_{}.pth";
-    c.save_every_steps = 2;
-    c.keep_max = 0;
-    c.save_best = {"acc"};
-    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
+    DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, mmengine_by_iter(dir.path(), 0)));
     DISTCKPT_ASSIGN_OR_RETURN(ResumeResult r, m->resume());
     if (r.step != 7) return internal_error("resumed " + std::to_string(r.step));
     DISTCKPT_ASSIGN_OR_RETURN(StepOutcome at9, m->step_end(9, 0, {{"acc", 0.7}}));

@@ -89,8 +89,8 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
       if (file_owner) {
         // A temporary file lives for one write and rename under a lock, a trash directory
         // for one removal: a remote one older than the lease is abandoned too.
-        if (file_owner->host_tag == OwnerRecord::self().host_tag()) {
-          OwnerRecord local = OwnerRecord::self();
+        OwnerRecord local = OwnerRecord::self();
+        if (file_owner->host_tag == local.host_tag()) {
           local.pid = file_owner->pid;
           local.start_time = file_owner->start_time;
           gone = local.local_process_gone();
