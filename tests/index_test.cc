@@ -46,6 +46,28 @@ TEST(Crc32cTest, KnownVector) {
   EXPECT_EQ(internal_transform::crc32c_finish(s), 0xE3069283u);
 }
 
+// Pieces checksummed apart give the whole's CRC, at every split of buffers from empty
+// to longer than a few words (the combine works on the byte count's bits).
+TEST(Crc32cTest, CombineEqualsTheWhole) {
+  std::string bytes(5000, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131 + 7) % 251);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{9}, std::size_t{64}, std::size_t{5000}}) {
+    const std::string whole = bytes.substr(0, n);
+    for (std::size_t cut = 0; cut <= n; cut += (n < 64 ? 1 : 97)) {
+      const uint32_t a = internal_transform::crc32c(whole.data(), cut);
+      const uint32_t b = internal_transform::crc32c(whole.data() + cut, n - cut);
+      EXPECT_EQ(internal_transform::crc32c_combine(a, b, n - cut), internal_transform::crc32c(whole.data(), n))
+          << "length " << n << ", cut at " << cut;
+    }
+  }
+  // A long run of zeros (a length with high bits): a shift by 2^33 + 5 bytes, checked
+  // as two shifts of which it is the sum.
+  const uint32_t c = internal_transform::crc32c("abc", 3);
+  const uint64_t big = (uint64_t{1} << 33) + 5;
+  EXPECT_EQ(internal_transform::crc32c_combine(c, 0, big),
+            internal_transform::crc32c_combine(internal_transform::crc32c_combine(c, 0, uint64_t{1} << 33), 0, 5));
+}
+
 TEST(IndexTest, RoundTrip) {
   auto parsed = parse_index(frame_index(sample()), "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();

@@ -96,8 +96,11 @@ class VerifyReport:
     chunks: int
     files: int
     bytes_checked: int
-    checked: bool  #: every byte carried a checksum that was checked
+    deep: bool  #: every file was dropped from the page cache first: the bytes came from storage
+    checksums: bool  #: the data carries checksums (per chunk or per file); False: structure only
     authenticated: bool  #: an encrypted checkpoint whose every chunk authenticated
+    checked: str  #: what was checked, in words ("sizes and every chunk's CRC32C", ...)
+    warning: str  #: data nothing checks that passed all the same, in one line; "" when all was checked
 
 
 @dataclass(frozen=True)

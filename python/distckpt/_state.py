@@ -129,11 +129,22 @@ class StateDict:
 
 
 def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None,
-         incremental=False, incremental_base=""):
-    """Collective. Saves `state` under `root` as `name`; returns a dict (path, bytes_written, ...).
+         incremental=False, incremental_base="", crc_check=False, integrated=None, remove_redundancy=True):
+    """Collective. Saves `state` under `root` as `name`; returns a SaveResult (path,
+    bytes_written, ...).
 
-    incremental=True references the chunks unchanged since `incremental_base` (default: the
-    checkpoint `latest` names) instead of writing them again (bytes_referenced says how many).
+    format: "native" (a directory of sharded data files), "ckpt" (MindSpore), "safetensors"
+    or "hdf5" (one file each). incremental=True references the chunks unchanged since
+    `incremental_base` (default: the checkpoint `latest` names) instead of writing them again
+    (bytes_referenced says how many).
+    MindSpore's save_checkpoint options, for format="ckpt": crc_check=True appends its CRC-32
+    footer (every .ckpt distckpt writes carries per-record CRC32C either way);
+    integrated=False writes a per-rank set, a directory of rank_<r>/<name>.ckpt files
+    (None: one integrated file); remove_redundancy=False keeps every slice a rank holds in
+    its file, True keeps each distinct slice in one rank's file (also: each slice written
+    once in native and HDF5 saves).
+    Raises TypeError for a wrong argument, DistckptError (an existing name, a full disk, an
+    option the format refuses); a failure on one rank fails the call on every rank.
     """
     where = "save"
     native = _comm_arg(where, comm)
@@ -141,7 +152,9 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
         _state_arg(where, state), _path_arg(where, "root", root), _str_arg(where, "name", name),
         _int_arg(where, "step", step), _int_arg(where, "epoch", epoch), _str_arg(where, "format", format),
         _bool_arg(where, "fsync", fsync), _bool_arg(where, "update_latest", update_latest), key,
-        _bool_arg(where, "incremental", incremental), _str_arg(where, "incremental_base", incremental_base)))
+        _bool_arg(where, "incremental", incremental), _str_arg(where, "incremental_base", incremental_base),
+        _bool_arg(where, "crc_check", crc_check), _optional_bool_arg(where, "integrated", integrated),
+        _bool_arg(where, "remove_redundancy", remove_redundancy)))
     return _from(SaveResult, _distckpt._save(native, *args))
 
 
@@ -165,8 +178,9 @@ def load(comm, state, path, strict=True, key=None, cast_floats=False, allow_unex
     another writer's safetensors, a .ckpt MindSpore wrote without its CRC-32 footer, its
     default): None loads such a .ckpt with a warning (the result's `warning`), as
     MindSpore's load_checkpoint does, and refuses the others; True loads them all with the
-    warning; False refuses them all (MindSpore's crc_check=True). Every .ckpt distckpt
-    writes carries checksums. HDF5 loads with a warning either way.
+    warning; False refuses them all (MindSpore's crc_check=True). Every .ckpt and HDF5 file
+    distckpt writes carries checksums; an HDF5 file from another writer (h5py) loads with a
+    warning, as such a .ckpt does.
     cast_floats: a floating tensor stored in another floating dtype is converted (else refused).
     Raises MismatchError, CorruptionError, AuthError, NotFoundError, TypeError for a wrong
     argument; a failure on one rank fails the call on every rank.
@@ -201,10 +215,18 @@ def list_checkpoints(root):
     return [_from(CheckpointEntry, e) for e in _distckpt._list_checkpoints(_path_arg("list_checkpoints", "root", root))]
 
 
-def verify(path, key=None, deep=False):
-    """Reads every chunk of the checkpoint at `path` and checks it; returns a VerifyReport and
-    raises CorruptionError (AuthError for a wrong key) on the first failure."""
-    return _from(VerifyReport, _distckpt._verify(_path_arg("verify", "path", path), key, _bool_arg("verify", "deep", deep)))
+def verify(path, key=None, deep=False, allow_unchecked=None):
+    """Reads every byte of the checkpoint at `path` and checks it; returns a VerifyReport and
+    raises CorruptionError (AuthError for a wrong key) on the first failure. Not collective.
+
+    deep=True drops each file from the page cache first, so that the bytes come from storage.
+    allow_unchecked as load's: data that records no checksums (a .ckpt MindSpore wrote
+    without its footer, an HDF5 file from h5py) passes with the report's `warning` when None
+    (other formats are refused) or True, and is refused (DistckptError) when False.
+    """
+    where = "verify"
+    return _from(VerifyReport, _distckpt._verify(_path_arg(where, "path", path), key, _bool_arg(where, "deep", deep),
+                                                 _optional_bool_arg(where, "allow_unchecked", allow_unchecked)))
 
 
 def convert(src, dst, format, key=None):

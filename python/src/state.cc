@@ -100,8 +100,12 @@ TensorLayout layout_from_boxes(const std::vector<int64_t>& shape,
 
 py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, const std::string& name, int64_t step,
                     int64_t epoch, const std::string& format, bool fsync, bool update_latest, const py::object& key,
-                    bool incremental, const std::string& incremental_base) {
+                    bool incremental, const std::string& incremental_base, bool crc_check, std::optional<bool> integrated,
+                    bool remove_redundancy) {
   SaveOptions o;
+  o.ckpt_crc_footer = crc_check;
+  o.integrated = integrated;
+  o.remove_redundancy = remove_redundancy;
   o.incremental = incremental;
   o.incremental_base = incremental_base;
   o.name = name;
@@ -248,10 +252,11 @@ std::string read_description(const std::string& path, const py::object& key) {
   return text;
 }
 
-py::dict verify_path(const std::string& path, const py::object& key, bool deep) {
+py::dict verify_path(const std::string& path, const py::object& key, bool deep, std::optional<bool> allow_unchecked) {
   VerifyOptions o;
   o.key = key_from(key);
   o.deep = deep;
+  o.allow_unchecked = allow_unchecked;
   Result<VerifyReport> r = without_gil([&] { return verify_checkpoint(path, o); });
   VerifyReport v = take(std::move(r));
   py::dict d;
@@ -259,8 +264,11 @@ py::dict verify_path(const std::string& path, const py::object& key, bool deep) 
   d["chunks"] = v.chunks;
   d["files"] = v.files;
   d["bytes_checked"] = v.bytes_checked;
-  d["checked"] = v.checked;
+  d["deep"] = v.deep;
+  d["checksums"] = v.checksums;
   d["authenticated"] = v.authenticated;
+  d["checked"] = v.checked;
+  d["warning"] = v.warning;
   return d;
 }
 

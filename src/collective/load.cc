@@ -13,6 +13,7 @@
 #include "base/strings.h"
 #include "base/timer.h"
 #include "collective/fetch_index.h"
+#include "collective/load_checks.h"
 #include "plan/load_names.h"
 #include "plan/load_staging.h"
 #include "layout/strided.h"
@@ -89,42 +90,6 @@ Status check_sources(FileCache& files, const proto::Tensor& t, const internal_pl
                         std::to_string(needed.num_elements()) + " elements of box " + needed.to_string());
   }
   return Status();
-}
-
-// Collective: checks a whole-file CRC-32 (MindSpore's .ckpt footer) with every rank
-// reading an equal share of the covered bytes; rank 0 combines the shares.
-Status check_file_crc32(Comm& comm, FileCache& files, const proto::Index& index, const std::string& where) {
-  Status local;
-  for (int f = 0; f < index.files_size(); ++f) {
-    const auto& meta = index.files(f);
-    if (meta.crc32_covered() == 0) continue;
-    const uint64_t total = meta.crc32_covered(), P = static_cast<uint64_t>(comm.size());
-    const uint64_t begin = total * static_cast<uint64_t>(comm.rank()) / P,
-                   end = total * static_cast<uint64_t>(comm.rank() + 1) / P;
-    uint32_t crc = 0;
-    if (local.ok())
-      local = guarded(where, [&]() -> Status {
-        DISTCKPT_ASSIGN_OR_RETURN(const ReadableFile* file, files.get(static_cast<uint32_t>(f)));
-        DISTCKPT_ASSIGN_OR_RETURN(crc, internal_format::file_crc32(*file, begin, end));
-        return Status();
-      });
-    const std::string share(reinterpret_cast<const char*>(&crc), sizeof(crc));
-    std::vector<std::string> shares = comm.gather(share, 0);
-    if (comm.rank() == 0 && local.ok()) {
-      uint32_t all = 0;
-      for (uint64_t r = 0; r < P; ++r) {
-        uint32_t part;
-        std::memcpy(&part, shares[r].data(), sizeof(part));
-        const uint64_t len = total * (r + 1) / P - total * r / P;
-        all = r == 0 ? part : internal_transform::crc32_zlib_combine(all, part, len);
-      }
-      if (all != meta.crc32())
-        local = corruption("'" + files.path(static_cast<uint32_t>(f)) + "': CRC-32 " +
-                           internal_transform::crc32c_hex(all) + " != footer " +
-                           internal_transform::crc32c_hex(meta.crc32()) + " (the file was modified or damaged)");
-    }
-  }
-  return agree(comm, local);
 }
 
 // What ranks compare to decide whether replicas may share reads. Every rank must want
@@ -336,10 +301,14 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   // A single file's footer is checked whole as well: it covers the structure around the
   // chunks, and a file MindSpore would refuse is damaged.
   if (!internal_format::has_chunk_checksums(index) || internal_format::is_single_file(index))
-    DISTCKPT_RETURN_IF_ERROR(check_file_crc32(comm, *files, index, where));
+    DISTCKPT_RETURN_IF_ERROR(internal_collective::check_file_crc32(comm, *files, index, where));
   // A part of a chunk is read alone (not checked: the chunk's CRC32C covers all of it),
-  // in a single file as in native directories, unless check_partial_chunks asks.
+  // unless check_partial_chunks asks. A single file's tensor (one chunk) that no rank
+  // reads whole is checked first, by one rank (a native chunk is one slice: loads onto
+  // the saved layout read each whole).
   const bool check_partial = options.check_partial_chunks;
+  if (!check_partial && internal_format::has_chunk_checksums(index) && internal_format::is_single_file(index))
+    DISTCKPT_RETURN_IF_ERROR(internal_collective::check_unread_chunks(comm, *files, index, state, plan, where));
 
   const auto dtype_read = [&](int i) {
     return staged_dtypes.count(i) ? staged_dtypes.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype;

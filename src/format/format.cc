@@ -111,11 +111,9 @@ std::string data_checks_text(const proto::Index& index) {
     parts.push_back(is_single_file(index) ? "every tensor's CRC32C" : "every chunk's CRC32C");
   if (has_file_crc32(index))
     parts.push_back(index.files_size() > 1 ? "every file's CRC-32" : "the file's CRC-32 footer");
-  if (parts.empty())
-    return driver(stored_format(index)).carries_checksums ? "structure only: no checksums recorded"
-                                                           : "structure only: " +
-                                                                 std::string(format_name(stored_format(index))) +
-                                                                 " carries no checksums";
+  if (has_chunk_checksums(index) && stored_format(index) == Format::kHdf5)
+    parts.push_back("the structure's CRC32C footer");
+  if (parts.empty()) return "structure only: no checksums recorded";
   std::string text = "sizes";
   for (std::size_t i = 0; i < parts.size(); ++i) text += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
   return text;
@@ -125,15 +123,15 @@ Status check_unchecked(const proto::Index& index, const std::string& path, std::
                        std::string* warning) {
   if (has_data_checks(index)) return Status();
   const FormatDriver& d = driver(stored_format(index));
-  if (!d.carries_checksums) {
-    *warning = "'" + path + "' is " + std::string(d.name) + ", which carries no checksums: its bytes are not checked";
-    return Status();
-  }
-  // MindSpore writes .ckpt files without their footer by default, and loads them.
-  const bool ckpt = d.id == Format::kCkpt;
-  if (allowed.value_or(ckpt)) {
+  // MindSpore writes .ckpt files without their footer by default, and loads them; HDF5
+  // files from other writers (h5py, simulation codes) carry no data checksums either.
+  // Those load by default, with the warning.
+  const bool ckpt = d.id == Format::kCkpt, hdf5 = d.id == Format::kHdf5;
+  if (allowed.value_or(ckpt || hdf5)) {
     *warning = "'" + path + "' records no checksums: its bytes are not checked" +
-               (allowed ? std::string(" (allowed)") : " (a .ckpt without MindSpore's CRC footer)");
+               (allowed  ? std::string(" (allowed)")
+                : ckpt   ? " (a .ckpt without MindSpore's CRC footer)"
+                         : " (an HDF5 file without distckpt's checksums)");
     return Status();
   }
   return unsupported("'" + path + "' records no checksums, so its bytes cannot be checked; allow unchecked data "

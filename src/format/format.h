@@ -61,11 +61,6 @@ struct FormatDriver {
   bool single_file;         // one file (else a directory with an index)
   bool carries_encryption;  // has a place for nonces and tags
   bool chunk_checksums;     // its saves record a CRC32C per chunk in the index
-  // Whether a file of this format can carry checksums of its data (a native index's
-  // CRC32C, a .ckpt's CRC-32 footer, distckpt's CRC32C in a safetensors header): one that
-  // carries none is loaded only when the caller allows it (LoadOptions::allow_unchecked;
-  // unset allows a .ckpt, as MindSpore's loader does).
-  bool carries_checksums;
   // Whether the first bytes of a file (at least kSniffBytes of them) are this format's;
   // null when a path is recognised otherwise (a directory).
   bool (*sniff)(std::string_view head);
@@ -120,11 +115,11 @@ bool has_file_crc32(const proto::Index& index);
 // encryption (every chunk authenticated).
 bool has_data_checks(const proto::Index& index);
 // What checks the data, in words ("every chunk's CRC32C", "the file's CRC-32 footer",
-// "structure only: HDF5 carries no checksums", ...), for reports.
+// "structure only: no checksums recorded", ...), for reports.
 std::string data_checks_text(const proto::Index& index);
-// The error (kUnsupported) for data that nothing checks in a format that can carry
-// checksums, unless `allowed` (unset: for a .ckpt only); for a format that cannot (HDF5),
-// or when allowed, OK with `*warning` set.
+// The error (kUnsupported) for data that nothing checks, unless `allowed` (unset: for a
+// .ckpt or an HDF5 file, whose usual writers record no checksums); when allowed, OK with
+// `*warning` set.
 Status check_unchecked(const proto::Index& index, const std::string& path, std::optional<bool> allowed,
                        std::string* warning);
 // The directory an index's file names are relative to: the checkpoint directory itself,

@@ -3,6 +3,7 @@
 #include "base/guard.h"
 #include "catalog/gc.h"
 #include "catalog/listing.h"
+#include "catalog/references.h"
 #include "catalog/retire.h"
 #include "manager/manager_impl.h"
 #include "manager/retention.h"

@@ -20,6 +20,40 @@ uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n) {
   return state;
 }
 
+namespace {
+
+// CRC32C's polynomial, reflected. Polynomials over GF(2) below are 32-bit words with x^0
+// in the top bit, as a reflected CRC holds them.
+constexpr uint32_t kCastagnoli = 0x82F63B78u;
+
+// a * b modulo the polynomial.
+uint32_t multiply_mod(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1) ? (b >> 1) ^ kCastagnoli : b >> 1;
+  }
+  return product;
+}
+
+// x^(8 * bytes) modulo the polynomial: the shift that appending `bytes` zero bytes
+// applies to a CRC, by squaring (x^(2^k) for each bit of the byte count).
+uint32_t shift_for_bytes(uint64_t bytes) {
+  uint32_t result = 1u << 31;    // x^0
+  uint32_t power = 1u << 23;     // x^8: one byte
+  for (; bytes != 0; bytes >>= 1) {
+    if (bytes & 1) result = multiply_mod(power, result);
+    power = multiply_mod(power, power);
+  }
+  return result;
+}
+
+}  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  return multiply_mod(shift_for_bytes(length_b), crc_a) ^ crc_b;
+}
+
 uint32_t crc32_zlib(uint32_t crc, const void* data, std::size_t n) {
   auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {

@@ -14,6 +14,10 @@ uint32_t crc32c_extend(uint32_t state, const void* data, std::size_t n);
 inline uint32_t crc32c_finish(uint32_t state) { return ~state; }
 inline uint32_t crc32c(const void* data, std::size_t n) { return crc32c_finish(crc32c_extend(kCrc32cInit, data, n)); }
 
+// The CRC32C of A+B from crc32c(A), crc32c(B) and B's length (as zlib's crc32_combine
+// does for CRC-32): pieces checksummed apart, by several ranks, give the whole's.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
+
 // CRC-32 as zlib's crc32() and Python's binascii.crc32 compute it (MindSpore's .ckpt
 // footer): crc = crc32_zlib(crc, data, n) starting from 0. crc32_zlib(0, "123456789")
 // == 0xCBF43926.

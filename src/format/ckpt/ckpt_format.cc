@@ -362,7 +362,6 @@ const FormatDriver& ckpt_driver() {
       .single_file = true,
       .carries_encryption = true,
       .chunk_checksums = false,
-      .carries_checksums = true,
       .sniff = sniff_ckpt,
       .describe = describe_ckpt,
       .check_writable = check_ckpt_writable,

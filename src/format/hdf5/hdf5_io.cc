@@ -24,12 +24,14 @@
 #include "base/strings.h"
 #include "base/text.h"
 #include "format/describe.h"
+#include "format/hdf5/hdf5_footer.h"
 #include "format/format.h"
 #include "format/metadata_json.h"
 #include "format/native/index_codec.h"
 #include "format/sequential_writer.h"
 #include "layout/region.h"
 #include "layout/tiling.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
 
@@ -239,14 +241,25 @@ Status check_hdf5_name(const std::string& name) {
   }
 }
 
-Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, const proto::Index& meta,
-                                                       std::string meta_json) {
+std::string hdf5_metadata_json(const proto::Index& meta, const std::vector<uint32_t>* crcs) {
+  proto::Index with_crcs = meta;
+  for (int t = 0; t < with_crcs.tensors_size(); ++t) {
+    proto::Tensor* tensor = with_crcs.mutable_tensors(t);
+    tensor->clear_chunks();
+    tensor->add_chunks()->set_crc32c(crcs != nullptr ? (*crcs)[static_cast<std::size_t>(t)] : 0xFFFFFFFFu);
+  }
+  std::string json = metadata_json(with_crcs);
+  if (crcs != nullptr) json.resize(hdf5_metadata_json(meta, nullptr).size(), ' ');
+  return json;
+}
+
+Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, const proto::Index& meta) {
   quiet_hdf5();
   std::unique_ptr<Hdf5Writer> w(new Hdf5Writer());
   w->h_ = std::make_unique<Handles>();
   w->path_ = path;
   w->meta_ = meta;
-  w->meta_json_ = std::move(meta_json);
+  w->meta_json_ = hdf5_metadata_json(meta, nullptr);
   const std::string where = "hdf5 '" + path + "'";
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // 1.8 object headers allow attributes over 64 KiB (the metadata of large models).
@@ -311,6 +324,37 @@ Result<std::unique_ptr<Hdf5Writer>> Hdf5Writer::create(const std::string& path, 
 }
 
 Hdf5Writer::~Hdf5Writer() = default;
+
+void Hdf5Writer::set_crc32c(const std::vector<uint32_t>& crcs) { meta_json_ = hdf5_metadata_json(meta_, &crcs); }
+
+Status record_hdf5_crc32c(const std::string& path, const proto::Index& meta, const std::vector<uint32_t>& crcs) {
+  quiet_hdf5();
+  const std::string where = "hdf5 '" + path + "': recording its checksums";
+  if (crcs.size() != static_cast<std::size_t>(meta.tensors_size()))
+    return internal_error(where + ": " + std::to_string(crcs.size()) + " CRCs for " +
+                          std::to_string(meta.tensors_size()) + " tensors");
+  const std::string json = hdf5_metadata_json(meta, &crcs);
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+  H5Pset_fapl_sec2(fapl.get());
+  Id file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+  if (!file.ok()) return io_error(where + ": cannot open: " + hdf5_message());
+  Status st;
+  {
+    Id attr(H5Aopen(file.get(), kMetaAttr, H5P_DEFAULT), H5Aclose);
+    Id type(attr.ok() ? H5Aget_type(attr.get()) : -1, H5Tclose);
+    if (!attr.ok() || !type.ok()) {
+      st = io_error(where + ": " + hdf5_message());
+    } else if (H5Tget_size(type.get()) != json.size()) {
+      st = internal_error(where + ": the attribute holds " + std::to_string(H5Tget_size(type.get())) +
+                          " bytes, not the " + std::to_string(json.size()) + " reserved");
+    } else if (H5Awrite(attr.get(), type.get(), json.data()) < 0) {
+      st = io_error(where + ": " + hdf5_message());
+    }
+  }
+  if (H5Fclose(file.release()) < 0 && st.ok()) st = io_error(where + ": closing: " + hdf5_message());
+  return st;
+}
 
 uint64_t Hdf5Writer::dataset_bytes(int tensor) const {
   uint64_t bytes = dtype_size(*dtype_from_name(meta_.tensors(tensor).dtype()));
@@ -488,7 +532,20 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     json.resize(json.find('\0') == std::string::npos ? n : json.find('\0'));
     DISTCKPT_ASSIGN_OR_RETURN(meta, parse_metadata_json(json, where + ": attribute 'distckpt'"));
   }
-  index = describe_single_file(meta, "hdf5", "none", file_name, size);
+  // Files we write record a CRC32C per dataset (hdf5_metadata_json): all or none.
+  std::map<std::string, uint32_t> recorded_crcs;
+  if (meta) {
+    for (const auto& t : meta->tensors()) {
+      if (t.chunks_size() > 1)
+        return corruption(where + ": attribute 'distckpt': tensor '" + internal_base::printable(t.name()) + "' has " +
+                          std::to_string(t.chunks_size()) + " chunks; a dataset has one");
+      if (t.chunks_size() == 1) recorded_crcs[t.name()] = t.chunks(0).crc32c();
+    }
+    if (!recorded_crcs.empty() && recorded_crcs.size() != static_cast<std::size_t>(meta->tensors_size()))
+      return corruption(where + ": attribute 'distckpt' records checksums for some tensors only");
+  }
+  const bool checked = meta && meta->tensors_size() > 0 && !recorded_crcs.empty();
+  index = describe_single_file(meta, "hdf5", checked ? "crc32c" : "none", file_name, size);
 
   VisitState visit;
   if (H5Ovisit2(file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, visit_object, &visit, H5O_INFO_BASIC) < 0)
@@ -517,7 +574,9 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
     const haddr_t offset = H5Dget_offset(dset.get());
     if (bytes > 0 && offset == HADDR_UNDEF) return corruption(tw + ": has no data stored");
     order.emplace_back(bytes > 0 ? offset : 0, name);
-    found.emplace(name, whole_tensor(name, *dtype, shape, bytes > 0 ? offset : 0, bytes));
+    proto::Tensor t = whole_tensor(name, *dtype, shape, bytes > 0 ? offset : 0, bytes);
+    if (auto crc = recorded_crcs.find(name); crc != recorded_crcs.end()) t.mutable_chunks(0)->set_crc32c(crc->second);
+    found.emplace(name, std::move(t));
   }
   std::sort(order.begin(), order.end());
   std::vector<std::string> names;
@@ -545,7 +604,7 @@ bool sniff_hdf5(std::string_view head) { return head.substr(0, 8) == std::string
 constexpr int kParseSeconds = 60;
 // The request and answer format between this file and the reader program: both sides
 // are built from this file, and the reader refuses any other number.
-constexpr const char* kReaderProtocol = "2";
+constexpr const char* kReaderProtocol = "3";
 
 // An answer: its length (8 bytes, little-endian), then "I" and the serialized index, or
 // "S", the status code's byte and the message.
@@ -794,11 +853,12 @@ Result<proto::Index> spawned_hdf5_index(const std::string& path, const std::stri
 }
 
 Result<proto::Index> describe_hdf5(FileSystem& fs, const std::string& path) {
-  {
-    DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
-    DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
-  }
-  return isolated_hdf5_index(path, internal_base::base_name(path));
+  DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, isolated_hdf5_index(path, internal_base::base_name(path)));
+  // Files that record their datasets' CRC32C have the footer over the rest.
+  if (has_chunk_checksums(index)) DISTCKPT_RETURN_IF_ERROR(check_hdf5_footer(*opened.file, opened.size, index, path));
+  return index;
 }
 
 Status check_hdf5_writable(const proto::Index& meta) {
@@ -812,12 +872,19 @@ Status check_hdf5_writable(const proto::Index& meta) {
 class Hdf5SequentialWriter final : public SequentialWriter {
  public:
   Hdf5SequentialWriter(FileSystem& fs, std::string path, std::unique_ptr<Hdf5Writer> writer, proto::Index meta)
-      : fs_(fs), path_(std::move(path)), writer_(std::move(writer)), meta_(std::move(meta)), progress_(meta_) {}
+      : fs_(fs),
+        path_(std::move(path)),
+        writer_(std::move(writer)),
+        meta_(std::move(meta)),
+        progress_(meta_),
+        crcs_(static_cast<std::size_t>(meta_.tensors_size()), internal_transform::kCrc32cInit) {}
   Status append(int tensor, const void* data, std::size_t n) override {
     DISTCKPT_ASSIGN_OR_RETURN(uint64_t at, progress_.advance(tensor, n));
     const proto::Tensor& t = meta_.tensors(tensor);
     const std::size_t item = dtype_size(*dtype_from_name(t.dtype()));
     if (n == 0) return Status();
+    // Appends come in the dataset's byte order (Progress checks it).
+    crcs_[static_cast<std::size_t>(tensor)] = internal_transform::crc32c_extend(crcs_[static_cast<std::size_t>(tensor)], data, n);
     if (at % item != 0 || n % item != 0)
       return internal_error("hdf5 writer: a piece of tensor '" + t.name() + "' is not whole elements");
     const Shape shape(t.global_shape().begin(), t.global_shape().end());
@@ -832,9 +899,16 @@ class Hdf5SequentialWriter final : public SequentialWriter {
   }
   Result<proto::Index> finish(bool fsync) override {
     DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
+    for (uint32_t& crc : crcs_) crc = internal_transform::crc32c_finish(crc);
+    writer_->set_crc32c(crcs_);
+    DISTCKPT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer_->data_offsets());
     DISTCKPT_RETURN_IF_ERROR(writer_->finish());
     writer_.reset();
-    if (fsync) DISTCKPT_RETURN_IF_ERROR(fs_.sync_file(path_));
+    std::vector<std::pair<uint64_t, uint64_t>> data;
+    for (int t = 0; t < meta_.tensors_size(); ++t)
+      data.emplace_back(offsets[static_cast<std::size_t>(t)],
+                        offsets[static_cast<std::size_t>(t)] + tensor_bytes(meta_.tensors(t)));
+    DISTCKPT_RETURN_IF_ERROR(append_hdf5_footer(fs_, path_, std::move(data), fsync));
     return meta_;
   }
 
@@ -844,11 +918,12 @@ class Hdf5SequentialWriter final : public SequentialWriter {
   std::unique_ptr<Hdf5Writer> writer_;
   proto::Index meta_;
   Progress progress_;
+  std::vector<uint32_t> crcs_;  // per tensor, of the bytes appended so far
 };
 
 Result<std::unique_ptr<SequentialWriter>> open_hdf5_writer(FileSystem& fs, const std::string& path,
                                                            const proto::Index& meta, const WriterOptions&) {
-  DISTCKPT_ASSIGN_OR_RETURN(auto writer, Hdf5Writer::create(path, meta, metadata_json(meta)));
+  DISTCKPT_ASSIGN_OR_RETURN(auto writer, Hdf5Writer::create(path, meta));
   return std::unique_ptr<SequentialWriter>(new Hdf5SequentialWriter(fs, path, std::move(writer), meta));
 }
 
@@ -904,7 +979,6 @@ const FormatDriver& hdf5_driver() {
       .single_file = true,
       .carries_encryption = false,
       .chunk_checksums = false,
-      .carries_checksums = false,
       .sniff = sniff_hdf5,
       .describe = describe_hdf5,
       .check_writable = check_hdf5_writable,

@@ -41,10 +41,13 @@ Status check_hdf5_name(const std::string& name);
 class Hdf5Writer {
  public:
   // Creates (or truncates: the catalog makes it owner-only first) `path` and every
-  // dataset of `meta`. `meta_json` is metadata_json(meta) as computed on one rank:
-  // attribute bytes must be identical on every rank, and protobuf map order is not.
-  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, const proto::Index& meta,
-                                                    std::string meta_json);
+  // dataset of `meta`. The metadata attribute written by finish() holds the widest
+  // CRC32C of each dataset until set_crc32c() gives the real ones (or, after the close,
+  // record_hdf5_crc32c() writes them in place).
+  static Result<std::unique_ptr<Hdf5Writer>> create(const std::string& path, const proto::Index& meta);
+  // The CRC32C of each tensor's dataset bytes, for finish() to record (a writer that saw
+  // every byte: the sequential one).
+  void set_crc32c(const std::vector<uint32_t>& crcs);
   // Per tensor of the metadata, the file offset of its dataset's bytes (0 for an empty
   // tensor). kIoError when HDF5 cannot tell.
   Result<std::vector<uint64_t>> data_offsets() const;
@@ -75,6 +78,20 @@ class Hdf5Writer {
   std::string meta_json_;
   Status deferred_;  // a failure after the file was created: reported by finish()
 };
+
+// The "distckpt" attribute of an HDF5 file we write: metadata_json(meta) and one chunk
+// per tensor that holds the CRC32C of its dataset's bytes (a dataset is contiguous, its
+// one region). Without `crcs` every CRC is the widest number, which reserves the room
+// for the real ones: with them the text is padded with spaces to that same size, so the
+// attribute is rewritten in place, where nothing new is allocated.
+std::string hdf5_metadata_json(const proto::Index& meta, const std::vector<uint32_t>* crcs);
+
+// Writes `crcs` (one per tensor of `meta`, in order) into the metadata attribute of a
+// file that Hdf5Writer laid out and closed, in place. Not collective: rank 0 calls it
+// after every rank wrote its slices, before the commit. The caller fsyncs the file.
+// kIoError when HDF5 cannot open or write it; kInternal when the attribute is not the
+// size that create() reserved.
+Status record_hdf5_crc32c(const std::string& path, const proto::Index& meta, const std::vector<uint32_t>& crcs);
 
 // The HDF5 format's row of the format table (format.h).
 const struct FormatDriver& hdf5_driver();

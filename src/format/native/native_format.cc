@@ -155,7 +155,6 @@ const FormatDriver& native_driver() {
       .single_file = false,
       .carries_encryption = true,
       .chunk_checksums = true,
-      .carries_checksums = true,
       .sniff = nullptr,
       .describe = read_index,
       .check_writable = nullptr,

@@ -240,7 +240,6 @@ const FormatDriver& safetensors_driver() {
       .single_file = true,
       .carries_encryption = false,
       .chunk_checksums = false,
-      .carries_checksums = true,
       .sniff = sniff_safetensors,
       .describe = describe_safetensors,
       .check_writable = check_safetensors_writable,
