@@ -114,6 +114,8 @@ class CheckpointEntry:
     references: List[str]
     format: str
     latest: bool  #: the one `latest` names
+    per_rank_files: bool  #: a per-rank .ckpt set (MindSpore's integrated_save=False), listed as one
+    detail: str  #: a warning, as `distckpt ls` shows it ("unchecked: ...", "no MindSpore strategy: ..."), or ""
 
 
 @dataclass(frozen=True)

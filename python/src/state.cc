@@ -216,6 +216,8 @@ py::list list_root(const std::string& root) {
     d["references"] = e.references;
     d["format"] = std::string(format_name(e.format));
     d["latest"] = e.name == listing.latest;
+    d["per_rank_files"] = e.per_rank_files;
+    d["detail"] = e.detail;
     out.append(d);
   }
   return out;

@@ -10,6 +10,7 @@
 #include "catalog/references.h"
 #include "catalog/retire.h"
 #include "format/describe.h"
+#include "format/ckpt/strategy.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
@@ -155,6 +156,15 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     // Data nothing checks (a .ckpt MindSpore wrote without its footer, HDF5): a warning.
     if (!internal_format::has_data_checks(*index))
       entry.detail = "unchecked: " + internal_format::data_checks_text(*index);
+    // A per-rank set whose layouts no MindSpore strategy expresses has no strategy file.
+    if (internal_format::is_per_rank_set(*index) && entry.detail.empty()) {
+      const auto& files = index->files();
+      if (std::none_of(files.begin(), files.end(),
+                       [](const proto::File& f) { return f.name() == internal_format::kStrategyFileName; })) {
+        Result<std::string> strategy = internal_format::mindspore_strategy(*index);
+        entry.detail = strategy.ok() ? "no MindSpore strategy file" : strategy.status().message();
+      }
+    }
     entry.step = index->step();
     entry.epoch = index->epoch();
     entry.format = internal_format::stored_format(*index);

@@ -3,12 +3,14 @@
 //
 // The set is a checkpoint directory <root>/<name>/ with rank_<r>/<name>.ckpt for every
 // rank (the layout MindSpore's transform_checkpoints reads) and index.pb. The plan is
-// the sharded save's (with remove_redundancy each distinct slice goes to one rank, the
-// bytes balanced); each rank writes its slices as MindSpore records through the ckpt
+// the sharded save's, except that with remove_redundancy each distinct slice goes to the
+// rank MindSpore's rule picks (plan_save's WriterChoice::kMindSpore); each rank writes its slices as MindSpore records through the ckpt
 // writer, which reports where each record's bytes went with their CRC32C; rank 0 turns
 // those reports into a native index whose chunks point into the rank files. So the
 // manifest is an index like any other: listing, verify, load onto any layout, convert
-// and retention need nothing new, and a set without it is an in-flight save.
+// and retention need nothing new, and a set without it is an in-flight save. Beside the
+// rank files, strategy.ckpt holds the layouts in MindSpore's strategy format, so that
+// MindSpore's merge_sliced_parameter and transform_checkpoints can put them together.
 #include <set>
 
 #include "base/guard.h"
@@ -17,9 +19,11 @@
 #include "base/timer.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
+#include "format/ckpt/strategy.h"
 #include "format/describe.h"
 #include "format/native/index_codec.h"
 #include "format/sequential_writer.h"
+#include "transform/crc32c.h"
 
 namespace distckpt::internal_collective {
 
@@ -128,6 +132,26 @@ proto::Index rank_file_meta(const proto::Index& common, const std::vector<WriteI
   return meta;
 }
 
+// Rank 0: MindSpore's strategy file beside the rank files, listed in the manifest with
+// its CRC-32 (verify checks it; loads do not need it). A layout no strategy expresses
+// leaves it out (`ls` says why).
+Status add_strategy_file(const SaveFrame& frame, proto::Index& index) {
+  Result<std::string> strategy = internal_format::mindspore_strategy(index);
+  if (strategy.status().code() == StatusCode::kUnsupported) return Status();
+  DISTCKPT_RETURN_IF_ERROR(strategy.status());
+  const std::string path = frame.entry.tmp + "/" + internal_format::kStrategyFileName;
+  DISTCKPT_ASSIGN_OR_RETURN(auto file, frame.fs->open_writable(path));
+  DISTCKPT_RETURN_IF_ERROR(file->write_at(strategy->data(), strategy->size(), 0));
+  if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(file->sync());
+  DISTCKPT_RETURN_IF_ERROR(file->close());
+  proto::File* f = index.add_files();
+  f->set_name(internal_format::kStrategyFileName);
+  f->set_size(strategy->size());
+  f->set_crc32_covered(strategy->size());
+  f->set_crc32(internal_transform::crc32_zlib(0, strategy->data(), strategy->size()));
+  return Status();
+}
+
 // Rank 0: the manifest, from the plan and what each rank's writer described.
 Result<proto::Index> manifest(const SaveFrame& frame, const std::vector<std::string>& described) {
   const internal_plan::SavePlan& plan = frame.plan;
@@ -159,6 +183,7 @@ Result<proto::Index> manifest(const SaveFrame& frame, const std::vector<std::str
       }
     }
   }
+  DISTCKPT_RETURN_IF_ERROR(add_strategy_file(frame, index));
   return index;
 }
 
@@ -172,6 +197,7 @@ Result<SaveResult> save_ckpt_set(Comm& comm, const StateDict& state, const std::
   FrameSpec spec;
   spec.name = named.name;
   spec.remove_redundancy = options.remove_redundancy;
+  spec.writers = internal_plan::WriterChoice::kMindSpore;  // rank files as MindSpore's own
   if (options.encryption.enabled())
     spec.extra_checks = invalid_argument(
         "encryption of a per-rank .ckpt set (integrated=false) is not supported: encrypt a native checkpoint or an "

@@ -235,7 +235,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
-                                                                     spec.remove_redundancy));
+                                                                     spec.remove_redundancy, nullptr, spec.writers));
       proto::Index& index = frame.plan.index;
       index.set_name(spec.name);
       index.set_step(options.step);

@@ -70,6 +70,8 @@ struct FrameSpec {
   std::string name;     // the entry's name (validate_checkpoint_name)
   Status extra_checks;  // this rank's checks of the strategy's own options
   bool remove_redundancy = true;
+  // Which holder writes a replicated slice (plan_save).
+  internal_plan::WriterChoice writers = internal_plan::WriterChoice::kBalanced;
   // Checksums are on unless every rank turned them off (sharded saves, which compute
   // them), so that the index never records "crc32c" for a chunk nobody checksummed.
   bool agree_on_checksum = false;

@@ -128,7 +128,7 @@ Status explain_mismatch(const std::string& rank0, const std::string& other_bytes
 }
 
 Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy,
-                           const std::vector<int>* node_of) {
+                           const std::vector<int>* node_of, WriterChoice choice) {
   if (world < 1) return invalid_argument("save: no ranks");
   for (const PlannedTensor& t : tensors)
     if (t.layout->max_rank() >= world)
@@ -212,8 +212,33 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     flat = std::move(node_flat);
   }
 
+  SavePlan plan;
+  plan.bytes_per_rank.assign(static_cast<std::size_t>(world), 0);
+  if (choice == WriterChoice::kMindSpore) {
+    // MindSpore's rule: slices in tensor order (then box order); per holder set, dealt
+    // round-robin over its holders in rank order.
+    std::vector<std::size_t> in_order(slices.size());
+    for (std::size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+    std::stable_sort(in_order.begin(), in_order.end(), [&](std::size_t x, std::size_t y) {
+      return std::tie(slices[x].tensor, slices[x].box) < std::tie(slices[y].tensor, slices[y].box);
+    });
+    std::map<std::vector<int>, std::size_t> dealt;  // holder ranks -> slices given so far
+    for (std::size_t i : in_order) {
+      Slice& s = slices[i];
+      std::vector<Holder> holders;
+      for_each_holder(s, [&](const Holder& h) { holders.push_back(h); });
+      std::sort(holders.begin(), holders.end(), [](const Holder& a, const Holder& b) { return a.rank < b.rank; });
+      std::vector<int> ranks;
+      for (const Holder& h : holders) ranks.push_back(h.rank);
+      const Holder& chosen = holders[dealt[ranks]++ % holders.size()];
+      s.writer = chosen.rank;
+      s.writer_box = chosen.local_box;
+      plan.bytes_per_rank[s.writer] += s.bytes;
+    }
+  }
+
   // Greedy balance: fewest holders first, largest first, to the least-loaded holder.
-  std::vector<std::size_t> order(slices.size());
+  std::vector<std::size_t> order(choice == WriterChoice::kMindSpore ? 0 : slices.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
     const Slice& a = slices[x];
@@ -223,8 +248,6 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
     return a.box < b.box;
   });
-  SavePlan plan;
-  plan.bytes_per_rank.assign(static_cast<std::size_t>(world), 0);
   for (std::size_t i : order) {
     Slice& s = slices[i];
     for_each_holder(s, [&](const Holder& h) {

@@ -82,8 +82,17 @@ Status explain_mismatch(const std::string& rank0, const std::string& other, int 
 // With `node_of` (rank -> node) and remove_redundancy, replicas are removed within each
 // node only: every node writes one copy of each distinct box its ranks hold (the local
 // tier, tier/local_save.h).
+//
+// Which holder writes a replicated slice (with remove_redundancy):
+//   kBalanced:  the greedy balance above.
+//   kMindSpore: MindSpore's remove_param_redundancy (mindspore/train/utils.py, 2.3 and
+//               later): the slices whose holders are the same ranks (sorted) form a list
+//               in tensor order, and the k-th slice of each list goes to its k-th holder,
+//               modulo their count. Per-rank .ckpt sets use it, so that each rank file
+//               holds what MindSpore's own save would put there.
+enum class WriterChoice { kBalanced, kMindSpore };
 Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy,
-                           const std::vector<int>* node_of = nullptr);
+                           const std::vector<int>* node_of = nullptr, WriterChoice choice = WriterChoice::kBalanced);
 
 // Encrypted saves: gives every chunk its stored length (CBC pads), moves the chunks
 // that follow and the files' sizes accordingly, and records each chunk's nonce.

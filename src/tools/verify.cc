@@ -138,7 +138,8 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
       if (!computed.ok()) return computed.status().with_context("verify");
       const uint32_t crc = *computed;
       if (crc != meta.crc32())
-        return corruption("verify: '" + file_path + "': CRC-32 " + internal_transform::crc32c_hex(crc) + " != footer " +
+        return corruption("verify: '" + file_path + "': CRC-32 " + internal_transform::crc32c_hex(crc) +
+                          (internal_format::is_single_file(index) ? " != footer " : " != recorded ") +
                           internal_transform::crc32c_hex(meta.crc32()));
       report.bytes_checked += meta.crc32_covered();
       // A per-rank .ckpt file's own footer, as MindSpore's loader checks it: the set's

@@ -62,6 +62,14 @@ Status append_hdf5_footer(FileSystem& fs, const std::string& path, std::vector<s
   return out->close().with_context(where);
 }
 
+bool has_hdf5_footer(const ReadableFile& file, uint64_t size) {
+  char footer[kCovered];
+  if (size < kHdf5FooterBytes || !file.read_at(footer, sizeof(footer), size - kHdf5FooterBytes).ok()) return false;
+  uint32_t version = 0;
+  std::memcpy(&version, footer + 8, 4);
+  return std::memcmp(footer, kMagic, sizeof(kMagic)) == 0 && version == kVersion;
+}
+
 Status check_hdf5_footer(const ReadableFile& file, uint64_t size, const proto::Index& index, const std::string& path) {
   const std::string where = "hdf5 '" + path + "'";
   if (size < kHdf5FooterBytes) return corruption(where + ": too short for distckpt's footer");

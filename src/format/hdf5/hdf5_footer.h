@@ -29,6 +29,11 @@ inline constexpr uint64_t kHdf5FooterBytes = 16;
 Status append_hdf5_footer(FileSystem& fs, const std::string& path, std::vector<std::pair<uint64_t, uint64_t>> data,
                           bool fsync);
 
+// Whether the file of `size` bytes ends with distckpt's footer (magic and version; its
+// CRC unchecked). A file with it is one distckpt wrote: its metadata must record the
+// datasets' checksums (a damaged attribute must not pass for another writer's file).
+bool has_hdf5_footer(const ReadableFile& file, uint64_t size);
+
 // Checks the footer of an HDF5 file of `size` bytes whose datasets `index` describes
 // (hdf5_index: one chunk per dataset). kCorruption naming `path` when it is missing or
 // its CRC32C differs; reads the bytes outside the datasets' data.

@@ -856,8 +856,14 @@ Result<proto::Index> describe_hdf5(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
   DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, isolated_hdf5_index(path, internal_base::base_name(path)));
-  // Files that record their datasets' CRC32C have the footer over the rest.
-  if (has_chunk_checksums(index)) DISTCKPT_RETURN_IF_ERROR(check_hdf5_footer(*opened.file, opened.size, index, path));
+  // Files that record their datasets' CRC32C have the footer over the rest; a file with
+  // the footer records them (else its attribute was damaged).
+  if (has_chunk_checksums(index)) {
+    DISTCKPT_RETURN_IF_ERROR(check_hdf5_footer(*opened.file, opened.size, index, path));
+  } else if (has_hdf5_footer(*opened.file, opened.size)) {
+    return corruption("hdf5 '" + path + "': distckpt wrote it (its footer says so), but its 'distckpt' attribute, "
+                      "which records the checksums, is missing or damaged");
+  }
   return index;
 }
 
