@@ -17,12 +17,12 @@
 #                        that loses power (no FIN, no RST) is seen in about 6 s, not Open
 #                        MPI's default 8 minutes (300 s + 9 x 20 s). (Probes are answered
 #                        by the kernel, so a busy host does not miss them; on a real
-#                        network README "Several nodes" suggests 10/5/3.)
+#                        network docs/guide/tiers.md "Several nodes" suggests 10/5/3.)
 #   net.ipv4.tcp_retries2 (set per host by netns.sh) bounds the time a connection with
 #                        unacknowledged data waits for a dead peer (keepalive only
 #                        covers idle ones): 3 retries, about 3 s, instead of ~15 min.
 #   DISTCKPT_PEER_TIMEOUT_S  distckpt's own bound on the time a rank waits for its peers
-#                        in a collective after its own work is done (README "Several
+#                        in a collective after its own work is done (docs/guide/tiers.md "Several
 #                        nodes"); the caller sets it, this script only passes it on.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

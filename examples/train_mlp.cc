@@ -73,7 +73,7 @@ struct Config {
   std::string local_dir, redundancy = "auto";
   int64_t local_every = 0;
   int global_every = 1, keep_local = 2;
-  // The seeds' options (README "The seeds' options, side by side"):
+  // The seeds' options (docs/seeds.md):
   int64_t epochs = 0, steps_per_epoch = 0;  // --epochs E --steps-per-epoch N: E*N steps
   bool by_epoch = false;                    // --save-every counts epochs (MMEngine's by_epoch)
   std::string prefix = "step";              // with --steps-per-epoch: MindSpore's {prefix}-{epoch}_{step_in_epoch}
@@ -715,7 +715,7 @@ int run(int argc, char** argv, int rank, int world) {
   }
   distckpt::StateDict state = make_state_dict(model, rank);
   // The peer timeout bounds each wait in distckpt's collectives: a rank whose peer's
-  // host died ends the job instead of waiting forever (README "Several nodes").
+  // host died ends the job instead of waiting forever (docs/guide/tiers.md "Several nodes").
   auto comm = distckpt::make_mpi_comm(MPI_COMM_WORLD, {.peer_timeout_s = cfg.peer_timeout});  // freed before MPI_Finalize
 
   int exit_code = 0;

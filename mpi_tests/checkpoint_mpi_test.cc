@@ -294,7 +294,7 @@ TEST(CheckpointMpiTest, BackToBackSavesMoveLatest) {
 namespace distckpt {
 namespace {
 
-// docs/DESIGN.md's example layout on a world too small for it: a clear error on every rank,
+// docs/design.md's example layout on a world too small for it: a clear error on every rank,
 // nothing committed (the save must never commit what load would refuse).
 TEST(CheckpointMpiTest, LayoutNamingMissingRanksIsRefused) {
   SharedTempDir tmp;

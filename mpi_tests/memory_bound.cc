@@ -1,6 +1,6 @@
 // The memory each public operation takes beyond the state, measured against the bound
-// its header states (README "Memory"). One operation per process, on the 256 MiB
-// workload of shared/bench/WORKLOAD.md at DP2 x TP2 (4 ranks):
+// its header states (docs/guide/cpp.md "Memory each operation takes"). One operation per
+// process, on the 256 MiB workload of bench/workload.h at DP2 x TP2 (4 ranks):
 //
 //   mpirun -np 4 memory_bound OP DIR      OP: save async load reshard integrated convert publish
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages distckpt builds against (see README "Dependencies").
+# Installs the Debian 12 packages distckpt builds against (see CONTRIBUTING.md "Dependencies").
 # Idempotent and quick when everything is already installed. Run as root (or with sudo).
 set -euo pipefail
 

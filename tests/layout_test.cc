@@ -15,7 +15,7 @@ TensorLayout make(const Shape& shape, const Shape& dev_mat, const Shape& map, st
   return *l;
 }
 
-// docs/DESIGN.md, worked example 1: shape [32,16], dev_mat [2,4], tensor_map [1,-1].
+// docs/design.md, worked example 1: shape [32,16], dev_mat [2,4], tensor_map [1,-1].
 TEST(LayoutTest, RowSplitOverFirstAxis) {
   TensorLayout l = make({32, 16}, {2, 4}, {1, -1});
   for (int r = 0; r < 8; ++r) {
@@ -28,7 +28,7 @@ TEST(LayoutTest, RowSplitOverFirstAxis) {
   EXPECT_EQ(l.replica_group(5), (std::vector<int>{4, 5, 6, 7}));
 }
 
-// docs/DESIGN.md, worked example 2: tensor_map [0,-1]: rank r holds rows 8*(r%4).
+// docs/design.md, worked example 2: tensor_map [0,-1]: rank r holds rows 8*(r%4).
 TEST(LayoutTest, RowSplitOverLastAxis) {
   TensorLayout l = make({32, 16}, {2, 4}, {0, -1});
   for (int r = 0; r < 8; ++r) {

@@ -67,7 +67,7 @@ class AsyncCheckpointer {
   // writes, in the staging pool; single files and integrated saves, which are gathered
   // to a writing rank: a copy of every slice this rank holds, allocated per save
   // outside the pool, so extra memory = this rank's state bytes + save()'s own for the
-  // gather, on the background thread). Extra memory per rank for a sharded save (README
+  // gather, on the background thread). Extra memory per rank for a sharded save (docs/guide/cpp.md
   // "Memory"; mpi_tests/memory_bound checks it): the pool, which holds at most
   // min(staging_bytes, the bytes this rank writes) rounded up to slabs, never less than
   // the 2 slabs made by create(); plus O(index) on rank 0. From then on the caller may modify its

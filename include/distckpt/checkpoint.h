@@ -149,10 +149,11 @@ struct SaveResult {
 // kInternal (a bug). On error nothing new is visible under `root` and existing
 // checkpoints are untouched; a leftover <name>.tmp-* directory can remain only if the
 // cleanup itself failed. Non-fatal problems after the commit are in SaveResult::warning.
-// Extra memory per rank (README "Memory"; mpi_tests/memory_bound checks it): sharded
+// Extra memory per rank (docs/guide/cpp.md "Memory each operation takes";
+// mpi_tests/memory_bound checks it): sharded
 // native: 32 MiB of staging with direct I/O (buffered: a 512 KiB bounce buffer per
-// writing thread where the kernel's first touch of a page traps, README "A process's
-// first save and load"; 4 MiB more when encrypted),
+// writing thread where the kernel's first touch of a page traps, docs/design.md "Where it
+// must be fast"; 4 MiB more when encrypted),
 // plus O(index) on rank 0 (the plan and the index: a few times index_bytes); integrated
 // files: the writer 3 x gather_bytes, the other ranks at most gather_bytes of pieces
 // that are not contiguous in their buffers; per-rank .ckpt sets: 1 MiB of record
@@ -203,7 +204,7 @@ struct LoadOptions {
   // itself. kAuto (default): kShared when the communicator spans several nodes or the
   // load reads directly (direct_reads: the page cache then cannot serve a second
   // reader); kEach on one node with buffered reads, where the page cache already serves
-  // the second reader (README "Why the I/O engine looks the way it does" has the
+  // the second reader (docs/design.md "Where it must be fast" has the
   // measurements). kShared falls back to kEach when ranks do not load the same tensors in
   // order.
   enum class ReplicaReads { kAuto, kShared, kEach };
@@ -213,7 +214,7 @@ struct LoadOptions {
   // into the buffers, checked as they are copied; only native checkpoints (chunks with
   // their own CRC32C), from files that allow it and are not mostly in the page cache
   // already, and never on a memory file system. false: buffered preads straight into the
-  // buffers. Cold loads on ext4 over virtio (README "Disk loads past the page cache"):
+  // buffers. Cold loads on ext4 over virtio (docs/benchmarks.md, cold loads):
   // 1 GiB in 0.76-0.81 x the buffered time, 4 GiB in 0.50 x. Encrypted chunks and
   // chunks needed in part are always read buffered.
   bool direct_reads = true;
@@ -283,14 +284,14 @@ struct LoadResult {
 // the boxes), checks the CRC32C of every chunk it reads whole (partly needed chunks: see
 // LoadOptions::check_partial_chunks), and copies them into its buffers. A global shape
 // differing only by trailing dims of size 1 is accepted. Thread: the communicator's.
-// Memory: `state`'s buffers are borrowed and written. Extra memory per rank (README
+// Memory: `state`'s buffers are borrowed and written. Extra memory per rank (docs/guide/cpp.md
 // "Memory"; mpi_tests/memory_bound checks it): 32 MiB of staging for direct reads (4
 // slabs of 8 MiB, made as the reads need them, none when nothing is read directly);
 // scratch of at most the largest stored chunk the rank reads in part (a piece that is
 // not contiguous in its buffer, or a chunk read whole to be checked or decrypted), 1 MiB
 // for batched pieces under 4 KiB, the stored dtype's copy of boxes cast (cast_floats),
-// a 512 KiB bounce buffer per reading thread where buffered reads bounce (README "A
-// process's first save and load"), 4 MiB of receive slots where replicas exchange and
+// a 512 KiB bounce buffer per reading thread where buffered reads bounce (docs/design.md
+// "Where it must be fast"), 4 MiB of receive slots where replicas exchange and
 // receives bounce (kept by the process: at most 2 sets), and O(index). Errors, identical on all ranks: kNotFound (no
 // checkpoint, missing data file), kCorruption (bad index, truncated file, checksum,
 // chunks not covering a needed box), kMismatch (dtype, global shape, missing tensor when

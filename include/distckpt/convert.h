@@ -52,7 +52,7 @@ struct ConvertResult {
 // format; a root gives its newest) into a new checkpoint `dst` of format `to`: tensors
 // with their names, dtypes, shapes and layouts at save, step, epoch and info values.
 // Memory: one region of region_bytes plus, from a native source, the largest stored chunk
-// (read whole to be checked), plus O(index) (README "Memory"; mpi_tests/memory_bound
+// (read whole to be checked), plus O(index) (docs/guide/cpp.md "Memory each operation takes"; mpi_tests/memory_bound
 // checks it on the 256 MiB workload). The result is committed like a
 // save (written as <dst>.tmp-<id>, fsynced, renamed without replacing) but never moves
 // a `latest` pointer. Errors: those of read_checkpoint_info and load for the source

@@ -6,7 +6,7 @@
 // modified, moved or swapped with another unnoticed. Its tensor table (names, dtypes,
 // shapes, layouts, chunk boxes, checksums and tags) is sealed in the index the same way.
 // Step, epoch, info values and file sizes stay readable, so checkpoints can be listed,
-// ordered and retained without the key (README "Security and integrity").
+// ordered and retained without the key (docs/guide/security.md).
 //
 // Keys are 16, 24 or 32 bytes (AES-128/192/256; SM4 takes 16). Each checkpoint's keys
 // are derived from it and a random per-checkpoint salt (HKDF-SHA256), so no nonce is

@@ -41,8 +41,8 @@ struct WriteOpenOptions {
   bool mappable = false;
   // The caller writes only from buffers it reuses, which the kernel has copied out of
   // before (an async save's staging slabs), so where buffered writes bounce (a VM whose
-  // kernel traps on its first touch of each page: README "A process's first save and
-  // load") the POSIX file writes straight from them. A hint: a slab's first write pays
+  // kernel traps on its first touch of each page: docs/design.md "Where it must be
+  // fast") the POSIX file writes straight from them. A hint: a slab's first write pays
   // the trap once, its later ones nothing, where a bounce would copy every time.
   bool from_reused_buffers = false;
 };

@@ -1,7 +1,7 @@
 // The node-local tier: checkpoints kept on each node's own storage (a local disk, or
 // tmpfs such as /dev/shm), protected by the layout's replicas and by partner copies or
 // parity across nodes, committed with a record in the global root, and drained to the
-// global root in the background. docs/DESIGN.md ("The tier protocol") has the steps.
+// global root in the background. docs/design.md ("The tier protocol") has the steps.
 //
 //   save_local   (collective) each node writes one copy of every distinct chunk its
 //                ranks hold, plus the redundancy; the record commits it;
@@ -50,7 +50,7 @@ struct LocalTier {
   // The node's peak use is unchanged (a save turns the spares into its own files as it
   // writes); between saves it holds one checkpoint's files more. The manager's end()
   // gives them back. On tmpfs each rank writes its spare through a mapping the process kept
-  // from the last time it wrote that file (a memcpy; README "Surviving node loss"): at most 8
+  // from the last time it wrote that file (a memcpy; docs/guide/tiers.md "Surviving node loss"): at most 8
   // per process, pinning nothing while their files have names.
   bool recycle = true;
 };

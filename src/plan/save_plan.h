@@ -85,8 +85,8 @@ Status explain_mismatch(const std::string& rank0, const std::string& other, int 
 //
 // Which holder writes a replicated slice (with remove_redundancy):
 //   kBalanced:  the greedy balance above.
-//   kMindSpore: MindSpore's remove_param_redundancy (mindspore/train/utils.py, 2.3 and
-//               later): the slices whose holders are the same ranks (sorted) form a list
+//   kMindSpore: MindSpore's remove_param_redundancy (mindspore/train/utils.py of the
+//               2.x line, with keep_redundancy = 1): the slices whose holders are the same ranks (sorted) form a list
 //               in tensor order, and the k-th slice of each list goes to its k-th holder,
 //               modulo their count. Per-rank .ckpt sets use it, so that each rank file
 //               holds what MindSpore's own save would put there.

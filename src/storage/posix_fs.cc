@@ -25,7 +25,7 @@
 
 namespace distckpt {
 
-// Writes from the caller's buffers are faster there than direct ones (README "Benchmark").
+// Writes from the caller's buffers are faster there than direct ones (docs/benchmarks.md).
 bool internal_storage::in_memory_file_system(const std::string& dir) {
   struct statfs s;
   if (::statfs(dir.empty() ? "." : dir.c_str(), &s) != 0) return false;

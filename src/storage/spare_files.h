@@ -1,6 +1,6 @@
 // Spare files: the files of a removed checkpoint kept on a node for the next save to
 // overwrite. Writing into pages a file already has is faster than into new ones (tmpfs
-// allocates every new page; measured in README "Surviving node loss"), and the node's
+// allocates every new page; measured in docs/guide/tiers.md "Surviving node loss"), and the node's
 // memory peaks no higher than without them: a save turns the spares into its own files
 // as it writes, so spares plus checkpoints never exceed the checkpoints kept plus the
 // one being written.

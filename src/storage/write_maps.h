@@ -6,7 +6,7 @@
 // mapping costs its page faults (2.1 x with MAP_POPULATE). A mapping kept from the last
 // time this process wrote the same file (a recycled spare: storage/spare_files.h) has
 // its page tables filled and marked dirty already, so writing through it is a plain
-// memcpy (0.96 x; README "Surviving node loss"). Steady state for a node-local tier that
+// memcpy (0.96 x; docs/guide/tiers.md "Surviving node loss"). Steady state for a node-local tier that
 // recycles: each rank writes into the file it wrote some saves ago, through the mapping
 // it kept.
 //

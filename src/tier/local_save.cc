@@ -1,5 +1,5 @@
 // The local-tier save (tier.h), on the sharded save's planner, writers, CRC32C and
-// encryption. The protocol (docs/DESIGN.md, "The tier protocol"):
+// encryption. The protocol (docs/design.md, "The tier protocol"):
 //   1. ranks agree on the state and the encryption; every node's leader makes sure the
 //      node has its id; rank 0 plans one copy per node of each distinct chunk (chunks
 //      no other node holds first in each file) and starts claiming a commit number in

@@ -1,6 +1,6 @@
 """Plain values as typed JSON: the encoding distckpt.torch stores, never pickle.
 
-The encoding is pinned (docs/python.md, "Plain values: the stored encoding"); ENCODING_VERSION names it, and a
+The encoding is pinned (docs/guide/python.md, "Plain values: the stored encoding"); ENCODING_VERSION names it, and a
 reader refuses a newer one.
 """
 import base64 as _base64
