@@ -6,7 +6,7 @@
     python3 bench/py_bench.py --build build --launchers           # Comm.from_torch against MPI
 
 A driver (not under MPI) alternates, --runs times, one job of this script's worker under
-`mpirun -np dp*tp` (the workload of ../shared/bench/WORKLOAD.md generated with vectorised
+`mpirun -np dp*tp` (the workload of bench/workload.h generated with vectorised
 numpy, outside the timing; one synchronous save through distckpt.save, one load through
 distckpt.load into the zeroed arrays, each timed as ckpt_bench times it: after a
 barrier, the slowest rank's wall time, with waits that sleep) and one `ckpt_bench --repeat 1` of the same size,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Slurm on the namespace cluster (netns.sh): slurmctld on a host of its own (h10, the
 # "login node", which runs no job), one slurmd per compute host, each inside its
-# host's namespaces (so its jobs are too). Debian 12's Slurm 22.05 with auth/none, as
-# in ../shared/SLURM.md. Client commands (sbatch, squeue, scontrol, scancel) reach the
+# host's namespaces (so its jobs are too). Debian 12's Slurm 22.05 with auth/none.
+# Client commands (sbatch, squeue, scontrol, scancel) reach the
 # controller from h10: `slurm.sh cmd sbatch ...`.
 #
 #   slurm.sh up H...         the controller, and the compute hosts H (h1 h2 ...) in

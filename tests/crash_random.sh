@@ -34,7 +34,7 @@ for ((round = 1; round <= rounds; round++)); do
   log=$work/round-$round.log
   "${mpirun[@]}" "$train" "${args[@]}" --steps 100000 > "$log" 2>&1 &
   launcher=$!
-  # Wait until this round saved a step (a slow machine may take long to start), and
+  # Wait until the current round saved a step (a slow machine may take long to start), and
   # until all 4 ranks are there, then a random 50-800 ms more.
   ranks=()
   for ((i = 0; i < 1200; i++)); do
@@ -88,7 +88,7 @@ for ((round = 1; round <= rounds; round++)); do
   done
   step=$(python3 -c 'import json,sys; e=[x["step"] for x in json.loads(sys.argv[1])["entries"] if x["state"] == "committed" and x.get("advances_latest", True)]; print(max(e) if e else 0)' "$listing")
   if ((step == 0 || step < newest)); then
-    echo "round $round: the newest committed step is $step (before this round: $newest)"; exit 1
+    echo "round $round: the newest committed step is $step (before the round: $newest)"; exit 1
   fi
   newest=$step
   echo "round $round: killed $what; newest committed step $step; committed: $committed"

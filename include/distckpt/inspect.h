@@ -70,6 +70,7 @@ struct CheckpointInfo {
   int64_t created_unix_ms = 0;
   uint64_t commit_seq = 0;
   bool advances_latest = false;
+  std::string writer_version;  // the distckpt version that wrote it; "" when not recorded
   Checksum checksum = Checksum::kCrc32c;
   EncryptionMode encryption_mode = EncryptionMode::kNone;
   // "none", or the algorithm with its key size ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256",

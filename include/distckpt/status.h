@@ -17,6 +17,10 @@
 
 namespace distckpt {
 
+// This library's version, "MAJOR.MINOR.PATCH" (CMake's project version). Any thread;
+// never fails.
+const char* version();
+
 enum class StatusCode : int {
   kOk = 0,
   kInvalidArgument = 1,  // the caller passed something that can never work

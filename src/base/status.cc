@@ -2,6 +2,8 @@
 
 namespace distckpt {
 
+const char* version() { return DISTCKPT_VERSION_STRING; }
+
 const char* status_code_name(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return "ok";

@@ -305,6 +305,7 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
              {"format_version", ci.format_version},        {"step", ci.step},
              {"epoch", ci.epoch},     {"world_size", ci.world_size},
              {"created_unix_ms", ci.created_unix_ms},      {"commit_seq", ci.commit_seq},
+             {"writer_version", ci.writer_version},
              {"checksum", std::string(checksum_name(ci.checksum))}, {"encryption", ci.encryption},
              {"tensors_sealed", ci.tensors_sealed}};
     if (ci.per_rank_files) out["per_rank_files"] = true;
@@ -317,6 +318,7 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
               ci.per_rank_files ? "native manifest of a per-rank .ckpt set" : std::string(format_name(ci.format)).c_str(), ci.format_version, static_cast<long long>(ci.step),
               static_cast<long long>(ci.epoch), ci.world_size, std::string(checksum_name(ci.checksum)).c_str());
+  if (!ci.writer_version.empty()) std::printf("  written by distckpt %s\n", printable(ci.writer_version).c_str());
   if (ci.encryption != "none") std::printf("  encryption %s\n", printable(ci.encryption).c_str());
   if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");
   else std::printf("tensors (%zu):\n", ci.tensors.size());

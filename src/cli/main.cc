@@ -4,11 +4,13 @@
 #include <new>
 
 #include "cli/commands.h"
+#include "distckpt/status.h"
 
 int main(int argc, char** argv) {
   using namespace distckpt::internal_cli;
   CLI::App app{"distckpt: inspect, verify and plan distributed checkpoints"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("distckpt ") + distckpt::version());
 
   LayoutArgs layout;
   auto* lay = app.add_subcommand("layout", "Print every rank's slice of a tensor layout as JSON");

@@ -248,6 +248,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
       frame.plan.index.set_commit_seq(frame.entry.commit_seq);
       frame.plan.index.set_advances_latest(options.update_latest);
       frame.plan.index.set_created_unix_ms(now_unix_ms());
+      frame.plan.index.set_writer_version(version());
       if (frame.incremental) DISTCKPT_RETURN_IF_ERROR(prepare_base(frame));
       return Status();
     });

@@ -155,6 +155,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     } else {  // an uncommitted file for the caller to name (publish)
       DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::make_tmp_entry(*fs, root, name, false, "convert", fs));
     }
+    meta.set_writer_version(version());
     if (control.reproducible) {
       // No clock and no directory state in the bytes: equal tensors give equal files.
       meta.set_commit_seq(0);

@@ -23,6 +23,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
   info.world_size = index.world_size();
   info.created_unix_ms = index.created_unix_ms();
   info.commit_seq = index.commit_seq();
+  info.writer_version = index.writer_version();
   info.advances_latest = index.advances_latest();
   info.checksum = internal_format::has_chunk_checksums(index) ? Checksum::kCrc32c : Checksum::kNone;
   info.encryption = index.has_encryption() ? index.encryption().algorithm() : "none";

@@ -2,12 +2,17 @@
 // find_package(distckpt): saves and loads one tensor under mpirun.
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "distckpt/distckpt.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
+  if (std::string(distckpt::version()) != EXPECTED_VERSION) {
+    std::printf("distckpt::version() %s != the package's %s\n", distckpt::version(), EXPECTED_VERSION);
+    return 1;
+  }
   MPI_Init(&argc, &argv);
   auto comm = distckpt::make_mpi_comm(MPI_COMM_WORLD);
   std::vector<float> w(8, 1.5f);
