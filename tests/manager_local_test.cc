@@ -285,7 +285,7 @@ TEST(Manager, SavesEveryNStepsKeepsTheNewestAndWritesStatistics) {
     DISTCKPT_ASSIGN_OR_RETURN(auto m, CheckpointManager::create(comm, model.state, c));
     int saves = 0;
     for (int64_t step = 1; step <= 10; ++step) {
-      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step, 0));
+      DISTCKPT_ASSIGN_OR_RETURN(StepOutcome out, m->step_end(step));
       saves += out.saved;
       if (out.saved != (step % 2 == 0)) return internal_error("step " + std::to_string(step));
     }

@@ -168,7 +168,8 @@ class CheckpointManager {
   // (kIoError, kAlreadyExists...) with on_failure kStop; with kContinue the failure is in
   // StepOutcome::save_error and the call succeeds. kAborted after an exception save
   // (run(), save_after_exception), naming the rank that threw.
-  Result<StepOutcome> step_end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+  // `epoch` defaults to 0, as in Python (a loop that counts steps only).
+  Result<StepOutcome> step_end(int64_t step, int64_t epoch = 0, const std::map<std::string, double>& metrics = {},
                                bool epoch_end = false);
   // Metrics in the order the caller reported them: save_best = {"auto"} takes the first
   // one reported (MMEngine's rule; the std::map forms report them in name order).
@@ -186,12 +187,12 @@ class CheckpointManager {
   // Collective. Completes a save in flight, then saves the final state (save_last)
   // unless this step was just saved. `epoch_end`: the last step ended epoch `epoch` (the
   // checkpoint is then the one ResumeOptions::epoch finds for it).
-  Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+  Result<StepOutcome> end(int64_t step, int64_t epoch = 0, const std::map<std::string, double>& metrics = {},
                           bool epoch_end = false);
   // Collective. Saves now, whatever the policy, as "<name><suffix>". With async_save
   // the save runs in the background like a periodic one (in_flight): it is committed
   // when a later call reports it in `committed` (end() always completes it).
-  Result<StepOutcome> save_now(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics = {},
+  Result<StepOutcome> save_now(int64_t step, int64_t epoch = 0, const std::map<std::string, double>& metrics = {},
                                const std::string& suffix = "");
 
   // Runs `loop` (the training loop, which calls step_end) and, with exception_save,

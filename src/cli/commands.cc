@@ -109,6 +109,11 @@ const char* state_name(EntryState s) {
 
 }  // namespace
 
+namespace {
+// A step or epoch for a table: "-" when not recorded (-1).
+std::string counter_text(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+}  // namespace
+
 int cmd_ls(const std::string& root, bool as_json) {
   // A checkpoint is no root: listing its files as entries would say it holds none.
   if (std::filesystem::exists(root + "/" + internal_format::kIndexFileName) ||
@@ -200,8 +205,8 @@ int cmd_ls(const std::string& root, bool as_json) {
     char tier_column[32] = "";
     if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10lld %6lld %12s %-8s %s%s%s%s%s\n", printable(e.name).c_str(), static_cast<long long>(e.step),
-                  static_cast<long long>(e.epoch), human_bytes(e.bytes).c_str(),
+      std::printf("%-32s %10s %6s %12s %-8s %s%s%s%s%s\n", printable(e.name).c_str(), counter_text(e.step).c_str(),
+                  counter_text(e.epoch).c_str(), human_bytes(e.bytes).c_str(),
                   e.per_rank_files ? "ckpt-set" : std::string(format_name(e.format)).c_str(), tier_column, "committed",
                   (e.name == listing->latest      ? " (latest)"
                    : best_of.count(e.name) != 0 ? " (best " + printable(best_of.at(e.name)) + ")"
@@ -216,8 +221,8 @@ int cmd_ls(const std::string& root, bool as_json) {
   }
   for (const auto& r : *records) {
     if (global_names.count(r.name)) continue;
-    std::printf("%-32s %10lld %6lld %12s %-8s %-13s committed (%d nodes, %s)\n", printable(r.name).c_str(),
-                static_cast<long long>(r.step), static_cast<long long>(r.epoch), "-", "native", "local", r.nodes,
+    std::printf("%-32s %10s %6s %12s %-8s %-13s committed (%d nodes, %s)\n", printable(r.name).c_str(),
+                counter_text(r.step).c_str(), counter_text(r.epoch).c_str(), "-", "native", "local", r.nodes,
                 printable(r.redundancy).c_str());
   }
   std::printf("latest: %s\n", listing->latest.empty() ? "(none)" : printable(listing->latest).c_str());
