@@ -104,6 +104,28 @@ TEST(CkptIntegrity, FlippedBytesOfOurHdf5FileAreCaught) {
   }
 }
 
+// An HDF5 file of info values and no dataset: its footer alone checks it, and a flip is
+// caught.
+TEST(CkptIntegrity, AnHdf5FileWithoutTensorsIsCheckedByItsFooter) {
+  TempDir dir;
+  SaveOptions options;
+  options.name = "info";
+  options.format = Format::kHdf5;
+  for (const auto& r : run_ranks(2, [&](Comm& comm) -> Status {
+         StateDict state(comm.rank());
+         DISTCKPT_RETURN_IF_ERROR(state.set_info("lr", 0.5));
+         return save(comm, state, dir.path(), options).status();
+       }))
+    ASSERT_EQ(r, "ok");
+  const std::string path = dir.path() + "/info.h5";
+  auto report = verify_checkpoint(path);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_TRUE(report->warning.empty()) << report->warning;
+  auto all = load_all(path);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(flips_that_pass(path, path, true, 37), std::vector<std::size_t>{});
+}
+
 TEST(CkptIntegrity, EveryFlippedByteOfAPerRankSetFileIsCaughtByVerify) {
   TempDir dir;
   SaveOptions options;

@@ -68,6 +68,24 @@ TEST(Crc32cTest, CombineEqualsTheWhole) {
             internal_transform::crc32c_combine(internal_transform::crc32c_combine(c, 0, uint64_t{1} << 33), 0, 5));
 }
 
+// Pieces placed apart: the XOR of their shifted contributions, whatever the order they
+// are added in, is the whole's CRC (how ranks' runs of an HDF5 dataset combine).
+TEST(Crc32cTest, PiecesPlacedApartAddUpToTheWhole) {
+  for (uint64_t n : {0, 1, 7, 4096}) {
+    const std::string zeros(n, '\0');
+    EXPECT_EQ(internal_transform::crc32c_zeros(n), internal_transform::crc32c(zeros.data(), n)) << n;
+  }
+  std::string whole(3000, '\0');
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<char>((i * 7 + 3) % 253);
+  const std::vector<std::pair<std::size_t, std::size_t>> pieces = {{2000, 1000}, {0, 10}, {10, 990}, {1000, 1000}};
+  uint32_t sum = 0;
+  for (const auto& [at, n] : pieces) {
+    const uint32_t raw = internal_transform::crc32c(whole.data() + at, n) ^ internal_transform::crc32c_zeros(n);
+    sum ^= internal_transform::crc32c_multiply(internal_transform::crc32c_shift_factor(whole.size() - at - n), raw);
+  }
+  EXPECT_EQ(sum ^ internal_transform::crc32c_zeros(whole.size()), internal_transform::crc32c(whole.data(), whole.size()));
+}
+
 TEST(IndexTest, RoundTrip) {
   auto parsed = parse_index(frame_index(sample()), "x");
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();

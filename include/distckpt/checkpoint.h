@@ -234,11 +234,11 @@ struct LoadOptions {
   std::shared_ptr<const EncryptionKey> key;
   // A checkpoint whose data nothing checks: a native one saved with checksum = false, a
   // safetensors file from another writer, a .ckpt MindSpore wrote without its CRC-32
-  // footer (its default, crc_check=False; every .ckpt distckpt writes carries checksums).
-  // Unset: such a .ckpt loads with a warning (LoadResult::warning), as MindSpore's
-  // load_checkpoint loads it, and the others are refused with kUnsupported. true: all
-  // load with the warning. false: all are refused (MindSpore's crc_check=True on a load).
-  // HDF5, which cannot carry checksums, loads with a warning either way.
+  // footer (its default, crc_check=False), an HDF5 file from h5py (every .ckpt and HDF5
+  // file distckpt writes carries checksums). Unset: such a .ckpt or HDF5 file loads with a
+  // warning (LoadResult::warning), as MindSpore's load_checkpoint and h5py read them, and
+  // the others are refused with kUnsupported. true: all load with the warning. false: all
+  // are refused (MindSpore's crc_check=True on a load).
   std::optional<bool> allow_unchecked;
 };
 
@@ -274,7 +274,8 @@ struct LoadResult {
   // still moving after the reads (shared replica reads).
   double read_s = 0, exchange_s = 0;
   double load_s = 0;
-  // Non-fatal: the data was not checked (an HDF5 file, or allow_unchecked); empty if none.
+  // Non-fatal: data nothing checked was loaded (a file that records no checksums, see
+  // LoadOptions::allow_unchecked); empty if none.
   std::string warning;
 };
 

@@ -98,10 +98,9 @@ struct VerifyOptions : InspectOptions {
   // With `key`, every chunk is authenticated too (without it an encrypted checkpoint is
   // kAuthFailed: the key is needed).
   bool deep = false;
-  // A checkpoint whose format can carry checksums but records none: as
-  // LoadOptions::allow_unchecked (unset: a .ckpt passes with a warning in the report, the
-  // others are kUnsupported; true: all pass with the warning; false: all are refused).
-  // HDF5, which carries none, passes on its structure.
+  // A checkpoint that records no checksums: as LoadOptions::allow_unchecked (unset: a
+  // .ckpt or an HDF5 file passes with a warning in the report, the others are
+  // kUnsupported; true: all pass with the warning; false: all are refused).
   std::optional<bool> allow_unchecked;
 };
 struct VerifyReport {
@@ -112,15 +111,18 @@ struct VerifyReport {
   bool checksums = true;
   bool authenticated = false;  // encrypted, and every chunk's tag was checked with the key
   // What was checked, in words: "sizes and every chunk's CRC32C", "sizes and the file's
-  // CRC-32 footer", "structure only: hdf5 carries no checksums", ...
+  // CRC-32 footer", "sizes, every tensor's CRC32C and the structure's CRC32C footer" (an
+  // HDF5 file distckpt wrote), "structure only: no checksums recorded", ...
   std::string checked;
   // Data nothing checks that passed all the same (a .ckpt MindSpore wrote without its
-  // footer, allow_unchecked, HDF5), in one line; "" when every byte was checked.
+  // footer, an HDF5 file from h5py, allow_unchecked), in one line; "" when every byte was
+  // checked.
   std::string warning;
 };
 // Reads every chunk and checks the index (framing, CRC32C, every number), file sizes,
 // bounds and every chunk's CRC32C (single files: their whole-file CRC-32 and per-tensor
-// CRC32C where recorded). kCorruption naming the file and tensor on the first failure;
+// CRC32C where recorded, and an HDF5 file's footer over its structure; a per-rank set:
+// each file's CRC-32, its strategy file's included). kCorruption naming the file and tensor on the first failure;
 // kNotFound for a missing file; kIoError.
 Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options = {});
 
@@ -135,7 +137,8 @@ struct CheckpointEntry {
   std::string name;
   EntryState state = EntryState::kBroken;
   // Why broken, in flight, foreign or retired; for a committed one, a warning or "" (its
-  // data carries no checksums: "unchecked: structure only: ...").
+  // data carries no checksums: "unchecked: structure only: ..."; a per-rank set without
+  // a MindSpore strategy file: "no MindSpore strategy: tensor 'x': ...").
   std::string detail;
   int64_t step = -1, epoch = -1;
   // Data bytes in the entry's own files (committed and retired entries). An incremental

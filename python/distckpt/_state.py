@@ -137,12 +137,14 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
     or "hdf5" (one file each). incremental=True references the chunks unchanged since
     `incremental_base` (default: the checkpoint `latest` names) instead of writing them again
     (bytes_referenced says how many).
-    MindSpore's save_checkpoint options, for format="ckpt": crc_check=True appends its CRC-32
-    footer (every .ckpt distckpt writes carries per-record CRC32C either way);
-    integrated=False writes a per-rank set, a directory of rank_<r>/<name>.ckpt files
-    (None: one integrated file); remove_redundancy=False keeps every slice a rank holds in
-    its file, True keeps each distinct slice in one rank's file (also: each slice written
-    once in native and HDF5 saves).
+    MindSpore's save_checkpoint options: crc_check=True appends MindSpore's CRC-32 footer to a
+    .ckpt (every .ckpt distckpt writes carries per-record CRC32C either way). integrated:
+    None is the format's own way (native: sharded files; ckpt, safetensors: one file; hdf5:
+    one file every rank writes into); True with native writes whole tensors into one data
+    file; False with ckpt writes a per-rank set, a directory of rank_<r>/<name>.ckpt files
+    with MindSpore's strategy.ckpt. remove_redundancy=True writes each distinct slice once
+    (in a per-rank set, in the file of the rank MindSpore's rule picks); False: every rank
+    writes every slice it holds.
     Raises TypeError for a wrong argument, DistckptError (an existing name, a full disk, an
     option the format refuses); a failure on one rank fails the call on every rank.
     """

@@ -204,9 +204,9 @@ Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, c
   std::map<std::pair<int, std::size_t>, std::unique_ptr<unsigned char[]>> staged;
   std::vector<char> box_scratch;
   // Chunks needed whole that are read directly, gathered in phase 2 and read after it.
-  // Only where chunks carry their own CRC32C: a single file checked by a whole-file CRC
-  // (a .ckpt) has just been read through the page cache, and the other single files are
-  // interchange formats.
+  // Only where chunks carry their own CRC32C (native, safetensors and HDF5 files distckpt
+  // wrote): a single file checked by a whole-file CRC (a .ckpt) has just been read
+  // through the page cache.
   internal_format::GatheredReads gathered;
   const bool gathers = options.direct_reads && internal_format::has_chunk_checksums(index);
   std::vector<int64_t> sharing{0, 0};

@@ -1,5 +1,6 @@
 #include "collective/load_checks.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/guard.h"
@@ -55,20 +56,27 @@ Status check_unread_chunks(Comm& comm, FileCache& files, const proto::Index& ind
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
     const proto::Tensor& stored = index.tensors(t);
     const Shape global(stored.global_shape().begin(), stored.global_shape().end());
+    // A box of all the tensor's elements (its shape may differ by trailing 1s) is read whole.
+    const int64_t all = full_box(global).num_elements();
     int64_t mark = 1;
     for (const Box& box : e.boxes)
-      if (box == full_box(global)) mark = 2;
+      if (box.num_elements() == all) mark = 2;
     use[static_cast<std::size_t>(t)] = std::max(use[static_cast<std::size_t>(t)], mark);
   }
   comm.allreduce(use, ReduceOp::kMax);
-  // Each tensor to check goes to the rank with the fewest bytes so far (the same choice
-  // on every rank).
+  // The tensors to check, largest first, each to the rank with the fewest bytes so far
+  // (the same choice on every rank).
+  std::vector<int> todo;
+  for (int t = 0; t < index.tensors_size(); ++t)
+    if (use[static_cast<std::size_t>(t)] == 1 && index.tensors(t).chunks_size() == 1) todo.push_back(t);
+  std::stable_sort(todo.begin(), todo.end(), [&](int a, int b) {
+    return index.tensors(a).chunks(0).length() > index.tensors(b).chunks(0).length();
+  });
   std::vector<uint64_t> load(static_cast<std::size_t>(comm.size()), 0);
   Status local;
   std::vector<char> scratch;
-  for (int t = 0; t < index.tensors_size(); ++t) {
+  for (int t : todo) {
     const proto::Tensor& stored = index.tensors(t);
-    if (use[static_cast<std::size_t>(t)] != 1 || stored.chunks_size() != 1) continue;
     const auto least = std::min_element(load.begin(), load.end());
     *least += stored.chunks(0).length();
     if (least - load.begin() != comm.rank() || !local.ok()) continue;

@@ -24,7 +24,8 @@ Status check_file_crc32(Comm& comm, internal_format::FileCache& files, const pro
 // Collective. A single file's tensor is one chunk with one CRC32C (safetensors, HDF5); a
 // rank that needs only a part of it reads that part alone, unchecked. Each tensor that
 // some rank loads (`plan`: state tensor, index tensor) and no rank reads whole is read
-// whole and checked here by one rank, the ranks sharing the bytes evenly. Returns the
+// whole and checked here by one rank (largest first, each to the rank with the fewest
+// bytes so far: a tensor larger than the rest is one rank's read). Returns the
 // agreed Status (kCorruption naming the tensor and file).
 Status check_unread_chunks(Comm& comm, internal_format::FileCache& files, const proto::Index& index,
                            const StateDict& state, const std::vector<std::pair<int, int>>& plan,

@@ -16,6 +16,7 @@
 // for every other format.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/guard.h"
 #include "base/timer.h"
@@ -29,14 +30,12 @@ namespace distckpt::internal_collective {
 
 namespace {
 
-// A run of bytes this rank wrote into a dataset, and its CRC32C. Ranks send theirs to
-// rank 0, which combines them, in the dataset's byte order, into the dataset's CRC32C.
+// A run of bytes this rank wrote into a dataset, and its CRC32C.
 struct WrittenRun {
-  uint64_t tensor;
-  uint64_t at;      // byte offset in the dataset
+  uint32_t tensor;
+  uint64_t at;  // byte offset in the dataset
   uint64_t length;
   uint32_t crc;
-  uint32_t pad = 0;  // sent as bytes: no indeterminate padding
 };
 
 // Appends a run, merged into the last one when it continues it.
@@ -49,35 +48,78 @@ void add_run(std::vector<WrittenRun>& runs, const WrittenRun& run) {
   runs.push_back(run);
 }
 
-// Rank 0: each dataset's CRC32C from every rank's runs, which must tile it exactly (the
-// plan writes each element once). kInternal when they do not.
-Result<std::vector<uint32_t>> dataset_crcs(const proto::Index& meta, const std::vector<std::string>& parts) {
-  std::vector<WrittenRun> runs;
-  for (const std::string& part : parts) {
-    if (part.size() % sizeof(WrittenRun) != 0) return internal_error("save: a rank's checksums are cut");
-    const std::size_t at = runs.size();
-    runs.resize(at + part.size() / sizeof(WrittenRun));
-    std::memcpy(runs.data() + at, part.data(), part.size());
-  }
-  std::sort(runs.begin(), runs.end(),
-            [](const WrittenRun& a, const WrittenRun& b) { return a.tensor != b.tensor ? a.tensor < b.tensor : a.at < b.at; });
-  std::vector<uint32_t> crcs;
-  std::size_t next = 0;
-  for (int t = 0; t < meta.tensors_size(); ++t) {
-    const uint64_t bytes = internal_format::tensor_bytes(meta.tensors(t));
-    uint32_t crc = 0;  // of no bytes
-    uint64_t done = 0;
-    for (; next < runs.size() && runs[next].tensor == static_cast<uint64_t>(t); ++next) {
-      if (runs[next].at != done) break;
-      crc = internal_transform::crc32c_combine(crc, runs[next].crc, runs[next].length);
-      done += runs[next].length;
+// What a rank sends rank 0 per dataset it wrote into: its runs' share of the dataset's
+// CRC32C (crc32c.h: the XOR of each run's contribution at its place) and their bytes.
+// One per dataset, however many runs (a column split writes one per row).
+struct TensorPart {
+  uint64_t tensor;
+  uint64_t bytes;
+  uint32_t part;
+  uint32_t pad;
+};
+static_assert(sizeof(TensorPart) == 24 && std::has_unique_object_representations_v<TensorPart>,
+              "sent as bytes: no padding");
+
+// This rank's parts, from its runs. kInternal when two of its runs overlap.
+Result<std::string> tensor_parts(const StateDict& state, std::vector<WrittenRun> runs) {
+  using namespace internal_transform;
+  std::sort(runs.begin(), runs.end(), [](const WrittenRun& a, const WrittenRun& b) {
+    return a.tensor != b.tensor ? a.tensor < b.tensor : a.at < b.at;
+  });
+  std::string out;
+  uint64_t last_gap = ~uint64_t{0}, last_length = ~uint64_t{0};
+  uint32_t gap_factor = 0, length_zeros = 0;
+  for (std::size_t i = 0; i < runs.size();) {
+    const TensorEntry& e = state.tensors()[runs[i].tensor];
+    uint64_t dataset = dtype_size(e.dtype);
+    for (int64_t d : e.layout.global_shape()) dataset *= static_cast<uint64_t>(d);
+    // Horner's rule over the runs in place order: acc holds the contributions of the runs
+    // so far as if the dataset ended where the last one ends.
+    uint32_t acc = 0;
+    uint64_t end = 0, bytes = 0;
+    const uint32_t tensor = runs[i].tensor;
+    for (; i < runs.size() && runs[i].tensor == tensor; ++i) {
+      const WrittenRun& r = runs[i];
+      if (bytes > 0 && r.at < end) return internal_error("save: tensor '" + e.name + "': two writes overlap");
+      if (r.length != last_length) last_length = r.length, length_zeros = crc32c_zeros(r.length);
+      const uint32_t raw = r.crc ^ length_zeros;
+      const uint64_t gap = r.at + r.length - end;
+      if (gap != last_gap) last_gap = gap, gap_factor = crc32c_shift_factor(gap);
+      acc = (bytes == 0 ? 0 : crc32c_multiply(gap_factor, acc)) ^ raw;
+      end = r.at + r.length;
+      bytes += r.length;
     }
-    if (done != bytes)
-      return internal_error("save: tensor '" + meta.tensors(t).name() + "': the ranks' writes cover " +
-                            std::to_string(done) + " of its " + std::to_string(bytes) + " bytes contiguously");
-    crcs.push_back(crc);
+    if (end > dataset) return internal_error("save: tensor '" + e.name + "': a write past its end");
+    const TensorPart part{tensor, bytes, crc32c_multiply(crc32c_shift_factor(dataset - end), acc), 0};
+    out.append(reinterpret_cast<const char*>(&part), sizeof(part));
   }
-  if (next != runs.size()) return internal_error("save: a rank wrote past the tensors it was given");
+  return out;
+}
+
+// Rank 0: each dataset's CRC32C from every rank's parts, whose bytes must add up to the
+// dataset's (the plan writes each element once). kInternal when they do not.
+Result<std::vector<uint32_t>> dataset_crcs(const proto::Index& meta, const std::vector<std::string>& received) {
+  const auto count = static_cast<std::size_t>(meta.tensors_size());
+  std::vector<uint32_t> sum(count, 0);
+  std::vector<uint64_t> bytes(count, 0);
+  for (const std::string& from : received) {
+    if (from.size() % sizeof(TensorPart) != 0) return internal_error("save: a rank's checksums are cut");
+    for (std::size_t at = 0; at < from.size(); at += sizeof(TensorPart)) {
+      TensorPart part;
+      std::memcpy(&part, from.data() + at, sizeof(part));
+      if (part.tensor >= count) return internal_error("save: a rank wrote past the tensors it was given");
+      sum[part.tensor] ^= part.part;
+      bytes[part.tensor] += part.bytes;
+    }
+  }
+  std::vector<uint32_t> crcs;
+  for (std::size_t t = 0; t < count; ++t) {
+    const uint64_t dataset = internal_format::tensor_bytes(meta.tensors(static_cast<int>(t)));
+    if (bytes[t] != dataset)
+      return internal_error("save: tensor '" + meta.tensors(static_cast<int>(t)).name() + "': the ranks wrote " +
+                            std::to_string(bytes[t]) + " of its " + std::to_string(dataset) + " bytes");
+    crcs.push_back(sum[t] ^ internal_transform::crc32c_zeros(dataset));
+  }
   return crcs;
 }
 
@@ -102,8 +144,7 @@ Status write_slices(const SaveFrame& frame, const StateDict& state, const std::v
                                     const std::size_t n = static_cast<std::size_t>(count) * elem;
                                     const uint64_t at = static_cast<uint64_t>(outer_at) * elem;
                                     st = file->write_at(run, n, offsets[item.tensor] + at);
-                                    add_run(*runs, WrittenRun{static_cast<uint64_t>(item.tensor), at, n,
-                                                              internal_transform::crc32c(run, n)});
+                                    add_run(*runs, WrittenRun{item.tensor, at, n, internal_transform::crc32c(run, n)});
                                   });
     DISTCKPT_RETURN_IF_ERROR(st.with_context("tensor '" + e.name + "'"));
     *bytes += item.length;
@@ -154,10 +195,15 @@ Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::stri
     written = internal_base::guarded(where + ": write", [&] {
       return write_slices(frame, state, *mine, offsets, &result.rank_bytes_written, &runs);
     });
-  // Every rank's runs (and whether it wrote) to rank 0, which records each dataset's
+  // Every rank's parts (and whether it wrote) to rank 0, which records each dataset's
   // CRC32C in the metadata attribute, in the room create() reserved, before the commit.
-  std::string sent(1, written.ok() ? '\1' : '\0');
-  sent.append(reinterpret_cast<const char*>(runs.data()), runs.size() * sizeof(WrittenRun));
+  std::string sent(1, '\0');
+  if (written.ok())
+    written = internal_base::guarded(where + ": checksums", [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(std::string parts, tensor_parts(state, std::move(runs)));
+      sent = "\1" + parts;
+      return Status();
+    });
   std::vector<std::string> received = comm.gather(sent, 0);
   if (comm.rank() == 0 && written.ok()) {
     bool all_wrote = true;

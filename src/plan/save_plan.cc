@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -35,6 +36,29 @@ struct Slice {
   int writer = -1;
   uint32_t writer_box = 0;
 };
+
+// WriterChoice::kMindSpore (save_plan.h): slices in tensor order (then box order); the
+// slices of each holder set dealt round-robin over its holders in rank order.
+void deal_as_mindspore(std::vector<Slice>& slices, const std::function<std::vector<Holder>(const Slice&)>& holders_of,
+                       std::vector<uint64_t>& bytes_per_rank) {
+  std::vector<std::size_t> in_order(slices.size());
+  for (std::size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
+  std::stable_sort(in_order.begin(), in_order.end(), [&](std::size_t x, std::size_t y) {
+    return std::tie(slices[x].tensor, slices[x].box) < std::tie(slices[y].tensor, slices[y].box);
+  });
+  std::map<std::vector<int>, std::size_t> dealt;  // holder ranks -> slices given so far
+  for (std::size_t i : in_order) {
+    Slice& s = slices[i];
+    std::vector<Holder> holders = holders_of(s);
+    std::sort(holders.begin(), holders.end(), [](const Holder& a, const Holder& b) { return a.rank < b.rank; });
+    std::vector<int> ranks;
+    for (const Holder& h : holders) ranks.push_back(h.rank);
+    const Holder& chosen = holders[dealt[ranks]++ % holders.size()];
+    s.writer = chosen.rank;
+    s.writer_box = chosen.local_box;
+    bytes_per_rank[static_cast<std::size_t>(s.writer)] += s.bytes;
+  }
+}
 
 // The first rank (in group order) of a layout that is outside the world.
 int first_rank_outside(const TensorLayout& layout, int world) {
@@ -214,28 +238,12 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
 
   SavePlan plan;
   plan.bytes_per_rank.assign(static_cast<std::size_t>(world), 0);
-  if (choice == WriterChoice::kMindSpore) {
-    // MindSpore's rule: slices in tensor order (then box order); per holder set, dealt
-    // round-robin over its holders in rank order.
-    std::vector<std::size_t> in_order(slices.size());
-    for (std::size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
-    std::stable_sort(in_order.begin(), in_order.end(), [&](std::size_t x, std::size_t y) {
-      return std::tie(slices[x].tensor, slices[x].box) < std::tie(slices[y].tensor, slices[y].box);
-    });
-    std::map<std::vector<int>, std::size_t> dealt;  // holder ranks -> slices given so far
-    for (std::size_t i : in_order) {
-      Slice& s = slices[i];
+  if (choice == WriterChoice::kMindSpore)
+    deal_as_mindspore(slices, [&](const Slice& s) {
       std::vector<Holder> holders;
       for_each_holder(s, [&](const Holder& h) { holders.push_back(h); });
-      std::sort(holders.begin(), holders.end(), [](const Holder& a, const Holder& b) { return a.rank < b.rank; });
-      std::vector<int> ranks;
-      for (const Holder& h : holders) ranks.push_back(h.rank);
-      const Holder& chosen = holders[dealt[ranks]++ % holders.size()];
-      s.writer = chosen.rank;
-      s.writer_box = chosen.local_box;
-      plan.bytes_per_rank[s.writer] += s.bytes;
-    }
-  }
+      return holders;
+    }, plan.bytes_per_rank);
 
   // Greedy balance: fewest holders first, largest first, to the least-loaded holder.
   std::vector<std::size_t> order(choice == WriterChoice::kMindSpore ? 0 : slices.size());

@@ -54,6 +54,11 @@ uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
   return multiply_mod(shift_for_bytes(length_b), crc_a) ^ crc_b;
 }
 
+// The register starts at all ones; each zero byte multiplies it by x^8.
+uint32_t crc32c_zeros(uint64_t n) { return ~multiply_mod(shift_for_bytes(n), kCrc32cInit); }
+uint32_t crc32c_shift_factor(uint64_t bytes) { return shift_for_bytes(bytes); }
+uint32_t crc32c_multiply(uint32_t a, uint32_t b) { return multiply_mod(a, b); }
+
 uint32_t crc32_zlib(uint32_t crc, const void* data, std::size_t n) {
   auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {

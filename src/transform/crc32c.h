@@ -18,6 +18,16 @@ inline uint32_t crc32c(const void* data, std::size_t n) { return crc32c_finish(c
 // does for CRC-32): pieces checksummed apart, by several ranks, give the whole's.
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
 
+// CRC32C as a linear map, for pieces of one message checksummed apart and far from each
+// other (the runs several ranks write into one HDF5 dataset). With
+//   R(M) = crc32c(M) ^ crc32c_zeros(|M|)   (linear: R(A xor B) = R(A) xor R(B)),
+// a piece P placed with `after` bytes after it contributes
+//   crc32c_multiply(crc32c_shift_factor(after), R(P)),
+// the XOR of all pieces' contributions is R(M), and crc32c(M) = R(M) ^ crc32c_zeros(|M|).
+uint32_t crc32c_zeros(uint64_t n);              // the CRC32C of n zero bytes
+uint32_t crc32c_shift_factor(uint64_t bytes);   // x^(8 bytes) modulo the polynomial
+uint32_t crc32c_multiply(uint32_t a, uint32_t b);  // a * b modulo the polynomial
+
 // CRC-32 as zlib's crc32() and Python's binascii.crc32 compute it (MindSpore's .ckpt
 // footer): crc = crc32_zlib(crc, data, n) starting from 0. crc32_zlib(0, "123456789")
 // == 0xCBF43926.

@@ -79,7 +79,8 @@ Status check_hdf5_footer(const ReadableFile& file, uint64_t size, const proto::I
   std::memcpy(&version, footer + 8, 4);
   std::memcpy(&recorded, footer + kCovered, 4);
   if (std::memcmp(footer, kMagic, sizeof(kMagic)) != 0 || version != kVersion)
-    return corruption(where + ": its metadata records checksums, but distckpt's footer is missing or damaged");
+    return corruption(where + ": its metadata records checksums, but distckpt's footer is missing or damaged (a "
+                      "file opened for writing by another HDF5 program loses it)");
   std::vector<std::pair<uint64_t, uint64_t>> data;
   const uint64_t end = size - 4;
   for (const auto& t : index.tensors())

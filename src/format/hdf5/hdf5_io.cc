@@ -539,7 +539,9 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
       if (t.chunks_size() > 1)
         return corruption(where + ": attribute 'distckpt': tensor '" + internal_base::printable(t.name()) + "' has " +
                           std::to_string(t.chunks_size()) + " chunks; a dataset has one");
-      if (t.chunks_size() == 1) recorded_crcs[t.name()] = t.chunks(0).crc32c();
+      if (t.chunks_size() == 1 && !recorded_crcs.emplace(t.name(), t.chunks(0).crc32c()).second)
+        return corruption(where + ": attribute 'distckpt' describes tensor '" + internal_base::printable(t.name()) +
+                          "' twice");
     }
     if (!recorded_crcs.empty() && recorded_crcs.size() != static_cast<std::size_t>(meta->tensors_size()))
       return corruption(where + ": attribute 'distckpt' records checksums for some tensors only");
@@ -856,14 +858,18 @@ Result<proto::Index> describe_hdf5(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
   DISTCKPT_RETURN_IF_ERROR(check_single_file_head(hdf5_driver(), *opened.file, opened.size, path));
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, isolated_hdf5_index(path, internal_base::base_name(path)));
-  // Files that record their datasets' CRC32C have the footer over the rest; a file with
-  // the footer records them (else its attribute was damaged).
-  if (has_chunk_checksums(index)) {
-    DISTCKPT_RETURN_IF_ERROR(check_hdf5_footer(*opened.file, opened.size, index, path));
-  } else if (has_hdf5_footer(*opened.file, opened.size)) {
-    return corruption("hdf5 '" + path + "': distckpt wrote it (its footer says so), but its 'distckpt' attribute, "
-                      "which records the checksums, is missing or damaged");
-  }
+  // A file this version of distckpt wrote (its attribute records the writer's version,
+  // or its datasets' CRC32C, or the footer is there) has both: the datasets' CRC32C (if
+  // it has datasets) and the footer over the rest. Damage to one must not make it pass
+  // for another writer's unchecked file.
+  const bool ours = has_chunk_checksums(index) || !index.writer_version().empty() ||
+                    has_hdf5_footer(*opened.file, opened.size);
+  if (!ours) return index;
+  if (!has_chunk_checksums(index) && index.tensors_size() > 0)
+    return corruption("hdf5 '" + path + "': distckpt wrote it, but its 'distckpt' attribute, which records the "
+                      "checksums, is missing or damaged");
+  DISTCKPT_RETURN_IF_ERROR(check_hdf5_footer(*opened.file, opened.size, index, path));
+  index.mutable_transforms()->set_checksum("crc32c");  // with no dataset: the structure checked
   return index;
 }
 
