@@ -57,8 +57,9 @@ class LocalComm final : public Comm {
 
   void barrier() override { exchange(""); }
   void broadcast(void* data, std::size_t bytes, int root) override {
-    auto all = exchange(rank_ == root ? std::string(static_cast<char*>(data), bytes) : std::string());
-    if (rank_ != root) std::memcpy(data, all[root].data(), bytes);
+    // No bytes (an empty vector's null data): the ranks still meet, nothing is copied.
+    auto all = exchange(rank_ == root && bytes > 0 ? std::string(static_cast<char*>(data), bytes) : std::string());
+    if (rank_ != root && bytes > 0) std::memcpy(data, all[root].data(), bytes);
   }
   void allreduce(std::vector<int64_t>& values, ReduceOp op) override {
     auto all = exchange(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 8));
