@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix, builds a consumer with find_package(distckpt)
-# and runs it on 2 ranks. Usage: run.sh BUILD_DIR WORK_DIR
+# Installs the build into a scratch prefix and moves it, builds a consumer with
+# find_package(distckpt) against the moved prefix and runs it on 2 ranks. Usage: run.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1
 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
-cmake --install "$build" --prefix "$work/prefix" > "$work.install.log"
+# Installed to one prefix, then moved: the package is relocatable (no path of the
+# install in its CMake files; the tool finds its HDF5 reader beside itself).
+cmake --install "$build" --prefix "$work/installed-here" > "$work.install.log"
+if grep -rl "$work/installed-here" "$work/installed-here/lib/cmake"; then
+  echo "install_consumer: the CMake package names its install prefix (above)"; exit 1
+fi
+mv "$work/installed-here" "$work/prefix"
 cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work.configure.log"
 cmake --build "$work/build" > "$work.build.log"
 mpirun --allow-run-as-root --oversubscribe -np 2 "$work/build/consumer" "$work/ckpt"
