@@ -15,6 +15,7 @@
 #include "distckpt/layout.h"
 #include "distckpt/manager.h"
 #include "distckpt/mpi_comm.h"
+#include "distckpt/reader.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
 #include "distckpt/tier.h"

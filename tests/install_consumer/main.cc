@@ -1,5 +1,6 @@
 // A program outside the tree that uses an installed distckpt through
-// find_package(distckpt): saves and loads one tensor under mpirun.
+// find_package(distckpt): saves and loads one tensor under mpirun, and reads it back with
+// the one-process reader.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,6 +28,13 @@ int main(int argc, char** argv) {
   if (st.ok()) {
     w.assign(8, 0.0f);
     st = distckpt::load(*comm, sd, argv[1], {}).status();
+  }
+  // The installed one-process reader reads it back too.
+  std::vector<float> read_back(8, 0.0f);
+  if (st.ok() && comm->rank() == 0) {
+    auto reader = distckpt::Reader::open(argv[1]);
+    st = reader.ok() ? reader->read("w", read_back.data(), read_back.size() * sizeof(float)) : reader.status();
+    if (st.ok() && read_back[7] != 1.5f) st = distckpt::internal_error("the reader read other values");
   }
   const bool ok = st.ok() && w[7] == 1.5f;
   std::printf("rank %d: %s\n", comm->rank(), ok ? "ok" : st.to_string().c_str());
