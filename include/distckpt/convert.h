@@ -40,6 +40,10 @@ struct ConvertOptions {
   // Encrypt the destination (native or ckpt; a new salt, so new keys and nonces).
   // Other formats refuse (kInvalidArgument).
   Encryption encryption;
+  // A conversion is an export: once committed, its files and directories take the modes
+  // the process's umask gives (0666 / 0777 less the umask). true keeps a checkpoint's own
+  // owner-only modes (0600 / 0700). POSIX file systems only (`fs` null).
+  bool owner_only = false;
 };
 
 struct ConvertResult {
@@ -75,6 +79,7 @@ struct PublishOptions {
   // The source's key, when it is encrypted. The published file is not encrypted: it is
   // meant to be shared (publish to native or ckpt with convert_checkpoint to keep it so).
   std::shared_ptr<const EncryptionKey> key;
+  bool owner_only = false;  // as ConvertOptions::owner_only: false follows the umask
 };
 
 struct PublishResult {

@@ -387,6 +387,7 @@ int cmd_convert(const ConvertArgs& args) {
   if (!to) return fail(invalid_argument("--to '" + args.to + "': expected native, ckpt, safetensors or hdf5"), 2);
   ConvertOptions options;
   options.ckpt_crc_footer = !args.no_crc_footer;
+  options.owner_only = args.owner_only;
   options.only = args.only;
   options.exclude = args.exclude;
   for (const auto& pair : args.rename) {
@@ -474,6 +475,7 @@ int cmd_publish(const PublishArgs& args) {
   options.key = *key;
   options.only = args.only;
   options.directory = args.out_dir;
+  options.owner_only = args.owner_only;
   if (auto dir = resolve_checkpoint(args.src); dir.ok()) note_newer_local(args.src, *dir);
   auto result = publish_checkpoint(args.src, options);
   if (!result.ok()) return fail(result.status());

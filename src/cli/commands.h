@@ -32,6 +32,7 @@ struct ConvertArgs {
   bool decrypt = false;     // an encrypted source may be written in the clear
   std::vector<std::string> only, exclude;  // name prefixes (LoadOptions' specify_prefix / filter_prefix)
   std::vector<std::string> rename;         // "OLD=NEW", stored name -> name in the copy
+  bool owner_only = false;                 // keep owner-only modes (else the umask's)
 };
 int cmd_convert(const ConvertArgs& args);
 
@@ -40,6 +41,7 @@ struct PublishArgs {
   std::vector<std::string> only;
   bool json = false;
   KeyArgs key;  // the source's
+  bool owner_only = false;  // keep owner-only modes (else the umask's)
 };
 int cmd_publish(const PublishArgs& args);
 

@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   convert->add_option("DST", conv.dst, "new checkpoint path (the format's extension is added if missing)")->required();
   convert->add_option("--to", conv.to, "native, ckpt, safetensors or hdf5")->required();
   convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
+  convert->add_flag("--owner-only", conv.owner_only,
+                    "keep the copy owner-only (files 0600, directories 0700); default: the umask's modes");
   convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");
   add_key(convert, conv.key, "", "the encrypted source's");
   convert->add_option("--enc-mode", conv.enc_mode,
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   publish->add_option("--only", pub.only, "tensor names or name prefixes to publish, e.g. model. (default: all)")
       ->delimiter(',');
   publish->add_option("--out", pub.out_dir, "directory of the published file (default: beside SRC)");
+  publish->add_flag("--owner-only", pub.owner_only, "keep the file owner-only (0600); default: the umask's mode");
   publish->add_flag("--json", pub.json, "machine-readable output");
   add_key(publish, pub.key, "", "the encrypted source's (the published file is not encrypted)");
 

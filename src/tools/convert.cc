@@ -3,6 +3,12 @@
 // frame of catalog/commit.h) without moving `latest`.
 #include "tools/convert.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -226,11 +232,39 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
   });
 }
 
+Status share_by_umask(const std::string& path) {
+  mode_t mask = 022;
+  if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), status) != nullptr) {
+      unsigned value = 0;
+      if (std::sscanf(line, "Umask: %o", &value) == 1) mask = static_cast<mode_t>(value & 0777);
+    }
+    std::fclose(status);
+  }
+  std::error_code ec;
+  auto apply = [&](const std::filesystem::path& p, bool directory) -> Status {
+    if (::chmod(p.c_str(), (directory ? 0777 : 0666) & ~mask) != 0)
+      return io_error("export '" + p.string() + "': chmod: " + std::strerror(errno));
+    return Status();
+  };
+  const bool directory = std::filesystem::is_directory(path, ec);
+  DISTCKPT_RETURN_IF_ERROR(apply(path, directory));
+  if (!directory) return Status();
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (!it->is_symlink()) DISTCKPT_RETURN_IF_ERROR(apply(it->path(), it->is_directory()));
+  if (ec) return io_error("export '" + path + "': " + ec.message());
+  return Status();
+}
+
 }  // namespace internal_tools
 
 Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
                                          const ConvertOptions& options) {
-  return internal_tools::convert_to(src, dst, to, options, {});
+  DISTCKPT_ASSIGN_OR_RETURN(ConvertResult result, internal_tools::convert_to(src, dst, to, options, {}));
+  if (!options.owner_only && !options.fs) DISTCKPT_RETURN_IF_ERROR(internal_tools::share_by_umask(result.path));
+  return result;
 }
 
 }  // namespace distckpt

@@ -26,6 +26,11 @@ struct ConvertControl {
 // or an entry "x." names "x" itself too: a key whose value is a single tensor).
 bool name_selected(const std::string& name, const std::vector<std::string>& only);
 
+// An export's modes (ConvertOptions::owner_only false): `path` (a file, or a directory
+// and what it holds) takes 0666 / 0777 less the process's umask, read from
+// /proc/self/status (umask(2) would change it for every thread). kIoError naming the path.
+Status share_by_umask(const std::string& path);
+
 Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,
                                  const ConvertOptions& options, const ConvertControl& control);
 

@@ -82,6 +82,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
         return out;
       }
       DISTCKPT_RETURN_IF_ERROR(committed.status());  // a warning only says the entry may not be durable yet
+      if (!options.owner_only && !options.fs) DISTCKPT_RETURN_IF_ERROR(internal_tools::share_by_umask(out.path));
       return out;
     }();
     if (!result.ok()) return result.status().with_context("publish '" + source + "'");
