@@ -243,6 +243,7 @@ Status check_hdf5_name(const std::string& name) {
 
 std::string hdf5_metadata_json(const proto::Index& meta, const std::vector<uint32_t>* crcs) {
   proto::Index with_crcs = meta;
+  with_crcs.mutable_transforms()->set_checksum("crc32c");  // what the chunks below record
   for (int t = 0; t < with_crcs.tensors_size(); ++t) {
     proto::Tensor* tensor = with_crcs.mutable_tensors(t);
     tensor->clear_chunks();
