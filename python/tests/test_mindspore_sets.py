@@ -172,15 +172,27 @@ def _model(comm):
     return distckpt.StateDict(comm, arrays, layouts), full
 
 
-def test_mindspore_merges_a_set_as_distckpt_converts_it(comm, shared_dir):
+def _saved_set(comm, shared_dir, remove_redundancy):
+    """Collective: the model saved as a per-rank set; its path and the whole arrays."""
     state, full = _model(comm)
     path = distckpt.save(comm, state, shared_dir, "net", format="ckpt", integrated=False,
-                         remove_redundancy=False).path
+                         remove_redundancy=remove_redundancy).path
     comm.barrier()
+    return path, full
+
+
+def _read_set(path, world):
+    """The set's strategy and each rank file's records, as MindSpore reads them."""
+    strategy = build_searched_strategy(os.path.join(path, "strategy.ckpt"))
+    ranks = [load_ckpt_records(os.path.join(path, f"rank_{r}", "net.ckpt")) for r in range(world)]
+    return strategy, ranks
+
+
+def test_mindspore_merges_a_set_as_distckpt_converts_it(comm, shared_dir):
+    path, full = _saved_set(comm, shared_dir, remove_redundancy=False)
     if comm.rank == 0:
-        strategy = build_searched_strategy(os.path.join(path, "strategy.ckpt"))
+        strategy, ranks = _read_set(path, comm.size)
         assert list(strategy) == ["w", "v", "b", "steps", "c"]
-        ranks = [load_ckpt_records(os.path.join(path, f"rank_{r}", "net.ckpt")) for r in range(comm.size)]
         for r in ranks:  # remove_redundancy=False: every rank file holds every slice its rank has
             assert sorted(r) == ["b", "c", "steps", "v", "w"]
         one = distckpt.convert(path, os.path.join(shared_dir, "one"), "ckpt")
@@ -212,14 +224,10 @@ def _mindspore_keeper(strategy, world):
 
 
 def test_remove_redundancy_keeps_each_slice_where_mindspore_would(comm, shared_dir):
-    state, full = _model(comm)
-    path = distckpt.save(comm, state, shared_dir, "net", format="ckpt", integrated=False,
-                         remove_redundancy=True).path
-    comm.barrier()
+    path, _ = _saved_set(comm, shared_dir, remove_redundancy=True)
     if comm.rank == 0:
-        strategy = build_searched_strategy(os.path.join(path, "strategy.ckpt"))
+        strategy, ranks = _read_set(path, comm.size)
         keeper = _mindspore_keeper(strategy, comm.size)
-        ranks = [load_ckpt_records(os.path.join(path, f"rank_{r}", "net.ckpt")) for r in range(comm.size)]
         for name, layout in strategy.items():
             dev, tmap = layout["dev_matrix"], layout["tensor_map"]
             tstrat = _tensor_strategy(dev, tmap)
