@@ -126,3 +126,4 @@ class CheckpointInfo:
     epoch: int
     world_size: int
     info: Dict[str, InfoValue] = field(default_factory=dict)  #: every stored info value
+    writer_version: str = ""  #: the distckpt version that wrote it ("" for files of earlier builds and other writers)

@@ -34,6 +34,7 @@ class PyReader {
     d["step"] = index.step();
     d["epoch"] = index.epoch();
     d["world_size"] = index.world_size();
+    d["writer_version"] = index.writer_version();
     d["info"] = info_dict(internal_format::info_values(index));  // every stored info value
     return d;
   }

@@ -37,6 +37,7 @@ def test_a_flipped_byte_of_our_hdf5_file_fails_every_read_path(comm, shared_dir)
     assert report.checksums and report.warning == "" and "CRC32C" in report.checked
     with distckpt.open(path) as r:
         np.testing.assert_array_equal(r.tensor("w"), full)
+        assert r.info.writer_version == distckpt.__version__  # the version that wrote it
     comm.barrier()
     if comm.rank == 0:
         import h5py
