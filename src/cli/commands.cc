@@ -196,16 +196,20 @@ int cmd_ls(const std::string& root, bool as_json) {
     std::cout << dump(out) << "\n";
     return 0;
   }
+  // The name column fits the longest name (at least 32 wide), so the columns stay aligned.
+  int width = 32;
+  for (const auto& e : listing->entries) width = std::max(width, static_cast<int>(printable(e.name).size()));
+  for (const auto& r : *records) width = std::max(width, static_cast<int>(printable(r.name).size()));
   if (tiers)
-    std::printf("%-32s %10s %6s %12s %-8s %-13s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "TIER", "STATE");
+    std::printf("%-*s %10s %6s %12s %-8s %-13s %s\n", width, "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "TIER", "STATE");
   else
-    std::printf("%-32s %10s %6s %12s %-8s %s\n", "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
+    std::printf("%-*s %10s %6s %12s %-8s %s\n", width, "NAME", "STEP", "EPOCH", "BYTES", "FORMAT", "STATE");
   for (const auto& e : listing->entries) {
     const std::string tier = tiers ? internal_base::join(tiers_of(e.name, true), '+') : "";
     char tier_column[32] = "";
     if (tiers) std::snprintf(tier_column, sizeof(tier_column), "%-13s ", e.state == EntryState::kCommitted ? tier.c_str() : "-");
     if (e.state == EntryState::kCommitted) {
-      std::printf("%-32s %10s %6s %12s %-8s %s%s%s%s%s\n", printable(e.name).c_str(), counter_text(e.step).c_str(),
+      std::printf("%-*s %10s %6s %12s %-8s %s%s%s%s%s\n", width, printable(e.name).c_str(), counter_text(e.step).c_str(),
                   counter_text(e.epoch).c_str(), human_bytes(e.bytes).c_str(),
                   e.per_rank_files ? "ckpt-set" : std::string(format_name(e.format)).c_str(), tier_column, "committed",
                   (e.name == listing->latest      ? " (latest)"
@@ -214,14 +218,14 @@ int cmd_ls(const std::string& root, bool as_json) {
                           .c_str(),
                   references_text(e).c_str(), e.detail.empty() ? "" : (" [" + printable(e.detail) + "]").c_str());
     } else {
-      std::printf("%-32s %10s %6s %12s %-8s %s%s: %s\n", printable(e.name).c_str(), "-", "-",
+      std::printf("%-*s %10s %6s %12s %-8s %s%s: %s\n", width, printable(e.name).c_str(), "-", "-",
                   e.state == EntryState::kRetired ? human_bytes(e.bytes).c_str() : "-", "-", tier_column,
                   state_name(e.state), printable(e.detail).c_str());
     }
   }
   for (const auto& r : *records) {
     if (global_names.count(r.name)) continue;
-    std::printf("%-32s %10s %6s %12s %-8s %-13s committed (%d nodes, %s)\n", printable(r.name).c_str(),
+    std::printf("%-*s %10s %6s %12s %-8s %-13s committed (%d nodes, %s)\n", width, printable(r.name).c_str(),
                 counter_text(r.step).c_str(), counter_text(r.epoch).c_str(), "-", "native", "local", r.nodes,
                 printable(r.redundancy).c_str());
   }
