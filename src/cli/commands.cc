@@ -351,7 +351,8 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
   return 0;
 }
 
-int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unchecked, const KeyArgs& key_args) {
+int cmd_verify(const std::string& path, bool as_json, bool deep, std::optional<bool> allow_unchecked,
+               const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
   auto dir = resolve_checkpoint(path);
@@ -363,7 +364,7 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, bool allow_unch
   VerifyOptions options;
   options.deep = deep;
   options.key = *key;
-  if (allow_unchecked) options.allow_unchecked = true;
+  options.allow_unchecked = allow_unchecked;
   auto report = verify_checkpoint(*dir, options);
   if (!report.ok()) {
     if (as_json) std::cout << dump(json{{"path", *dir}, {"ok", false}, {"error", report.status().to_string()}}) << "\n";

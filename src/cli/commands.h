@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,8 @@ struct KeyArgs {
   std::string file, env;
 };
 int cmd_inspect(const std::string& path, bool json, const KeyArgs& key);
-int cmd_verify(const std::string& path, bool json, bool deep, bool allow_unchecked, const KeyArgs& key);
+// allow_unchecked: VerifyOptions::allow_unchecked (--allow-unchecked true, --refuse-unchecked false).
+int cmd_verify(const std::string& path, bool json, bool deep, std::optional<bool> allow_unchecked, const KeyArgs& key);
 
 struct ConvertArgs {
   std::string src, dst, to;

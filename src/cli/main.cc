@@ -38,10 +38,14 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "Read every byte; check file sizes and checksums");
   verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   verify->add_flag("--json", json, "machine-readable output");
-  bool deep = false, allow_unchecked = false;
+  bool deep = false, allow_unchecked = false, refuse_unchecked = false;
   verify->add_flag("--deep", deep, "drop each file from the page cache first: every byte is re-read from storage");
   verify->add_flag("--allow-unchecked", allow_unchecked,
-                   "accept a checkpoint whose format can carry checksums but records none (sizes and structure only)");
+                   "pass data that records no checksums (a safetensors file from another writer), with a warning; "
+                   "a .ckpt or HDF5 file without them passes with the warning anyway");
+  verify->add_flag("--refuse-unchecked", refuse_unchecked,
+                   "fail on data that records no checksums, a .ckpt or HDF5 file included (MindSpore's crc_check=True)")
+      ->excludes("--allow-unchecked");
   add_key(verify, key, "", "an encrypted checkpoint's (every chunk is then authenticated)");
 
   ConvertArgs conv;
@@ -114,7 +118,12 @@ int main(int argc, char** argv) {
     if (*lay) return cmd_layout(layout);
     if (*ls) return cmd_ls(path, json);
     if (*inspect) return cmd_inspect(path, json, key);
-    if (*verify) return cmd_verify(path, json, deep, allow_unchecked, key);
+    if (*verify)
+      return cmd_verify(path, json, deep,
+                        allow_unchecked ? std::optional<bool>(true)
+                        : refuse_unchecked ? std::optional<bool>(false)
+                                           : std::nullopt,
+                        key);
     if (*convert) return cmd_convert(conv);
     if (*publish) return cmd_publish(pub);
     if (*gcc) return cmd_gc(gc);
