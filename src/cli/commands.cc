@@ -112,6 +112,10 @@ const char* state_name(EntryState s) {
 namespace {
 // A step or epoch for a table: "-" when not recorded (-1).
 std::string counter_text(int64_t value) { return value < 0 ? "-" : std::to_string(value); }
+// "1 file", "3 files".
+std::string count_text(uint64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
 }  // namespace
 
 int cmd_ls(const std::string& root, bool as_json) {
@@ -378,10 +382,10 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, std::optional<b
     if (!report->warning.empty()) j["warning"] = report->warning;
     std::cout << dump(j) << "\n";
   } else {
-    std::printf("OK %s: %llu tensors, %llu chunks, %llu files, %s checked (%s%s)\n", dir->c_str(),
-                static_cast<unsigned long long>(report->tensors), static_cast<unsigned long long>(report->chunks),
-                static_cast<unsigned long long>(report->files), human_bytes(report->bytes_checked).c_str(),
-                report->checked.c_str(), report->deep ? ", re-read from storage" : "");
+    std::printf("OK %s: %s, %s, %s, %s checked (%s%s)\n", dir->c_str(), count_text(report->tensors, "tensor").c_str(),
+                count_text(report->chunks, "chunk").c_str(), count_text(report->files, "file").c_str(),
+                human_bytes(report->bytes_checked).c_str(), report->checked.c_str(),
+                report->deep ? ", re-read from storage" : "");
     if (!report->warning.empty()) std::printf("warning: %s\n", report->warning.c_str());
   }
   return 0;
