@@ -216,11 +216,7 @@ Result<SaveResult> save_hdf5(Comm& comm, const StateDict& state, const std::stri
         const proto::Index& meta = frame.plan.index;
         DISTCKPT_ASSIGN_OR_RETURN(std::vector<uint32_t> crcs, dataset_crcs(meta, received));
         DISTCKPT_RETURN_IF_ERROR(internal_format::record_hdf5_crc32c(frame.entry.target(), meta, crcs));
-        std::vector<std::pair<uint64_t, uint64_t>> data;
-        for (int t = 0; t < meta.tensors_size(); ++t)
-          data.emplace_back(offsets[static_cast<std::size_t>(t)],
-                            offsets[static_cast<std::size_t>(t)] + internal_format::tensor_bytes(meta.tensors(t)));
-        return internal_format::append_hdf5_footer(*frame.fs, frame.entry.target(), std::move(data), options.fsync);
+        return internal_format::append_hdf5_footer(*frame.fs, frame.entry.target(), meta, offsets, options.fsync);
       });
   }
   result.write_s = write_timer.seconds();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "format/format.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
@@ -40,9 +41,16 @@ Result<uint32_t> structure_state(const ReadableFile& file, uint64_t end, std::ve
 
 }  // namespace
 
-Status append_hdf5_footer(FileSystem& fs, const std::string& path, std::vector<std::pair<uint64_t, uint64_t>> data,
-                          bool fsync) {
+Status append_hdf5_footer(FileSystem& fs, const std::string& path, const proto::Index& meta,
+                          const std::vector<uint64_t>& offsets, bool fsync) {
   const std::string where = "hdf5 '" + path + "': its footer";
+  if (offsets.size() != static_cast<std::size_t>(meta.tensors_size()))
+    return internal_error(where + ": " + std::to_string(offsets.size()) + " offsets for " +
+                          std::to_string(meta.tensors_size()) + " tensors");
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  for (int t = 0; t < meta.tensors_size(); ++t)
+    data.emplace_back(offsets[static_cast<std::size_t>(t)],
+                      offsets[static_cast<std::size_t>(t)] + tensor_bytes(meta.tensors(t)));
   DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, fs.file_size(path));
   uint32_t state = 0;
   {

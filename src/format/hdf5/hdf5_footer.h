@@ -22,12 +22,12 @@ namespace distckpt::internal_format {
 
 inline constexpr uint64_t kHdf5FooterBytes = 16;
 
-// Appends the footer to the closed HDF5 file `path`, whose datasets' data lie in
-// `data` ([offset, end) byte ranges, in any order). Not collective: the one process that
-// finishes the file (rank 0 of a save) calls it, and it reads only the bytes outside
-// `data`. Fsyncs the file when asked. Fails with the file system's error.
-Status append_hdf5_footer(FileSystem& fs, const std::string& path, std::vector<std::pair<uint64_t, uint64_t>> data,
-                          bool fsync);
+// Appends the footer to the closed HDF5 file `path`, whose datasets (the tensors of
+// `meta`) start at `offsets` (Hdf5Writer::data_offsets). Not collective: the one process
+// that finishes the file (rank 0 of a save) calls it, and it reads only the bytes outside
+// the datasets' data. Fsyncs the file when asked. Fails with the file system's error.
+Status append_hdf5_footer(FileSystem& fs, const std::string& path, const proto::Index& meta,
+                          const std::vector<uint64_t>& offsets, bool fsync);
 
 // Whether the file of `size` bytes ends with distckpt's footer (magic and version; its
 // CRC unchecked). A file with it is one distckpt wrote: its metadata must record the

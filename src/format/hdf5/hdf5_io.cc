@@ -917,11 +917,7 @@ class Hdf5SequentialWriter final : public SequentialWriter {
     DISTCKPT_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, writer_->data_offsets());
     DISTCKPT_RETURN_IF_ERROR(writer_->finish());
     writer_.reset();
-    std::vector<std::pair<uint64_t, uint64_t>> data;
-    for (int t = 0; t < meta_.tensors_size(); ++t)
-      data.emplace_back(offsets[static_cast<std::size_t>(t)],
-                        offsets[static_cast<std::size_t>(t)] + tensor_bytes(meta_.tensors(t)));
-    DISTCKPT_RETURN_IF_ERROR(append_hdf5_footer(fs_, path_, std::move(data), fsync));
+    DISTCKPT_RETURN_IF_ERROR(append_hdf5_footer(fs_, path_, meta_, offsets, fsync));
     return meta_;
   }
 
