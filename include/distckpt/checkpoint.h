@@ -52,10 +52,12 @@ struct SaveSettings {
   std::shared_ptr<FileSystem> fs;  // null: POSIX
   // Encrypt the checkpoint (encryption.h): every chunk's bytes, and the index's tensor
   // table. Every rank passes the same mode and key (compared by fingerprint, never sent;
-  // kInvalidArgument otherwise). Native checkpoints (sharded, integrated, asynchronous)
-  // and .ckpt files (whose tensor names, dtypes, shapes and layouts stay readable: the
-  // records name them); safetensors and HDF5 cannot carry it and refuse
-  // (kInvalidArgument).
+  // kInvalidArgument otherwise). Native checkpoints (sharded, integrated, asynchronous),
+  // and .ckpt files, which are encrypted whole in MindSpore 2.x's framing with the key
+  // as given (MindSpore's load_checkpoint(dec_key, dec_mode) reads them; without the key
+  // nothing of them is readable, names and step included; they carry no CRC footer; in
+  // AES-CBC and SM4-CBC nothing authenticates them, and loads say so). safetensors and
+  // HDF5 cannot carry it and refuse (kInvalidArgument).
   Encryption encryption;
 
   // ---- single-file (integrated) saves ----

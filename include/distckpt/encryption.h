@@ -11,6 +11,14 @@
 // Keys are 16, 24 or 32 bytes (AES-128/192/256; SM4 takes 16). Each checkpoint's keys
 // are derived from it and a random per-checkpoint salt (HKDF-SHA256), so no nonce is
 // ever reused under a key. distckpt never logs, prints or writes a key.
+//
+// A MindSpore .ckpt is encrypted instead as MindSpore 2.x encrypts one (save_checkpoint
+// with enc_key and enc_mode): the whole file, in blocks of at most 64 MiB, each under a
+// random IV and the key itself (src/transform/ms_framing.h), so that MindSpore decrypts
+// it. Nothing of it is readable without the key. AES-GCM authenticates each block;
+// AES-CBC and SM4-CBC authenticate nothing (loads warn; distckpt's per-record CRC32Cs
+// still catch accidental damage). .ckpt files distckpt 0.1.0 encrypted chunk by chunk
+// are still read.
 #pragma once
 
 #include <cstddef>

@@ -74,9 +74,12 @@ struct CheckpointInfo {
   Checksum checksum = Checksum::kCrc32c;
   EncryptionMode encryption_mode = EncryptionMode::kNone;
   // "none", or the algorithm with its key size ("AES-256-GCM", "AES-256-CBC-HMAC-SHA256",
-  // ...).
+  // ...). A .ckpt encrypted whole in MindSpore's framing: "AES-256-GCM (MindSpore framing)",
+  // "AES-CBC (MindSpore framing)" while its key size is unknown (read without the key).
   std::string encryption = "none";
-  // Encrypted and read without its key: `tensors` is empty (the table is sealed).
+  // Encrypted and read without its key: `tensors` is empty (the table is sealed). A
+  // .ckpt encrypted whole then also hides step, epoch and info values (-1 and empty),
+  // and `files` gives its size on disk.
   bool tensors_sealed = false;
   std::vector<TensorInfo> tensors;
   std::vector<FileInfo> files;

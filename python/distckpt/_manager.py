@@ -215,6 +215,10 @@ def _canonical_config(kwargs):
             config["publish_at_end"] = True  # MMEngine publishes after training
         if value is not None:
             config[name] = value
+    if config.get("enc_key") is not None and config.get("ckpt_crc_footer") and config.get("format", "ckpt") == "ckpt":
+        raise ValueError(f"CheckpointManager: '{given_as['ckpt_crc_footer']}' and '{given_as['enc_key']}' are "
+                         "mutually exclusive for .ckpt files, as in MindSpore (an encrypted .ckpt is checked by its "
+                         "blocks' tags and distckpt's per-record CRC32Cs)")
     return config
 
 

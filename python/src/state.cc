@@ -101,7 +101,7 @@ TensorLayout layout_from_boxes(const std::vector<int64_t>& shape,
 py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, const std::string& name, int64_t step,
                     int64_t epoch, const std::string& format, bool fsync, bool update_latest, const py::object& key,
                     bool incremental, const std::string& incremental_base, bool crc_check, std::optional<bool> integrated,
-                    bool remove_redundancy) {
+                    bool remove_redundancy, const std::string& enc_mode) {
   SaveOptions o;
   o.ckpt_crc_footer = crc_check;
   o.integrated = integrated;
@@ -117,7 +117,8 @@ py::dict save_state(PyComm& comm, PyStateDict& state, const std::string& root, c
   agreed_arguments(native, [&] {
     state.refresh();
     o.format = format_from(format);
-    if (auto k = key_from(key)) o.encryption = {EncryptionMode::kAesGcm, k};
+    // The mode was checked by distckpt.save (one of MindSpore's three names).
+    if (auto k = key_from(key)) o.encryption = {*encryption_mode_from_name(enc_mode), k};
   });
   Result<SaveResult> r = without_gil([&] { return save(native, state.get(), root, o); });
   SaveResult s = take(std::move(r));

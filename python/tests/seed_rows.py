@@ -70,13 +70,14 @@ ROWS = [
      "'epoch_num' and 'step_num' are stored in every checkpoint whether listed or not; values are int, float, "
      "bool or str (no Tensor or Parameter)",
      ("accepts", "mindspore", {"append_info": ["epoch_num", "step_num", {"lr": 0.1}]})),
-    (MS, "enc_key", "enc_key", "differs",
-     "the encrypted checkpoint is distckpt's own format (authenticated index and chunks): MindSpore cannot "
-     "decrypt it",
+    (MS, "enc_key", "enc_key", "exact",
+     "a .ckpt is encrypted whole in MindSpore 2.x's framing, which MindSpore's load_checkpoint(dec_key=...) "
+     "decrypts (a native checkpoint: chunk by chunk, distckpt's own)",
      ("accepts", "mindspore", {"enc_key": b"k" * 16})),
-    (MS, "enc_mode", "enc_mode", "differs",
-     "AES-GCM, AES-CBC and SM4-CBC (CBC with an HMAC); may be combined with crc_check (MindSpore: exclusive)",
-     ("accepts", "mindspore", {"enc_key": b"k" * 16, "enc_mode": "AES-CBC"})),
+    (MS, "enc_mode", "enc_mode", "exact",
+     "AES-GCM, AES-CBC and SM4-CBC; with crc_check on a .ckpt refused (ValueError), as MindSpore",
+     ("refuses", "mindspore", {"enc_key": b"k" * 16, "enc_mode": "AES-CBC", "crc_check": True}, ValueError,
+      "mutually exclusive")),
     (MS, "exception_save", "exception_save + run()", "differs",
      "saved only when every rank's state is at the same step; the save does not move latest (resume takes it "
      "only when named)",

@@ -14,6 +14,7 @@
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt {
 
@@ -66,7 +67,8 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
 }  // namespace internal_catalog
 
 Result<RootListing> list_checkpoints(const std::string& root, const InspectOptions& options) {
-  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
+  // With a key, .ckpt files encrypted whole are listed with their step and order.
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(or_posix(options.fs), options.key.get());
   DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(root));
   RootListing listing;
   std::vector<CheckpointEntry> committed, other;
@@ -154,7 +156,9 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     }
     entry.state = EntryState::kCommitted;
     // Data nothing checks (a .ckpt MindSpore wrote without its footer, HDF5): a warning.
-    if (!internal_format::has_data_checks(*index))
+    if (index->has_file_encryption() && !index->file_encryption().opened())
+      entry.detail = "encrypted whole (" + index->file_encryption().mode() + "): step and tensors need its key";
+    else if (!internal_format::has_data_checks(*index))
       entry.detail = "unchecked: " + internal_format::data_checks_text(*index);
     // A per-rank set whose layouts no MindSpore strategy expresses has no strategy file.
     if (internal_format::is_per_rank_set(*index) && entry.detail.empty()) {

@@ -31,6 +31,7 @@
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 #include "transform/float_cast.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt {
 
@@ -172,7 +173,8 @@ class Outbox {
 
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
   internal_base::Timer timer;
-  std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+  // With a key, a .ckpt encrypted whole reads as its plaintext.
+  std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
   const std::string where = "load: rank " + std::to_string(comm.rank());
 
   // Rank 0 resolves the path and reads the index; everyone parses the same bytes.

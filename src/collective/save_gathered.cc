@@ -92,6 +92,7 @@ Result<SaveResult> save_gathered(Comm& comm, const StateDict& state, const std::
       internal_format::WriterOptions writer_options;
       writer_options.ckpt_crc_footer = options.ckpt_crc_footer;
       writer_options.cipher = frame.cipher.get();
+      writer_options.encryption = &options.encryption;
       writer_options.writer_rank = writer_rank;
       DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(options.format, fs, frame.entry.target(),
                                                                                 meta, writer_options));

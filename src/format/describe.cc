@@ -102,6 +102,7 @@ proto::Index describe_single_file(const std::optional<proto::Index>& meta, const
   index.clear_files();
   // Only the file's own encryption field (ckpt_index) may say it is encrypted.
   index.clear_encryption();
+  index.clear_file_encryption();  // and only its reader that it is encrypted whole
   index.mutable_transforms()->set_encryption("none");
   index.set_format(format);
   index.mutable_transforms()->set_checksum(checksum);

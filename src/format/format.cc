@@ -100,28 +100,53 @@ bool has_file_crc32(const proto::Index& index) {
   return false;
 }
 
+namespace {
+// A .ckpt encrypted whole and opened, by mode.
+bool opened_whole(const proto::Index& index, bool gcm) {
+  const proto::FileEncryption& e = index.file_encryption();
+  return index.has_file_encryption() && e.opened() && (e.mode() == "AES-GCM") == gcm;
+}
+}  // namespace
+
+bool authenticated_whole_file(const proto::Index& index) { return opened_whole(index, true); }
+
 bool has_data_checks(const proto::Index& index) {
-  return has_chunk_checksums(index) || has_file_crc32(index) || index.has_encryption();
+  return has_chunk_checksums(index) || has_file_crc32(index) || index.has_encryption() || opened_whole(index, true);
 }
 
 std::string data_checks_text(const proto::Index& index) {
   std::vector<std::string> parts;
   if (index.has_encryption()) parts.push_back("every chunk authenticated (" + index.encryption().algorithm() + ")");
+  if (opened_whole(index, true))
+    parts.push_back("every block authenticated (" + index.file_encryption().algorithm() + ", MindSpore's framing)");
   if (has_chunk_checksums(index))
     parts.push_back(is_single_file(index) ? "every tensor's CRC32C" : "every chunk's CRC32C");
   if (has_file_crc32(index))
     parts.push_back(index.files_size() > 1 ? "every file's CRC-32" : "the file's CRC-32 footer");
   if (has_chunk_checksums(index) && stored_format(index) == Format::kHdf5)
     parts.push_back("the structure's CRC32C footer");
-  if (parts.empty()) return "structure only: no checksums recorded";
+  const std::string unauthenticated =
+      opened_whole(index, false) ? " (" + index.file_encryption().algorithm() + ", MindSpore's framing: not authenticated)"
+                                 : "";
+  if (parts.empty()) return "structure only: no checksums recorded" + unauthenticated;
   std::string text = "sizes";
   for (std::size_t i = 0; i < parts.size(); ++i) text += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
-  return text;
+  return text + unauthenticated;
 }
 
 Status check_unchecked(const proto::Index& index, const std::string& path, std::optional<bool> allowed,
                        std::string* warning) {
-  if (has_data_checks(index)) return Status();
+  // MindSpore's CBC framing has no MAC: whoever can write the file can change what it
+  // decrypts to. Loads say so; checksums still catch accidental damage.
+  const std::string cbc = opened_whole(index, false)
+                              ? "'" + path + "' is encrypted with " + index.file_encryption().algorithm() +
+                                    " in MindSpore's framing, which authenticates nothing: modified bytes go "
+                                    "unnoticed unless a checksum catches them"
+                              : "";
+  if (has_data_checks(index)) {
+    if (!cbc.empty()) *warning = cbc;
+    return Status();
+  }
   const FormatDriver& d = driver(stored_format(index));
   // MindSpore writes .ckpt files without their footer by default, and loads them; HDF5
   // files from other writers (h5py, simulation codes) carry no data checksums either.
@@ -131,7 +156,8 @@ Status check_unchecked(const proto::Index& index, const std::string& path, std::
     *warning = "'" + path + "' records no checksums: its bytes are not checked" +
                (allowed  ? std::string(" (allowed)")
                 : ckpt   ? " (a .ckpt without MindSpore's CRC footer)"
-                         : " (an HDF5 file without distckpt's checksums)");
+                         : " (an HDF5 file without distckpt's checksums)") +
+               (cbc.empty() ? "" : "; " + cbc);
     return Status();
   }
   return unsupported("'" + path + "' records no checksums, so its bytes cannot be checked; allow unchecked data "

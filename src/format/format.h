@@ -41,9 +41,10 @@ inline constexpr char kGapZeros[kChunkAlignment] = {};
 // How a sequential writer writes (see sequential_writer.h).
 struct WriterOptions {
   bool ckpt_crc_footer = true;  // ckpt: MindSpore's CRC-32 footer
-  // Encrypts every chunk (formats that carry encryption only); borrowed, must outlive
-  // the writer.
+  // Encrypts every chunk (native); borrowed, must outlive the writer.
   const internal_transform::CheckpointCipher* cipher = nullptr;
+  // Encrypts the whole file with the user's key (ckpt: MindSpore's framing); borrowed.
+  const Encryption* encryption = nullptr;
   int writer_rank = 0;  // native: the data file is data-<writer_rank>.bin
   // ckpt, unencrypted: finish() also describes where the bytes went: each record's boxes
   // as chunks (boxes in the tensor as the meta shapes it, byte offsets in the file,
@@ -59,7 +60,9 @@ struct FormatDriver {
   // Names that end in one of these are files of this format (".h5" and ".hdf5").
   std::span<const std::string_view> read_extensions;
   bool single_file;         // one file (else a directory with an index)
-  bool carries_encryption;  // has a place for nonces and tags
+  // Can be encrypted: per chunk with a CheckpointCipher (native), or whole with the
+  // user's key in MindSpore's framing (ckpt).
+  bool carries_encryption;
   bool chunk_checksums;     // its saves record a CRC32C per chunk in the index
   // Whether the first bytes of a file (at least kSniffBytes of them) are this format's;
   // null when a path is recognised otherwise (a directory).
@@ -111,6 +114,8 @@ bool is_single_file(const proto::Index& index);
 bool has_chunk_checksums(const proto::Index& index);
 // Some data file has a whole-file CRC-32 (a .ckpt's footer).
 bool has_file_crc32(const proto::Index& index);
+// A .ckpt encrypted whole in AES-GCM and opened with its key: every read is authenticated.
+bool authenticated_whole_file(const proto::Index& index);
 // Whether the data can be checked at all: chunk CRC32Cs, a whole-file CRC-32, or
 // encryption (every chunk authenticated).
 bool has_data_checks(const proto::Index& index);

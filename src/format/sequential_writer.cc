@@ -56,7 +56,8 @@ Result<std::unique_ptr<SequentialWriter>> make_sequential_writer(Format format, 
                                                                  const std::string& path, const proto::Index& meta,
                                                                  const WriterOptions& options) {
   DISTCKPT_RETURN_IF_ERROR(check_writable(format, meta));
-  if (options.cipher != nullptr) DISTCKPT_RETURN_IF_ERROR(encryption_refused(format));
+  if (options.cipher != nullptr || (options.encryption != nullptr && options.encryption->enabled()))
+    DISTCKPT_RETURN_IF_ERROR(encryption_refused(format));
   return driver(format).open_writer(fs, path, meta, options);
 }
 

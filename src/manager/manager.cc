@@ -33,6 +33,7 @@
 #include "tier/nodes.h"
 #include "tier/record.h"
 #include "tools/convert.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt {
 
@@ -301,6 +302,8 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   impl.state = &state;
   impl.cfg = std::move(config);
   if (impl.cfg.fs) impl.fs = impl.cfg.fs;
+  // Its .ckpt files encrypted whole are listed, ordered and resumed from as their plaintext.
+  impl.fs = internal_format::with_key(impl.fs, impl.cfg.encryption.key.get());
   Status local = impl.cfg.validate();
   if (local.ok()) {
     // The config in effect (config() returns it): MMEngine's filename_tmpl as a name

@@ -192,6 +192,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       internal_format::WriterOptions writer_options;
       writer_options.ckpt_crc_footer = options.ckpt_crc_footer;
       writer_options.cipher = cipher.get();
+      writer_options.encryption = &options.encryption;
       DISTCKPT_ASSIGN_OR_RETURN(writer,
                                 internal_format::make_sequential_writer(to, *fs, entry.target(), meta, writer_options));
       std::vector<char> buf;

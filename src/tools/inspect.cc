@@ -6,6 +6,7 @@
 #include "format/native/index_codec.h"
 #include "format/native/sealing.h"
 #include "format/stored.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt {
 
@@ -31,6 +32,12 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
                              ? encryption_mode_from_name(index.encryption().mode()).value_or(EncryptionMode::kNone)
                              : EncryptionMode::kNone;
   info.tensors_sealed = index.has_encryption() && index.tensors_size() == 0 && !internal_format::is_single_file(index);
+  if (index.has_file_encryption()) {  // a .ckpt encrypted whole
+    const proto::FileEncryption& e = index.file_encryption();
+    info.encryption = (e.opened() ? e.algorithm() : e.mode()) + " (MindSpore framing)";
+    info.encryption_mode = encryption_mode_from_name(e.mode()).value_or(EncryptionMode::kNone);
+    info.tensors_sealed = !e.opened();
+  }
   for (const auto& f : index.files()) info.files.push_back(FileInfo{f.name(), f.size(), f.checkpoint()});
   for (const auto& t : index.tensors()) {
     TensorInfo ti;
@@ -67,8 +74,8 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
 }  // namespace internal_tools
 
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, const InspectOptions& options) {
-  const std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
   const std::shared_ptr<const EncryptionKey>& key = options.key;
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), key.get());
   DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
   if (key) DISTCKPT_RETURN_IF_ERROR(internal_format::open_index(&index, key.get(), path).status());
   CheckpointInfo info = internal_tools::to_checkpoint_info(index, path);

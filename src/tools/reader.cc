@@ -10,6 +10,7 @@
 #include "plan/load_plan.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt::internal_tools {
 
@@ -32,7 +33,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
-  m.fs = fs ? fs : posix_filesystem();
+  m.fs = internal_format::with_key(fs ? fs : posix_filesystem(), key);
   DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, {.fs = m.fs}));
   DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
   DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_format::open_index(&m.index, key, resolved));
@@ -45,7 +46,9 @@ const proto::Index& CheckpointReader::index() const { return impl_->index; }
 
 std::string CheckpointReader::unchecked_reason() const {
   const Impl& m = *impl_;
-  if (m.cipher || internal_format::has_chunk_checksums(m.index) || m.files_checked) return "";
+  if (m.cipher || internal_format::authenticated_whole_file(m.index) || internal_format::has_chunk_checksums(m.index) ||
+      m.files_checked)
+    return "";
   const std::string what = internal_format::is_single_file(m.index) && m.index.files_size() == 1
                                ? m.dir + "/" + m.index.files(0).name()
                                : m.dir;

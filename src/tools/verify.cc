@@ -14,6 +14,7 @@
 #include "format/stored.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt {
 namespace {
@@ -48,7 +49,7 @@ Status check_gap(const ReadableFile& file, const std::string& path, uint64_t beg
 }  // namespace
 
 Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options) {
-  const std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
   // --deep: every file read comes from storage where the file system can evict it. A
   // failure to evict is not an error (the bytes are still checked), but then the report
   // does not claim it.
@@ -73,7 +74,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
   report.checked = internal_format::data_checks_text(index);
   DISTCKPT_RETURN_IF_ERROR(
       internal_format::check_unchecked(index, path, options.allow_unchecked, &report.warning).with_context("verify"));
-  report.authenticated = cipher != nullptr;
+  report.authenticated = cipher != nullptr || internal_format::authenticated_whole_file(index);
   // Chunks grouped by file, so that one file is open at a time whatever the number of
   // writers, and each file is read front to back.
   std::vector<std::vector<std::pair<int, int>>> by_file(static_cast<std::size_t>(index.files_size()));

@@ -1,5 +1,7 @@
 #include "transform/cipher.h"
 
+#include "transform/evp.h"
+
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -17,6 +19,20 @@ namespace distckpt {
 
 namespace internal_transform {
 
+Status openssl_error(const std::string& what) { return internal_error("OpenSSL: " + what + " failed"); }
+
+const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes) {
+  switch (mode) {
+    case EncryptionMode::kAesGcm:
+      return key_bytes == 16 ? EVP_aes_128_gcm() : key_bytes == 24 ? EVP_aes_192_gcm() : EVP_aes_256_gcm();
+    case EncryptionMode::kAesCbc:
+      return key_bytes == 16 ? EVP_aes_128_cbc() : key_bytes == 24 ? EVP_aes_192_cbc() : EVP_aes_256_cbc();
+    case EncryptionMode::kSm4Cbc: return EVP_sm4_cbc();
+    case EncryptionMode::kNone: break;
+  }
+  return nullptr;
+}
+
 namespace {
 
 constexpr std::size_t kGcmNonce = 12, kGcmTag = 16, kCbcBlock = 16, kHmacTag = 32;
@@ -31,8 +47,6 @@ void put_u64(std::string& out, uint64_t v) {
 void put_u32(std::string& out, uint32_t v) {
   for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
-
-Status openssl_error(const std::string& what) { return internal_error("OpenSSL: " + what + " failed"); }
 
 Result<std::string> hkdf(const EncryptionKey& key, const std::string& salt, const char* info, std::size_t n) {
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
@@ -113,23 +127,6 @@ Status check_cbc_tag(const std::string& key, const std::string& aad, const std::
   if (tag.size() != kHmacTag || CRYPTO_memcmp(expected.data(), tag.data(), kHmacTag) != 0) return auth_failed(failed);
   return Status();
 }
-
-const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes) {
-  switch (mode) {
-    case EncryptionMode::kAesGcm:
-      return key_bytes == 16 ? EVP_aes_128_gcm() : key_bytes == 24 ? EVP_aes_192_gcm() : EVP_aes_256_gcm();
-    case EncryptionMode::kAesCbc:
-      return key_bytes == 16 ? EVP_aes_128_cbc() : key_bytes == 24 ? EVP_aes_192_cbc() : EVP_aes_256_cbc();
-    case EncryptionMode::kSm4Cbc: return EVP_sm4_cbc();
-    case EncryptionMode::kNone: break;
-  }
-  return nullptr;
-}
-
-struct CipherCtx {
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  ~CipherCtx() { EVP_CIPHER_CTX_free(ctx); }
-};
 
 Status init_cipher(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::size_t key_bytes,
                    const std::string& key, const std::string& nonce) {

@@ -2,7 +2,8 @@
 //
 //   hostile gen GOOD_DIR OUT_DIR   GOOD_DIR holds native/ (a checkpoint directory),
 //                                  model.ckpt, model.safetensors, model.h5 and, with
-//                                  key.hex, encrypted/ (an encrypted checkpoint).
+//                                  key.hex, encrypted/ (an encrypted checkpoint) and
+//                                  model-gcm.ckpt (a .ckpt encrypted whole).
 //                                  Writes OUT_DIR/<format>/<case> and OUT_DIR/manifest.tsv:
 //                                  case, class, path, key file (or -).
 //   hostile load PATH [KEY_FILE]   loads every tensor of PATH (any format) on one
@@ -76,9 +77,9 @@ struct Corpus {
   }
   // A single file of `format`, named with its extension, holding `bytes`.
   void file(const std::string& format, const std::string& ext, const std::string& name, const std::string& cls,
-            const std::string& bytes) {
+            const std::string& bytes, const std::string& key = "-") {
     write_file(out + "/" + format + "/" + name + ext, bytes);
-    add(format, name + ext, cls);
+    add(format, name + ext, cls, key);
   }
   std::size_t pick(std::size_t n) { return static_cast<std::size_t>(rng() % n); }
 };
@@ -243,6 +244,32 @@ void ckpt_cases(Corpus& c, const std::string& path) {
   c.file("ckpt", ".ckpt", "pickle", "structure", std::string("\x80\x04\x95", 3) + good.substr(3));
 }
 
+// A .ckpt encrypted whole in MindSpore's framing (AES-GCM), read with its key: cuts at
+// every header field and in the cipher, hostile header numbers, another mode's magic, a
+// second block cut short; flips anywhere (every byte is under the tag or in the header).
+void framed_ckpt_cases(Corpus& c, const std::string& good, const std::string& key) {
+  const std::string format = "ckpt-encrypted";
+  for (std::size_t at : {std::size_t{3}, std::size_t{4}, std::size_t{20}, std::size_t{24}, std::size_t{28},
+                         std::size_t{44}, std::size_t{48}, good.size() / 2, good.size() - 1})
+    c.file(format, ".ckpt", "truncated_" + std::to_string(at), "structure", good.substr(0, at), key);
+  auto with_u32 = [&](std::size_t at, uint32_t v) {
+    std::string b = good;
+    std::memcpy(b.data() + at, &v, 4);
+    return b;
+  };
+  c.file(format, ".ckpt", "block_size_huge", "structure", with_u32(20, 0x7fffffffu), key);
+  c.file(format, ".ckpt", "iv_len_12", "structure", with_u32(24, 12), key);
+  c.file(format, ".ckpt", "cipher_len_0", "structure", with_u32(44, 0), key);
+  c.file(format, ".ckpt", "cipher_len_negative", "structure", with_u32(44, 0x80000000u), key);
+  c.file(format, ".ckpt", "cbc_magic", "structure", with_u32(0, 0x7F3A5ED9u), key);
+  c.file(format, ".ckpt", "second_block_cut", "structure", good + good.substr(0, 60), key);
+  for (int i = 0; i < 24; ++i) {
+    const std::size_t at = c.pick(good.size());
+    c.file(format, ".ckpt", "flip" + std::to_string(i) + "_" + std::to_string(at), "data",
+           flip(good, at, static_cast<unsigned char>(1u << (i % 8))), key);
+  }
+}
+
 void safetensors_cases(Corpus& c, const std::string& good) {
   uint64_t header = 0;
   std::memcpy(&header, good.data(), 8);
@@ -296,6 +323,8 @@ int gen(const std::string& good, const std::string& out) {
   if (fs::exists(good + "/encrypted") && fs::exists(good + "/key.hex"))
     native_cases(c, good + "/encrypted", "encrypted", good + "/key.hex");
   ckpt_cases(c, good + "/model.ckpt");
+  if (fs::exists(good + "/model-gcm.ckpt") && fs::exists(good + "/key.hex"))
+    framed_ckpt_cases(c, read_file(good + "/model-gcm.ckpt"), good + "/key.hex");
   safetensors_cases(c, read_file(good + "/model.safetensors"));
   hdf5_cases(c, good + "/model.h5");
   for (const auto* ext : {".ckpt", ".safetensors", ".h5"}) {

@@ -33,6 +33,8 @@ done
 cp -r "$fixtures/encrypted/step-5" "$work/good/encrypted"
 cp "$fixtures/key.hex" "$work/good/key.hex"
 chmod -R u+w "$work/good"
+"$dc" convert "$work/good/native" "$work/good/model-gcm" --to ckpt --key-file "$work/good/key.hex" \
+  --enc-mode AES-GCM >/dev/null || { echo "hostile: FAIL: encrypting convert"; exit 1; }
 "$hostile" gen "$work/good" "$work/corpus" || { echo "hostile: FAIL: generator"; exit 1; }
 
 files=0 crashes=0 hangs=0 accepted=0

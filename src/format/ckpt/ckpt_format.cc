@@ -14,6 +14,7 @@
 #include "format/sequential_writer.h"
 #include "layout/region.h"
 #include "layout/tiling.h"
+#include "format/ckpt/framed_file.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 
@@ -132,6 +133,10 @@ std::optional<proto::InfoValue> scalar_info(const CkptRecord& r) {
 Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
                                 const std::string& path) {
   proto::Index index;
+  // No writer makes a non-empty .ckpt without a record or distckpt's metadata (MindSpore
+  // writes an empty file for nothing): such bytes merely happen to parse.
+  if (scan.records.empty() && !scan.meta)
+    return corruption("'" + path + "': no records and no metadata: damaged, or not a .ckpt");
   // What distckpt's writer said the file would hold: a file cut short at a record
   // boundary, or without its footer, parses but is damaged.
   if (scan.meta && scan.meta->has_ckpt_layout()) {
@@ -327,11 +332,43 @@ bool sniff_ckpt(std::string_view head) {
   return head.size() >= 2 && (head.substr(0, 2) == "\xC2\x3E" || head.substr(0, 2) == "\xCA\x3E");
 }
 
+// A .ckpt encrypted whole, seen without its key: only the file (its names are encrypted too).
+proto::Index encrypted_ckpt_index(EncryptionMode mode, const std::string& name, uint64_t size) {
+  proto::Index index = describe_single_file(std::nullopt, "ckpt", "none", name, size);
+  index.mutable_transforms()->set_encryption(std::string(encryption_mode_name(mode)));
+  proto::FileEncryption* e = index.mutable_file_encryption();
+  e->set_mode(std::string(encryption_mode_name(mode)));
+  e->set_stored_size(size);
+  return index;
+}
+
 Result<proto::Index> describe_ckpt(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  const std::string name = internal_base::base_name(path);
+  if (opened.size >= 4) {
+    char head[4];
+    DISTCKPT_RETURN_IF_ERROR(opened.file->read_at(head, 4, 0));
+    if (const auto mode = framed_mode(std::string_view(head, 4))) {
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t blocks, check_framing(*opened.file, opened.size, *mode, path));
+      proto::Index index = encrypted_ckpt_index(*mode, name, opened.size);
+      index.mutable_file_encryption()->set_blocks(blocks);
+      return index;
+    }
+  }
   DISTCKPT_RETURN_IF_ERROR(check_single_file_head(ckpt_driver(), *opened.file, opened.size, path));
   DISTCKPT_ASSIGN_OR_RETURN(CkptScan scan, scan_ckpt(*opened.file, opened.size, path));
-  return ckpt_index(scan, internal_base::base_name(path), opened.size, path);
+  DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, ckpt_index(scan, name, opened.size, path));
+  if (const auto framing = framing_of(*opened.file)) {
+    if (scan.encryption) return corruption("'" + path + "': encrypted twice (whole, and its chunks)");
+    proto::FileEncryption* e = index.mutable_file_encryption();
+    e->set_mode(std::string(encryption_mode_name(framing->mode)));
+    e->set_algorithm(framing->algorithm);
+    e->set_opened(true);
+    e->set_blocks(framing->blocks);
+    e->set_stored_size(framing->stored_size);
+    index.mutable_transforms()->set_encryption(framing->algorithm);
+  }
+  return index;
 }
 
 Status check_ckpt_writable(const proto::Index& meta) {

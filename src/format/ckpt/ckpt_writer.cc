@@ -2,10 +2,10 @@
 #include <map>
 #include <optional>
 
+#include "format/ckpt/framed_file.h"
 #include "format/ckpt/ms_ckpt.h"
 #include "format/sequential_writer.h"
 #include "layout/region.h"
-#include "transform/cipher.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_format {
@@ -14,21 +14,8 @@ namespace {
 
 class CkptWriter final : public SequentialWriter {
  public:
-  CkptWriter(std::unique_ptr<WritableFile> file, proto::Index meta, bool footer,
-             const internal_transform::CheckpointCipher* cipher, bool describe)
-      : out_(std::move(file)),
-        meta_(std::move(meta)),
-        progress_(meta_),
-        footer_(footer),
-        describe_(describe && cipher == nullptr),
-        checks_(cipher == nullptr),
-        cipher_(cipher) {
-    if (cipher_ != nullptr) {
-      encryption_.set_mode(std::string(encryption_mode_name(cipher_->mode())));
-      encryption_.set_algorithm(cipher_->algorithm());
-      encryption_.set_salt(cipher_->salt());
-    }
-  }
+  CkptWriter(std::unique_ptr<WritableFile> file, proto::Index meta, bool footer, bool describe)
+      : out_(std::move(file)), meta_(std::move(meta)), progress_(meta_), footer_(footer), describe_(describe) {}
   // The metadata field first, saying what the file will hold (CkptLayout): one record
   // per split of each tensor (an empty one has one), one per info value, the footer.
   Status begin() {
@@ -39,7 +26,7 @@ class CkptWriter final : public SequentialWriter {
     }
     meta_.mutable_ckpt_layout()->set_records(records);
     meta_.mutable_ckpt_layout()->set_footer(footer_);
-    meta_.mutable_ckpt_layout()->set_checks(checks_);
+    meta_.mutable_ckpt_layout()->set_checks(true);
     return put(ckpt_meta_field(meta_));
   }
   Status append(int tensor, const void* data, std::size_t n) override {
@@ -48,13 +35,10 @@ class CkptWriter final : public SequentialWriter {
     const DType dtype = *dtype_from_name(t.dtype());
     const std::size_t item = dtype_size(dtype);
     if (tensor != ranges_for_) {
-      if (cipher_ != nullptr) DISTCKPT_RETURN_IF_ERROR(seal_empty_before(tensor));
       ranges_for_ = tensor;
       ranges_ = ckpt_record_ranges(Shape(t.global_shape().begin(), t.global_shape().end()), item);
-      if (cipher_ != nullptr) plan_units(t, item);
-      if (checks_) plan_described(t, item);
+      plan_described(t, item);
     }
-    if (cipher_ != nullptr) return append_sealed(tensor, at, data, n);
     const auto* p = static_cast<const char*>(data);
     if (tensor_bytes(t) == 0) {  // an empty tensor: one record without content
       Shape dims(t.global_shape().begin(), t.global_shape().end());
@@ -72,7 +56,7 @@ class CkptWriter final : public SequentialWriter {
       uint64_t record_end = at + n;
       for (const auto& [b, e] : ranges_)
         if (static_cast<uint64_t>(b) * item > at) record_end = std::min<uint64_t>(record_end, static_cast<uint64_t>(b) * item);
-      if (checks_) {
+      {
         if (described_next_ >= described_.size())
           return internal_error("writer: more bytes than the boxes of '" + t.name() + "'");
         const DescribedUnit& u = described_[described_next_];
@@ -84,7 +68,7 @@ class CkptWriter final : public SequentialWriter {
       }
       const std::size_t piece = static_cast<std::size_t>(record_end - at);
       DISTCKPT_RETURN_IF_ERROR(out_.write(p, piece));
-      if (checks_) {
+      {
         described_crc_ = internal_transform::crc32c_extend(described_crc_, p, piece);
         const DescribedUnit& u = described_[described_next_];
         if (at + piece == u.end) checks_msg_.add_chunk_crc32c(internal_transform::crc32c_finish(described_crc_));
@@ -109,21 +93,6 @@ class CkptWriter final : public SequentialWriter {
   }
   Result<proto::Index> finish(bool fsync) override {
     DISTCKPT_RETURN_IF_ERROR(progress_.check_complete());
-    if (cipher_ != nullptr) {
-      DISTCKPT_RETURN_IF_ERROR(seal_empty_before(meta_.tensors_size()));
-      // The seal: the metadata (names, dtypes, shapes, layouts, step, info values) and
-      // every chunk's nonce and tag, authenticated with the index key.
-      DISTCKPT_ASSIGN_OR_RETURN(std::string nonce,
-                                internal_transform::CheckpointCipher::random_bytes(cipher_->nonce_bytes()));
-      std::string sealed, tag;
-      DISTCKPT_RETURN_IF_ERROR(cipher_->seal_buffer(
-          ckpt_sealed_aad(serialize_deterministic(meta_), encryption_), kCkptSealText, nonce,
-          &sealed, &tag));
-      encryption_.set_seal_nonce(nonce);
-      encryption_.set_sealed(sealed);
-      encryption_.set_seal_tag(tag);
-      DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_encryption_field(encryption_)));
-    }
     // Sorted by key: protobuf's map order is random per instance (reproducible files).
     const std::map<std::string, proto::InfoValue> sorted(meta_.info().begin(), meta_.info().end());
     for (const auto& [key, v] : sorted) {
@@ -156,7 +125,7 @@ class CkptWriter final : public SequentialWriter {
       DISTCKPT_RETURN_IF_ERROR(put(ckpt_record(key, {0}, type, content)));
     }
     // Every chunk's CRC32C, so that a file without MindSpore's footer is checked too.
-    if (checks_) {
+    {
       checks_msg_.set_structure_crc32c(internal_transform::crc32c_finish(structure_crc_));
       DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_checks_field(checks_msg_)));
     }
@@ -180,95 +149,6 @@ class CkptWriter final : public SequentialWriter {
   Output out_;
   proto::Index meta_;
   Progress progress_;
-  // Encrypted: each record's boxes are sealed one after another (ms_ckpt.h's reader
-  // expects exactly this). A unit is one box: its bytes [begin, end) in the tensor, and
-  // whether a record starts with it (then the record's stored bytes).
-  struct Unit {
-    uint64_t begin = 0, end = 0;
-    bool record_start = false;
-    uint64_t record_stored = 0;
-  };
-  void plan_units(const proto::Tensor& t, std::size_t item) {
-    units_.clear();
-    unit_ = 0;
-    chunk_ = 0;
-    const Shape shape(t.global_shape().begin(), t.global_shape().end());
-    if (tensor_bytes(t) == 0) {
-      units_.push_back(Unit{0, 0, true, cipher_->stored_length(0)});
-      return;
-    }
-    for (const auto& [b, e] : ranges_) {
-      const std::size_t first = units_.size();
-      uint64_t stored = 0;
-      for (const Box& box : internal_layout::flat_range_to_boxes(shape, b, e)) {
-        const uint64_t begin = units_.empty() ? 0 : units_.back().end;
-        const uint64_t bytes = static_cast<uint64_t>(box.num_elements()) * item;
-        units_.push_back(Unit{begin, begin + bytes, false, 0});
-        stored += cipher_->stored_length(bytes);
-      }
-      units_[first].record_start = true;
-      units_[first].record_stored = stored;
-    }
-  }
-  Status append_sealed(int tensor, uint64_t at, const void* data, std::size_t n) {
-    const proto::Tensor& t = meta_.tensors(tensor);
-    const auto* p = static_cast<const char*>(data);
-    do {
-      if (unit_ >= units_.size()) return internal_error("writer: more bytes than the records of '" + t.name() + "'");
-      const Unit& u = units_[unit_];
-      if (at == u.begin && !sealer_) {
-        if (u.record_start) {
-          Shape dims(t.global_shape().begin(), t.global_shape().end());
-          if (dims.empty()) dims = {0};  // MindSpore's scalar
-          DISTCKPT_RETURN_IF_ERROR(out_.write(ckpt_record_header(t.name(), dims, kCkptEncryptedType, u.record_stored)));
-        }
-        const std::string nonce = cipher_->chunk_nonce(static_cast<uint32_t>(tensor), chunk_);
-        auto sealer = cipher_->begin_seal(nonce, internal_transform::chunk_aad(t.name(), chunk_, "", out_.position(),
-                                                                              cipher_->stored_length(u.end - u.begin),
-                                                                              u.end - u.begin));
-        if (!sealer.ok()) return sealer.status();
-        sealer_.emplace(std::move(*sealer));
-        encryption_.add_nonce(nonce);
-        bounce_.resize(kPiece + 32);
-      }
-      const std::size_t take = static_cast<std::size_t>(std::min<uint64_t>({n, u.end - at, kPiece}));
-      std::size_t out = 0;
-      if (take > 0) {
-        DISTCKPT_RETURN_IF_ERROR(sealer_->update(p, take, bounce_.data(), &out));
-        DISTCKPT_RETURN_IF_ERROR(out_.write(bounce_.data(), out));
-        bytes_written_ += out;
-      }
-      p += take;
-      at += take;
-      n -= take;
-      if (at == u.end) {
-        std::string tag;
-        DISTCKPT_RETURN_IF_ERROR(sealer_->finish(bounce_.data(), &out, &tag));
-        DISTCKPT_RETURN_IF_ERROR(out_.write(bounce_.data(), out));
-        bytes_written_ += out;
-        encryption_.add_tag(tag);
-        sealer_.reset();
-        ++unit_;
-        ++chunk_;
-      }
-    } while (n > 0);
-    return Status();
-  }
-  // Empty tensors the caller never appended, before tensor `next`: sealed now, so the
-  // file's records and chunks stay in the tensors' order.
-  Status seal_empty_before(int next) {
-    for (int t = ranges_for_ < 0 ? 0 : ranges_for_ + 1; t < next; ++t) {
-      const proto::Tensor& tensor = meta_.tensors(t);
-      if (tensor_bytes(tensor) != 0) return internal_error("writer: tensor '" + tensor.name() + "' was skipped");
-      ranges_for_ = t;
-      ranges_ = ckpt_record_ranges(Shape(tensor.global_shape().begin(), tensor.global_shape().end()),
-                                   dtype_size(*dtype_from_name(tensor.dtype())));
-      plan_units(tensor, dtype_size(*dtype_from_name(tensor.dtype())));
-      DISTCKPT_RETURN_IF_ERROR(append_sealed(t, 0, nullptr, 0));
-    }
-    return Status();
-  }
-
   // The current tensor's record boxes, as byte ranges of the tensor (each a chunk: its
   // CRC32C goes to the checks field and, with describe_chunks, the index).
   struct DescribedUnit {
@@ -289,15 +169,13 @@ class CkptWriter final : public SequentialWriter {
       }
   }
 
-  static constexpr uint64_t kPiece = 4 << 20;
   bool footer_;
   bool describe_;  // the chunks, with their CRC32C, into the returned index (a per-rank set's)
-  bool checks_;    // each chunk's CRC32C into the file's checks field (unencrypted files)
   proto::CkptChecks checks_msg_;
   uint32_t structure_crc_ = internal_transform::kCrc32cInit;  // every byte but tensor contents
   // Writes bytes of the file's structure (all but tensor contents): into the structure CRC.
   Status put(const std::string& bytes) {
-    if (checks_) structure_crc_ = internal_transform::crc32c_extend(structure_crc_, bytes.data(), bytes.size());
+    structure_crc_ = internal_transform::crc32c_extend(structure_crc_, bytes.data(), bytes.size());
     return out_.write(bytes);
   }
   std::vector<DescribedUnit> described_;
@@ -306,13 +184,6 @@ class CkptWriter final : public SequentialWriter {
   uint32_t described_crc_ = 0;
   int ranges_for_ = -1;
   std::vector<std::pair<int64_t, int64_t>> ranges_;
-  const internal_transform::CheckpointCipher* cipher_;
-  proto::CkptEncryption encryption_;
-  std::vector<Unit> units_;
-  std::size_t unit_ = 0;
-  uint64_t chunk_ = 0;
-  std::optional<internal_transform::CheckpointCipher::Sealer> sealer_;
-  std::vector<char> bounce_;
 };
 
 }  // namespace
@@ -320,7 +191,15 @@ class CkptWriter final : public SequentialWriter {
 Result<std::unique_ptr<SequentialWriter>> open_ckpt_writer(FileSystem& fs, const std::string& path,
                                                            const proto::Index& meta, const WriterOptions& options) {
   DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs.open_writable(path));
-  auto w = std::make_unique<CkptWriter>(std::move(file), meta, options.ckpt_crc_footer, options.cipher,
+  // Encrypted: the whole file, in MindSpore's framing (framed_file.h). MindSpore does not
+  // combine its CRC footer with encryption (save_checkpoint refuses crc_check with an
+  // enc_key), so an encrypted file has none: its checks are the per-record CRC32Cs and,
+  // for AES-GCM, the blocks' tags.
+  const bool encrypted = options.encryption != nullptr && options.encryption->enabled();
+  if (encrypted) {
+    DISTCKPT_ASSIGN_OR_RETURN(file, framed_writable(std::move(file), options.encryption->mode, *options.encryption->key));
+  }
+  auto w = std::make_unique<CkptWriter>(std::move(file), meta, options.ckpt_crc_footer && !encrypted,
                                         options.describe_chunks);
   DISTCKPT_RETURN_IF_ERROR(w->begin());
   return std::unique_ptr<SequentialWriter>(std::move(w));

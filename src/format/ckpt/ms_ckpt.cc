@@ -214,14 +214,6 @@ std::string ckpt_checks_field(const proto::CkptChecks& checks) {
   return out + bytes;
 }
 
-std::string ckpt_encryption_field(const proto::CkptEncryption& encryption) {
-  std::string out, bytes;
-  encryption.SerializeToString(&bytes);
-  put_tag(out, kCkptEncryptionField, 2);
-  put_varint(out, bytes.size());
-  return out + bytes;
-}
-
 std::string ckpt_sealed_aad(const std::string& meta_bytes, const proto::CkptEncryption& encryption) {
   proto::CkptEncryption unsealed = encryption;
   unsealed.clear_seal_nonce();

@@ -10,8 +10,9 @@
 // distckpt adds fields MindSpore does not know, which protobuf parsers skip: field 1000
 // of Checkpoint, holding a serialized distckpt.proto.Index without chunks (step, epoch,
 // commit sequence, layouts at save, typed info values, tensor order), first; after the
-// records, field 1002 with each chunk's CRC32C (or, encrypted, field 1001 with the nonces,
-// tags and seal).
+// records, field 1002 with each chunk's CRC32C. Files of distckpt 0.1.0 encrypted chunk by
+// chunk carry field 1001 instead (nonces, tags and seal), and are still read; an
+// encrypted file is now written whole in MindSpore's framing (framed_file.h).
 // Info values are also written as MindSpore writes append info: scalar records
 // (dims [0]) of type Int64, Float64, Bool or "str" (the text as numpy stores a str:
 // UTF-32LE, which MindSpore's load_checkpoint decodes).
@@ -58,15 +59,12 @@ std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);
 // The checks field (kCkptChecksField) holding `checks`.
 std::string ckpt_checks_field(const proto::CkptChecks& checks);
-// The encryption field (kCkptEncryptionField) holding `encryption`.
-std::string ckpt_encryption_field(const proto::CkptEncryption& encryption);
 // An encrypted file's tensor records have this tensor_type (their dtype is in
 // distckpt's metadata), so that readers which do not know about encryption (MindSpore,
 // older distckpt) refuse them instead of loading ciphertext as weights.
 inline constexpr const char* kCkptEncryptedType = "distckpt-encrypted";
-// The plaintext of an encrypted file's seal, and the bytes the seal authenticates:
-// `meta_bytes` (the serialized metadata) and `encryption` without its seal.
-inline constexpr const char* kCkptSealText = "distckpt ckpt";
+// The bytes a chunk-encrypted file's seal authenticates: `meta_bytes` (the serialized
+// metadata) and `encryption` without its seal (its plaintext is "distckpt ckpt").
 std::string ckpt_sealed_aad(const std::string& meta_bytes, const proto::CkptEncryption& encryption);
 
 // How a tensor of `shape` is split into records: element ranges [begin, end), split on

@@ -250,6 +250,16 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (index.transforms().encryption() != e.algorithm())
       return corruption(where + ": transforms say '" + printable(index.transforms().encryption()) +
                         "', the encryption record '" + printable(e.algorithm()) + "'");
+  } else if (index.has_file_encryption()) {  // a .ckpt encrypted whole (only its reader says so)
+    const proto::FileEncryption& e = index.file_encryption();
+    const auto mode = encryption_mode_from_name(e.mode());
+    if (index.format() != "ckpt") return corruption(where + ": whole-file encryption outside a .ckpt");
+    if (!mode || *mode == EncryptionMode::kNone)
+      return corruption(where + ": unknown encryption mode '" + printable(e.mode()) + "'");
+    if (index.transforms().encryption() != (e.opened() ? e.algorithm() : e.mode()))
+      return corruption(where + ": transforms say '" + printable(index.transforms().encryption()) +
+                        "', the file's encryption '" + printable(e.opened() ? e.algorithm() : e.mode()) + "'");
+    if (!e.opened() && index.tensors_size() > 0) return corruption(where + ": encrypted whole, yet tensors listed");
   } else if (!index.transforms().encryption().empty() && index.transforms().encryption() != "none") {
     return corruption(where + ": encryption '" + printable(index.transforms().encryption()) +
                       "' without its parameters");

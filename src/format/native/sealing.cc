@@ -48,6 +48,13 @@ Result<std::shared_ptr<const internal_transform::CheckpointCipher>> open_index(p
                                                                               const EncryptionKey* key,
                                                                               const std::string& path) {
   const std::string where = "index '" + path + "'";
+  if (index->has_file_encryption()) {  // a .ckpt encrypted whole: decrypted as it is read (framed_file.h)
+    const proto::FileEncryption& fe = index->file_encryption();
+    if (!fe.opened())
+      return auth_failed("checkpoint '" + path + "' is encrypted whole (" + printable(fe.mode()) +
+                         ", MindSpore's framing): its key is needed");
+    return std::shared_ptr<const internal_transform::CheckpointCipher>();
+  }
   if (!index->has_encryption()) {
     // A reader holding a key expects an encrypted checkpoint: a plain one in its place
     // is what someone who cannot forge the encrypted one would put there.
