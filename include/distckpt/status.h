@@ -129,3 +129,7 @@ const Status& as_status(const Result<T>& r) { return r.status(); }
   auto tmp = (expr);                                   \
   if (!tmp.ok()) return tmp.status();                  \
   lhs = std::move(tmp).value()
+
+// Every program built against an installed package registers that install's helper
+// program before main (package.h); status.h is the header every other one includes.
+#include "distckpt/package.h"

@@ -15,7 +15,7 @@ fi
 mv "$work/installed-here" "$work/prefix"
 cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work.configure.log"
 cmake --build "$work/build" > "$work.build.log"
-mpirun --allow-run-as-root --oversubscribe -np 2 "$work/build/consumer" "$work/ckpt"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$work/build/consumer" "$work/ckpt" "$work/prefix/"
 # The installed HDF5 reader (libexec/distckpt/) reads an .h5 file for the installed tool,
 # which finds it beside its bin/ before the build tree's.
 reader="$work/prefix/libexec/distckpt/distckpt-hdf5-reader"
