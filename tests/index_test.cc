@@ -95,6 +95,19 @@ TEST(IndexTest, RoundTrip) {
   EXPECT_EQ(info.data_bytes(), 64u);
 }
 
+// Only a .ckpt's reader may say a file is encrypted whole and was opened with its key: an
+// index.pb claiming it (to skip the sealed table's authentication) is refused.
+TEST(IndexTest, AWholeFileEncryptionRecordInAnIndexIsRefused) {
+  proto::Index forged = sample();
+  forged.mutable_file_encryption()->set_mode("AES-GCM");
+  forged.mutable_file_encryption()->set_algorithm("AES-256-GCM");
+  forged.mutable_file_encryption()->set_opened(true);
+  forged.mutable_transforms()->set_encryption("AES-256-GCM");
+  const Status st = parse_index(frame_index(forged), "p").status();
+  EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  EXPECT_NE(st.message().find("whole-file encryption"), std::string::npos) << st.to_string();
+}
+
 TEST(IndexTest, FrameErrors) {
   std::string good = frame_index(sample());
   EXPECT_EQ(parse_index("short", "p").status().code(), StatusCode::kCorruption);

@@ -89,6 +89,20 @@ TEST_P(FramedModes, RoundTripOverABlockBoundary) {
   ASSERT_TRUE((*file)->read_at(got.data(), 100, 7).ok());
   EXPECT_EQ(got.substr(0, 100), plain.substr(7, 100));
   EXPECT_EQ((*file)->read_at(got.data(), 2, plain.size() - 1).code(), StatusCode::kCorruption);
+  if (mode == EncryptionMode::kAesGcm) {
+    // A changed byte of the second block is damage (the first authenticates with this
+    // key); the same read with a wrong key fails authentication.
+    std::string changed = stored;
+    changed[stored.size() - 100] ^= 0x04;
+    write_raw(path, changed);
+    auto damaged = fs->open_readable(path);
+    ASSERT_TRUE(damaged.ok()) << damaged.status().to_string();
+    const Status st = (*damaged)->read_at(got.data(), 100, plain.size() - 200);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.to_string();
+    auto wrong = internal_format::with_key(posix_filesystem(), key_of(key_bytes, 'w').get())->open_readable(path);
+    ASSERT_TRUE(wrong.ok());
+    EXPECT_EQ((*wrong)->read_at(got.data(), 100, plain.size() - 200).code(), StatusCode::kAuthFailed);
+  }
   // Files not named .ckpt, and plain files, are the base file system's.
   write_raw(dir.path() + "/plain.ckpt", plain.substr(0, 100));
   EXPECT_EQ(*fs->file_size(dir.path() + "/plain.ckpt"), 100u);

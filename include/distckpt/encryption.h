@@ -33,9 +33,9 @@
 namespace distckpt {
 
 // kAesGcm: AES-GCM (the default; authenticated encryption).
-// kAesCbc, kSm4Cbc: CBC with PKCS#7 padding, as MindSpore offers them, authenticated
-// here by an HMAC-SHA256 of the ciphertext (encrypt-then-MAC, checked before
-// decrypting).
+// kAesCbc, kSm4Cbc: CBC with PKCS#7 padding, as MindSpore offers them. In a native
+// checkpoint authenticated by an HMAC-SHA256 of the ciphertext (encrypt-then-MAC, checked
+// before decrypting); in a .ckpt (MindSpore's framing) not authenticated at all.
 enum class EncryptionMode { kNone, kAesGcm, kAesCbc, kSm4Cbc };
 
 // "none", "AES-GCM", "AES-CBC", "SM4-CBC" (MindSpore's enc_mode names). Both name

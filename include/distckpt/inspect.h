@@ -155,6 +155,9 @@ struct CheckpointEntry {
   int64_t created_unix_ms = 0;
   uint64_t commit_seq = 0;       // see resolve_checkpoint
   bool advances_latest = false;  // saved with update_latest
+  // A .ckpt encrypted whole, listed without its key: its step, epoch and commit order are
+  // inside it (unknown here); resolve_checkpoint takes it only when `latest` names it.
+  bool sealed = false;
 };
 struct RootListing {
   std::vector<CheckpointEntry> entries;  // committed ordered by (step, created), others after

@@ -135,7 +135,7 @@ def _enc_mode_arg(where, enc_mode, key, crc_check, format):
     enc_mode = _str_arg(where, "enc_mode", enc_mode)
     if enc_mode.upper() not in _ENC_MODES:
         raise ValueError(f"{where}: enc_mode {enc_mode!r}: expected one of {', '.join(_ENC_MODES)}")
-    if key is not None and crc_check and format == "ckpt":
+    if key is not None and crc_check and str(format).lower() == "ckpt":
         raise ValueError(f"{where}: crc_check and an encryption key are mutually exclusive for a .ckpt, as in "
                          "MindSpore's save_checkpoint (an encrypted .ckpt is checked by its blocks' tags and "
                          "distckpt's per-record CRC32Cs)")

@@ -47,7 +47,7 @@ Status move_latest(FileSystem& fs, const std::string& root, const std::string& n
   DISTCKPT_ASSIGN_OR_RETURN(auto lock, RootLock::acquire(fs, root, "latest", kLatestLockTimeout));
   const std::string current = read_latest_pointer(fs, root);
   if (!current.empty() && current != name) {
-    auto index = internal_format::read_stored_index(fs, root + "/" + current);
+    auto index = internal_format::read_stored_summary(fs, root + "/" + current);
     if (index.ok() && index->commit_seq() > commit_seq) return Status();  // a later save's: keep it
   }
   const std::string tmp_latest = make_owned_tmp_name(root, kLatestFileName);

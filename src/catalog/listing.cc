@@ -53,7 +53,7 @@ bool newer(const CheckpointEntry& a, const CheckpointEntry& b, const std::string
 uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
   const std::string latest = read_latest_pointer(fs, root);
   if (!latest.empty()) {
-    auto index = internal_format::read_stored_index(fs, root + "/" + latest);
+    auto index = internal_format::read_stored_summary(fs, root + "/" + latest);
     if (index.ok()) return index->commit_seq() + 1;
   }
   uint64_t highest = 0;
@@ -119,7 +119,7 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
         }
       }
     }
-    auto index = internal_format::read_stored_index(*fs, root + "/" + e.name);
+    auto index = internal_format::read_stored_summary(*fs, root + "/" + e.name);
     if (!index.ok()) {
       entry.state = EntryState::kBroken;
       entry.detail = index.status().to_string();
@@ -156,7 +156,8 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     }
     entry.state = EntryState::kCommitted;
     // Data nothing checks (a .ckpt MindSpore wrote without its footer, HDF5): a warning.
-    if (index->has_file_encryption() && !index->file_encryption().opened())
+    entry.sealed = index->has_file_encryption() && !index->file_encryption().opened();
+    if (entry.sealed)
       entry.detail = "encrypted whole (" + index->file_encryption().mode() + "): step and tensors need its key";
     else if (!internal_format::has_data_checks(*index))
       entry.detail = "unchecked: " + internal_format::data_checks_text(*index);
@@ -204,7 +205,7 @@ Status remove_checkpoint(const std::string& root, const std::string& name, const
   const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
   DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(name).with_context("remove"));
   // Only a committed checkpoint: an entry in flight is gc's, a retired one the sweep's.
-  auto index = internal_format::read_stored_index(*fs, root + "/" + name);
+  auto index = internal_format::read_stored_summary(*fs, root + "/" + name);
   if (!index.ok())
     return index.status().code() == StatusCode::kNotFound
                ? not_found("remove: no committed checkpoint '" + name + "' in '" + root + "'")
@@ -229,6 +230,9 @@ Result<std::string> resolve_checkpoint(const std::string& path, const InspectOpt
                         "); load an older checkpoint by its path to fall back");
     broken += (broken.empty() ? "" : ", ") + e.name;
   }
+  // Without its key, an encrypted .ckpt cannot be ordered: `latest` naming it decides.
+  for (const auto& e : listing.entries)
+    if (e.name == pointer && e.state == EntryState::kCommitted && e.sealed) return path + "/" + e.name;
   bool any_advancing = false;
   for (const auto& e : listing.entries) any_advancing |= e.state == EntryState::kCommitted && e.advances_latest;
   const CheckpointEntry* newest = nullptr;

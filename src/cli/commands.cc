@@ -275,7 +275,7 @@ void note_newer_local(const std::string& root, const std::string& resolved) {
 int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
-  auto dir = resolve_checkpoint(path);
+  auto dir = resolve_checkpoint(path, {.key = *key});
   if (!dir.ok()) return fail(dir.status());
   note_newer_local(path, *dir);
   InspectOptions options;
@@ -359,7 +359,7 @@ int cmd_verify(const std::string& path, bool as_json, bool deep, std::optional<b
                const KeyArgs& key_args) {
   auto key = load_key(key_args);
   if (!key.ok()) return fail(key.status(), 2);
-  auto dir = resolve_checkpoint(path);
+  auto dir = resolve_checkpoint(path, {.key = *key});
   if (!dir.ok()) {  // the same shape as any failed verify, for scripts reading stdout
     if (as_json) std::cout << dump(json{{"path", path}, {"ok", false}, {"error", dir.status().to_string()}}) << "\n";
     return fail(dir.status());
@@ -411,7 +411,7 @@ int cmd_convert(const ConvertArgs& args) {
   auto enc_key = load_key(args.enc_key);
   if (!enc_key.ok()) return fail(enc_key.status(), 2);
   // Resolved once: a root's `latest` may move while we decide.
-  auto source = resolve_checkpoint(args.src);
+  auto source = resolve_checkpoint(args.src, {.key = *key});
   if (!source.ok()) return fail(source.status());
   note_newer_local(args.src, *source);
   auto described = read_checkpoint_info(*source);  // no key needed to see whether it is encrypted

@@ -9,6 +9,7 @@
 #include "collective/incremental.h"
 #include "comm/agree.h"
 #include "format/native/sealing.h"
+#include "format/ckpt/framed_file.h"
 
 namespace distckpt::internal_collective {
 
@@ -185,14 +186,17 @@ Status agree_to_open(Comm& comm, const Status& checks, const StateDict& state, c
   if (!compared.all_same(key_end + 1, words.size()))
     return invalid_argument("save '" + opening->name + "': " + opening->same_what + " must be the same on every rank");
   opening->checksum = compared.maxima[0] == 1;
-  if (!encryption.enabled()) return Status();
+  if (!encryption.enabled() || !opening->chunk_cipher) return Status();
   return share_salt(comm, encryption, salt, cipher);
 }
 
 Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
                             const FrameSpec& spec) {
   SaveFrame frame;
-  frame.fs = options.fs ? options.fs : posix_filesystem();
+  // With its key, the save reads the root's encrypted .ckpt files (latest's commit number)
+  // as their plaintext.
+  frame.fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(),
+                                       options.encryption.enabled() ? options.encryption.key.get() : nullptr);
   frame.root = root;
   frame.options = options;
   frame.format = &internal_format::driver(spec.entry_format.value_or(options.format));
@@ -226,6 +230,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   opening.name = spec.name;
   opening.checksum = options.checksum;
   opening.incremental = options.incremental;
+  opening.chunk_cipher = frame.format->id != Format::kCkpt;
   DISTCKPT_RETURN_IF_ERROR(agree_to_open(comm, local.with_context(rank_prefix(comm)), state, options.encryption,
                                          &opening, &frame.salt, &frame.cipher));
   // Checksums are on unless every rank turned them off; incremental is every rank's

@@ -113,6 +113,9 @@ struct Opening {
   // as words of the same count on every rank, and what they are, for the message.
   std::vector<int64_t> same_words;
   std::string same_what;
+  // in: whether an encrypted save needs the checkpoint's cipher (salt and derived keys):
+  // a native one; a .ckpt is encrypted with the key itself (MindSpore's framing).
+  bool chunk_cipher = true;
 };
 
 // Collective, one allreduce (and, when encrypting, the salt's round): `checks` (this

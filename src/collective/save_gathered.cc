@@ -91,8 +91,8 @@ Result<SaveResult> save_gathered(Comm& comm, const StateDict& state, const std::
     wst = guarded(where, [&]() -> Status {
       internal_format::WriterOptions writer_options;
       writer_options.ckpt_crc_footer = options.ckpt_crc_footer;
-      writer_options.cipher = frame.cipher.get();
-      writer_options.encryption = &options.encryption;
+      writer_options.cipher = frame.cipher.get();  // native: the checkpoint's cipher
+      writer_options.encryption = &options.encryption;  // ckpt: the key itself
       writer_options.writer_rank = writer_rank;
       DISTCKPT_ASSIGN_OR_RETURN(writer, internal_format::make_sequential_writer(options.format, fs, frame.entry.target(),
                                                                                 meta, writer_options));

@@ -138,6 +138,7 @@ proto::Index metadata_of(const proto::Index& index) {
   // Encryption belongs to the stored bytes, not to the tensors: a copy is encrypted (or
   // not) on its own terms.
   meta.clear_encryption();
+  meta.clear_file_encryption();
   meta.clear_ckpt_layout();
   meta.mutable_transforms()->set_encryption("none");
   return meta;

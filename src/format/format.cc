@@ -110,6 +110,15 @@ bool opened_whole(const proto::Index& index, bool gcm) {
 
 bool authenticated_whole_file(const proto::Index& index) { return opened_whole(index, true); }
 
+std::string unauthenticated_encryption(const proto::Index& index, const std::string& path) {
+  // MindSpore's CBC framing has no MAC: whoever can write the file can change what it
+  // decrypts to. Checksums still catch accidental damage.
+  if (!opened_whole(index, false)) return "";
+  return "'" + path + "' is encrypted with " + index.file_encryption().algorithm() +
+         " in MindSpore's framing, which authenticates nothing: modified bytes go unnoticed unless a checksum "
+         "catches them";
+}
+
 bool has_data_checks(const proto::Index& index) {
   return has_chunk_checksums(index) || has_file_crc32(index) || index.has_encryption() || opened_whole(index, true);
 }
@@ -136,13 +145,7 @@ std::string data_checks_text(const proto::Index& index) {
 
 Status check_unchecked(const proto::Index& index, const std::string& path, std::optional<bool> allowed,
                        std::string* warning) {
-  // MindSpore's CBC framing has no MAC: whoever can write the file can change what it
-  // decrypts to. Loads say so; checksums still catch accidental damage.
-  const std::string cbc = opened_whole(index, false)
-                              ? "'" + path + "' is encrypted with " + index.file_encryption().algorithm() +
-                                    " in MindSpore's framing, which authenticates nothing: modified bytes go "
-                                    "unnoticed unless a checksum catches them"
-                              : "";
+  const std::string cbc = unauthenticated_encryption(index, path);
   if (has_data_checks(index)) {
     if (!cbc.empty()) *warning = cbc;
     return Status();

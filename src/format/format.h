@@ -116,6 +116,9 @@ bool has_chunk_checksums(const proto::Index& index);
 bool has_file_crc32(const proto::Index& index);
 // A .ckpt encrypted whole in AES-GCM and opened with its key: every read is authenticated.
 bool authenticated_whole_file(const proto::Index& index);
+// For a .ckpt encrypted whole in CBC and opened (no MAC in MindSpore's framing): the
+// warning a read gives; "" for anything else.
+std::string unauthenticated_encryption(const proto::Index& index, const std::string& path);
 // Whether the data can be checked at all: chunk CRC32Cs, a whole-file CRC-32, or
 // encryption (every chunk authenticated).
 bool has_data_checks(const proto::Index& index);

@@ -13,4 +13,9 @@ namespace distckpt::internal_format {
 // (validate_index). kNotFound, kCorruption, kUnsupported, kIoError.
 Result<proto::Index> read_stored_index(FileSystem& fs, const std::string& path);
 
+// What listing and ordering need (step, epoch, commit order, files), validated: the
+// description, except for a .ckpt encrypted whole and opened with its key, whose
+// metadata alone is read (describing its records would decrypt every block). Same errors.
+Result<proto::Index> read_stored_summary(FileSystem& fs, const std::string& path);
+
 }  // namespace distckpt::internal_format

@@ -59,7 +59,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     bool has_checksums = internal_format::has_chunk_checksums(index);
     for (const auto& f : index.files()) has_checksums |= f.crc32_covered() > 0;
     if (single && has_checksums) {
-      DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, {.fs = fs}));
+      DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(src, {.fs = fs, .key = options.key}));
       VerifyOptions verify;
       verify.fs = fs;
       verify.key = options.key;

@@ -16,7 +16,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
     if (!internal_format::driver(options.format).single_file)
       return invalid_argument("publish: the format must be a single file (ckpt, safetensors or hdf5), not native");
-    DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, {.fs = fs}));
+    DISTCKPT_ASSIGN_OR_RETURN(std::string source, resolve_checkpoint(src, {.fs = fs, .key = options.key}));
     source = internal_base::trim_trailing_slashes(source);
     DISTCKPT_ASSIGN_OR_RETURN(CheckpointInfo info, read_checkpoint_info(source, {fs, options.key}));
 

@@ -46,6 +46,8 @@ const proto::Index& CheckpointReader::index() const { return impl_->index; }
 
 std::string CheckpointReader::unchecked_reason() const {
   const Impl& m = *impl_;
+  const std::string file = m.index.files_size() == 1 ? m.dir + "/" + m.index.files(0).name() : m.dir;
+  if (std::string cbc = internal_format::unauthenticated_encryption(m.index, file); !cbc.empty()) return cbc;
   if (m.cipher || internal_format::authenticated_whole_file(m.index) || internal_format::has_chunk_checksums(m.index) ||
       m.files_checked)
     return "";

@@ -28,7 +28,8 @@ class CheckpointReader {
   Status read(int tensor, const Box& region, void* dst, uint64_t* bytes_read, bool check_partial = true);
   // Why reads are not checked, or "" when every chunk read whole is (chunk checksums, an
   // encrypted checkpoint, or check_files() passed): a file MindSpore wrote, whose footer
-  // covers the whole file and is not read per tensor, or data that records no checksums.
+  // covers the whole file and is not read per tensor, data that records no checksums, or
+  // (whatever its checksums) a .ckpt encrypted whole in CBC, which nothing authenticates.
   std::string unchecked_reason() const;
   // Reads every data file whole once and checks its whole-file CRC-32 (a .ckpt's footer);
   // kCorruption naming the file on a mismatch. Then unchecked_reason() is "" for a

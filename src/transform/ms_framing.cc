@@ -76,8 +76,8 @@ Result<MsBlockHeader> parse_ms_block_header(EncryptionMode mode, std::string_vie
   if (mode == EncryptionMode::kAesGcm) {
     // An early 1.x GCM block has no tag: block_size then follows the magic, iv_len 16 after it.
     if (get_u32le(bytes, 8) == kMsIvBytes && get_u32le(bytes, 4 + kMsTagBytes + 4) != kMsIvBytes)
-      return unsupported(here + " is in an early MindSpore 1.x framing (GCM without a tag), which distckpt does "
-                         "not read: decrypt it with that MindSpore version");
+      return unsupported(here + " is in an early MindSpore 1.x framing (one magic for every mode, no GCM tag), "
+                         "which distckpt does not read: decrypt it with that MindSpore version");
     h.tag.assign(bytes.substr(p, kMsTagBytes));
     p += kMsTagBytes;
   }
@@ -116,9 +116,9 @@ struct MsBlockCipher::Stream {
 Result<MsBlockCipher> MsBlockCipher::create(EncryptionMode mode, const EncryptionKey& key) {
   if (mode == EncryptionMode::kNone) return invalid_argument("MindSpore's framing needs an encryption mode");
   if (mode == EncryptionMode::kSm4Cbc ? key.size() != 16 : !(key.size() == 16 || key.size() == 24 || key.size() == 32))
-    return invalid_argument(std::string(encryption_mode_name(mode)) + " takes a key of " +
-                            (mode == EncryptionMode::kSm4Cbc ? "16" : "16, 24 or 32") + " bytes, not " +
-                            std::to_string(key.size()));
+    return invalid_argument(std::string(encryption_mode_name(mode)) + " takes a " +
+                            (mode == EncryptionMode::kSm4Cbc ? "16-byte" : "16-, 24- or 32-byte") + " key, not " +
+                            std::to_string(key.size()) + " bytes");
   MsBlockCipher c;
   c.mode_ = mode;
   c.key_.assign(reinterpret_cast<const char*>(key.data()), key.size());

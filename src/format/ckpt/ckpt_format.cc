@@ -342,6 +342,17 @@ proto::Index encrypted_ckpt_index(EncryptionMode mode, const std::string& name, 
   return index;
 }
 
+// A description read through the key: what the framing was.
+void mark_opened(const FramingInfo& framing, proto::Index* index) {
+  proto::FileEncryption* e = index->mutable_file_encryption();
+  e->set_mode(std::string(encryption_mode_name(framing.mode)));
+  e->set_algorithm(framing.algorithm);
+  e->set_opened(true);
+  e->set_blocks(framing.blocks);
+  e->set_stored_size(framing.stored_size);
+  index->mutable_transforms()->set_encryption(framing.algorithm);
+}
+
 Result<proto::Index> describe_ckpt(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
   const std::string name = internal_base::base_name(path);
@@ -360,13 +371,7 @@ Result<proto::Index> describe_ckpt(FileSystem& fs, const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(proto::Index index, ckpt_index(scan, name, opened.size, path));
   if (const auto framing = framing_of(*opened.file)) {
     if (scan.encryption) return corruption("'" + path + "': encrypted twice (whole, and its chunks)");
-    proto::FileEncryption* e = index.mutable_file_encryption();
-    e->set_mode(std::string(encryption_mode_name(framing->mode)));
-    e->set_algorithm(framing->algorithm);
-    e->set_opened(true);
-    e->set_blocks(framing->blocks);
-    e->set_stored_size(framing->stored_size);
-    index.mutable_transforms()->set_encryption(framing->algorithm);
+    mark_opened(*framing, &index);
   }
   return index;
 }
@@ -389,6 +394,20 @@ void add_ckpt_info(proto::Index& meta) {
 constexpr std::string_view kCkptExtensions[] = {".ckpt"};
 
 }  // namespace
+
+Result<std::optional<proto::Index>> describe_framed_ckpt_summary(FileSystem& fs, const std::string& path) {
+  DISTCKPT_ASSIGN_OR_RETURN(OpenedFile opened, open_single_file(fs, path));
+  const auto framing = framing_of(*opened.file);
+  if (!framing) return std::optional<proto::Index>();
+  DISTCKPT_ASSIGN_OR_RETURN(std::optional<proto::Index> meta, read_leading_meta(*opened.file, opened.size, path));
+  if (!meta) return std::optional<proto::Index>();
+  const bool checks = meta->ckpt_layout().checks();
+  proto::Index index = describe_single_file(*meta, "ckpt", checks ? "crc32c" : "none", internal_base::base_name(path),
+                                            opened.size);
+  index.clear_ckpt_layout();
+  mark_opened(*framing, &index);
+  return std::optional<proto::Index>(std::move(index));
+}
 
 const FormatDriver& ckpt_driver() {
   static const FormatDriver kRow{

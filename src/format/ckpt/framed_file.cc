@@ -147,6 +147,17 @@ class FramedReadable final : public ReadableFile {
   // Decrypts block `b` whole into plain_ (the one block kept), unless it is there.
   Status load_block(std::size_t b) const {
     if (cached_ == b) return Status();
+    Status st = decrypt_block(b);
+    // GCM: a wrong key fails on every block. A block failing where another authenticated
+    // with this key was modified or damaged (kCorruption: the manager's resume falls back
+    // past damage, never past a wrong key).
+    if (st.code() == StatusCode::kAuthFailed && cipher_.mode() == EncryptionMode::kAesGcm && b != 0 && !key_proven_)
+      (void)decrypt_block(0);  // proves the key, or fails alike
+    if (st.code() == StatusCode::kAuthFailed && key_proven_)
+      return corruption(st.message() + " (other blocks authenticate with this key: the file was modified or damaged)");
+    return st;
+  }
+  Status decrypt_block(std::size_t b) const {
     cached_ = kNone;
     const Block& block = blocks_[b];
     plain_.resize(std::max<std::size_t>(plain_.size(), block.header.cipher_len));
@@ -154,6 +165,7 @@ class FramedReadable final : public ReadableFile {
     uint64_t got = 0;
     DISTCKPT_RETURN_IF_ERROR(cipher_.decrypt(block.header, plain_.data(), plain_.data(), &got,
                                              "'" + path_ + "' block " + std::to_string(b)));
+    if (cipher_.mode() == EncryptionMode::kAesGcm) key_proven_ = true;
     if (got != block.plain_len)
       return corruption("'" + path_ + "' block " + std::to_string(b) + ": " + std::to_string(got) +
                         " bytes of plaintext, its padding said " + std::to_string(block.plain_len));
@@ -170,6 +182,7 @@ class FramedReadable final : public ReadableFile {
   mutable std::mutex mu_;
   mutable std::vector<char> plain_;
   mutable std::size_t cached_ = kNone;
+  mutable bool key_proven_ = false;  // a GCM block authenticated with this key
 };
 
 // The block table of a framed file: every header read and checked and, with a cipher

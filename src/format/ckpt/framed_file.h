@@ -44,8 +44,11 @@ Result<std::unique_ptr<WritableFile>> framed_writable(std::unique_ptr<WritableFi
 // Null `key`: `fs` itself. The result shares `fs` and holds its own copy of the key
 // (wiped when it goes); thread-safe as `fs` is.
 // Opening a framed file reads its block headers and (CBC) decrypts each block's last 16
-// bytes: kCorruption for a framing that does not parse, kAuthFailed for a wrong key or
-// modified bytes, kUnsupported for an early MindSpore 1.x framing.
+// bytes: kCorruption for a framing that does not parse, kAuthFailed for bad CBC padding
+// (a wrong key, or modified bytes), kUnsupported for an early MindSpore 1.x framing.
+// Reads decrypt whole blocks: kAuthFailed when a block fails (a wrong key fails on every
+// block), kCorruption when a GCM block fails where another authenticated with this key
+// (the file was modified or damaged).
 std::shared_ptr<FileSystem> with_key(std::shared_ptr<FileSystem> fs, const EncryptionKey* key);
 
 // The framing of a file opened through with_key's file system; nullopt for a plain one.

@@ -250,6 +250,18 @@ std::vector<std::pair<int64_t, int64_t>> ckpt_record_ranges(const Shape& shape, 
   return ranges;
 }
 
+Result<std::optional<proto::Index>> read_leading_meta(const ReadableFile& file, uint64_t size, const std::string& path) {
+  WireCursor c(file, path, 0, size);
+  if (c.at_end()) return std::optional<proto::Index>();
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t key, c.varint());
+  if (key != (uint64_t{kCkptMetaField} << 3 | 2)) return std::optional<proto::Index>();
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t n, c.varint());
+  DISTCKPT_ASSIGN_OR_RETURN(std::string bytes, c.bytes(n, kMaxMetaBytes));
+  proto::Index meta;
+  if (!meta.ParseFromString(bytes)) return c.error("distckpt's metadata field does not parse");
+  return std::optional<proto::Index>(std::move(meta));
+}
+
 Result<CkptScan> scan_ckpt(const ReadableFile& file, uint64_t size, const std::string& path) {
   CkptScan scan;
   uint64_t end = size;

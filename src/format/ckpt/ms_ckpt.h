@@ -59,9 +59,9 @@ std::string ckpt_meta_field(const proto::Index& meta);
 std::string ckpt_footer(uint32_t crc32);
 // The checks field (kCkptChecksField) holding `checks`.
 std::string ckpt_checks_field(const proto::CkptChecks& checks);
-// An encrypted file's tensor records have this tensor_type (their dtype is in
-// distckpt's metadata), so that readers which do not know about encryption (MindSpore,
-// older distckpt) refuse them instead of loading ciphertext as weights.
+// In a file distckpt 0.1.0 encrypted chunk by chunk, tensor records have this
+// tensor_type (their dtype is in distckpt's metadata), so that readers which do not know
+// about that encryption refuse them instead of loading ciphertext as weights.
 inline constexpr const char* kCkptEncryptedType = "distckpt-encrypted";
 // The bytes a chunk-encrypted file's seal authenticates: `meta_bytes` (the serialized
 // metadata) and `encryption` without its seal (its plaintext is "distckpt ckpt").
@@ -110,5 +110,16 @@ Result<std::unique_ptr<SequentialWriter>> open_ckpt_writer(FileSystem& fs, const
 
 // The ckpt format's row of the format table (format.h).
 const struct FormatDriver& ckpt_driver();
+
+// distckpt's metadata field when it is the file's first field (as distckpt writes it),
+// read alone; nullopt when the file starts otherwise (MindSpore's own files).
+// kCorruption for a metadata field that does not parse or runs past `size`.
+Result<std::optional<proto::Index>> read_leading_meta(const ReadableFile& file, uint64_t size, const std::string& path);
+
+// The summary of a .ckpt encrypted whole and opened with its key (framed_file.h): its
+// metadata (step, epoch, commit order, info values) and the file, without tensors; only
+// the first block is decrypted, where describing the records would decrypt them all.
+// Nullopt for any other file, or one whose metadata is not first.
+Result<std::optional<proto::Index>> describe_framed_ckpt_summary(FileSystem& fs, const std::string& path);
 
 }  // namespace distckpt::internal_format

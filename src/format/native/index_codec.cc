@@ -133,6 +133,8 @@ Result<proto::Index> parse_index(const std::string& bytes, const std::string& pa
     return corruption("index '" + path + "': an index with references framed as version " + std::to_string(version));
   // An index.pb describes a checkpoint directory: never a single file, whose encryption
   // is checked another way (open_index follows `format`).
+  // Only a .ckpt's reader says a file is encrypted whole (and opened with its key).
+  if (index.has_file_encryption()) return corruption("index '" + path + "': a whole-file encryption record");
   if (!index.format().empty() && format_from_name(index.format()) != Format::kNative)
     return corruption("index '" + path + "': format '" + printable(index.format()) +
                       "' in an index.pb");
@@ -235,6 +237,7 @@ Status validate_index(const proto::Index& index, const std::string& path) {
   // Encrypted: the mode and its sizes, checked before any key is derived from them.
   std::optional<EncryptionMode> encryption;
   std::size_t nonce_bytes = 0, tag_bytes = 0;
+  if (index.has_encryption() && index.has_file_encryption()) return corruption(where + ": encrypted twice");
   if (index.has_encryption()) {
     const auto& e = index.encryption();
     encryption = encryption_mode_from_name(e.mode());
