@@ -81,6 +81,11 @@ expect_fail "the source is not encrypted" "$cli" convert "$work/plain.safetensor
 run "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key" > /dev/null
 expect_fail "its key is needed" "$cli" verify "$work/copy.ckpt"
 run "$cli" verify "$work/copy.ckpt" --key-file "$key" | contains "every block authenticated" || fail "re-encrypted .ckpt"
+# An existing destination: refused, or with --force replaced (a committed checkpoint only).
+expect_fail "(--force replaces it)" "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key"
+run "$cli" convert "$newest" "$work/copy" --to ckpt --key-file "$key" --force | contains converted || fail "--force"
+echo "not a checkpoint" > "$work/stray.ckpt"
+expect_fail "not a committed checkpoint" "$cli" convert "$newest" "$work/stray" --to ckpt --key-file "$key" --force
 run "$cli" convert "$newest" "$work/cbc" --to native --key-file "$key" --enc-mode SM4-CBC \
   --enc-key-file "$work/sm4" 2>&1 | contains converted || fail "re-encrypting convert"
 expect_fail "16-byte key" "$cli" convert "$newest" "$work/sm4ck" --to native --key-file "$key" --enc-mode SM4-CBC

@@ -44,6 +44,10 @@ struct ConvertOptions {
   // the process's umask gives (0666 / 0777 less the umask). true keeps a checkpoint's own
   // owner-only modes (0600 / 0700). POSIX file systems only (`fs` null).
   bool owner_only = false;
+  // Replace `dst` when it is a committed checkpoint (the CLI's --force): it is retired, as
+  // remove_checkpoint does, just before the copy takes its name. Anything else there (a
+  // stray file, an entry in flight) is never replaced: kAlreadyExists, as without it.
+  bool replace_existing = false;
 };
 
 struct ConvertResult {

@@ -396,6 +396,7 @@ int cmd_convert(const ConvertArgs& args) {
   if (!to) return fail(invalid_argument("--to '" + args.to + "': expected native, ckpt, safetensors or hdf5"), 2);
   ConvertOptions options;
   options.ckpt_crc_footer = !args.no_crc_footer;
+  options.replace_existing = args.force;
   options.owner_only = args.owner_only;
   options.only = args.only;
   options.exclude = args.exclude;
@@ -466,6 +467,9 @@ int cmd_convert(const ConvertArgs& args) {
       std::fflush(stderr);
     };
   auto result = convert_checkpoint(*source, args.dst, *to, options);
+  if (result.status().code() == StatusCode::kAlreadyExists && !args.force &&
+      result.status().message().find("already exists") != std::string::npos)
+    return fail(Status(StatusCode::kAlreadyExists, result.status().message() + " (--force replaces it)"));
   if (terminal) std::fprintf(stderr, "\n");
   if (!result.ok()) return fail(result.status());
   std::printf("converted %s -> %s (%s, %s of tensors)\n", args.src.c_str(), result->path.c_str(), args.to.c_str(),

@@ -27,6 +27,7 @@ int cmd_verify(const std::string& path, bool json, bool deep, std::optional<bool
 struct ConvertArgs {
   std::string src, dst, to;
   bool no_crc_footer = false;
+  bool force = false;  // replace DST when it is a committed checkpoint
   uint64_t region_mib = 0;
   KeyArgs key;              // an encrypted source's (a plain source's with enc_mode: the copy's)
   std::string enc_mode;     // encrypt the copy; default: the source's mode, or AES-GCM

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   convert->add_option("DST", conv.dst, "new checkpoint path (the format's extension is added if missing)")->required();
   convert->add_option("--to", conv.to, "native, ckpt, safetensors or hdf5")->required();
   convert->add_flag("--no-crc-footer", conv.no_crc_footer, "ckpt: omit MindSpore's CRC-32 footer (MindSpore < 2.1)");
+  convert->add_flag("--force", conv.force, "replace DST if it is a committed checkpoint (retired first, as rm does)");
   convert->add_flag("--owner-only", conv.owner_only,
                     "keep the copy owner-only (files 0600, directories 0700); default: the umask's modes");
   convert->add_option("--region-mib", conv.region_mib, "MiB of a tensor held at a time (default 64)");

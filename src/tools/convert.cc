@@ -28,6 +28,8 @@
 #include "layout/region.h"
 #include "tools/reader.h"
 #include "transform/cipher.h"
+#include "catalog/claims.h"
+#include "format/stored.h"
 
 namespace distckpt {
 namespace internal_tools {
@@ -148,7 +150,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     // An encrypted destination: fresh salt, so fresh keys and nonces.
     std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
     std::string salt;
-    if (options.encryption.enabled()) {
+    if (options.encryption.enabled() && to == Format::kNative) {  // a .ckpt is encrypted with the key itself
       DISTCKPT_ASSIGN_OR_RETURN(salt, internal_transform::CheckpointCipher::random_bytes(internal_transform::kSaltBytes));
       DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_transform::CheckpointCipher::create(options.encryption.mode,
                                                                                     *options.encryption.key, salt));
@@ -156,7 +158,19 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     // The entry written: <root>/<name>.tmp-<id> (a directory for a native checkpoint).
     if (!control.commit && !format.single_file) return unsupported("convert: a native checkpoint is always committed");
     internal_catalog::Entry entry;
-    if (control.commit) {
+    if (control.commit && options.replace_existing && fs->exists(path)) {
+      // --force: only a committed checkpoint is replaced, retired just before the new one
+      // takes its name (rm's way: files later checkpoints reference stay until released).
+      auto existing = internal_format::read_stored_summary(*fs, path);
+      if (!existing.ok())
+        return already_exists("convert: '" + path + "' exists and is not a committed checkpoint (" +
+                              existing.status().to_string() + "): not replaced");
+      DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, internal_catalog::claim_commit_seq(*fs, root));
+      DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::make_tmp_entry(*fs, root, name, !format.single_file,
+                                                                        "convert", fs));
+      entry.commit_seq = seq;
+      entry.before_rename = [fs, root, name] { return remove_checkpoint(root, name, {.fs = fs}); };
+    } else if (control.commit) {
       DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::begin_entry(*fs, root, name, !format.single_file, "convert", fs));
     } else {  // an uncommitted file for the caller to name (publish)
       DISTCKPT_ASSIGN_OR_RETURN(entry, internal_catalog::make_tmp_entry(*fs, root, name, false, "convert", fs));
