@@ -27,6 +27,16 @@ packages=(
   slurmctld slurmd slurm-client       # tests (multinode-slurm): Slurm across the namespace hosts
 )
 
+# --docs: the site's toolchain too (about 190 MB with Chromium): cmake --build build --target docs.
+if [ "${1:-}" = --docs ]; then
+  packages+=(
+    python3-sphinx python3-myst-parser  # the site, its Markdown pages
+    doxygen python3-breathe             # the C++ reference from the public headers
+    python3-matplotlib                  # plots of the benchmarks (python3-pil: checks of the screenshots)
+    chromium                            # headless screenshots of rendered pages (checked non-blank)
+  )
+fi
+
 installed=$(dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -c "install ok installed" || true)
 if [ "$installed" -ne "${#packages[@]}" ]; then
   sudo=""
@@ -35,4 +45,4 @@ if [ "$installed" -ne "${#packages[@]}" ]; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"
 fi
-echo "setup: all build dependencies are installed"
+echo "setup: all build dependencies are installed${1:+ ($1)}"

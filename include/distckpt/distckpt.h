@@ -1,4 +1,4 @@
-// Umbrella header: everything a training program needs.
+/// Umbrella header: everything a training program needs.
 #pragma once
 
 #include "distckpt/async.h"

@@ -1,4 +1,4 @@
-// Element types of tensors that distckpt stores.
+/// Element types of tensors that distckpt stores.
 #pragma once
 
 #include <cstddef>
@@ -19,14 +19,14 @@ inline constexpr DType kAllDTypes[] = {
     DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kUInt8,   DType::kUInt16,
     DType::kUInt32,  DType::kUInt64,  DType::kBool};
 
-// The functions below are local, thread-safe and cannot fail; names are views of static
-// storage, valid for the life of the program.
+/// The functions below are local, thread-safe and cannot fail; names are views of static
+/// storage, valid for the life of the program.
 
-// Bytes per element (bool is one byte).
+/// Bytes per element (bool is one byte).
 std::size_t dtype_size(DType t);
-// Canonical lower-case name: "float32", "bfloat16", "uint64", "bool", ...
+/// Canonical lower-case name: "float32", "bfloat16", "uint64", "bool", ...
 std::string_view dtype_name(DType t);
-// Inverse of dtype_name; nullopt for an unknown name.
+/// Inverse of dtype_name; nullopt for an unknown name.
 std::optional<DType> dtype_from_name(std::string_view name);
 
 }  // namespace distckpt

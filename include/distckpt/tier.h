@@ -1,19 +1,19 @@
-// The node-local tier: checkpoints kept on each node's own storage (a local disk, or
-// tmpfs such as /dev/shm), protected by the layout's replicas and by partner copies or
-// parity across nodes, committed with a record in the global root, and drained to the
-// global root in the background. docs/design.md ("The tier protocol") has the steps.
-//
-//   save_local   (collective) each node writes one copy of every distinct chunk its
-//                ranks hold, plus the redundancy; the record commits it;
-//   drain        (collective) copies a committed local checkpoint to the global root
-//                as a normal checkpoint, from the local files (never the live tensors);
-//   restore      (collective) loads a checkpoint from the fastest tier that has each
-//                byte: own node, a surviving node over MPI, a parity rebuild, the global
-//                root; onto any world size.
-//
-// Every call here is collective over `comm`: all ranks call it in the same order, from
-// the thread that owns the communicator, and get the same Status. Errors name the rank,
-// the path and the tensor.
+/// The node-local tier: checkpoints kept on each node's own storage (a local disk, or
+/// tmpfs such as /dev/shm), protected by the layout's replicas and by partner copies or
+/// parity across nodes, committed with a record in the global root, and drained to the
+/// global root in the background. docs/design.md ("The tier protocol") has the steps.
+///
+///   save_local   (collective) each node writes one copy of every distinct chunk its
+///                ranks hold, plus the redundancy; the record commits it;
+///   drain        (collective) copies a committed local checkpoint to the global root
+///                as a normal checkpoint, from the local files (never the live tensors);
+///   restore      (collective) loads a checkpoint from the fastest tier that has each
+///                byte: own node, a surviving node over MPI, a parity rebuild, the global
+///                root; onto any world size.
+///
+/// Every call here is collective over `comm`: all ranks call it in the same order, from
+/// the thread that owns the communicator, and get the same Status. Errors name the rank,
+/// the path and the tensor.
 #pragma once
 
 #include <cstdint>
@@ -30,91 +30,91 @@
 namespace distckpt {
 
 struct LocalTier {
-  // The node-local directory, the same path on every node; each node sees its own.
-  // Made on first use, with a random node id in <dir>/.distckpt-node. "{host}" in it is
-  // replaced by the node's host name (per-host directories on a shared disk, or several
-  // pretend nodes in one process). Two nodes that see the same directory are refused.
+  /// The node-local directory, the same path on every node; each node sees its own.
+  /// Made on first use, with a random node id in <dir>/.distckpt-node. "{host}" in it is
+  /// replaced by the node's host name (per-host directories on a shared disk, or several
+  /// pretend nodes in one process). Two nodes that see the same directory are refused.
   std::string dir;
-  // What protects the chunks that one node alone holds (DP = 1, or replicas that share a
-  // node); chunks replicated on another node are protected by that replica at no cost:
-  //   "auto"     a copy of those chunks on the next node (nothing on a one-node job);
-  //   "partner"  a copy of each node's whole local checkpoint on the next node;
-  //   "xor:K"    XOR parity over groups of K nodes (storage 1 + 1/(K-1));
-  //   "rs:K+M"   Reed-Solomon (ISA-L) over groups of K+M nodes (storage 1 + M/K);
-  //   "none"     nothing.
-  // Fewer nodes than a group needs is kInvalidArgument, with the count.
+  /// What protects the chunks that one node alone holds (DP = 1, or replicas that share a
+  /// node); chunks replicated on another node are protected by that replica at no cost:
+  ///   "auto"     a copy of those chunks on the next node (nothing on a one-node job);
+  ///   "partner"  a copy of each node's whole local checkpoint on the next node;
+  ///   "xor:K"    XOR parity over groups of K nodes (storage 1 + 1/(K-1));
+  ///   "rs:K+M"   Reed-Solomon (ISA-L) over groups of K+M nodes (storage 1 + M/K);
+  ///   "none"     nothing.
+  /// Fewer nodes than a group needs is kInvalidArgument, with the count.
   std::string redundancy = "auto";
-  // Keep the files of the local checkpoint removed last (remove_local, the manager's
-  // retention) in <dir>/.distckpt-spare, and write the next local save into them: overwriting
-  // pages a file already has is faster than making new ones (a tmpfs allocates each).
-  // The node's peak use is unchanged (a save turns the spares into its own files as it
-  // writes); between saves it holds one checkpoint's files more. The manager's end()
-  // gives them back. On tmpfs each rank writes its spare through a mapping the process kept
-  // from the last time it wrote that file (a memcpy; docs/guide/tiers.md "Surviving node loss"): at most 8
-  // per process, pinning nothing while their files have names.
+  /// Keep the files of the local checkpoint removed last (remove_local, the manager's
+  /// retention) in <dir>/.distckpt-spare, and write the next local save into them: overwriting
+  /// pages a file already has is faster than making new ones (a tmpfs allocates each).
+  /// The node's peak use is unchanged (a save turns the spares into its own files as it
+  /// writes); between saves it holds one checkpoint's files more. The manager's end()
+  /// gives them back. On tmpfs each rank writes its spare through a mapping the process kept
+  /// from the last time it wrote that file (a memcpy; docs/guide/tiers.md "Surviving node loss"): at most 8
+  /// per process, pinning nothing while their files have names.
   bool recycle = true;
 };
 
 struct LocalSaveResult {
-  SaveResult save;                // path: the record's name in the global root
-  uint64_t redundancy_bytes = 0;  // partner copies and parity written, all nodes
-  uint64_t node_bytes_max = 0;    // the most bytes one node stored (data + redundancy)
-  uint64_t node_state_max = 0;    // the most state one node's ranks hold (distinct chunks)
-  double storage_ratio = 0;       // max over nodes: bytes stored / state held (1.0: no extra)
-  double redundancy_s = 0;        // of write_s: making the copies or the parity
+  SaveResult save;                ///< path: the record's name in the global root
+  uint64_t redundancy_bytes = 0;  ///< partner copies and parity written, all nodes
+  uint64_t node_bytes_max = 0;    ///< the most bytes one node stored (data + redundancy)
+  uint64_t node_state_max = 0;    ///< the most state one node's ranks hold (distinct chunks)
+  double storage_ratio = 0;       ///< max over nodes: bytes stored / state held (1.0: no extra)
+  double redundancy_s = 0;        ///< of write_s: making the copies or the parity
 };
 
-// Collective. Saves `state` to every node's local tier under options.name and commits
-// it with a record in `root` (options.fs; native format only, no single-file options).
-// Until the record is committed nothing is listed. Encryption, CRC32C (always on at this
-// tier), fsync and direct I/O follow `options`. Errors: those of save(), plus
-// kInvalidArgument for an unknown redundancy, too few nodes, or a `tier` whose
-// redundancy or recycle differs between ranks; on any error no record is committed and
-// every node's temporary directory is removed.
+/// Collective. Saves `state` to every node's local tier under options.name and commits
+/// it with a record in `root` (options.fs; native format only, no single-file options).
+/// Until the record is committed nothing is listed. Encryption, CRC32C (always on at this
+/// tier), fsync and direct I/O follow `options`. Errors: those of save(), plus
+/// kInvalidArgument for an unknown redundancy, too few nodes, or a `tier` whose
+/// redundancy or recycle differs between ranks; on any error no record is committed and
+/// every node's temporary directory is removed.
 Result<LocalSaveResult> save_local(Comm& comm, const StateDict& state, const std::string& root,
                                    const SaveOptions& options, const LocalTier& tier);
 
 struct RestoreSources {
-  uint64_t local = 0;        // bytes each rank took from its own node's local tier
-  uint64_t peer = 0;         // ... received from another node's local tier
-  uint64_t parity = 0;       // ... taken from chunks rebuilt from parity
-  uint64_t global = 0;       // ... read from the global root
-  uint64_t parity_read = 0;  // bytes read to rebuild (segments and parity)
-  uint64_t storage_read = 0;  // bytes read from any storage (each once per node)
-  uint64_t lost_chunks = 0;   // local copies that were missing or failed their check
+  uint64_t local{0};         ///< bytes each rank took from its own node's local tier (braces: Doxygen misreads "local =")
+  uint64_t peer = 0;         ///< ... received from another node's local tier
+  uint64_t parity = 0;       ///< ... taken from chunks rebuilt from parity
+  uint64_t global = 0;       ///< ... read from the global root
+  uint64_t parity_read = 0;  ///< bytes read to rebuild (segments and parity)
+  uint64_t storage_read = 0;  ///< bytes read from any storage (each once per node)
+  uint64_t lost_chunks = 0;   ///< local copies that were missing or failed their check
 };
 
 struct RestoreResult {
-  LoadResult load;  // bytes_read counts storage reads
+  LoadResult load;  ///< bytes_read counts storage reads
   RestoreSources sources;
-  std::string name;  // the checkpoint restored
-  // Checkpoints passed over, newest first, each with why (losses beyond the
-  // redundancy and no global copy).
+  std::string name;  ///< the checkpoint restored
+  /// Checkpoints passed over, newest first, each with why (losses beyond the
+  /// redundancy and no global copy).
   std::vector<std::string> skipped;
   double rebuild_s = 0;
 };
 
 struct RestoreOptions {
-  LoadOptions load;   // fs, key, strict, allow_unchecked (`only` is not supported)
-  std::string name;   // "" : the newest checkpoint restorable from any tier
-  // With a name: when it cannot be restored from any tier, try older ones (newest first).
+  LoadOptions load;   ///< fs, key, strict, allow_unchecked (`only` is not supported)
+  std::string name;   ///< "" : the newest checkpoint restorable from any tier
+  /// With a name: when it cannot be restored from any tier, try older ones (newest first).
   bool fall_back = true;
-  // Ignore the local tier (a job that landed on other nodes): the global root only.
+  /// Ignore the local tier (a job that landed on other nodes): the global root only.
   bool global_only = false;
-  // For a default restore (no name): when set and it accepts at least one checkpoint
-  // that moved `latest`, only the checkpoints it accepts are tried (the manager passes a
-  // requeued job's own series, so that another job's later saves in the same root are
-  // not taken). Called on rank 0 only, from the calling thread.
+  /// For a default restore (no name): when set and it accepts at least one checkpoint
+  /// that moved `latest`, only the checkpoints it accepts are tried (the manager passes a
+  /// requeued job's own series, so that another job's later saves in the same root are
+  /// not taken). Called on rank 0 only, from the calling thread.
   std::function<bool(const std::string& name)> prefer;
 };
 
-// Collective. Restores a checkpoint of `root` into `state`, from the local tier
-// (`tier.dir`, may be empty: global only) and the global root. Each byte comes from the
-// first source that has it valid: this node's local tier, another node's (sent over
-// MPI), a parity rebuild, the global root; every local chunk is checked (CRC32C, AEAD)
-// before use, and one that fails counts as lost. A directory whose node id is not in
-// the record counts as empty. Any world size and layout may restore. Errors: kNotFound
-// when nothing in `root` can be restored (with each candidate's reason), load's errors.
+/// Collective. Restores a checkpoint of `root` into `state`, from the local tier
+/// (`tier.dir`, may be empty: global only) and the global root. Each byte comes from the
+/// first source that has it valid: this node's local tier, another node's (sent over
+/// MPI), a parity rebuild, the global root; every local chunk is checked (CRC32C, AEAD)
+/// before use, and one that fails counts as lost. A directory whose node id is not in
+/// the record counts as empty. Any world size and layout may restore. Errors: kNotFound
+/// when nothing in `root` can be restored (with each candidate's reason), load's errors.
 Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
                               const RestoreOptions& options);
 
@@ -123,48 +123,48 @@ struct DrainResult {
   double drain_s = 0;
 };
 
-// Collective. Writes the committed local checkpoint `name` of `root` to the global root
-// as a normal checkpoint of the same name (replicas deduplicated, balanced as save()
-// does), reading the local files: each chunk is copied by a rank whose own file holds
-// it, so the drain moves no byte between nodes. It runs in the job that saved the
-// checkpoint (same ranks on the same nodes): kInvalidArgument otherwise. Encrypted chunks are authenticated as
-// they are read and sealed again under the global checkpoint's own salt (a chunk's
-// associated data names its file and offset, which differ). `options` gives fs,
-// encryption (must match the local save's key), fsync and update_latest; its name and
-// direct_io are ignored (the drain copies chunk by chunk through the page cache, in the
-// background). On failure the global root shows nothing new and the local
-// checkpoint stays.
+/// Collective. Writes the committed local checkpoint `name` of `root` to the global root
+/// as a normal checkpoint of the same name (replicas deduplicated, balanced as save()
+/// does), reading the local files: each chunk is copied by a rank whose own file holds
+/// it, so the drain moves no byte between nodes. It runs in the job that saved the
+/// checkpoint (same ranks on the same nodes): kInvalidArgument otherwise. Encrypted chunks are authenticated as
+/// they are read and sealed again under the global checkpoint's own salt (a chunk's
+/// associated data names its file and offset, which differ). `options` gives fs,
+/// encryption (must match the local save's key), fsync and update_latest; its name and
+/// direct_io are ignored (the drain copies chunk by chunk through the page cache, in the
+/// background). On failure the global root shows nothing new and the local
+/// checkpoint stays.
 Result<DrainResult> drain(Comm& comm, const std::string& root, const LocalTier& tier, const std::string& name,
                           const SaveOptions& options);
 
-// Local tier records of `root` (rank 0 or a local tool; reads the global root only).
-// Local, any thread. An empty list where the root has no records; errors: those of
-// listing the records' directory (kIoError); a record that does not parse is left out,
-// as ls leaves damaged entries out of the committed.
+/// Local tier records of `root` (rank 0 or a local tool; reads the global root only).
+/// Local, any thread. An empty list where the root has no records; errors: those of
+/// listing the records' directory (kIoError); a record that does not parse is left out,
+/// as ls leaves damaged entries out of the committed.
 struct TierRecordInfo {
   std::string name;
   int64_t step = -1, epoch = -1;
   uint64_t commit_seq = 0;
   int nodes = 0;
   std::string redundancy;
-  bool global = false;  // a global checkpoint of the same name is committed (drained)
-  bool advances_latest = false;  // saved to move `latest` (false: an exception save): a resume candidate
+  bool global = false;  ///< a global checkpoint of the same name is committed (drained)
+  bool advances_latest = false;  ///< saved to move `latest` (false: an exception save): a resume candidate
 };
 Result<std::vector<TierRecordInfo>> list_local_records(const std::string& root, std::shared_ptr<FileSystem> fs = nullptr);
 
-// Collective. Removes the local checkpoint `name` of `root` from the local tier: rank 0
-// removes its record first (from then on it is not listed at this tier, and restore
-// does not use it), then every node's leader removes the node's files of it, keeping
-// them as spares with `tier.recycle`. A drained copy in the global root stays (a normal
-// checkpoint). Never call it for a checkpoint a drain is reading. Errors (agreed):
-// kInvalidArgument for a bad name, kNotFound when no record of `name` exists, the file
-// system's errors on the record.
+/// Collective. Removes the local checkpoint `name` of `root` from the local tier: rank 0
+/// removes its record first (from then on it is not listed at this tier, and restore
+/// does not use it), then every node's leader removes the node's files of it, keeping
+/// them as spares with `tier.recycle`. A drained copy in the global root stays (a normal
+/// checkpoint). Never call it for a checkpoint a drain is reading. Errors (agreed):
+/// kInvalidArgument for a bad name, kNotFound when no record of `name` exists, the file
+/// system's errors on the record.
 Status remove_local(Comm& comm, const std::string& root, const LocalTier& tier, const std::string& name,
                     std::shared_ptr<FileSystem> fs = nullptr);
 
-// Collective. Every node's leader removes the node's spare files (LocalTier::recycle):
-// for a job that is done saving to the local tier (the manager's end() does it).
-// Best effort: never fails.
+/// Collective. Every node's leader removes the node's spare files (LocalTier::recycle):
+/// for a job that is done saving to the local tier (the manager's end() does it).
+/// Best effort: never fails.
 void release_local_spares(Comm& comm, const LocalTier& tier, std::shared_ptr<FileSystem> fs = nullptr);
 
 }  // namespace distckpt
