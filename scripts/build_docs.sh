@@ -26,6 +26,8 @@ rm -rf "$out"
 mkdir -p "$out/doxygen"
 stage=$out/source
 cp -r "$src/docs" "$stage"
+# The benchmark plots, drawn again from the figures kept in docs/benchmarks/data/.
+"$py" "$src/scripts/plot_benchmarks.py" "$stage/benchmarks/data" "$stage/benchmarks"
 
 # C++: Doxygen's XML (docs/Doxyfile.in, configured by CMake into the build tree).
 doxygen "$build/Doxyfile" > "$out/doxygen.log" 2>&1 || { cat "$out/doxygen.log"; exit 1; }
