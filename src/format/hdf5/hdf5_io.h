@@ -25,9 +25,14 @@ Result<proto::Index> hdf5_index(const std::string& path, const std::string& file
 
 // The reader program's whole work (distckpt-hdf5-reader, src/format/hdf5/reader_main.cc):
 // `--protocol N FILE NAME` writes hdf5_index(FILE, NAME), encoded, to its stdout. Loads,
-// `verify` and `ls` of an .h5 file start it (hdf5_io.cc says why a separate program), from
+// `verify` and `ls` of an .h5 file start it (hdf5_reader.cc says why a separate program), from
 // $DISTCKPT_HDF5_READER, this build tree or the install's libexec/distckpt/. Returns the
 // exit status: 0 when the answer (an index or an error) is out, 2 for a bad request.
+// hdf5_index of the file at `path`, computed by the reader program in a process of its
+// own (hdf5_reader.cc says why), which is killed past its deadline: its crash or silence
+// is kCorruption naming the file. Any thread; local.
+Result<proto::Index> isolated_hdf5_index(const std::string& path, const std::string& file_name);
+
 int hdf5_reader_main(int argc, char** argv);
 
 // Local check: can `name` be an HDF5 dataset path (no empty, "." or ".." component)?
@@ -65,7 +70,7 @@ class Hdf5Writer {
   std::vector<std::pair<uint64_t, uint64_t>> data_ranges() const;
   // Allocates the file's space outside `data` (its metadata's places) and some past its
   // end for what the close places there, so that a full disk is found before libhdf5
-  // flushes (hdf5_io.cc says why).
+  // flushes (hdf5_writer.cc says why).
   Status reserve_metadata_space(std::vector<std::pair<uint64_t, uint64_t>> data);
   // Gives back what was reserved past the closed file's end.
   void trim_reserved_tail();
