@@ -41,17 +41,22 @@ def bars(ax, labels, series, ylabel, line_at=1.0):
     ax.legend(loc="lower right")
 
 
+def figure(rows, xlabel, title, path):
+    """rows: (label, save ratio, load ratio) each."""
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
+    bars(ax, [l for l, _, _ in rows], [("save", [s for _, s, _ in rows]), ("load", [r for _, _, r in rows])], xlabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Date": None})
+
+
 def main(data_dir, out_dir):
     limits = []
     for path in sorted(glob.glob(os.path.join(data_dir, "limit-*.json"))):
         d = json.load(open(path))
         limits.append((run_label(os.path.basename(path)[:-5], d), d["save_vs_limit"], d["load_vs_limit"]))
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(limits) + 1.5))
-    bars(ax, [l for l, _, _ in limits], [("save", [s for _, s, _ in limits]), ("load", [r for _, _, r in limits])],
-         "throughput / the storage's limit (fio, same run)")
-    ax.set_title("Saves and loads against the storage's limit")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "limits.svg"), metadata={"Date": None})
+    figure(limits, "throughput / the storage's limit (fio, same run)", "Saves and loads against the storage's limit",
+           os.path.join(out_dir, "limits.svg"))
 
     formats = []
     for path in sorted(glob.glob(os.path.join(data_dir, "dd-*.json"))):
@@ -60,12 +65,8 @@ def main(data_dir, out_dir):
         if d["format"] == "native" and not d["integrated"]:
             what += f", {d['replica_reads']} replica reads"
         formats.append((f"{tier(d)}: {what}", d["save_vs_dd"], d["load_vs_dd"]))
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(formats) + 1.5))
-    bars(ax, [l for l, _, _ in formats], [("save", [s for _, s, _ in formats]), ("load", [r for _, _, r in formats])],
-         "throughput / dd (same files, same run)")
-    ax.set_title("Formats against dd, DP2 x TP2, 1 GiB")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "formats.svg"), metadata={"Date": None})
+    figure(formats, "throughput / dd (same files, same run)", "Formats against dd, DP2 x TP2, 1 GiB",
+           os.path.join(out_dir, "formats.svg"))
 
 
 if __name__ == "__main__":

@@ -9,27 +9,9 @@ src=$1 build=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 script=$work/quickstart.py
 {
+  cat "$src/tests/docs_prelude.py"  # the model, optimizer, scheduler and train_step the guides use too
   cat <<'PRELUDE'
-import json, os, sys
-import torch
-comm_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-tp_index = comm_rank % 2                      # rank = dp_index * 2 + tp_index
-
-
-class TwoLayers(torch.nn.Module):             # fc1 split by rows over tp, fc2 by columns
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(100 + tp_index)     # the same shards on both dp replicas
-        self.fc1 = torch.nn.Linear(8, 16 // 2)
-        self.fc2 = torch.nn.Linear(16 // 2, 4)
-        torch.manual_seed(7)
-        self.fc2.bias.data = torch.randn(4)    # replicated: equal on every rank
-
-
-model = TwoLayers()
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
-steps = 4
+import json, sys
 
 
 class RNGState:
@@ -38,15 +20,6 @@ class RNGState:
 
     def load_state_dict(self, sd):
         torch.set_rng_state(sd["torch"])
-
-
-def train_step():                             # the same update on every replica
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(0.99)
-    optimizer.step()
-    scheduler.step()
-    return 0.5
 PRELUDE
   awk '/^```python/{n++; if (n==1) {f=1; next}} /^```/{f=0} f' "$src/README.md" | sed "s#\"/ckpt\"#\"$work/ckpt\"#g"
   cat <<'POSTLUDE'
