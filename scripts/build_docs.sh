@@ -39,15 +39,18 @@ cli=$build/distckpt
   echo
   echo "Generated from \`distckpt --help\` and each command's \`--help\` (distckpt $("$cli" --version | awk '{print $2}')). The [CLI guide](../guide/cli.md) explains them."
   echo
+  # Run as `distckpt` from the build tree, so that usage lines name the command, not a path.
   echo '```text'
-  "$cli" --help
+  (cd "$build" && PATH="$build:$PATH" distckpt --help)
   echo '```'
-  for cmd in $("$cli" --help | awk '/^SUBCOMMANDS:/ {on = 1; next} on && NF {print $1}'); do
+  commands=$("$cli" --help | awk '/^Subcommands:/ {on = 1; next} on && NF {print $1}')
+  [ -n "$commands" ] || { echo "docs: no subcommands found in distckpt --help" >&2; exit 1; }
+  for cmd in $commands; do
     echo
     echo "## \`distckpt $cmd\`"
     echo
     echo '```text'
-    "$cli" "$cmd" --help
+    (cd "$build" && PATH="$build:$PATH" distckpt "$cmd" --help)
     echo '```'
   done
 } > "$stage/reference/cli.md"
@@ -74,6 +77,26 @@ if missing:
     print("docs: public functions missing from the C++ reference:", ", ".join(sorted(set(missing))))
     sys.exit(1)
 print("docs: every public function is in the C++ reference")
+PY
+
+# Every public name of the Python package is rendered in the Python reference (autodoc's
+# directives, not their source text), and every command has its section in the CLI's.
+PYTHONPATH=$build/python "$py" - "$out/html/reference/python.html" "$out/html/reference/cli.html" $commands <<'PY'
+import re, sys
+import distckpt, distckpt.torch
+html = open(sys.argv[1]).read()
+if ".. py:" in html or ".. automodule" in html:
+    print("docs: the Python reference shows autodoc's source text, not its output"); sys.exit(1)
+rendered = set(re.findall(r'<span class="pre">([A-Za-z_][A-Za-z_0-9]*)</span></span>', html))
+missing = [f"{m.__name__}.{n}" for m in (distckpt, distckpt.torch) for n in m.__all__
+           if callable(getattr(m, n)) and n not in rendered]  # functions and classes
+if missing:
+    print("docs: missing from the Python reference:", ", ".join(missing)); sys.exit(1)
+cli = open(sys.argv[2]).read()
+absent = [c for c in sys.argv[3:] if f"distckpt {c}" not in cli]
+if absent:
+    print("docs: commands missing from the CLI reference:", ", ".join(absent)); sys.exit(1)
+print("docs: every public Python function and class, and every command, is in its reference")
 PY
 
 # Every image the pages show exists (sphinx-build -W refuses a missing one) and parses.

@@ -62,7 +62,7 @@ done
 "$cli" ls "$work/native" | tee -a "$log" | contains "committed" || fail "ls without the key"
 # A .ckpt encrypted whole hides its names and step too: ls and inspect show only the file.
 "$cli" ls "$work/ckpt" | tee -a "$log" | contains "encrypted whole (AES-GCM)" || fail "ls of encrypted .ckpt files"
-"$cli" inspect "$work/ckpt" | tee -a "$log" | contains "step -1" || fail "inspect of an encrypted .ckpt without the key"
+"$cli" inspect "$work/ckpt" | tee -a "$log" | contains "encrypted with the rest" || fail "inspect of an encrypted .ckpt without the key"
 
 # Conversions: decrypt to safetensors; re-encrypt to native with another mode.
 newest=$(ls -d "$work"/native/step-* | sort -V | tail -1)

@@ -1,6 +1,6 @@
 """distckpt: distributed checkpoints of tensors split across MPI ranks.
 
-The Python face of the C++ library (libdistckpt), the same files and the same rules:
+The Python face of the C++ library (libdistckpt), the same files and the same rules::
 
     import numpy as np, distckpt
     comm = distckpt.Comm.world()                       # or Comm.from_mpi4py(MPI.COMM_WORLD);

@@ -108,7 +108,8 @@ def publish(src: PathLike, format: str = ..., only: Optional[Sequence[str]] = ..
 def save(comm: Comm, state: StateDict, root: PathLike, name: str, step: int = ..., epoch: int = ...,
          format: str = ..., fsync: bool = ..., update_latest: bool = ..., key: Key = ...,
          incremental: bool = ..., incremental_base: str = ..., crc_check: bool = ...,
-         integrated: Optional[bool] = ..., remove_redundancy: bool = ..., enc_mode: str = ...) -> SaveResult: ...
+         integrated: Optional[bool] = ..., remove_redundancy: bool = ...,
+         enc_mode: Optional[str] = ...) -> SaveResult: ...
 def load(comm: Comm, state: StateDict, path: PathLike, strict: bool = ..., key: Key = ...,
          cast_floats: bool = ..., allow_unexpected: bool = ..., rename: Optional[Mapping[str, str]] = ...,
          prefix_map: Optional[Mapping[str, str]] = ..., specify_prefix: Optional[Sequence[str]] = ...,

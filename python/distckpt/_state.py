@@ -132,19 +132,23 @@ _ENC_MODES = ("AES-GCM", "AES-CBC", "SM4-CBC")
 
 
 def _enc_mode_arg(where, enc_mode, key, crc_check, format):
-    enc_mode = _str_arg(where, "enc_mode", enc_mode)
-    if enc_mode.upper() not in _ENC_MODES:
-        raise ValueError(f"{where}: enc_mode {enc_mode!r}: expected one of {', '.join(_ENC_MODES)}")
     if key is not None and crc_check and str(format).lower() == "ckpt":
         raise ValueError(f"{where}: crc_check and an encryption key are mutually exclusive for a .ckpt, as in "
                          "MindSpore's save_checkpoint (an encrypted .ckpt is checked by its blocks' tags and "
                          "distckpt's per-record CRC32Cs)")
+    if enc_mode is None:
+        return "AES-GCM"
+    if key is None:
+        raise ValueError(f"{where}: enc_mode {enc_mode!r} without a key: nothing would be encrypted")
+    enc_mode = _str_arg(where, "enc_mode", enc_mode)
+    if enc_mode.upper() not in _ENC_MODES:
+        raise ValueError(f"{where}: enc_mode {enc_mode!r}: expected one of {', '.join(_ENC_MODES)}")
     return enc_mode.upper()
 
 
 def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True, update_latest=True, key=None,
          incremental=False, incremental_base="", crc_check=False, integrated=None, remove_redundancy=True,
-         enc_mode="AES-GCM"):
+         enc_mode=None):
     """Collective. Saves `state` under `root` as `name`; returns a SaveResult (path,
     bytes_written, ...).
 
@@ -160,8 +164,8 @@ def save(comm, state, root, name, step=-1, epoch=-1, format="native", fsync=True
     with MindSpore's strategy.ckpt. remove_redundancy=True writes each distinct slice once
     (in a per-rank set, in the file of the rank MindSpore's rule picks); False: every rank
     writes every slice it holds.
-    key (bytes of 16, 24 or 32) encrypts the checkpoint with enc_mode ("AES-GCM", "AES-CBC" or
-    "SM4-CBC", MindSpore's names): a native checkpoint chunk by chunk, a .ckpt whole in
+    key (bytes of 16, 24 or 32) encrypts the checkpoint with enc_mode ("AES-GCM", the default,
+    "AES-CBC" or "SM4-CBC", MindSpore's names; enc_mode without a key is a ValueError): a native checkpoint chunk by chunk, a .ckpt whole in
     MindSpore 2.x's framing, which MindSpore's load_checkpoint(dec_key=..., dec_mode=...)
     reads (names, step and info values included: nothing is readable without the key).
     AES-CBC and SM4-CBC authenticate nothing in that framing: loads warn.

@@ -174,6 +174,14 @@ def test_crc_check_and_a_key_exclude_each_other_and_modes_are_named(comm, shared
         distckpt.save(comm, state, shared_dir, "x", format="ckpt", key=KEYS["AES-GCM"], enc_mode="AES-XTS")
     with pytest.raises(distckpt.DistckptError, match="16-byte key"):
         distckpt.save(comm, state, shared_dir, "x", format="ckpt", key=bytes(32), enc_mode="SM4-CBC")
+    with pytest.raises(ValueError, match="without a key"):
+        distckpt.save(comm, state, shared_dir, "x", format="ckpt", enc_mode="AES-CBC")
+    # A wrong key on a CBC file fails as such (bad padding), by the file's path or its root's;
+    # about once in 256 keys the padding happens to pass and the plaintext's structure fails.
+    out = distckpt.save(comm, state, shared_dir, "c", format="ckpt", key=KEYS["AES-CBC"], enc_mode="AES-CBC")
+    for path in (out.path, shared_dir):
+        with pytest.raises((distckpt.AuthError, distckpt.CorruptionError)):
+            distckpt.open(path, key=bytes(range(7, 31)))
 
 
 def test_files_encrypted_chunk_by_chunk_still_load(comm):

@@ -216,7 +216,14 @@ Status remove_checkpoint(const std::string& root, const std::string& name, const
 Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options) {
   const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
   if (fs->exists(path + "/" + kIndexFileName)) return path;
-  if (is_checkpoint_file_name(internal_base::base_name(path)) && fs->open_readable(path).ok()) return path;
+  if (is_checkpoint_file_name(internal_base::base_name(path))) {
+    // A file (opened with the key where one was given): its reader says what is wrong
+    // with it, a wrong key included, better than listing it as a directory would.
+    auto file = fs->open_readable(path);
+    if (file.ok() || file.status().code() == StatusCode::kAuthFailed || file.status().code() == StatusCode::kCorruption ||
+        file.status().code() == StatusCode::kUnsupported)
+      return path;
+  }
   if (!fs->exists(path)) return not_found("resolve: '" + path + "' does not exist");
   DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(path, options));
   // A damaged newest checkpoint is never skipped silently: when `latest` names a broken
@@ -225,6 +232,10 @@ Result<std::string> resolve_checkpoint(const std::string& path, const InspectOpt
   std::string broken;
   for (const auto& e : listing.entries) {
     if (e.state != EntryState::kBroken) continue;
+    // A wrong key is no damage to fall back from: an older checkpoint would fail alike.
+    if (e.name == pointer && e.detail.rfind(Status(StatusCode::kAuthFailed, "").to_string(), 0) == 0)
+      return auth_failed("resolve: '" + path + "/latest' names '" + e.name + "', which this key cannot open (" +
+                         e.detail + ")");
     if (e.name == pointer)
       return corruption("resolve: '" + path + "/latest' names '" + e.name + "', which is damaged (" + e.detail +
                         "); load an older checkpoint by its path to fall back");

@@ -118,14 +118,18 @@ std::string count_text(uint64_t n, const std::string& noun) {
 }
 }  // namespace
 
-int cmd_ls(const std::string& root, bool as_json) {
+Result<std::shared_ptr<const EncryptionKey>> load_key(const KeyArgs& args);  // below
+
+int cmd_ls(const std::string& root, bool as_json, const KeyArgs& key_args) {
+  auto key = load_key(key_args);
+  if (!key.ok()) return fail(key.status(), 2);
   // A checkpoint is no root: listing its files as entries would say it holds none.
   if (std::filesystem::exists(root + "/" + internal_format::kIndexFileName) ||
       (std::filesystem::is_regular_file(root) && internal_catalog::is_checkpoint_file_name(internal_base::base_name(root))))
     return fail(invalid_argument("ls: '" + root + "' is a checkpoint, not a root (`distckpt inspect` describes it; " +
                                  "`distckpt ls` lists the directory that holds it)"),
                 2);
-  auto listing = list_checkpoints(root);
+  auto listing = list_checkpoints(root, {.key = *key});
   if (!listing.ok()) return fail(listing.status());
   // The local tier's records (tier.h): shown only when the root has any, so that the
   // listing of a root without a local tier stays as it was.
@@ -328,9 +332,17 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
     std::cout << dump(out) << "\n";
     return 0;
   }
-  std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
-              ci.per_rank_files ? "native manifest of a per-rank .ckpt set" : std::string(format_name(ci.format)).c_str(), ci.format_version, static_cast<long long>(ci.step),
-              static_cast<long long>(ci.epoch), ci.world_size, std::string(checksum_name(ci.checksum)).c_str());
+  // A .ckpt encrypted whole: without the key its step, epoch, world size and checksums
+  // are inside it; with the key its sizes are the plaintext's.
+  const bool whole_file = ci.encryption.find("(MindSpore framing)") != std::string::npos;
+  if (whole_file && ci.tensors_sealed)
+    std::printf("checkpoint %s (%s)\n  step, epoch, world size and checksums: encrypted with the rest\n",
+                ci.path.c_str(), std::string(format_name(ci.format)).c_str());
+  else
+    std::printf("checkpoint %s (%s v%u)\n  step %lld  epoch %lld  world size %d  checksum %s\n", ci.path.c_str(),
+                ci.per_rank_files ? "native manifest of a per-rank .ckpt set" : std::string(format_name(ci.format)).c_str(),
+                ci.format_version, static_cast<long long>(ci.step), static_cast<long long>(ci.epoch), ci.world_size,
+                std::string(checksum_name(ci.checksum)).c_str());
   if (!ci.writer_version.empty()) std::printf("  written by distckpt %s\n", printable(ci.writer_version).c_str());
   if (ci.encryption != "none") std::printf("  encryption %s\n", printable(ci.encryption).c_str());
   if (ci.tensors_sealed) std::printf("tensors: sealed (pass --key-file or --key-env to read them)\n");
@@ -346,7 +358,8 @@ int cmd_inspect(const std::string& path, bool as_json, const KeyArgs& key_args) 
                   static_cast<unsigned long long>(c.byte_offset), static_cast<unsigned long long>(c.length),
                   internal_transform::crc32c_hex(c.crc32c).c_str());
   }
-  std::printf("files (%zu, %s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str());
+  std::printf("files (%zu, %s%s):\n", ci.files.size(), human_bytes(ci.data_bytes()).c_str(),
+              whole_file && !ci.tensors_sealed ? " of plaintext; on disk, the encryption adds its framing" : "");
   for (const auto& f : ci.files)
     std::printf("  %-20s %llu%s\n", printable(f.name).c_str(), static_cast<unsigned long long>(f.size),
                 f.checkpoint.empty() ? "" : ("  (of checkpoint " + printable(f.checkpoint) + ", referenced)").c_str());

@@ -14,7 +14,8 @@ struct LayoutArgs {
   std::string picture;  // --picture FILE.svg: also draw which rank holds which block
 };
 int cmd_layout(const LayoutArgs& args);
-int cmd_ls(const std::string& root, bool json);
+struct KeyArgs;
+int cmd_ls(const std::string& root, bool json, const KeyArgs& key);
 
 // The key of an encrypted checkpoint: --key-file F or --key-env VAR (hex digits).
 struct KeyArgs {

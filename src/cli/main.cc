@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--" + prefix + "key-env", k.env, whose + " key in this environment variable (hex digits)");
   };
   add_key(inspect, key, "", "an encrypted checkpoint's");
+  add_key(ls, key, "", "encrypted .ckpt files' (their step, epoch and order are inside them)");
   auto* verify = app.add_subcommand("verify", "Read every byte; check file sizes and checksums");
   verify->add_option("CKPT", path, "checkpoint directory (or a root: its newest checkpoint)")->required();
   verify->add_flag("--json", json, "machine-readable output");
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*lay) return cmd_layout(layout);
-    if (*ls) return cmd_ls(path, json);
+    if (*ls) return cmd_ls(path, json, key);
     if (*inspect) return cmd_inspect(path, json, key);
     if (*verify)
       return cmd_verify(path, json, deep,

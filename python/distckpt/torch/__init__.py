@@ -1,5 +1,7 @@
 """distckpt.torch: save and load a PyTorch application state as it is, nested.
 
+An example::
+
     import distckpt, distckpt.torch as dt
     comm = distckpt.Comm.world()
     mesh = dt.Mesh(comm, dp=2, tp=2)

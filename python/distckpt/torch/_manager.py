@@ -84,7 +84,7 @@ def _trimmed(text, prefixes):
 
 
 class CheckpointManager(_dc.CheckpointManager):
-    """distckpt.CheckpointManager over an application state, as distckpt.torch.save takes it:
+    """distckpt.CheckpointManager over an application state, as distckpt.torch.save takes it::
 
         manager = dt.CheckpointManager(comm, {"model": model, "optim": opt, "step": 0},
                                        mesh=mesh, placements=placements,
