@@ -32,8 +32,8 @@ if [ "${1:-}" = --docs ]; then
   packages+=(
     python3-sphinx python3-myst-parser  # the site, its Markdown pages
     doxygen python3-breathe             # the C++ reference from the public headers
-    python3-matplotlib                  # plots of the benchmarks (python3-pil: checks of the screenshots)
-    chromium                            # headless screenshots of rendered pages (checked non-blank)
+    python3-matplotlib python3-pil      # plots of the benchmarks; checks of images and screenshots
+    chromium fonts-liberation           # headless screenshots of rendered pages (checked non-blank)
   )
 fi
 
