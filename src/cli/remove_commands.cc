@@ -1,0 +1,117 @@
+// `distckpt rm` and `distckpt gc`: the commands that remove from a root.
+#include "cli/commands.h"
+
+#include "cli/helpers.h"
+#include "base/strings.h"
+#include "manager/best.h"
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
+#include "distckpt/tier.h"
+#include "distckpt/layout.h"
+#include "base/text.h"
+#include "catalog/gc.h"
+#include "catalog/names.h"
+#include "catalog/references.h"
+#include "format/native/file_names.h"
+#include "transform/crc32c.h"
+
+namespace distckpt::internal_cli {
+
+using internal_base::printable;
+
+int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
+  int rc = 0;
+  FileSystem& fs = *posix_filesystem();
+  for (const std::string& name : names) {
+    Status st = remove_checkpoint(root, name);
+    // A node-local copy of the name (tier.h) would be restored from at the next resume:
+    // its record goes too (after the global checkpoint, or alone for a local-only one);
+    // each node's files then go at the job's next local retention, as remove_local's.
+    const std::string record = internal_catalog::local_record_path(root, name);
+    const bool local = (st.ok() || st.code() == StatusCode::kNotFound) &&
+                       internal_catalog::validate_checkpoint_name(name).ok() && fs.exists(record);
+    // A drain (or save) of the name in flight reads the nodes' files and commits the
+    // global copy after this: the record stays (remove the checkpoint when it is done).
+    std::string busy;
+    if (local)
+      if (auto entries = fs.list_dir(root); entries.ok())
+        for (const auto& e : *entries)
+          if (internal_base::starts_with(e.name, name + ".tmp-")) busy = e.name;
+    if (!busy.empty()) {
+      rc = fail(Status(StatusCode::kAborted, "rm '" + name + "': '" + busy + "' is in flight in '" + root +
+                                                 "' (a drain or save of it): its node-local copy stays; remove it "
+                                                 "when that is done (or collected by distckpt gc)"));
+      continue;
+    }
+    if (local) {
+      if (Status gone = fs.remove_file(record); !gone.ok()) {
+        rc = fail(gone.with_context("rm '" + name + "': its node-local record"));
+        continue;
+      }
+    }
+    if (!st.ok() && !(local && st.code() == StatusCode::kNotFound)) {
+      rc = fail(st);
+      continue;
+    }
+    const bool kept = st.ok() && internal_catalog::is_retired_entry(fs, root, name);
+    std::printf("removed %s%s%s\n", printable(name).c_str(),
+                kept ? " (retired: the data files later checkpoints reference stay until none does)" : "",
+                !local ? ""
+                : st.ok() ? " and its node-local copy (its record: the nodes' files go at the next local "
+                            "retention of its series on those nodes)"
+                          : " (node-local only, its record: the nodes' files go at the next local retention of "
+                            "its series on those nodes)");
+  }
+  // Retired checkpoints that only the removed ones referenced go now, not at the next gc.
+  auto swept = internal_catalog::sweep_retired(*posix_filesystem(), root);
+  if (!swept.ok()) return fail(swept.status());
+  for (const auto& gone : swept->removed) std::printf("freed %s (retired, no longer referenced)\n", printable(gone).c_str());
+  for (const auto& w : swept->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
+  return rc != 0 ? rc : swept->warnings.empty() ? 0 : 1;
+}
+
+int cmd_gc(const GcArgs& args) {
+  internal_catalog::GcOptions options;
+  options.dry_run = args.dry_run;
+  if (!args.lease.empty()) {
+    auto lease = internal_catalog::parse_duration_s(args.lease);
+    if (!lease.ok()) return fail(lease.status(), 2);
+    options.lease_s = *lease;
+  }
+  if (!args.older_than.empty()) {
+    auto older = internal_catalog::parse_duration_s(args.older_than);
+    if (!older.ok()) return fail(older.status(), 2);
+    options.older_than_s = *older;
+  }
+  auto report = internal_catalog::collect_garbage(*posix_filesystem(), args.root, options);
+  if (!report.ok()) return fail(report.status());
+  const char* verb = args.dry_run ? "would remove" : "removed";
+  if (args.json) {
+    json removed = json::array(), kept = json::array();
+    for (const auto& e : report->removed) removed.push_back({{"name", e.name}, {"reason", e.reason}});
+    for (const auto& e : report->kept) kept.push_back({{"name", e.name}, {"reason", e.reason}});
+    std::cout << dump(json{{"root", args.root}, {"dry_run", args.dry_run}, {"removed", removed}, {"kept", kept},
+                           {"warnings", report->warnings}})
+              << "\n";
+  } else {
+    for (const auto& e : report->removed)
+      std::printf("%s %s: %s\n", verb, printable(e.name).c_str(), printable(e.reason).c_str());
+    for (const auto& e : report->kept) std::printf("kept %s: %s\n", printable(e.name).c_str(), printable(e.reason).c_str());
+    for (const auto& w : report->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
+    std::printf("gc %s: %zu %s, %zu kept\n", args.root.c_str(), report->removed.size(), verb, report->kept.size());
+  }
+  return report->warnings.empty() ? 0 : 1;
+}
+
+}  // namespace distckpt::internal_cli
