@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
@@ -114,6 +116,30 @@ INSTANTIATE_TEST_SUITE_P(Modes, FramedModes,
                                            std::make_pair(EncryptionMode::kAesGcm, 16),
                                            std::make_pair(EncryptionMode::kAesCbc, 24),
                                            std::make_pair(EncryptionMode::kSm4Cbc, 16)));
+
+// One open file read from several threads at once (a load's reader threads): each read
+// decrypts the blocks it needs under the file's lock and gets its own bytes.
+TEST(MsFramingTest, ConcurrentReadsOfOneFileGetTheirOwnBytes) {
+  TempDir dir;
+  const auto key = key_of(32, 'k');
+  const std::string plain = pattern(kMsMaxBlockPlain + (1 << 20));
+  const std::string path = write_framed(dir, "c.ckpt", plain, EncryptionMode::kAesGcm, *key);
+  auto file = internal_format::with_key(posix_filesystem(), key.get())->open_readable(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::string got(4096, '\0');
+      for (int i = 0; i < 40; ++i) {
+        // Alternating between the two blocks, so that the one cached block keeps changing.
+        const uint64_t at = (i + t) % 2 == 0 ? 4096u * static_cast<uint64_t>(i + t) : kMsMaxBlockPlain + 512u * i;
+        if (!(*file)->read_at(got.data(), got.size(), at).ok() || got != plain.substr(at, got.size())) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
 
 TEST(MsFramingTest, HostileHeadersAreRefusedBeforeAnyAllocation) {
   MsBlockHeader h{EncryptionMode::kAesGcm, std::string(16, 't'), std::string(16, 'i'), 1000};
