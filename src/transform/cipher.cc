@@ -33,6 +33,23 @@ const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes) {
   return nullptr;
 }
 
+Status init_evp(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::size_t key_bytes, const std::string& key,
+                const std::string& iv, bool padding) {
+  if (ctx == nullptr) return openssl_error("EVP_CIPHER_CTX_new");
+  const EVP_CIPHER* cipher = evp_cipher(mode, key_bytes);
+  if (cipher == nullptr) return internal_error("no cipher for mode " + std::string(encryption_mode_name(mode)));
+  if (EVP_CipherInit_ex(ctx, cipher, nullptr, nullptr, nullptr, encrypt ? 1 : 0) != 1)
+    return openssl_error("EVP_CipherInit_ex");
+  if (mode == EncryptionMode::kAesGcm &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, static_cast<int>(iv.size()), nullptr) != 1)
+    return openssl_error("EVP_CTRL_GCM_SET_IVLEN");
+  if (EVP_CipherInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
+                        reinterpret_cast<const unsigned char*>(iv.data()), encrypt ? 1 : 0) != 1)
+    return openssl_error("EVP_CipherInit_ex(key)");
+  if (mode != EncryptionMode::kAesGcm) EVP_CIPHER_CTX_set_padding(ctx, padding ? 1 : 0);
+  return Status();
+}
+
 namespace {
 
 constexpr std::size_t kGcmNonce = 12, kGcmTag = 16, kCbcBlock = 16, kHmacTag = 32;
@@ -128,23 +145,11 @@ Status check_cbc_tag(const std::string& key, const std::string& aad, const std::
   return Status();
 }
 
+// CBC: padding is added by the sealer and removed by hand when opening (the caller's
+// buffer holds the plaintext exactly, not a padded block).
 Status init_cipher(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::size_t key_bytes,
                    const std::string& key, const std::string& nonce) {
-  if (ctx == nullptr) return openssl_error("EVP_CIPHER_CTX_new");
-  const EVP_CIPHER* cipher = evp_cipher(mode, key_bytes);
-  if (cipher == nullptr) return internal_error("no cipher for mode " + std::string(encryption_mode_name(mode)));
-  if (EVP_CipherInit_ex(ctx, cipher, nullptr, nullptr, nullptr, encrypt ? 1 : 0) != 1)
-    return openssl_error("EVP_CipherInit_ex");
-  if (mode == EncryptionMode::kAesGcm &&
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, static_cast<int>(nonce.size()), nullptr) != 1)
-    return openssl_error("EVP_CTRL_GCM_SET_IVLEN");
-  if (EVP_CipherInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
-                        reinterpret_cast<const unsigned char*>(nonce.data()), encrypt ? 1 : 0) != 1)
-    return openssl_error("EVP_CipherInit_ex(key)");
-  // CBC: padding is added by the sealer and removed by hand when opening (the caller's
-  // buffer holds the plaintext exactly, not a padded block).
-  if (mode != EncryptionMode::kAesGcm && !encrypt) EVP_CIPHER_CTX_set_padding(ctx, 0);
-  return Status();
+  return init_evp(ctx, encrypt, mode, key_bytes, key, nonce, encrypt || mode == EncryptionMode::kAesGcm);
 }
 
 // In pieces of at most kEvpPiece bytes. `out` may equal `in`; a null `out` feeds GCM's

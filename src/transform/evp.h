@@ -16,6 +16,12 @@ namespace distckpt::internal_transform {
 // kNone. Any thread.
 const EVP_CIPHER* evp_cipher(EncryptionMode mode, std::size_t key_bytes);
 
+// Initializes `ctx` (null: kInternal, as OpenSSL could not allocate it) for `mode` with
+// `key` (key_bytes of it) and `iv` (GCM: any length, set first); CBC pads with PKCS#7
+// when `padding`. kInternal naming the OpenSSL call that failed.
+Status init_evp(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, std::size_t key_bytes, const std::string& key,
+                const std::string& iv, bool padding);
+
 // kInternal naming the OpenSSL call that failed.
 Status openssl_error(const std::string& what);
 

@@ -31,22 +31,6 @@ uint64_t max_cipher(EncryptionMode mode) {
   return mode == EncryptionMode::kAesGcm ? kMsMaxBlockPlain : kMsMaxBlockPlain + kCbcBlock;
 }
 
-Status init(EVP_CIPHER_CTX* ctx, bool encrypt, EncryptionMode mode, const std::string& key, const std::string& iv,
-            bool padding) {
-  if (ctx == nullptr) return openssl_error("EVP_CIPHER_CTX_new");
-  const EVP_CIPHER* cipher = evp_cipher(mode, key.size());
-  if (EVP_CipherInit_ex(ctx, cipher, nullptr, nullptr, nullptr, encrypt ? 1 : 0) != 1)
-    return openssl_error("EVP_CipherInit_ex");
-  if (mode == EncryptionMode::kAesGcm &&
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, static_cast<int>(iv.size()), nullptr) != 1)
-    return openssl_error("EVP_CTRL_GCM_SET_IVLEN");
-  if (EVP_CipherInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
-                        reinterpret_cast<const unsigned char*>(iv.data()), encrypt ? 1 : 0) != 1)
-    return openssl_error("EVP_CipherInit_ex(key)");
-  if (mode != EncryptionMode::kAesGcm) EVP_CIPHER_CTX_set_padding(ctx, padding ? 1 : 0);
-  return Status();
-}
-
 }  // namespace
 
 std::optional<EncryptionMode> ms_framing_mode(std::string_view head) {
@@ -139,7 +123,7 @@ Status MsBlockCipher::begin(std::string* iv) {
   if (RAND_bytes(reinterpret_cast<unsigned char*>(iv->data()), static_cast<int>(kMsIvBytes)) != 1)
     return openssl_error("RAND_bytes");
   stream_ = std::make_shared<Stream>();
-  return init(stream_->cipher.ctx, true, mode_, key_, *iv, true);
+  return init_evp(stream_->cipher.ctx, true, mode_, key_.size(), key_, *iv, true);
 }
 
 Status MsBlockCipher::update(const void* in, std::size_t n, void* out, std::size_t* out_n) {
@@ -172,7 +156,7 @@ Status MsBlockCipher::finish(void* out, std::size_t* out_n, std::string* tag) {
 Status MsBlockCipher::decrypt(const MsBlockHeader& header, const void* in, void* out, uint64_t* plain_len,
                               const std::string& where) const {
   CipherCtx ctx;
-  DISTCKPT_RETURN_IF_ERROR(init(ctx.ctx, false, mode_, key_, header.iv, true));
+  DISTCKPT_RETURN_IF_ERROR(init_evp(ctx.ctx, false, mode_, key_.size(), key_, header.iv, true));
   const std::string failed = where + ": decryption failed (" + algorithm() +
                              (mode_ == EncryptionMode::kAesGcm ? ": the tag does not match" : ": bad padding") +
                              "): a wrong key, or modified bytes";
@@ -195,7 +179,8 @@ Result<uint64_t> MsBlockCipher::plain_length(const MsBlockHeader& header, std::s
   if (mode_ == EncryptionMode::kAesGcm) return uint64_t{header.cipher_len};
   if (last32.size() != 2 * kCbcBlock) return internal_error("plain_length: 32 bytes expected");
   CipherCtx ctx;
-  DISTCKPT_RETURN_IF_ERROR(init(ctx.ctx, false, mode_, key_, std::string(last32.substr(0, kCbcBlock)), false));
+  const std::string previous(last32.substr(0, kCbcBlock));  // the last block's IV
+  DISTCKPT_RETURN_IF_ERROR(init_evp(ctx.ctx, false, mode_, key_.size(), key_, previous, false));
   unsigned char plain[kCbcBlock];
   int produced = 0;
   if (EVP_DecryptUpdate(ctx.ctx, plain, &produced, reinterpret_cast<const unsigned char*>(last32.data()) + kCbcBlock,

@@ -239,6 +239,9 @@ class KeyedFileSystem final : public FileSystem {
  public:
   KeyedFileSystem(std::shared_ptr<FileSystem> base, std::shared_ptr<const EncryptionKey> key)
       : base_(std::move(base)), key_(std::move(key)) {}
+  bool has_key(const EncryptionKey& key) const {
+    return key.size() == key_->size() && std::memcmp(key.data(), key_->data(), key.size()) == 0;
+  }
 
   Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override {
     DISTCKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, base_->open_readable(path));
@@ -302,6 +305,10 @@ Result<std::unique_ptr<WritableFile>> framed_writable(std::unique_ptr<WritableFi
 
 std::shared_ptr<FileSystem> with_key(std::shared_ptr<FileSystem> fs, const EncryptionKey* key) {
   if (key == nullptr) return fs;
+  // Already seen with this key (the manager's file system, wrapped again by a load it
+  // makes): a second layer would decrypt the first block again at every open.
+  if (const auto* keyed = dynamic_cast<const KeyedFileSystem*>(fs.get()); keyed != nullptr && keyed->has_key(*key))
+    return fs;
   return std::make_shared<KeyedFileSystem>(std::move(fs), std::make_shared<const EncryptionKey>(*key));
 }
 
