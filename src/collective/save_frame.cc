@@ -5,26 +5,18 @@
 #include <openssl/crypto.h>
 
 #include "base/guard.h"
+#include "base/test_seams.h"
 #include "catalog/names.h"
 #include "collective/incremental.h"
 #include "comm/agree.h"
-#include "format/native/sealing.h"
 #include "format/ckpt/framed_file.h"
+#include "format/native/sealing.h"
 
 namespace distckpt::internal_collective {
 
 using internal_base::guarded;
 using internal_base::Timer;
 using internal_comm::agree;
-
-namespace {
-
-int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::string rank_prefix(const Comm& comm) { return "save: rank " + std::to_string(comm.rank()); }
 
@@ -252,7 +244,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
                                                                            frame.fs));
       frame.plan.index.set_commit_seq(frame.entry.commit_seq);
       frame.plan.index.set_advances_latest(options.update_latest);
-      frame.plan.index.set_created_unix_ms(now_unix_ms());
+      frame.plan.index.set_created_unix_ms(internal_base::wall_clock_ms());
       frame.plan.index.set_writer_version(version());
       if (frame.incremental) DISTCKPT_RETURN_IF_ERROR(prepare_base(frame));
       return Status();
@@ -299,7 +291,7 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
       proto::Index index;
       if (frame.entry.directory) {
         DISTCKPT_ASSIGN_OR_RETURN(index, final_index());
-        index.set_created_unix_ms(now_unix_ms());
+        index.set_created_unix_ms(internal_base::wall_clock_ms());
         if (frame.cipher)  // last: the seal authenticates everything else in the index
           DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
       }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_seams.h"
 #include "base/timer.h"
 #include "collective/save_strategies.h"
 #include "distckpt/inspect.h"
@@ -62,10 +63,7 @@ struct CheckpointManager::Impl {
   // Rank 0: the committed checkpoints of this series committed after `resumed` (none when
   // the directory cannot be listed: the branch then stays).
   std::vector<std::string> newer_in_series(const std::string& resumed) const;
-  static int64_t unix_ms_now() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  }
+  static int64_t unix_ms_now() { return internal_base::wall_clock_ms(); }
   // The step (and epoch) whose state this rank's buffers hold: that of its last
   // step_end/end/save_now call, or of the checkpoint resumed.
   int64_t current_step = -1, current_epoch = -1;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/strings.h"
+#include "base/test_seams.h"
 #include "catalog/names.h"
 #include "manager/manager_impl.h"
 
@@ -20,8 +21,7 @@ std::string stats_path(const std::string& directory) { return directory + "/" + 
 }  // namespace
 
 int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return internal_base::wall_clock_ms();
 }
 
 nlohmann::ordered_json metrics_json(const std::map<std::string, double>& metrics) {

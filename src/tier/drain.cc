@@ -8,6 +8,7 @@
 
 #include "base/guard.h"
 #include "base/kill_point.h"
+#include "base/test_seams.h"
 #include "base/timer.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
@@ -299,9 +300,7 @@ Result<DrainResult> DrainJob::finish(Comm& comm) {
           if (cipher_) c->set_tag(all_tags[r].substr(i * tag_bytes, tag_bytes));
         }
       }
-      index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count());
+      index.set_created_unix_ms(internal_base::wall_clock_ms());
       if (cipher_) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *cipher_, salt_));
       DISTCKPT_ASSIGN_OR_RETURN(auto committed, internal_catalog::finish_entry(*fs_, entry_, &index, options_.fsync,
                                                                                // An exception save's copy moves `latest` no more than the save did.

@@ -23,6 +23,7 @@
 
 #include "base/guard.h"
 #include "base/kill_point.h"
+#include "base/test_seams.h"
 #include "base/timer.h"
 #include "catalog/claims.h"
 #include "catalog/names.h"
@@ -35,11 +36,11 @@
 #include "format/native/sealing.h"
 #include "storage/spare_files.h"
 #include "storage/write_maps.h"
+#include "tier/local_save.h"
 #include "tier/nodes.h"
 #include "tier/parity.h"
 #include "tier/record.h"
 #include "tier/redundancy.h"
-#include "tier/local_save.h"
 #include "tier/streams.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
@@ -418,9 +419,7 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
           std::memcpy(&crc, parity_crcs[static_cast<std::size_t>(nodes.leader(static_cast<int>(g.nodes(i))))].data(), sizeof(crc));
           g.set_parity_crc32c(i, crc);
         }
-      index.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count());
+      index.set_created_unix_ms(internal_base::wall_clock_ms());
       if (frame.cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
       record = internal_format::frame_index(index);
       return Status();

@@ -1,6 +1,7 @@
 // convert_checkpoint: read region by region (tools/reader.h), write with the destination
 // format's sequential writer (format/sequential_writer.h), commit like a save (the local
 // frame of catalog/commit.h) without moving `latest`.
+#include "base/test_seams.h"
 #include "tools/convert.h"
 
 #include <sys/stat.h>
@@ -182,8 +183,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       meta.set_created_unix_ms(0);
     } else {
       meta.set_commit_seq(entry.commit_seq);
-      meta.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch()).count());
+      meta.set_created_unix_ms(internal_base::wall_clock_ms());
     }
 
     // A native source is read a stored chunk at a time at least (each chunk's CRC32C is

@@ -1,5 +1,6 @@
 #include "transform/cipher.h"
 
+#include "base/test_seams.h"
 #include "transform/evp.h"
 
 #include <openssl/core_names.h>
@@ -211,6 +212,7 @@ Result<std::shared_ptr<const CheckpointCipher>> CheckpointCipher::create(Encrypt
 
 Result<std::string> CheckpointCipher::random_bytes(std::size_t n) {
   std::string salt(n, '\0');
+  if (internal_base::seeded_random_bytes(salt.data(), salt.size())) return salt;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(salt.data()), static_cast<int>(salt.size())) != 1)
     return openssl_error("RAND_bytes");
   return salt;

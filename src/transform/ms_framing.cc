@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "base/test_seams.h"
 #include "transform/evp.h"
 
 namespace distckpt::internal_transform {
@@ -120,7 +121,8 @@ std::string MsBlockCipher::algorithm() const {
 
 Status MsBlockCipher::begin(std::string* iv) {
   iv->assign(kMsIvBytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(iv->data()), static_cast<int>(kMsIvBytes)) != 1)
+  if (!internal_base::seeded_random_bytes(iv->data(), iv->size()) &&
+      RAND_bytes(reinterpret_cast<unsigned char*>(iv->data()), static_cast<int>(kMsIvBytes)) != 1)
     return openssl_error("RAND_bytes");
   stream_ = std::make_shared<Stream>();
   return init_evp(stream_->cipher.ctx, true, mode_, key_.size(), key_, *iv, true);
