@@ -14,9 +14,8 @@
 #include "base/timer.h"
 #include "collective/fetch_index.h"
 #include "collective/load_checks.h"
-#include "plan/load_names.h"
+#include "plan/match.h"
 #include "plan/load_staging.h"
-#include "layout/strided.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
@@ -30,7 +29,6 @@
 #include "plan/save_plan.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
-#include "transform/float_cast.h"
 #include "format/ckpt/framed_file.h"
 
 namespace distckpt {
@@ -40,42 +38,6 @@ using internal_comm::agree;
 using internal_format::FileCache;
 
 namespace {
-
-std::string shape_str(const Shape& s) { return full_box(s).to_string(); }
-
-// Whether two global shapes differ only by trailing dims of size 1 ([12,2048,1,1] and
-// [12,2048]): the same elements in the same row-major order. MindSpore accepts a
-// checkpoint shape with extra trailing 1s (its _special_process_par, for GE's 4-D
-// tensors); the other direction is the same bytes, so it is accepted too.
-bool same_up_to_trailing_ones(const Shape& a, const Shape& b) {
-  const Shape& longer = a.size() >= b.size() ? a : b;
-  const Shape& shorter = a.size() >= b.size() ? b : a;
-  if (!std::equal(shorter.begin(), shorter.end(), longer.begin())) return false;
-  return std::all_of(longer.begin() + static_cast<std::ptrdiff_t>(shorter.size()), longer.end(),
-                     [](int64_t d) { return d == 1; });
-}
-
-// Rewrites a stored tensor's shape and chunk boxes to `to` (same_up_to_trailing_ones):
-// trailing dims of size 1 are dropped or added (offset 0, extent 1). A chunk whose
-// dropped dim is not offset 0, extent 1 (an empty chunk, say) would change meaning.
-Status reshape_trailing_ones(proto::Tensor& t, const Shape& to) {
-  const int n = static_cast<int>(to.size());
-  for (const proto::Chunk& c : t.chunks())
-    for (int d = n; d < c.shape_size(); ++d)
-      if (c.offset(d) != 0 || c.shape(d) != 1)
-        return corruption("tensor '" + t.name() + "': a chunk of extent " + std::to_string(c.shape(d)) + " at " +
-                          std::to_string(c.offset(d)) + " in dim " + std::to_string(d) +
-                          " of size 1 cannot be reshaped");
-  t.clear_global_shape();
-  for (int64_t d : to) t.add_global_shape(d);
-  for (proto::Chunk& c : *t.mutable_chunks()) {
-    c.mutable_offset()->Truncate(std::min(n, c.offset_size()));
-    c.mutable_shape()->Truncate(std::min(n, c.shape_size()));
-    while (c.offset_size() < n) c.add_offset(0);
-    while (c.shape_size() < n) c.add_shape(1);
-  }
-  return Status();
-}
 
 // Checks, without reading data, that the checkpoint covers every box of `e` and that
 // the files those chunks live in exist with their recorded sizes.
@@ -169,327 +131,373 @@ class Outbox {
   Comm::Exchange* exchange_ = nullptr;
 };
 
-}  // namespace
+// One box of a tensor this rank loads, and who reads it.
+struct BoxRead {
+  int i, t;  // state tensor, stored tensor
+  std::size_t b;
+  std::vector<internal_plan::ReadItem> reads;
+  uint64_t bytes;
+  int reader;
+};
 
-Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
-  internal_base::Timer timer;
-  // With a key, a .ckpt encrypted whole reads as its plaintext.
-  std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
-  const std::string where = "load: rank " + std::to_string(comm.rank());
+// One load between its named steps (load() runs them in order): match, verify, plan,
+// fetch, exchange, agree, write back, report.
+class LoadRun {
+ public:
+  LoadRun(Comm& comm, StateDict& state, const LoadOptions& options)
+      : comm_(comm), state_(state), options_(options), where_("load: rank " + std::to_string(comm.rank())) {
+    // With a key, a .ckpt encrypted whole reads as its plaintext.
+    fs_ = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
+  }
+  const std::string& where() const { return where_; }
+  std::shared_ptr<FileSystem> fs_handle() const { return fs_; }
+  LoadResult& result() { return result_; }
+  bool share() const { return share_; }
 
-  // Rank 0 resolves the path and reads the index; everyone parses the same bytes.
-  DISTCKPT_ASSIGN_OR_RETURN(internal_collective::FetchedIndex fetched,
-                            internal_collective::fetch_index(comm, fs, path, where));
-  std::string dir = fetched.path;
-  Status local;
+  void set_checkpoint(internal_collective::FetchedIndex fetched) {
+    dir_ = fetched.path;
+    index_ = std::move(fetched.index);
+  }
 
   // Phase 1, metadata only: every check that can fail on a well-formed checkpoint
   // (names, dtypes, shapes, coverage, files present with the recorded sizes) runs
-  // before any byte lands in the caller's buffers, and ranks agree on it. Only a
-  // checksum or chunk authentication error found while reading (phase 2) can leave
-  // buffers partly written.
-  LoadResult result;
-  proto::Index index = std::move(fetched.index);
-  std::vector<std::pair<int, int>> plan;  // (state-dict tensor, index tensor)
-  // State-dict tensor -> the dtype it is read in, for tensors read into staging buffers:
-  // a cast (cast_floats: the stored dtype) or strided buffers (its own dtype).
-  std::map<int, DType> staged_dtypes;
-  std::map<int, internal_plan::ChunkLookup> lookups;  // by index tensor
-  std::unique_ptr<FileCache> files;
-  std::shared_ptr<const internal_transform::CheckpointCipher> cipher;
-  // Those tensors are read (and shared between replicas) into packed staging buffers,
-  // converted and scattered into the caller's buffers once every read succeeded; made as
-  // a box first needs one (not zeroed: every byte is read into them before it is used).
-  // A strided box read by this rank alone, without a cast, goes through one reused
-  // buffer instead, scattered as soon as it is read (as other boxes are read straight
-  // into the caller's memory), so its staging is one box, not the tensor.
-  std::map<std::pair<int, std::size_t>, std::unique_ptr<unsigned char[]>> staged;
-  std::vector<char> box_scratch;
-  // Chunks needed whole that are read directly, gathered in phase 2 and read after it.
-  // Only where chunks carry their own CRC32C (native, safetensors and HDF5 files distckpt
-  // wrote): a single file checked by a whole-file CRC (a .ckpt) has just been read
-  // through the page cache.
-  internal_format::GatheredReads gathered;
-  const bool gathers = options.direct_reads && internal_format::has_chunk_checksums(index);
-  std::vector<int64_t> sharing{0, 0};
-  local = guarded(where, [&]() -> Status {
-    const std::string source = dir;
-    dir = internal_format::files_dir(index, dir);
-    DISTCKPT_ASSIGN_OR_RETURN(cipher, internal_format::open_index(&index, options.key.get(), source));
-    DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index, source, options.allow_unchecked, &result.warning));
-    if (state.rank() != comm.rank())
-      return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
-    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::LoadNames names, internal_plan::load_names(index, options));
-    const std::map<std::string, int>& stored = names.by_state_name;
-    result.filtered_out = names.filtered_out;
-
-    std::vector<int> wanted;
-    if (options.only.empty()) {
-      for (int i = 0; i < static_cast<int>(state.tensors().size()); ++i) wanted.push_back(i);
-    } else {
-      for (const auto& name : options.only) {
-        const int i = state.find(name);
-        if (i < 0) return invalid_argument("tensor '" + name + "' was asked for but is not in the state dict");
-        wanted.push_back(i);
-      }
-    }
-    std::set<std::string> asked;
-    files = std::make_unique<FileCache>(*fs, dir, index);
-    for (int i : wanted) {
-      const TensorEntry& e = state.tensors()[i];
-      asked.insert(e.name);
-      auto it = stored.find(e.name);
-      if (it == stored.end()) {
-        if (options.strict)
-          return mismatch("tensor '" + e.name + "' is not in checkpoint '" + dir + "'" +
-                          (names.selective ? " (as the load's filters and renames see it)" : ""));
-        result.missing_in_checkpoint.push_back(e.name);
-        continue;
-      }
-      proto::Tensor& t = *index.mutable_tensors(it->second);
-      if (t.dtype() != dtype_name(e.dtype)) {
-        const std::optional<DType> stored_dtype = dtype_from_name(t.dtype());  // validated with the index
-        const bool castable = stored_dtype && internal_transform::is_floating(*stored_dtype) &&
-                              internal_transform::is_floating(e.dtype);
-        if (!options.cast_floats || !castable)
-          return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
-                          t.dtype() + " in the checkpoint" +
-                          (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
-        staged_dtypes[i] = *stored_dtype;
-      }
-      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e));
-      if (e.strided()) staged_dtypes.emplace(i, e.dtype);
-      const Shape stored_shape(t.global_shape().begin(), t.global_shape().end());
-      if (stored_shape != e.layout.global_shape()) {
-        if (!same_up_to_trailing_ones(stored_shape, e.layout.global_shape()))
-          return mismatch("tensor '" + e.name + "': global shape " + shape_str(e.layout.global_shape()) +
-                          " in the state dict, " + shape_str(stored_shape) + " in the checkpoint");
-        DISTCKPT_RETURN_IF_ERROR(reshape_trailing_ones(t, e.layout.global_shape()));
-      }
-      auto lookup = lookups.emplace(it->second, internal_plan::ChunkLookup(t)).first;
-      DISTCKPT_RETURN_IF_ERROR(check_sources(*files, t, lookup->second, e));
-      plan.emplace_back(i, it->second);
-    }
-    for (const auto& [name, i] : stored)  // (a scalar that is also an info value is reported as one)
-      if (!asked.count(name) && !names.info_scalars.count(name))
-        result.unexpected_in_checkpoint.push_back(index.tensors(i).name());
-    DISTCKPT_RETURN_IF_ERROR(internal_plan::refuse_unexpected(names, state, options, dir));
-    // Whether this load reads directly, by its first box (phase 2 asks again for each
-    // chunk and file): a chunk needed whole, not encrypted, of a file that reads directly.
-    // If ranks answer differently, they do not share (share_words).
-    bool direct = false;
-    if (gathers && !plan.empty() && cipher == nullptr) {
-      const auto& [i, t] = plan.front();
-      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-      int64_t covered = 0;
-      const std::vector<internal_plan::ReadItem> reads =
-          e.boxes.empty() ? std::vector<internal_plan::ReadItem>{} : lookups.at(t).plan_reads(e.boxes.front(), &covered);
-      direct = reads.size() == 1 && reads.front().whole &&
-               gathered.reads_directly(*files, index.tensors(t).chunks(reads.front().chunk).file_id());
-    }
-    const bool wants_sharing =
-        comm.size() > 1 && (options.replica_reads == LoadOptions::ReplicaReads::kShared ||
-                            (options.replica_reads == LoadOptions::ReplicaReads::kAuto && (comm.node_count() > 1 || direct)));
-    sharing = share_words(state, index, plan, wants_sharing);
+  // before any byte lands in the caller's buffers, and ranks agree on it (one
+  // allreduce, which also decides whether replicas share reads). Only a checksum or
+  // chunk authentication error found while reading can leave buffers partly written.
+  // Collective.
+  Status match() {
+    Status local = guarded(where_, [&] { return match_local(); });
+    const internal_comm::Compared agreed = internal_comm::agree_same(comm_, local, sharing_);
+    // Only after a failure does a second round carry the lowest failing rank's message.
+    if (agreed.failed) return agree(comm_, local.with_context(where_));
+    share_ = agreed.same && sharing_[1] == 1;
     return Status();
-  });
-  // One allreduce: phase 1 succeeded everywhere, and replicas may share reads. Only
-  // after a failure does a second round carry the lowest failing rank's message.
-  const internal_comm::Compared phase1 = internal_comm::agree_same(comm, local, sharing);
-  if (phase1.failed) return agree(comm, local.with_context(where));
-  const bool share = phase1.same && sharing[1] == 1;
-  // A whole-file CRC-32 (a .ckpt's footer) is read whole for a single file; a per-rank
-  // set's chunks are checked as they are read, like native.
-  // A single file's footer is checked whole as well: it covers the structure around the
-  // chunks, and a file MindSpore would refuse is damaged.
-  if (!internal_format::has_chunk_checksums(index) || internal_format::is_single_file(index))
-    DISTCKPT_RETURN_IF_ERROR(internal_collective::check_file_crc32(comm, *files, index, where));
-  // A part of a chunk is read alone (not checked: the chunk's CRC32C covers all of it),
-  // unless check_partial_chunks asks. A single file's tensor (one chunk) that no rank
-  // reads whole is checked first, by one rank (a native chunk is one slice: loads onto
-  // the saved layout read each whole).
-  const bool check_partial = options.check_partial_chunks;
-  if (!check_partial && internal_format::has_chunk_checksums(index) && internal_format::is_single_file(index))
-    DISTCKPT_RETURN_IF_ERROR(internal_collective::check_unread_chunks(comm, *files, index, state, plan, where));
+  }
 
-  const auto dtype_read = [&](int i) {
-    return staged_dtypes.count(i) ? staged_dtypes.at(i) : state.tensors()[static_cast<std::size_t>(i)].dtype;
-  };
-  const auto buffer_read = [&](int i, std::size_t b) -> void* {
-    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-    auto from = staged_dtypes.find(i);
-    if (from == staged_dtypes.end()) return e.buffers[b];
-    std::unique_ptr<unsigned char[]>& buffer = staged[{i, b}];
+  // The checks the reads alone would not make. A whole-file CRC-32 (a .ckpt's footer)
+  // is read whole for a single file; a per-rank set's chunks are checked as they are
+  // read, like native. A single file's footer is checked whole as well: it covers the
+  // structure around the chunks, and a file MindSpore would refuse is damaged. A part
+  // of a chunk is read alone (not checked: the chunk's CRC32C covers all of it), unless
+  // check_partial_chunks asks; so a single file's tensor (one chunk) that no rank reads
+  // whole is checked first, by one rank (a native chunk is one slice: loads onto the
+  // saved layout read each whole). Collective.
+  Status verify() {
+    const bool single = internal_format::is_single_file(index_);
+    if (!internal_format::has_chunk_checksums(index_) || single)
+      DISTCKPT_RETURN_IF_ERROR(internal_collective::check_file_crc32(comm_, *files_, index_, where_));
+    if (!options_.check_partial_chunks && internal_format::has_chunk_checksums(index_) && single)
+      DISTCKPT_RETURN_IF_ERROR(internal_collective::check_unread_chunks(comm_, *files_, index_, state_, plan_, where_));
+    return Status();
+  }
+
+  // 2a: who reads each box, and the messages. With shared reads, each box needed by
+  // several replicas is read by one of them (ReplicaGroups::assign: each member a
+  // stretch of the files in storage order, the same choice on every member) and sent to
+  // the others; the ranks agree on the plan before any message is posted, so that each
+  // posts all it listed. Collective (agreed) when sharing; local otherwise.
+  Status plan() {
+    Status local = guarded(where_, [&] { return plan_local(); });
+    if (share_) return agree(comm_, local.with_context(where_));
+    return local;
+  }
+
+  // 2b: every receive posted first; each send as soon as its box is read and checked,
+  // while the reads go on. A failure is returned after the exchange is settled (every
+  // send posted, every message waited for), so that no peer waits for a message that
+  // never comes. Local reads; the exchange pairs with the peers'.
+  Status fetch_and_exchange() {
+    std::unique_ptr<Comm::Exchange> exchange;
+    if (share_) {
+      exchange = comm_.start_exchange();
+      for (const Comm::Transfer& r : receives_) exchange->post_receive(r);
+      outbox_.start(exchange.get());
+      exchange_ = exchange.get();
+    }
+    internal_base::Timer read_timer;
+    Status local = guarded(where_, [&] { return fetch(); });
+    result_.read_s = read_timer.seconds();
+    result_.rank_small_runs = small_.runs;
+    internal_base::Timer exchange_timer;
+    if (exchange) {
+      outbox_.post_rest();
+      exchange->wait();
+    }
+    result_.exchange_s = exchange_timer.seconds();
+    return local;
+  }
+
+  // After the agreement: the staged boxes into the caller's memory, one at a time (the
+  // peak stays one copy of the staged boxes). Local.
+  void write_back() {
+    for (auto& [at, buffer] : staged_) {
+      const auto [i, b] = at;
+      internal_plan::write_back(state_.tensors()[static_cast<std::size_t>(i)], b, buffer.get(), staged_dtypes_.at(i));
+      buffer.reset();
+    }
+  }
+
+  // The job's totals in the result. Collective (one allreduce).
+  void report();
+
+ private:
+  Status match_local();
+  bool reads_directly();
+  Status plan_local();
+  Status fetch();
+  Status read_box(std::size_t k, std::vector<char>& scratch, std::vector<uint32_t>& pending);
+
+  DType dtype_read(int i) const {
+    auto it = staged_dtypes_.find(i);
+    return it != staged_dtypes_.end() ? it->second : state_.tensors()[static_cast<std::size_t>(i)].dtype;
+  }
+  // Where box `b` of state tensor `i` is read to: the caller's buffer, or a staging
+  // buffer made as a box first needs one (not zeroed: every byte is read into it first).
+  void* buffer_read(int i, std::size_t b) {
+    const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(i)];
+    auto from = staged_dtypes_.find(i);
+    if (from == staged_dtypes_.end()) return e.buffers[b];
+    std::unique_ptr<unsigned char[]>& buffer = staged_[{i, b}];
     if (!buffer)
       buffer.reset(new unsigned char[std::max<std::size_t>(1, static_cast<std::size_t>(e.boxes[b].num_elements()) *
                                                                   dtype_size(from->second))]);
     return buffer.get();
-  };
-
-  // Phase 2: read what each box needs (checking the CRC32C of chunks read whole), copy it
-  // into the buffers. With shared reads, each box needed by several replicas is read by
-  // one of them (ReplicaGroups::assign: each member a stretch of the files in storage
-  // order, the same choice on every member) and sent to the others as soon as it is read
-  // and checked, while the reads go on.
-  internal_base::Timer read_timer;
-  internal_format::SmallRuns small;
-  small.sieve = options.sieve_small_runs;
-  struct BoxRead {
-    int i, t;
-    std::size_t b;
-    std::vector<internal_plan::ReadItem> reads;
-    uint64_t bytes;
-    int reader;
-  };
-  std::vector<BoxRead> boxes;
-  std::set<std::size_t> exchanged;  // boxes sent or received: read into whole buffers
-  std::vector<Comm::Transfer> receives;
-  Outbox outbox;
-  // 2a, planning: who reads each box, and the messages. With shared reads the ranks
-  // agree on it before any message is posted, so that each posts all it listed.
-  local = guarded(where, [&]() -> Status {
-    internal_plan::ReplicaGroups groups(comm.rank());
-    struct Shared {
-      uint32_t file;
-      uint64_t offset;  // where the box's stored bytes start
-      int box;          // in `boxes`
-      int number;       // in `groups`
-    };
-    std::vector<Shared> shared;
-    for (const auto& [i, t] : plan) {
-      const TensorEntry& e = state.tensors()[i];
-      const int g = share && e.layout.group_index(comm.rank()) >= 0 ? groups.group_of(e.layout) : -1;
-      const bool grouped = g >= 0 && groups.members(g).size() > 1 && groups.members(g).back() < comm.size();
-      for (std::size_t b = 0; b < e.boxes.size(); ++b) {
-        int64_t covered = 0;  // checked in phase 1
-        BoxRead box{i, t, b, lookups.at(t).plan_reads(e.boxes[b], &covered),
-                    static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i)), comm.rank()};
-        if (grouped && box.bytes > 0) {
-          const proto::Chunk& first = index.tensors(t).chunks(box.reads.front().chunk);
-          shared.push_back(Shared{first.file_id(), first.byte_offset(), static_cast<int>(boxes.size()),
-                                  groups.need(g, first.file_id(), first.byte_offset(), box.bytes)});
-        }
-        boxes.push_back(std::move(box));
-      }
-    }
-    groups.assign();
-    // Messages in storage order, the order the reader reads its gathered chunks in, so
-    // that each send can go as soon as its box is read. Every member lists the group's
-    // boxes in the same relative order, so both ends of each pair sort alike.
-    std::stable_sort(shared.begin(), shared.end(), [](const Shared& a, const Shared& b) {
-      return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
-    });
-    for (const Shared& one : shared) {
-      const auto k = static_cast<std::size_t>(one.box);
-      const int number = one.number;
-      BoxRead& box = boxes[k];
-      box.reader = groups.reader(number);
-      exchanged.insert(k);
-      void* buffer = buffer_read(box.i, box.b);
-      if (box.reader != comm.rank()) {
-        receives.push_back({box.reader, buffer, box.bytes});
-        continue;
-      }
-      for (int member : groups.members_of(number))
-        if (member != comm.rank()) {
-          outbox.add(static_cast<int>(k), {member, buffer, box.bytes});
-          if (comm.node_of(member) != comm.node_of(comm.rank())) result.rank_bytes_between_hosts += box.bytes;
-        }
-    }
-    outbox.size_boxes(boxes.size());
-    return Status();
-  });
-  if (share) DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  // 2b, reading. Every receive is posted first; each send when its box is read.
-  std::unique_ptr<Comm::Exchange> exchange;
-  if (share) {
-    exchange = comm.start_exchange();
-    for (const Comm::Transfer& r : receives) exchange->post_receive(r);
-    outbox.start(exchange.get());
   }
   // Lets messages move every 8 pieces of 256 KiB copied (each call looks at the
   // outstanding requests).
-  unsigned pieces = 0;
-  const auto meanwhile = [&] {
-    if (exchange && ++pieces % 8 == 0) exchange->progress();
+  void meanwhile() {
+    if (exchange_ != nullptr && ++pieces_ % 8 == 0) exchange_->progress();
+  }
+
+  Comm& comm_;
+  StateDict& state_;
+  const LoadOptions& options_;
+  const std::string where_;
+  std::shared_ptr<FileSystem> fs_;
+  std::string dir_;
+  proto::Index index_;
+  LoadResult result_;
+  std::vector<std::pair<int, int>> plan_;  // (state-dict tensor, index tensor)
+  // State-dict tensor -> the dtype it is read in, for tensors read into staging buffers:
+  // a cast (cast_floats: the stored dtype) or strided buffers (its own dtype).
+  std::map<int, DType> staged_dtypes_;
+  std::map<int, internal_plan::ChunkLookup> lookups_;  // by index tensor
+  std::unique_ptr<FileCache> files_;
+  std::shared_ptr<const internal_transform::CheckpointCipher> cipher_;
+  // Those tensors are read (and shared between replicas) into packed staging buffers,
+  // converted and scattered into the caller's buffers once every read succeeded. A
+  // strided box read by this rank alone, without a cast, goes through one reused buffer
+  // instead, scattered as soon as it is read (as other boxes are read straight into the
+  // caller's memory), so its staging is one box, not the tensor.
+  std::map<std::pair<int, std::size_t>, std::unique_ptr<unsigned char[]>> staged_;
+  std::vector<char> box_scratch_;
+  // Chunks needed whole that are read directly, gathered while reading and read after.
+  // Only where chunks carry their own CRC32C (native, safetensors and HDF5 files distckpt
+  // wrote): a single file checked by a whole-file CRC (a .ckpt) has just been read
+  // through the page cache.
+  internal_format::GatheredReads gathered_;
+  bool gathers_ = false;
+  std::vector<int64_t> sharing_{0, 0};
+  bool share_ = false;
+  internal_format::SmallRuns small_;
+  std::vector<BoxRead> boxes_;
+  std::set<std::size_t> exchanged_;  // boxes sent or received: read into whole buffers
+  std::vector<Comm::Transfer> receives_;
+  Outbox outbox_;
+  Comm::Exchange* exchange_ = nullptr;
+  unsigned pieces_ = 0;
+};
+
+Status LoadRun::match_local() {
+  const std::string source = dir_;
+  dir_ = internal_format::files_dir(index_, dir_);
+  DISTCKPT_ASSIGN_OR_RETURN(cipher_, internal_format::open_index(&index_, options_.key.get(), source));
+  DISTCKPT_RETURN_IF_ERROR(internal_format::check_unchecked(index_, source, options_.allow_unchecked, &result_.warning));
+  if (state_.rank() != comm_.rank())
+    return invalid_argument("the state dict was built for rank " + std::to_string(state_.rank()));
+  gathers_ = options_.direct_reads && internal_format::has_chunk_checksums(index_);
+  small_.sieve = options_.sieve_small_runs;
+  DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int> wanted, internal_plan::wanted_tensors(state_, options_));
+  DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching,
+                            internal_plan::match_state(state_, index_, options_, wanted, {dir_, true}));
+  result_.filtered_out = matching.names.filtered_out;
+  result_.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
+  result_.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
+  files_ = std::make_unique<FileCache>(*fs_, dir_, index_);
+  for (const internal_plan::MatchedTensor& m : matching.matched) {
+    if (m.staged_dtype) staged_dtypes_[m.state] = *m.staged_dtype;
+    const proto::Tensor& t = index_.tensors(m.stored);
+    auto lookup = lookups_.emplace(m.stored, internal_plan::ChunkLookup(t)).first;
+    DISTCKPT_RETURN_IF_ERROR(check_sources(*files_, t, lookup->second, state_.tensors()[static_cast<std::size_t>(m.state)]));
+    plan_.emplace_back(m.state, m.stored);
+  }
+  const bool wants_sharing =
+      comm_.size() > 1 &&
+      (options_.replica_reads == LoadOptions::ReplicaReads::kShared ||
+       (options_.replica_reads == LoadOptions::ReplicaReads::kAuto && (comm_.node_count() > 1 || reads_directly())));
+  sharing_ = share_words(state_, index_, plan_, wants_sharing);
+  return Status();
+}
+
+// Whether this load reads directly, by its first box (the reads ask again for each chunk
+// and file): a chunk needed whole, not encrypted, of a file that reads directly. If
+// ranks answer differently, they do not share (share_words).
+bool LoadRun::reads_directly() {
+  if (!gathers_ || plan_.empty() || cipher_ != nullptr) return false;
+  const auto& [i, t] = plan_.front();
+  const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(i)];
+  if (e.boxes.empty()) return false;
+  int64_t covered = 0;
+  const std::vector<internal_plan::ReadItem> reads = lookups_.at(t).plan_reads(e.boxes.front(), &covered);
+  return reads.size() == 1 && reads.front().whole &&
+         gathered_.reads_directly(*files_, index_.tensors(t).chunks(reads.front().chunk).file_id());
+}
+
+Status LoadRun::plan_local() {
+  internal_plan::ReplicaGroups groups(comm_.rank());
+  struct Shared {
+    uint32_t file;
+    uint64_t offset;  // where the box's stored bytes start
+    int box;          // in `boxes_`
+    int number;       // in `groups`
   };
-  if (local.ok()) local = guarded(where, [&]() -> Status {
-    std::vector<char> scratch;
-    std::vector<uint32_t> pending(boxes.size(), 0);  // per box: its chunks gathered, not read yet
-    for (std::size_t k = 0; k < boxes.size(); ++k) {
-      const BoxRead& box = boxes[k];
-      if (box.reader != comm.rank()) continue;
-      gathered.tag = static_cast<int64_t>(k);
-      const std::size_t gathered_before = gathered.size();
-      const TensorEntry& e = state.tensors()[static_cast<std::size_t>(box.i)];
-      if (e.strided() && dtype_read(box.i) == e.dtype && !exchanged.count(k)) {
-        if (box_scratch.size() < box.bytes) box_scratch.resize(box.bytes);
-        DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
-            *files, index, index.tensors(box.t), box.reads, e.boxes[box.b], box_scratch.data(), scratch,
-            &result.rank_bytes_read, check_partial, cipher.get(), &small, nullptr));
-        internal_plan::write_back(e, box.b, box_scratch.data(), e.dtype);
-        result.rank_bytes_needed += box.bytes;
-        outbox.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
-        continue;
+  std::vector<Shared> shared;
+  for (const auto& [i, t] : plan_) {
+    const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(i)];
+    const int g = share_ && e.layout.group_index(comm_.rank()) >= 0 ? groups.group_of(e.layout) : -1;
+    const bool grouped = g >= 0 && groups.members(g).size() > 1 && groups.members(g).back() < comm_.size();
+    for (std::size_t b = 0; b < e.boxes.size(); ++b) {
+      int64_t covered = 0;  // checked in phase 1
+      BoxRead box{i, t, b, lookups_.at(t).plan_reads(e.boxes[b], &covered),
+                  static_cast<uint64_t>(e.boxes[b].num_elements()) * dtype_size(dtype_read(i)), comm_.rank()};
+      if (grouped && box.bytes > 0) {
+        const proto::Chunk& first = index_.tensors(t).chunks(box.reads.front().chunk);
+        shared.push_back(Shared{first.file_id(), first.byte_offset(), static_cast<int>(boxes_.size()),
+                                groups.need(g, first.file_id(), first.byte_offset(), box.bytes)});
       }
-      DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(
-          *files, index, index.tensors(box.t), box.reads, state.tensors()[box.i].boxes[box.b], buffer_read(box.i, box.b),
-          scratch, &result.rank_bytes_read, check_partial, cipher.get(), &small,
-          gathers ? &gathered : nullptr));
-      result.rank_bytes_needed += box.bytes;
-      pending[k] = static_cast<uint32_t>(gathered.size() - gathered_before);
-      if (pending[k] == 0) {  // read now, not gathered: it may go
-        outbox.ready(static_cast<int>(k));
-        meanwhile();
-      }
+      boxes_.push_back(std::move(box));
     }
-    DISTCKPT_RETURN_IF_ERROR(internal_format::read_gathered(
-        *files, gathered, internal_format::has_chunk_checksums(index),
-        [&](int64_t tag) {
-          if (--pending[static_cast<std::size_t>(tag)] == 0) outbox.ready(static_cast<int>(tag));
-        },
-        meanwhile, &result.rank_bytes_read_direct));
-    for (const auto& [i, t] : plan) result.loaded.push_back(state.tensors()[i].name);
-    result.step = index.step();
-    result.epoch = index.epoch();
-    result.info = internal_format::info_values(index);
-    return Status();
+  }
+  groups.assign();
+  // Messages in storage order, the order the reader reads its gathered chunks in, so
+  // that each send can go as soon as its box is read. Every member lists the group's
+  // boxes in the same relative order, so both ends of each pair sort alike.
+  std::stable_sort(shared.begin(), shared.end(), [](const Shared& a, const Shared& b) {
+    return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
   });
-  result.read_s = read_timer.seconds();
-  result.rank_small_runs = small.runs;
-  internal_base::Timer exchange_timer;
-  if (exchange) {
-    // After a failed read the rest is sent as it is, so that no peer waits for a message
-    // that never comes; the agreement below then fails the load everywhere.
-    outbox.post_rest();
-    exchange->wait();
+  for (const Shared& one : shared) {
+    const auto k = static_cast<std::size_t>(one.box);
+    BoxRead& box = boxes_[k];
+    box.reader = groups.reader(one.number);
+    exchanged_.insert(k);
+    void* buffer = buffer_read(box.i, box.b);
+    if (box.reader != comm_.rank()) {
+      receives_.push_back({box.reader, buffer, box.bytes});
+      continue;
+    }
+    for (int member : groups.members_of(one.number))
+      if (member != comm_.rank()) {
+        outbox_.add(static_cast<int>(k), {member, buffer, box.bytes});
+        if (comm_.node_of(member) != comm_.node_of(comm_.rank())) result_.rank_bytes_between_hosts += box.bytes;
+      }
   }
-  result.exchange_s = exchange_timer.seconds();
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local.with_context(where)));
-  for (auto& [at, buffer] : staged) {
-    const auto [i, b] = at;
-    internal_plan::write_back(state.tensors()[static_cast<std::size_t>(i)], b, buffer.get(), staged_dtypes.at(i));
-    buffer.reset();  // the peak stays one copy of the staged boxes
+  outbox_.size_boxes(boxes_.size());
+  return Status();
+}
+
+// Reads box `k` (this rank its reader): a strided box read alone through the reused
+// scratch, written back at once; any other straight into its buffer, its whole chunks
+// gathered for direct reads (`pending[k]` counts them).
+Status LoadRun::read_box(std::size_t k, std::vector<char>& scratch, std::vector<uint32_t>& pending) {
+  const BoxRead& box = boxes_[k];
+  const bool check_partial = options_.check_partial_chunks;
+  gathered_.tag = static_cast<int64_t>(k);
+  const std::size_t gathered_before = gathered_.size();
+  const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(box.i)];
+  if (e.strided() && dtype_read(box.i) == e.dtype && !exchanged_.count(k)) {
+    if (box_scratch_.size() < box.bytes) box_scratch_.resize(box.bytes);
+    DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files_, index_, index_.tensors(box.t), box.reads,
+                                                        e.boxes[box.b], box_scratch_.data(), scratch,
+                                                        &result_.rank_bytes_read, check_partial, cipher_.get(),
+                                                        &small_, nullptr));
+    internal_plan::write_back(e, box.b, box_scratch_.data(), e.dtype);
+    result_.rank_bytes_needed += box.bytes;
+    outbox_.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
+    return Status();
   }
+  DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files_, index_, index_.tensors(box.t), box.reads,
+                                                      e.boxes[box.b], buffer_read(box.i, box.b), scratch,
+                                                      &result_.rank_bytes_read, check_partial, cipher_.get(), &small_,
+                                                      gathers_ ? &gathered_ : nullptr));
+  result_.rank_bytes_needed += box.bytes;
+  pending[k] = static_cast<uint32_t>(gathered_.size() - gathered_before);
+  if (pending[k] == 0) {  // read now, not gathered: it may go
+    outbox_.ready(static_cast<int>(k));
+    meanwhile();
+  }
+  return Status();
+}
+
+Status LoadRun::fetch() {
+  std::vector<char> scratch;
+  std::vector<uint32_t> pending(boxes_.size(), 0);  // per box: its chunks gathered, not read yet
+  for (std::size_t k = 0; k < boxes_.size(); ++k)
+    if (boxes_[k].reader == comm_.rank()) DISTCKPT_RETURN_IF_ERROR(read_box(k, scratch, pending));
+  DISTCKPT_RETURN_IF_ERROR(internal_format::read_gathered(
+      *files_, gathered_, internal_format::has_chunk_checksums(index_),
+      [&](int64_t tag) {
+        if (--pending[static_cast<std::size_t>(tag)] == 0) outbox_.ready(static_cast<int>(tag));
+      },
+      [&] { meanwhile(); }, &result_.rank_bytes_read_direct));
+  for (const auto& [i, t] : plan_) result_.loaded.push_back(state_.tensors()[static_cast<std::size_t>(i)].name);
+  result_.step = index_.step();
+  result_.epoch = index_.epoch();
+  result_.info = internal_format::info_values(index_);
+  return Status();
+}
+
+void LoadRun::report() {
   // Small pieces by the way they were read, so that every rank reports all of them.
   static constexpr std::string_view kSmallMethods[] = {"io_uring", "pread", "sieving"};
-  std::vector<int64_t> totals{static_cast<int64_t>(result.rank_bytes_read), static_cast<int64_t>(result.rank_bytes_needed),
-                              static_cast<int64_t>(result.rank_bytes_between_hosts), 0, 0, 0,
-                              static_cast<int64_t>(result.rank_bytes_read_direct)};
+  LoadResult& r = result_;
+  std::vector<int64_t> totals{static_cast<int64_t>(r.rank_bytes_read), static_cast<int64_t>(r.rank_bytes_needed),
+                              static_cast<int64_t>(r.rank_bytes_between_hosts), 0, 0, 0,
+                              static_cast<int64_t>(r.rank_bytes_read_direct)};
   for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
-    if (small.method == kSmallMethods[m]) totals[3 + m] = static_cast<int64_t>(small.runs);
-  comm.allreduce(totals, ReduceOp::kSum);
-  result.bytes_read = static_cast<uint64_t>(totals[0]);
-  result.bytes_needed = static_cast<uint64_t>(totals[1]);
-  result.bytes_between_hosts = static_cast<uint64_t>(totals[2]);
-  result.bytes_read_direct = static_cast<uint64_t>(totals[6]);
+    if (small_.method == kSmallMethods[m]) totals[3 + m] = static_cast<int64_t>(small_.runs);
+  comm_.allreduce(totals, ReduceOp::kSum);
+  r.bytes_read = static_cast<uint64_t>(totals[0]);
+  r.bytes_needed = static_cast<uint64_t>(totals[1]);
+  r.bytes_between_hosts = static_cast<uint64_t>(totals[2]);
+  r.bytes_read_direct = static_cast<uint64_t>(totals[6]);
   for (std::size_t m = 0; m < std::size(kSmallMethods); ++m)
     if (totals[3 + m] > 0) {
-      result.small_runs += static_cast<uint64_t>(totals[3 + m]);
-      result.small_reads += (result.small_reads.empty() ? "" : "+") + std::string(kSmallMethods[m]);
+      r.small_runs += static_cast<uint64_t>(totals[3 + m]);
+      r.small_reads += (r.small_reads.empty() ? "" : "+") + std::string(kSmallMethods[m]);
     }
-  result.load_s = timer.seconds();
-  return result;
+}
+
+}  // namespace
+
+Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
+  internal_base::Timer timer;
+  LoadRun run(comm, state, options);
+  // Rank 0 resolves the path and reads the index; everyone parses the same bytes.
+  DISTCKPT_ASSIGN_OR_RETURN(internal_collective::FetchedIndex fetched,
+                            internal_collective::fetch_index(comm, run.fs_handle(), path, run.where()));
+  run.set_checkpoint(std::move(fetched));
+  DISTCKPT_RETURN_IF_ERROR(run.match());
+  DISTCKPT_RETURN_IF_ERROR(run.verify());
+  // A plan is agreed when replicas share (no message may be posted by one side alone);
+  // otherwise a rank's failure to plan joins the agreement after the reads.
+  const Status planned = run.plan();
+  if (run.share()) DISTCKPT_RETURN_IF_ERROR(planned);
+  const Status fetched_here = planned.ok() ? run.fetch_and_exchange() : planned;
+  DISTCKPT_RETURN_IF_ERROR(agree(comm, fetched_here.with_context(run.where())));
+  run.write_back();
+  run.report();
+  run.result().load_s = timer.seconds();
+  return std::move(run.result());
 }
 
 }  // namespace distckpt

@@ -27,9 +27,8 @@
 #include "base/timer.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
-#include "plan/load_names.h"
+#include "plan/match.h"
 #include "plan/load_staging.h"
-#include "layout/strided.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "distckpt/inspect.h"
@@ -46,7 +45,6 @@
 #include "tier/streams.h"
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
-#include "transform/float_cast.h"
 #include "tier/restore_plan.h"
 
 namespace distckpt {
@@ -85,287 +83,343 @@ bool is_drained_copy(const proto::Index& record, const proto::Index& global) {
   return true;
 }
 
-// One attempt at `name`. kNotFound when the bytes are lost beyond every tier.
-Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
-                                  const RestoreOptions& options, const std::string& name, bool use_local) {
-  internal_base::Timer timer;
-  FileSystem& fs = options.load.fs ? *options.load.fs : *posix_filesystem();
-  const int me = comm.rank();
-  const std::string where = "restore: rank " + std::to_string(me);
-  const NodeMap nodes = node_map(comm);
-  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
-  const bool leader = nodes.leader(my_node) == me;
-  Attempt a;
-  a.name = name;
-  RestoreResult result;
-  result.name = name;
+// One attempt at a checkpoint, in named steps (restore_one runs them in order): read
+// the indexes, find the copies, match and plan the pieces, stage, fetch (rounds,
+// rebuild, the global copy), write back, report. Every step that can fail on one rank
+// is agreed before the next.
+class RestoreRun {
+ public:
+  RestoreRun(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
+             const RestoreOptions& options, const std::string& name, bool use_local)
+      : comm_(comm), state_(state), root_(root), tier_(tier), options_(options), name_(name), use_local_(use_local),
+        fs_(options.load.fs ? *options.load.fs : *posix_filesystem()), me_(comm.rank()),
+        where_("restore: rank " + std::to_string(comm.rank())), nodes_(node_map(comm)),
+        my_node_(nodes_.node_of[static_cast<std::size_t>(me_)]), leader_(nodes_.leader(my_node_) == me_),
+        staged_state_(state.rank()) {
+    a_.name = name;
+    result_.name = name;
+  }
 
-  // Step 1.
+  // Step 1: rank 0 reads the record and the global index; every rank opens and checks
+  // them. kNotFound when the name is in no tier. Collective, agreed.
+  Status read_indexes();
+  // Which node holds which copy of the record's files (node ids read by each node's
+  // leader). Collective.
+  void find_copies();
+  // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks
+  // of the matched tensors. Collective, agreed.
+  Status plan_pieces();
+  // Tensors to cast, or with strided buffers, are restored, from every source alike,
+  // into a packed staging buffer per box (the same state dict with those buffers), and
+  // converted and scattered once every byte arrived (plan/load_staging.h). Collective,
+  // agreed.
+  Status stage();
+  // Steps 2-5: rounds until every piece arrived, the parity rebuild when a round makes
+  // no progress, then the global copy. kNotFound when pieces are lost beyond every
+  // tier. Collective, agreed.
+  Status fetch();
+  // The staged boxes into the caller's memory. Local.
+  void write_back();
+  // The sources' totals in the result. Collective (one allreduce).
+  RestoreResult report(double seconds);
+
+ private:
+  Status rebuild_lost();
+  Status add_pieces(int i, const internal_plan::MatchedTensor& m, const proto::Tensor& t);
+
+  Comm& comm_;
+  StateDict& state_;
+  const std::string& root_;
+  const LocalTier& tier_;
+  const RestoreOptions& options_;
+  const std::string name_;
+  const bool use_local_;
+  FileSystem& fs_;
+  const int me_;
+  const std::string where_;
+  const NodeMap nodes_;
+  const int my_node_;
+  const bool leader_;
+  Attempt a_;
+  RestoreResult result_;
+  const proto::Index* described_ = nullptr;  // the record, or else the global index
+  std::vector<std::vector<char>> present_;   // per record file, per copy: on its node
+  std::map<std::pair<std::string, Box>, int> by_box_;
+  // State tensor -> the dtype it is staged in: its stored one (LoadOptions::cast_floats),
+  // or its own for strided buffers.
+  std::map<int, DType> casts_;
+  StateDict staged_state_;
+  std::map<int, std::vector<std::vector<char>>> staged_;
+  Counters counters_;
+};
+
+Status RestoreRun::read_indexes() {
   std::string record_bytes, global_bytes;
   Status local;
-  if (me == 0) {
-    local = guarded(where, [&]() -> Status {
-      if (use_local && fs.exists(record_path(root, name))) {
-        DISTCKPT_ASSIGN_OR_RETURN(record_bytes, read_whole_file(fs, record_path(root, name), uint64_t{1} << 30));
+  if (me_ == 0) {
+    local = guarded(where_, [&]() -> Status {
+      if (use_local_ && fs_.exists(record_path(root_, name_))) {
+        DISTCKPT_ASSIGN_OR_RETURN(record_bytes, read_whole_file(fs_, record_path(root_, name_), uint64_t{1} << 30));
       }
-      if (fs.exists(root + "/" + name + "/" + internal_format::kIndexFileName)) {
-        DISTCKPT_ASSIGN_OR_RETURN(global_bytes, internal_format::read_index_bytes(fs, root + "/" + name));
+      if (fs_.exists(root_ + "/" + name_ + "/" + internal_format::kIndexFileName)) {
+        DISTCKPT_ASSIGN_OR_RETURN(global_bytes, internal_format::read_index_bytes(fs_, root_ + "/" + name_));
       }
       if (record_bytes.empty() && global_bytes.empty())
-        return not_found("checkpoint '" + name + "' is in no tier of '" + root + "'");
+        return not_found("checkpoint '" + name_ + "' is in no tier of '" + root_ + "'");
       return Status();
     });
   }
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  comm.broadcast_string(record_bytes, 0);
-  comm.broadcast_string(global_bytes, 0);
-  a.has_record = !record_bytes.empty();
-  a.has_global = !global_bytes.empty();
-  local = guarded(where, [&]() -> Status {
-    if (a.has_record)
-      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a.record, record_bytes, record_path(root, name), options.load,
-                                              &a.record_cipher, true));
-    if (a.has_global)
-      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a.global, global_bytes, root + "/" + name, options.load,
-                                              &a.global_cipher, false));
-    if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
+  DISTCKPT_RETURN_IF_ERROR(agree(comm_, local));
+  comm_.broadcast_string(record_bytes, 0);
+  comm_.broadcast_string(global_bytes, 0);
+  a_.has_record = !record_bytes.empty();
+  a_.has_global = !global_bytes.empty();
+  local = guarded(where_, [&]() -> Status {
+    if (a_.has_record)
+      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a_.record, record_bytes, record_path(root_, name_), options_.load,
+                                              &a_.record_cipher, true));
+    if (a_.has_global)
+      DISTCKPT_RETURN_IF_ERROR(open_and_check(&a_.global, global_bytes, root_ + "/" + name_, options_.load,
+                                              &a_.global_cipher, false));
+    if (state_.rank() != me_) return invalid_argument("the state dict was built for rank " + std::to_string(state_.rank()));
     return Status();
   });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
+  DISTCKPT_RETURN_IF_ERROR(agree(comm_, local));
   // The same indexes on every rank: the same decision.
-  if (a.has_record && a.has_global && !is_drained_copy(a.record, a.global)) {
-    if (me == 0)
+  if (a_.has_record && a_.has_global && !is_drained_copy(a_.record, a_.global)) {
+    if (me_ == 0)
       std::fprintf(stderr,
                    "distckpt: restore: '%s/%s' is another checkpoint than the local tier's record of that name "
                    "(step, epoch or tensors differ): not used for it\n",
-                   root.c_str(), name.c_str());
-    a.has_global = false;
-    a.global = proto::Index();
+                   root_.c_str(), name_.c_str());
+    a_.has_global = false;
+    a_.global = proto::Index();
   }
-  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm, state));
-  const proto::Index& described = a.has_record ? a.record : a.global;
+  DISTCKPT_RETURN_IF_ERROR(internal_collective::agree_on_state(comm_, state_));
+  described_ = a_.has_record ? &a_.record : &a_.global;
+  return Status();
+}
 
-  // Node ids, and which copies each node holds.
+void RestoreRun::find_copies() {
   std::string id;
-  if (leader && use_local) id = read_node_id(fs, tier.dir);
-  const std::vector<std::string> ids = comm.allgather(leader ? id : std::string());
-  if (a.has_record) {
-    a.current_of.assign(static_cast<std::size_t>(a.record.tier().nodes_size()), -1);
-    for (int rn = 0; rn < a.record.tier().nodes_size(); ++rn)
-      for (int n = 0; n < nodes.count; ++n)
-        if (!ids[static_cast<std::size_t>(nodes.leader(n))].empty() &&
-            ids[static_cast<std::size_t>(nodes.leader(n))] == a.record.tier().nodes(rn).node_id())
-          a.current_of[static_cast<std::size_t>(rn)] = n;
-  }
-  std::vector<std::vector<char>> present;
-  if (a.has_record) {
-    std::vector<int64_t> flags;
-    for (int f = 0; f < a.record.tier().files_size(); ++f)
-      for (const proto::TierCopy& c : a.record.tier().files(f).copies()) {
-        int64_t here = 0;
-        if (leader && a.current_of[c.node()] == my_node) {
-          auto size = fs.file_size(copy_path(tier.dir, name, a.record.files(f).name(), c.kind()));
-          here = size.ok() && *size >= c.bytes() ? 1 : 0;
-        }
-        flags.push_back(here);
+  if (leader_ && use_local_) id = read_node_id(fs_, tier_.dir);
+  const std::vector<std::string> ids = comm_.allgather(leader_ ? id : std::string());
+  if (!a_.has_record) return;
+  a_.current_of.assign(static_cast<std::size_t>(a_.record.tier().nodes_size()), -1);
+  for (int rn = 0; rn < a_.record.tier().nodes_size(); ++rn)
+    for (int n = 0; n < nodes_.count; ++n)
+      if (!ids[static_cast<std::size_t>(nodes_.leader(n))].empty() &&
+          ids[static_cast<std::size_t>(nodes_.leader(n))] == a_.record.tier().nodes(rn).node_id())
+        a_.current_of[static_cast<std::size_t>(rn)] = n;
+  std::vector<int64_t> flags;
+  for (int f = 0; f < a_.record.tier().files_size(); ++f)
+    for (const proto::TierCopy& c : a_.record.tier().files(f).copies()) {
+      int64_t here = 0;
+      if (leader_ && a_.current_of[c.node()] == my_node_) {
+        auto size = fs_.file_size(copy_path(tier_.dir, name_, a_.record.files(f).name(), c.kind()));
+        here = size.ok() && *size >= c.bytes() ? 1 : 0;
       }
-    comm.allreduce(flags, ReduceOp::kMax);
-    std::size_t at = 0;
-    for (int f = 0; f < a.record.tier().files_size(); ++f) {
-      present.emplace_back();
-      for (int k = 0; k < a.record.tier().files(f).copies_size(); ++k) present.back().push_back(flags[at++] ? 1 : 0);
+      flags.push_back(here);
     }
+  comm_.allreduce(flags, ReduceOp::kMax);
+  std::size_t at = 0;
+  for (int f = 0; f < a_.record.tier().files_size(); ++f) {
+    present_.emplace_back();
+    for (int k = 0; k < a_.record.tier().files(f).copies_size(); ++k) present_.back().push_back(flags[at++] ? 1 : 0);
   }
+}
 
-  // The pieces: every rank's boxes (from the agreed layouts) against the distinct chunks.
-  std::map<std::pair<std::string, Box>, int> by_box;
-  internal_plan::LoadNames names;
-  // State tensor -> the dtype it is staged in: its stored one (LoadOptions::cast_floats),
-  // or its own for strided buffers.
-  std::map<int, DType> casts;
-  local = guarded(where, [&]() -> Status {
-    // The load's filters and renames, as a global load applies them.
-    DISTCKPT_ASSIGN_OR_RETURN(names, internal_plan::load_names(described, options.load));
-    result.load.filtered_out = names.filtered_out;
-    const std::map<std::string, int>& stored = names.by_state_name;
-    std::set<std::string> asked;
-    for (std::size_t i = 0; i < state.tensors().size(); ++i) {
-      const TensorEntry& e = state.tensors()[i];
-      asked.insert(e.name);
-      auto it = stored.find(e.name);
-      if (it == stored.end()) {
-        if (options.load.strict)
-          return mismatch("tensor '" + e.name + "' is not in checkpoint '" + name + "'" +
-                          (names.selective ? " (as the load's filters and renames see it)" : ""));
-        result.load.missing_in_checkpoint.push_back(e.name);
-        continue;
-      }
-      const proto::Tensor& t = described.tensors(it->second);
-      DType read_dtype = e.dtype;
-      if (t.dtype() != dtype_name(e.dtype)) {
-        const std::optional<DType> stored_dtype = dtype_from_name(t.dtype());  // validated with the index
-        const bool castable = stored_dtype && internal_transform::is_floating(*stored_dtype) &&
-                              internal_transform::is_floating(e.dtype);
-        if (!options.load.cast_floats || !castable)
-          return mismatch("tensor '" + e.name + "': dtype " + std::string(dtype_name(e.dtype)) + " in the state dict, " +
-                          t.dtype() + " in the checkpoint" +
-                          (castable ? " (LoadOptions::cast_floats converts between floating dtypes)" : ""));
-        read_dtype = *stored_dtype;
-        casts[static_cast<int>(i)] = read_dtype;
-      }
-      DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e));
-      if (e.strided()) casts.emplace(static_cast<int>(i), e.dtype);
-      if (!std::equal(t.global_shape().begin(), t.global_shape().end(), e.layout.global_shape().begin(),
-                      e.layout.global_shape().end()))
-        return mismatch("tensor '" + e.name + "': global shape " + full_box(e.layout.global_shape()).to_string() +
-                        " in the state dict, another in the checkpoint");
-      // Distinct boxes of the stored tensor.
-      proto::Tensor dedup;
-      *dedup.mutable_global_shape() = t.global_shape();
-      std::vector<int> dedup_id;
-      for (const proto::Chunk& ch : t.chunks()) {
-        const Box b = internal_format::chunk_box(ch);
-        // Keyed by the stored name: add_copies looks chunks up in the record and the
-        // global index, which know no renames.
-        auto [pos, fresh] = by_box.emplace(std::make_pair(t.name(), b), static_cast<int>(a.distinct.size()));
-        if (fresh) {
-          Distinct d;
-          d.record_tensor = it->second;
-          d.box = b;
-          d.plain_bytes = static_cast<uint64_t>(b.num_elements()) * dtype_size(read_dtype);
-          a.distinct.push_back(d);
-          *dedup.add_chunks() = ch;
-          dedup_id.push_back(pos->second);
-        }
-      }
-      const internal_plan::ChunkLookup lookup(dedup);
-      for (int r = 0; r < comm.size(); ++r) {
-        const std::vector<Box> boxes = e.layout.boxes_of(r);
-        for (std::size_t b = 0; b < boxes.size(); ++b) {
-          if (boxes[b].num_elements() == 0) continue;
-          int64_t covered = 0;
-          for (const auto& read : lookup.plan_reads(boxes[b], &covered)) {
-            Piece p;
-            p.state_tensor = static_cast<int>(i);
-            p.rank = r;
-            p.box = static_cast<int>(b);
-            p.distinct = dedup_id[static_cast<std::size_t>(read.chunk)];
-            p.region = read.region;
-            p.bytes = static_cast<uint64_t>(read.region.num_elements()) * dtype_size(read_dtype);
-            a.pieces.push_back(p);
-          }
-          if (covered != boxes[b].num_elements())
-            return corruption("tensor '" + e.name + "': checkpoint '" + name + "' does not cover box " +
-                              boxes[b].to_string());
-        }
-      }
-      if (static_cast<int>(i) >= 0) result.load.loaded.push_back(e.name);
+Status RestoreRun::plan_pieces() {
+  Status local = guarded(where_, [&]() -> Status {
+    // The load's filters and renames, as a global load applies them; shapes exactly as
+    // stored (the record's and the global index's chunks are matched by their boxes).
+    DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int> wanted, internal_plan::wanted_tensors(state_, options_.load));
+    proto::Index& described = a_.has_record ? a_.record : a_.global;
+    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching,
+                              internal_plan::match_state(state_, described, options_.load, wanted, {name_, false}));
+    result_.load.filtered_out = matching.names.filtered_out;
+    result_.load.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
+    result_.load.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
+    for (const internal_plan::MatchedTensor& m : matching.matched) {
+      if (m.staged_dtype) casts_[m.state] = *m.staged_dtype;
+      DISTCKPT_RETURN_IF_ERROR(add_pieces(m.state, m, described.tensors(m.stored)));
+      result_.load.loaded.push_back(state_.tensors()[static_cast<std::size_t>(m.state)].name);
     }
-    for (const auto& [state_name, t] : stored)
-      if (!asked.count(state_name)) result.load.unexpected_in_checkpoint.push_back(described.tensors(t).name());
-    return internal_plan::refuse_unexpected(names, state, options.load, name);
+    return Status();
   });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  // Tensors to cast, or with strided buffers, are restored, from every source alike,
-  // into a packed staging buffer per box (the same state dict with those buffers), and
-  // converted and scattered once every byte arrived (plan/load_staging.h).
-  StateDict staged_state(state.rank());
-  std::map<int, std::vector<std::vector<char>>> staged;
-  local = guarded(where, [&]() -> Status {
-    if (casts.empty()) return Status();
-    for (std::size_t i = 0; i < state.tensors().size(); ++i) {
-      const TensorEntry& e = state.tensors()[i];
-      auto it = casts.find(static_cast<int>(i));
-      if (it == casts.end()) {
-        DISTCKPT_RETURN_IF_ERROR(staged_state.add_view(e));
+  return agree(comm_, local);
+}
+
+// The distinct boxes of stored tensor `t`, and the pieces every rank needs of them.
+Status RestoreRun::add_pieces(int i, const internal_plan::MatchedTensor& m, const proto::Tensor& t) {
+  const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(i)];
+  proto::Tensor dedup;
+  *dedup.mutable_global_shape() = t.global_shape();
+  std::vector<int> dedup_id;
+  for (const proto::Chunk& ch : t.chunks()) {
+    const Box b = internal_format::chunk_box(ch);
+    // Keyed by the stored name: add_copies looks chunks up in the record and the
+    // global index, which know no renames.
+    auto [pos, fresh] = by_box_.emplace(std::make_pair(t.name(), b), static_cast<int>(a_.distinct.size()));
+    if (fresh) {
+      Distinct d;
+      d.record_tensor = m.stored;
+      d.box = b;
+      d.plain_bytes = static_cast<uint64_t>(b.num_elements()) * dtype_size(m.read_dtype);
+      a_.distinct.push_back(d);
+      *dedup.add_chunks() = ch;
+      dedup_id.push_back(pos->second);
+    }
+  }
+  const internal_plan::ChunkLookup lookup(dedup);
+  for (int r = 0; r < comm_.size(); ++r) {
+    const std::vector<Box> boxes = e.layout.boxes_of(r);
+    for (std::size_t b = 0; b < boxes.size(); ++b) {
+      if (boxes[b].num_elements() == 0) continue;
+      int64_t covered = 0;
+      for (const auto& read : lookup.plan_reads(boxes[b], &covered)) {
+        Piece p;
+        p.state_tensor = i;
+        p.rank = r;
+        p.box = static_cast<int>(b);
+        p.distinct = dedup_id[static_cast<std::size_t>(read.chunk)];
+        p.region = read.region;
+        p.bytes = static_cast<uint64_t>(read.region.num_elements()) * dtype_size(m.read_dtype);
+        a_.pieces.push_back(p);
+      }
+      if (covered != boxes[b].num_elements())
+        return corruption("tensor '" + e.name + "': checkpoint '" + name_ + "' does not cover box " +
+                          boxes[b].to_string());
+    }
+  }
+  return Status();
+}
+
+Status RestoreRun::stage() {
+  Status local = guarded(where_, [&]() -> Status {
+    if (casts_.empty()) return Status();
+    for (std::size_t i = 0; i < state_.tensors().size(); ++i) {
+      const TensorEntry& e = state_.tensors()[i];
+      auto it = casts_.find(static_cast<int>(i));
+      if (it == casts_.end()) {
+        DISTCKPT_RETURN_IF_ERROR(staged_state_.add_view(e));
         continue;
       }
       std::vector<void*> buffers;
       for (const Box& box : e.boxes) {
-        staged[it->first].emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(it->second));
-        buffers.push_back(staged[it->first].back().data());
+        staged_[it->first].emplace_back(static_cast<std::size_t>(box.num_elements()) * dtype_size(it->second));
+        buffers.push_back(staged_[it->first].back().data());
       }
-      DISTCKPT_RETURN_IF_ERROR(staged_state.add_tensor(e.name, it->second, std::move(buffers), e.layout));
+      DISTCKPT_RETURN_IF_ERROR(staged_state_.add_tensor(e.name, it->second, std::move(buffers), e.layout));
     }
     return Status();
   });
-  DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
-  StateDict& target = casts.empty() ? state : staged_state;
-  if (a.has_record) add_copies(a, a.record, false, by_box, present);
+  DISTCKPT_RETURN_IF_ERROR(agree(comm_, local));
+  if (a_.has_record) add_copies(a_, a_.record, false, by_box_, present_);
+  return Status();
+}
 
-  // Steps 2-5.
-  std::vector<int> pending(a.pieces.size());
+// Step 4. Record nodes whose copies were all lost or failed count as lost. Agreed on
+// every rank. Whatever failed (a damaged parity, a full disk for the rebuilt files,
+// memory), the global copy may still have the bytes: the caller goes on to it.
+Status RestoreRun::rebuild_lost() {
+  std::set<int> lost;
+  for (int rn = 0; rn < a_.record.tier().nodes_size(); ++rn) {
+    if (a_.current_of[static_cast<std::size_t>(rn)] < 0) {
+      lost.insert(rn);
+      continue;
+    }
+    for (int f : stream_files(a_.record, rn))
+      for (const Copy& c : a_.copies)
+        if (!c.global && c.file == f && c.kind == kPrimary && !c.usable) lost.insert(rn);
+    for (int f : stream_files(a_.record, rn))
+      if (!present_[static_cast<std::size_t>(f)][0]) lost.insert(rn);
+  }
+  auto red = record_redundancy(a_.record);
+  internal_base::Timer rebuild_timer;
+  Status st = red.ok() ? rebuild(comm_, fs_, a_, tier_, nodes_, *red, lost, &counters_) : red.status();
+  result_.rebuild_s = rebuild_timer.seconds();
+  return st;
+}
+
+Status RestoreRun::fetch() {
+  StateDict& target = casts_.empty() ? state_ : staged_state_;
+  std::vector<int> pending(a_.pieces.size());
   for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = static_cast<int>(i);
-  Counters counters;
   Status fatal;
   bool rebuilt = false, global_added = false;
   internal_base::Timer read_timer;
   while (!pending.empty()) {
     const std::size_t before = pending.size();
-    pending = run_round(comm, target, a, tier, root, fs, pending, nodes, &counters, &fatal);
+    pending = run_round(comm_, target, a_, tier_, root_, fs_, pending, nodes_, &counters_, &fatal);
     if (!fatal.ok()) return fatal;
     if (pending.empty()) break;
     if (pending.size() < before) continue;  // progress: plan what is left again
-    if (!rebuilt && a.has_record && a.record.tier().groups_size() > 0) {
+    if (!rebuilt && a_.has_record && a_.record.tier().groups_size() > 0) {
       rebuilt = true;
-      // Record nodes whose copies were all lost or failed count as lost.
-      std::set<int> lost;
-      for (int rn = 0; rn < a.record.tier().nodes_size(); ++rn) {
-        if (a.current_of[static_cast<std::size_t>(rn)] < 0) {
-          lost.insert(rn);
-          continue;
-        }
-        for (int f : stream_files(a.record, rn))
-          for (const Copy& c : a.copies)
-            if (!c.global && c.file == f && c.kind == kPrimary && !c.usable) lost.insert(rn);
-        for (int f : stream_files(a.record, rn))
-          if (!present[static_cast<std::size_t>(f)][0]) lost.insert(rn);
-      }
-      auto red = record_redundancy(a.record);
-      internal_base::Timer rebuild_timer;
-      // Agreed on every rank. Whatever failed (a damaged parity, a full disk for the
-      // rebuilt files, memory), the global copy may still have the bytes: go on to it.
-      Status st = red.ok() ? rebuild(comm, fs, a, tier, nodes, *red, lost, &counters) : red.status();
-      result.rebuild_s = rebuild_timer.seconds();
-      if (!st.ok() && me == 0) std::fprintf(stderr, "distckpt: restore '%s': parity rebuild: %s\n", name.c_str(), st.to_string().c_str());
+      const Status st = rebuild_lost();
+      if (!st.ok() && me_ == 0)
+        std::fprintf(stderr, "distckpt: restore '%s': parity rebuild: %s\n", name_.c_str(), st.to_string().c_str());
       continue;
     }
-    if (!global_added && a.has_global) {
+    if (!global_added && a_.has_global) {
       global_added = true;
-      add_copies(a, a.global, true, by_box, present);
+      add_copies(a_, a_.global, true, by_box_, present_);
       continue;
     }
-    return not_found("checkpoint '" + name + "': " + std::to_string(pending.size()) +
+    return not_found("checkpoint '" + name_ + "': " + std::to_string(pending.size()) +
                      " pieces of state are lost beyond its redundancy (" +
-                     (a.has_record ? a.record.tier().redundancy() : std::string("no local tier")) + ") and " +
-                     (a.has_global ? "the global copy failed" : "it was not drained to the global root"));
+                     (a_.has_record ? a_.record.tier().redundancy() : std::string("no local tier")) + ") and " +
+                     (a_.has_global ? "the global copy failed" : "it was not drained to the global root"));
   }
-  result.load.read_s = read_timer.seconds();
-  for (const auto& [i, from] : casts) {
-    const TensorEntry& e = state.tensors()[static_cast<std::size_t>(i)];
-    for (std::size_t b = 0; b < e.boxes.size(); ++b) internal_plan::write_back(e, b, staged.at(i)[b].data(), from);
-  }
+  result_.load.read_s = read_timer.seconds();
+  return Status();
+}
 
-  std::vector<int64_t> totals{static_cast<int64_t>(counters.sources.local), static_cast<int64_t>(counters.sources.peer),
-                              static_cast<int64_t>(counters.sources.parity), static_cast<int64_t>(counters.sources.global),
-                              static_cast<int64_t>(counters.sources.parity_read),
-                              static_cast<int64_t>(counters.sources.storage_read), static_cast<int64_t>(counters.needed)};
-  comm.allreduce(totals, ReduceOp::kSum);
-  result.sources.local = static_cast<uint64_t>(totals[0]);
-  result.sources.peer = static_cast<uint64_t>(totals[1]);
-  result.sources.parity = static_cast<uint64_t>(totals[2]);
-  result.sources.global = static_cast<uint64_t>(totals[3]);
-  result.sources.parity_read = static_cast<uint64_t>(totals[4]);
-  result.sources.storage_read = static_cast<uint64_t>(totals[5]);
-  for (const Copy& c : a.copies)
-    if (!c.usable) ++result.sources.lost_chunks;
-  result.load.bytes_read = result.sources.storage_read;
-  result.load.bytes_needed = static_cast<uint64_t>(totals[6]);
-  result.load.step = described.step();
-  result.load.epoch = described.epoch();
-  result.load.info = internal_format::info_values(described);
-  result.load.load_s = timer.seconds();
-  return result;
+void RestoreRun::write_back() {
+  for (const auto& [i, from] : casts_) {
+    const TensorEntry& e = state_.tensors()[static_cast<std::size_t>(i)];
+    for (std::size_t b = 0; b < e.boxes.size(); ++b) internal_plan::write_back(e, b, staged_.at(i)[b].data(), from);
+  }
+}
+
+RestoreResult RestoreRun::report(double seconds) {
+  const RestoreSources& s = counters_.sources;
+  std::vector<int64_t> totals{static_cast<int64_t>(s.local),       static_cast<int64_t>(s.peer),
+                              static_cast<int64_t>(s.parity),      static_cast<int64_t>(s.global),
+                              static_cast<int64_t>(s.parity_read), static_cast<int64_t>(s.storage_read),
+                              static_cast<int64_t>(counters_.needed)};
+  comm_.allreduce(totals, ReduceOp::kSum);
+  RestoreSources& out = result_.sources;
+  out.local = static_cast<uint64_t>(totals[0]);
+  out.peer = static_cast<uint64_t>(totals[1]);
+  out.parity = static_cast<uint64_t>(totals[2]);
+  out.global = static_cast<uint64_t>(totals[3]);
+  out.parity_read = static_cast<uint64_t>(totals[4]);
+  out.storage_read = static_cast<uint64_t>(totals[5]);
+  for (const Copy& c : a_.copies)
+    if (!c.usable) ++out.lost_chunks;
+  result_.load.bytes_read = out.storage_read;
+  result_.load.bytes_needed = static_cast<uint64_t>(totals[6]);
+  result_.load.step = described_->step();
+  result_.load.epoch = described_->epoch();
+  result_.load.info = internal_format::info_values(*described_);
+  result_.load.load_s = seconds;
+  return std::move(result_);
+}
+
+// One attempt at `name`. kNotFound when the bytes are lost beyond every tier.
+Result<RestoreResult> restore_one(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
+                                  const RestoreOptions& options, const std::string& name, bool use_local) {
+  internal_base::Timer timer;
+  RestoreRun run(comm, state, root, tier, options, name, use_local);
+  DISTCKPT_RETURN_IF_ERROR(run.read_indexes());
+  run.find_copies();
+  DISTCKPT_RETURN_IF_ERROR(run.plan_pieces());
+  DISTCKPT_RETURN_IF_ERROR(run.stage());
+  DISTCKPT_RETURN_IF_ERROR(run.fetch());
+  run.write_back();
+  return run.report(timer.seconds());
 }
 
 struct Candidate {
