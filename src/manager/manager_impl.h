@@ -332,6 +332,12 @@ struct CheckpointManager::Impl {
   Result<ResumeResult> resume_tiered(const ResumeOptions& options);
   Result<StepOutcome> end(int64_t step, int64_t epoch, const std::map<std::string, double>& metrics, bool epoch_end);
   Result<ResumeResult> resume_global(const ResumeOptions& options);  // resume.cc
+  // resume_global's steps (resume.cc), rank 0: the candidates by the call's rule, then
+  // the first that verifies.
+  struct ResumeCandidates;
+  Result<ResumeCandidates> resume_candidates(const ResumeOptions& options);
+  Status choose_candidate(const ResumeOptions& options, const ResumeCandidates& found, std::string* chosen,
+                          std::string* skipped, double* verify_s);
 
   // ---- best checkpoints (CheckpointConfig::save_best; manager/best.cc) ----
   struct BestTracker {

@@ -75,6 +75,159 @@ Result<ResumeResult> CheckpointManager::resume(const ResumeOptions& options) {
   return result;
 }
 
+// What resume may load, best first: the target (or the newest), then older committed
+// ones; or a fresh start.
+struct CheckpointManager::Impl::ResumeCandidates {
+  bool fresh_start = false;
+  std::vector<std::string> paths;
+  std::string skipped;  // the damaged checkpoint `latest` names, passed over first
+};
+
+// Rank 0: the candidates by the call's rule (target, step, epoch, the job's own
+// series, or the newest). kNotFound when what was asked for is not there.
+Result<CheckpointManager::Impl::ResumeCandidates> CheckpointManager::Impl::resume_candidates(
+    const ResumeOptions& options) {
+  Impl& impl = *this;
+  const std::string& dir = impl.cfg.directory;
+  ResumeCandidates out;
+  ResumeCandidates fresh_start;
+  fresh_start.fresh_start = true;
+  // Candidates, best first: the target (or the newest), then older committed ones.
+  DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, {.fs = impl.fs}));
+  // Implicit candidates (no target): the saves that move `latest` (not conversions or
+  // published files) when there are any, as resolve_checkpoint does, and never an
+  // exception save (a best-effort state: loaded only when named).
+  const bool implicit = options.target.empty() && options.step < 0 && options.epoch < 0;
+  // ResumeOptions::epoch: saved by a call that ended that epoch (info epoch_end).
+  InspectOptions inspect{.fs = impl.fs, .key = impl.cfg.encryption.key};
+  auto ends_epoch = [&](const CheckpointEntry& e) {
+    auto info = read_checkpoint_info(dir + "/" + e.name, inspect);
+    if (!info.ok()) return false;
+    auto it = info->info.find("epoch_end");
+    return it != info->info.end() && std::holds_alternative<bool>(it->second) && std::get<bool>(it->second);
+  };
+  auto wanted = [&](const CheckpointEntry& e) {
+    if (options.step >= 0 && e.step != options.step) return false;
+    if (options.epoch >= 0 && (e.epoch != options.epoch || !ends_epoch(e))) return false;
+    return true;
+  };
+  static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
+  auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
+  // The checkpoints the call's rule allows (all, or those of `step` / `epoch`).
+  std::vector<CheckpointEntry> allowed;
+  for (const auto& e : listing.entries)
+    if (e.state == EntryState::kCommitted && wanted(e)) allowed.push_back(e);
+  // Chosen by rule (no target): only saves that move `latest` when there are any
+  // (never a best copy or a conversion), never an exception save.
+  const bool by_rule = options.target.empty();
+  bool any_advancing = false;
+  for (const auto& e : allowed) any_advancing |= e.advances_latest;
+  // A job with an identity (a requeued Slurm job) resumes its own series when that
+  // has checkpoints (of the step or epoch asked for): another job in the same root
+  // may have saved later ones.
+  bool own_series = false;
+  if (by_rule && !impl.job_id.empty()) {
+    if (implicit) own_series = !impl.names.entries(impl.series, listing).empty();
+    else
+      for (const auto& e : allowed) own_series |= impl.names.matches(impl.series, e.name) && !exception_save(e.name);
+  }
+  std::vector<CheckpointEntry> committed;
+  for (const auto& e : allowed)
+    if ((!by_rule || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
+        (!own_series || impl.names.matches(impl.series, e.name)))
+      committed.push_back(e);
+  // Asked for by step or epoch, and only an exception save or a best copy has it:
+  // that is what was asked for.
+  if (committed.empty() && by_rule && !implicit) committed = allowed;
+  std::sort(committed.begin(), committed.end(), [&](const CheckpointEntry& a, const CheckpointEntry& b) {
+    return internal_catalog::newer(a, b, listing.latest);
+  });
+  if (!options.target.empty()) {
+    const std::string path = options.target.find('/') != std::string::npos ? options.target : dir + "/" + options.target;
+    if (!impl.fs->exists(path)) return not_found("resume: '" + path + "' does not exist");
+    out.paths.push_back(path);
+  } else if (options.step >= 0) {
+    if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
+  } else if (options.epoch >= 0) {
+    if (committed.empty()) {
+      std::set<int64_t> present;
+      for (const auto& e : listing.entries)
+        if (e.state == EntryState::kCommitted && e.epoch >= 0 && ends_epoch(e)) present.insert(e.epoch);
+      std::string epochs;
+      for (int64_t p : present) epochs += (epochs.empty() ? "" : ", ") + std::to_string(p);
+      return not_found("resume: no committed checkpoint saved at the end of epoch " + std::to_string(options.epoch) +
+                       " under '" + dir + "' (epochs with one: " + (epochs.empty() ? "none" : epochs) + ")");
+    }
+  } else if (own_series) {
+    if (committed.empty()) return fresh_start;  // only exception saves
+  } else {
+    auto newest = resolve_checkpoint(dir, {.fs = impl.fs});
+    if (newest.ok() && !exception_save(*newest)) out.paths.push_back(*newest);
+    else if (newest.ok() && committed.empty()) return fresh_start;  // only exception saves
+    else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return fresh_start;
+    else if (!newest.ok() && !options.fall_back_to_previous)
+      return Status(newest.status().code(), "resume: " + newest.status().message() +
+                                                (newest.status().code() == StatusCode::kCorruption
+                                                     ? " (or set fall_back_to_previous to use an older one)"
+                                                     : ""));
+    // Falling back: the damaged checkpoint `latest` names is the first passed over.
+    else if (!newest.ok() && newest.status().code() == StatusCode::kCorruption) {
+      const std::string pointer = internal_catalog::read_latest_pointer(*impl.fs, dir);
+      for (const auto& e : listing.entries)
+        if (e.state == EntryState::kBroken && e.name == pointer) out.skipped = dir + "/" + e.name;
+    }
+  }
+  for (const auto& e : committed) {
+    const std::string path = dir + "/" + e.name;
+    if (std::find(out.paths.begin(), out.paths.end(), path) == out.paths.end()) out.paths.push_back(path);
+  }
+  return out;
+}
+
+// Rank 0: the first candidate that verifies (or whose index reads, without
+// options.verify), falling back to older ones only with fall_back_to_previous; skipped
+// ones are listed in `skipped`. kNotFound when none is good.
+Status CheckpointManager::Impl::choose_candidate(const ResumeOptions& options, const ResumeCandidates& found,
+                                                std::string* chosen, std::string* skipped, double* verify_s) {
+  Impl& impl = *this;
+  const std::string& dir = impl.cfg.directory;
+  const std::vector<std::string>& candidates = found.paths;
+  *skipped = found.skipped;
+  internal_base::Timer verifying;
+  struct AddTime {  // every way out of the loop counts its time
+    internal_base::Timer& t;
+    double& into;
+    ~AddTime() { into = t.seconds(); }
+  } add_time{verifying, *verify_s};
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (i > 0 && !options.fall_back_to_previous) break;
+    VerifyOptions verify;
+    verify.fs = impl.fs;
+    verify.key = impl.cfg.encryption.key;
+    verify.allow_unchecked = options.allow_unchecked ? options.allow_unchecked : impl.cfg.load.allow_unchecked;
+    Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
+                               : read_checkpoint_info(candidates[i], verify).status();
+    if (ok.ok()) {
+      *chosen = candidates[i];
+      return Status();
+    }
+    // A wrong key, or a checkpoint not encrypted as configured, is no damage to fall
+    // back from: an older checkpoint would fail alike, or be the downgrade itself. Those
+    // fail on the index (no chunk read); a chunk failing authentication is damage.
+    if (ok.code() == StatusCode::kAuthFailed) {
+      Status index_level = read_checkpoint_info(candidates[i], verify).status();
+      if (index_level.code() == StatusCode::kAuthFailed)
+        return index_level.with_context("resume: '" + candidates[i] + "'");
+    }
+    // Data that records no checksums is not damage: allow_unchecked decides (kUnsupported).
+    if (ok.code() == StatusCode::kUnsupported) return ok.with_context("resume: '" + candidates[i] + "'");
+    if (!options.fall_back_to_previous)
+      return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
+    *skipped += (skipped->empty() ? "" : "\n") + candidates[i];
+  }
+  return not_found("resume: no undamaged committed checkpoint under '" + dir + "'");
+}
+
 Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions& options) {
   Impl& impl = *this;
   const std::string& dir = impl.cfg.directory;
@@ -84,129 +237,9 @@ Result<ResumeResult> CheckpointManager::Impl::resume_global(const ResumeOptions&
   Status local;
   if (impl.root()) {
     local = internal_base::guarded(impl.where(), [&]() -> Status {
-      // Candidates, best first: the target (or the newest), then older committed ones.
-      DISTCKPT_ASSIGN_OR_RETURN(RootListing listing, list_checkpoints(dir, {.fs = impl.fs}));
-      // Implicit candidates (no target): the saves that move `latest` (not conversions or
-      // published files) when there are any, as resolve_checkpoint does, and never an
-      // exception save (a best-effort state: loaded only when named).
-      const bool implicit = options.target.empty() && options.step < 0 && options.epoch < 0;
-      // ResumeOptions::epoch: saved by a call that ended that epoch (info epoch_end).
-      InspectOptions inspect{.fs = impl.fs, .key = impl.cfg.encryption.key};
-      auto ends_epoch = [&](const CheckpointEntry& e) {
-        auto info = read_checkpoint_info(dir + "/" + e.name, inspect);
-        if (!info.ok()) return false;
-        auto it = info->info.find("epoch_end");
-        return it != info->info.end() && std::holds_alternative<bool>(it->second) && std::get<bool>(it->second);
-      };
-      auto wanted = [&](const CheckpointEntry& e) {
-        if (options.step >= 0 && e.step != options.step) return false;
-        if (options.epoch >= 0 && (e.epoch != options.epoch || !ends_epoch(e))) return false;
-        return true;
-      };
-      static const std::regex exception_suffix("_exception(_[0-9]+)?(\\.[a-z0-9]+)?$");
-      auto exception_save = [](const std::string& name) { return std::regex_search(name, exception_suffix); };
-      // The checkpoints the call's rule allows (all, or those of `step` / `epoch`).
-      std::vector<CheckpointEntry> allowed;
-      for (const auto& e : listing.entries)
-        if (e.state == EntryState::kCommitted && wanted(e)) allowed.push_back(e);
-      // Chosen by rule (no target): only saves that move `latest` when there are any
-      // (never a best copy or a conversion), never an exception save.
-      const bool by_rule = options.target.empty();
-      bool any_advancing = false;
-      for (const auto& e : allowed) any_advancing |= e.advances_latest;
-      // A job with an identity (a requeued Slurm job) resumes its own series when that
-      // has checkpoints (of the step or epoch asked for): another job in the same root
-      // may have saved later ones.
-      bool own_series = false;
-      if (by_rule && !impl.job_id.empty()) {
-        if (implicit) own_series = !impl.names.entries(impl.series, listing).empty();
-        else
-          for (const auto& e : allowed) own_series |= impl.names.matches(impl.series, e.name) && !exception_save(e.name);
-      }
-      std::vector<CheckpointEntry> committed;
-      for (const auto& e : allowed)
-        if ((!by_rule || ((!any_advancing || e.advances_latest) && !exception_save(e.name))) &&
-            (!own_series || impl.names.matches(impl.series, e.name)))
-          committed.push_back(e);
-      // Asked for by step or epoch, and only an exception save or a best copy has it:
-      // that is what was asked for.
-      if (committed.empty() && by_rule && !implicit) committed = allowed;
-      std::sort(committed.begin(), committed.end(), [&](const CheckpointEntry& a, const CheckpointEntry& b) {
-        return internal_catalog::newer(a, b, listing.latest);
-      });
-      std::vector<std::string> candidates;
-      if (!options.target.empty()) {
-        const std::string path = options.target.find('/') != std::string::npos ? options.target : dir + "/" + options.target;
-        if (!impl.fs->exists(path)) return not_found("resume: '" + path + "' does not exist");
-        candidates.push_back(path);
-      } else if (options.step >= 0) {
-        if (committed.empty()) return not_found("resume: no committed checkpoint of step " + std::to_string(options.step) + " under '" + dir + "'");
-      } else if (options.epoch >= 0) {
-        if (committed.empty()) {
-          std::set<int64_t> present;
-          for (const auto& e : listing.entries)
-            if (e.state == EntryState::kCommitted && e.epoch >= 0 && ends_epoch(e)) present.insert(e.epoch);
-          std::string epochs;
-          for (int64_t p : present) epochs += (epochs.empty() ? "" : ", ") + std::to_string(p);
-          return not_found("resume: no committed checkpoint saved at the end of epoch " + std::to_string(options.epoch) +
-                           " under '" + dir + "' (epochs with one: " + (epochs.empty() ? "none" : epochs) + ")");
-        }
-      } else if (own_series) {
-        if (committed.empty()) return Status();  // only exception saves: a fresh start
-      } else {
-        auto newest = resolve_checkpoint(dir, {.fs = impl.fs});
-        if (newest.ok() && !exception_save(*newest)) candidates.push_back(*newest);
-        else if (newest.ok() && committed.empty()) return Status();  // only exception saves: a fresh start
-        else if (!newest.ok() && newest.status().code() == StatusCode::kNotFound) return Status();  // a fresh start
-        else if (!newest.ok() && !options.fall_back_to_previous)
-          return Status(newest.status().code(), "resume: " + newest.status().message() +
-                                                    (newest.status().code() == StatusCode::kCorruption
-                                                         ? " (or set fall_back_to_previous to use an older one)"
-                                                         : ""));
-        // Falling back: the damaged checkpoint `latest` names is the first passed over.
-        else if (!newest.ok() && newest.status().code() == StatusCode::kCorruption) {
-          const std::string pointer = internal_catalog::read_latest_pointer(*impl.fs, dir);
-          for (const auto& e : listing.entries)
-            if (e.state == EntryState::kBroken && e.name == pointer) skipped = dir + "/" + e.name;
-        }
-      }
-      for (const auto& e : committed) {
-        const std::string path = dir + "/" + e.name;
-        if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
-      }
-      internal_base::Timer verifying;
-      struct AddTime {  // every way out of the loop counts its time
-        internal_base::Timer& t;
-        double& into;
-        ~AddTime() { into = t.seconds(); }
-      } add_time{verifying, verify_s};
-      for (std::size_t i = 0; i < candidates.size(); ++i) {
-        if (i > 0 && !options.fall_back_to_previous) break;
-        VerifyOptions verify;
-        verify.fs = impl.fs;
-        verify.key = impl.cfg.encryption.key;
-        verify.allow_unchecked = options.allow_unchecked ? options.allow_unchecked : impl.cfg.load.allow_unchecked;
-        Status ok = options.verify ? verify_checkpoint(candidates[i], verify).status()
-                                   : read_checkpoint_info(candidates[i], verify).status();
-        if (ok.ok()) {
-          chosen = candidates[i];
-          return Status();
-        }
-        // A wrong key, or a checkpoint not encrypted as configured, is no damage to fall
-        // back from: an older checkpoint would fail alike, or be the downgrade itself. Those
-        // fail on the index (no chunk read); a chunk failing authentication is damage.
-        if (ok.code() == StatusCode::kAuthFailed) {
-          Status index_level = read_checkpoint_info(candidates[i], verify).status();
-          if (index_level.code() == StatusCode::kAuthFailed)
-            return index_level.with_context("resume: '" + candidates[i] + "'");
-        }
-        // Data that records no checksums is not damage: allow_unchecked decides (kUnsupported).
-        if (ok.code() == StatusCode::kUnsupported) return ok.with_context("resume: '" + candidates[i] + "'");
-        if (!options.fall_back_to_previous)
-          return ok.with_context("resume: '" + candidates[i] + "' is damaged (set fall_back_to_previous to use an older one)");
-        skipped += (skipped.empty() ? "" : "\n") + candidates[i];
-      }
-      return not_found("resume: no undamaged committed checkpoint under '" + dir + "'");
+      DISTCKPT_ASSIGN_OR_RETURN(const ResumeCandidates found, resume_candidates(options));
+      if (found.fresh_start) return Status();
+      return choose_candidate(options, found, &chosen, &skipped, &verify_s);
     });
   }
   DISTCKPT_RETURN_IF_ERROR(agree(*impl.comm, local));

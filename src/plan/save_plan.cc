@@ -151,6 +151,59 @@ Status explain_mismatch(const std::string& rank0, const std::string& other_bytes
   return Status();
 }
 
+namespace {
+
+// The plan's index skeleton and each rank's writes, once every slice has its writer:
+// tensors in state-dict order, chunks sorted by box; each writer's file holds its chunks
+// in index order, each at the next chunk_start.
+void describe_plan(const std::vector<PlannedTensor>& tensors, const std::vector<Slice>& slices, int world,
+                   SavePlan* out) {
+  SavePlan& plan = *out;
+  plan.index.set_world_size(world);
+  plan.index.set_format("native");
+  plan.index.mutable_transforms()->set_checksum("crc32c");
+  plan.index.mutable_transforms()->set_encryption("none");
+  plan.index.mutable_transforms()->set_compression("none");
+  std::vector<std::size_t> by_tensor(slices.size());
+  for (std::size_t i = 0; i < by_tensor.size(); ++i) by_tensor[i] = i;
+  std::sort(by_tensor.begin(), by_tensor.end(), [&](std::size_t x, std::size_t y) {
+    const Slice& a = slices[x];
+    const Slice& b = slices[y];
+    if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    if (!(a.box == b.box)) return a.box < b.box;
+    return a.writer < b.writer;
+  });
+  std::vector<int> file_of_rank(static_cast<std::size_t>(world), -1);
+  for (int r = 0; r < world; ++r) {
+    if (plan.bytes_per_rank[r] == 0) continue;
+    file_of_rank[r] = plan.index.files_size();
+    proto::File* f = plan.index.add_files();
+    f->set_name(internal_format::data_file_name(r));
+  }
+  for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/false, plan.index.add_tensors());
+  plan.writes.assign(static_cast<std::size_t>(world), {});
+  std::vector<uint64_t> cursor(static_cast<std::size_t>(world), 0);
+  for (std::size_t i : by_tensor) {
+    const Slice& s = slices[i];
+    proto::Tensor* t = plan.index.mutable_tensors(static_cast<int>(s.tensor));
+    const uint32_t chunk_no = static_cast<uint32_t>(t->chunks_size());
+    proto::Chunk* c = t->add_chunks();
+    for (int64_t o : s.box.offset) c->add_offset(o);
+    for (int64_t d : s.box.shape) c->add_shape(d);
+    const uint64_t at = internal_format::chunk_start(cursor[s.writer]);
+    c->set_file_id(static_cast<uint32_t>(file_of_rank[s.writer]));
+    c->set_byte_offset(at);
+    c->set_length(s.bytes);
+    c->set_writer_rank(s.writer);
+    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, at, s.bytes, s.bytes});
+    cursor[s.writer] = at + s.bytes;
+  }
+  for (int r = 0; r < world; ++r)
+    if (file_of_rank[r] >= 0) plan.index.mutable_files(file_of_rank[r])->set_size(cursor[r]);
+}
+
+}  // namespace
+
 Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world, bool remove_redundancy,
                            const std::vector<int>* node_of, WriterChoice choice) {
   if (world < 1) return invalid_argument("save: no ranks");
@@ -267,49 +320,7 @@ Result<SavePlan> plan_save(const std::vector<PlannedTensor>& tensors, int world,
     plan.bytes_per_rank[s.writer] += s.bytes;
   }
 
-  // Index skeleton: tensors in state-dict order, chunks sorted by box; each writer's
-  // file holds its chunks in index order, each at the next chunk_start.
-  plan.index.set_world_size(world);
-  plan.index.set_format("native");
-  plan.index.mutable_transforms()->set_checksum("crc32c");
-  plan.index.mutable_transforms()->set_encryption("none");
-  plan.index.mutable_transforms()->set_compression("none");
-  std::vector<std::size_t> by_tensor(slices.size());
-  for (std::size_t i = 0; i < by_tensor.size(); ++i) by_tensor[i] = i;
-  std::sort(by_tensor.begin(), by_tensor.end(), [&](std::size_t x, std::size_t y) {
-    const Slice& a = slices[x];
-    const Slice& b = slices[y];
-    if (a.tensor != b.tensor) return a.tensor < b.tensor;
-    if (!(a.box == b.box)) return a.box < b.box;
-    return a.writer < b.writer;
-  });
-  std::vector<int> file_of_rank(static_cast<std::size_t>(world), -1);
-  for (int r = 0; r < world; ++r) {
-    if (plan.bytes_per_rank[r] == 0) continue;
-    file_of_rank[r] = plan.index.files_size();
-    proto::File* f = plan.index.add_files();
-    f->set_name(internal_format::data_file_name(r));
-  }
-  for (const PlannedTensor& t : tensors) describe_tensor(t, /*member_boxes=*/false, plan.index.add_tensors());
-  plan.writes.assign(static_cast<std::size_t>(world), {});
-  std::vector<uint64_t> cursor(static_cast<std::size_t>(world), 0);
-  for (std::size_t i : by_tensor) {
-    const Slice& s = slices[i];
-    proto::Tensor* t = plan.index.mutable_tensors(static_cast<int>(s.tensor));
-    const uint32_t chunk_no = static_cast<uint32_t>(t->chunks_size());
-    proto::Chunk* c = t->add_chunks();
-    for (int64_t o : s.box.offset) c->add_offset(o);
-    for (int64_t d : s.box.shape) c->add_shape(d);
-    const uint64_t at = internal_format::chunk_start(cursor[s.writer]);
-    c->set_file_id(static_cast<uint32_t>(file_of_rank[s.writer]));
-    c->set_byte_offset(at);
-    c->set_length(s.bytes);
-    c->set_writer_rank(s.writer);
-    plan.writes[s.writer].push_back(WriteItem{s.tensor, s.writer_box, chunk_no, at, s.bytes, s.bytes});
-    cursor[s.writer] = at + s.bytes;
-  }
-  for (int r = 0; r < world; ++r)
-    if (file_of_rank[r] >= 0) plan.index.mutable_files(file_of_rank[r])->set_size(cursor[r]);
+  describe_plan(tensors, slices, world, &plan);
   // The planned index must pass the checks every reader applies (the boxes of all
   // ranks tile each tensor, ...): never commit what load would refuse.
   Status valid = internal_format::validate_index(plan.index, "save plan");

@@ -23,6 +23,7 @@
 
 #include "base/guard.h"
 #include "base/kill_point.h"
+#include "base/strings.h"
 #include "base/test_seams.h"
 #include "base/timer.h"
 #include "catalog/claims.h"
@@ -153,6 +154,63 @@ Status place(proto::Index& index, const NodeMap& nodes, const std::vector<std::s
   return Status();
 }
 
+// Each node's id, in one allgather that carries a leader's failure too (a status code
+// byte, then the id or the message): every rank then decides alike, with no agreement.
+// kInvalidArgument when two nodes share the tier's directory. Collective.
+Status exchange_node_ids(Comm& comm, FileSystem& fs, const std::string& dir, const NodeMap& nodes, bool leader,
+                         const std::string& where, std::vector<std::string>* node_ids, std::vector<std::string>* hosts) {
+  std::string node_id;
+  if (leader) {
+    auto id = ensure_node_id(fs, dir);
+    node_id = internal_comm::pack_outcome(id.status().with_context(where + ": local tier '" + dir + "'"),
+                                          id.ok() ? *id : std::string());
+  }
+  const std::vector<std::string> ids = comm.allgather(leader ? node_id : std::string());
+  node_ids->assign(static_cast<std::size_t>(nodes.count), std::string());
+  hosts->assign(node_ids->size(), std::string());
+  for (const std::string& id : ids)  // the lowest failing leader's error, as agree() gives
+    DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(id));
+  for (int n = 0; n < nodes.count; ++n) {
+    std::string& id = (*node_ids)[static_cast<std::size_t>(n)];
+    (void)internal_comm::unpack_outcome(ids[static_cast<std::size_t>(nodes.leader(n))], &id);
+    if (id.empty()) return internal_error("local save: no node id from rank " + std::to_string(nodes.leader(n)));
+    (*hosts)[static_cast<std::size_t>(n)] = comm.node_name(nodes.leader(n));
+  }
+  for (int a = 0; a < nodes.count; ++a)
+    for (int b = a + 1; b < nodes.count; ++b)
+      if ((*node_ids)[static_cast<std::size_t>(a)] == (*node_ids)[static_cast<std::size_t>(b)])
+        return invalid_argument("local tier '" + dir + "' is the same directory on " +
+                                (*hosts)[static_cast<std::size_t>(a)] + " and " + (*hosts)[static_cast<std::size_t>(b)] +
+                                " (same node id): it must be node-local");
+  return Status();
+}
+
+// The sums of a local save: per node, the state its ranks hold once (their data files)
+// and the redundancy it stores; job totals into `out`. Collective (two allreduces).
+void sum_local_save(Comm& comm, const NodeMap& nodes, const SaveResult& frame_result, uint64_t redundancy_bytes,
+                    uint64_t record_bytes, LocalSaveResult* out) {
+  const int my_node = nodes.node_of[static_cast<std::size_t>(comm.rank())];
+  std::vector<int64_t> sums{static_cast<int64_t>(frame_result.rank_bytes_written),
+                            static_cast<int64_t>(redundancy_bytes), static_cast<int64_t>(record_bytes)};
+  std::vector<int64_t> per_node(static_cast<std::size_t>(2 * nodes.count), 0);
+  per_node[static_cast<std::size_t>(2 * my_node)] = static_cast<int64_t>(frame_result.rank_bytes_written);
+  per_node[static_cast<std::size_t>(2 * my_node + 1)] = static_cast<int64_t>(redundancy_bytes);
+  comm.allreduce(sums, ReduceOp::kSum);
+  comm.allreduce(per_node, ReduceOp::kSum);
+  for (int n = 0; n < nodes.count; ++n) {
+    const auto state_bytes = static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n)]);
+    const auto stored = state_bytes + static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n + 1)]);
+    out->node_state_max = std::max(out->node_state_max, state_bytes);
+    out->node_bytes_max = std::max(out->node_bytes_max, stored);
+    if (state_bytes > 0)
+      out->storage_ratio = std::max(out->storage_ratio, static_cast<double>(stored) / static_cast<double>(state_bytes));
+  }
+  out->save = frame_result;
+  out->save.bytes_written = static_cast<uint64_t>(sums[0]);
+  out->save.index_bytes = static_cast<uint64_t>(sums[2]);
+  out->redundancy_bytes = static_cast<uint64_t>(sums[1]);
+}
+
 void remove_quietly(FileSystem& fs, const std::string& path) {
   if (fs.exists(path)) (void)fs.remove_all(path);
 }
@@ -217,30 +275,8 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
   // mappings of its removed files give their pages back before this save needs them.
   internal_storage::prune_write_mappings();
 
-  // Each node's id, in one allgather that carries a leader's failure too (a status code
-  // byte, then the id or the message): every rank then decides alike, with no agreement.
-  std::string node_id;
-  if (leader) {
-    auto id = ensure_node_id(fs, tier.dir);
-    node_id = internal_comm::pack_outcome(id.status().with_context(where + ": local tier '" + tier.dir + "'"),
-                                          id.ok() ? *id : std::string());
-  }
-  const std::vector<std::string> ids = comm.allgather(leader ? node_id : std::string());
-  std::vector<std::string> node_ids(static_cast<std::size_t>(nodes.count)), hosts(node_ids.size());
-  for (const std::string& id : ids)  // the lowest failing leader's error, as agree() gives
-    DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(id));
-  for (int n = 0; n < nodes.count; ++n) {
-    std::string& id = node_ids[static_cast<std::size_t>(n)];
-    (void)internal_comm::unpack_outcome(ids[static_cast<std::size_t>(nodes.leader(n))], &id);
-    if (id.empty()) return internal_error("local save: no node id from rank " + std::to_string(nodes.leader(n)));
-    hosts[static_cast<std::size_t>(n)] = comm.node_name(nodes.leader(n));
-  }
-  for (int a = 0; a < nodes.count; ++a)
-    for (int b = a + 1; b < nodes.count; ++b)
-      if (node_ids[static_cast<std::size_t>(a)] == node_ids[static_cast<std::size_t>(b)])
-        return invalid_argument("local tier '" + tier.dir + "' is the same directory on " +
-                                hosts[static_cast<std::size_t>(a)] + " and " + hosts[static_cast<std::size_t>(b)] +
-                                " (same node id): it must be node-local");
+  std::vector<std::string> node_ids, hosts;
+  DISTCKPT_RETURN_IF_ERROR(exchange_node_ids(comm, fs, tier.dir, nodes, leader, where, &node_ids, &hosts));
 
   std::string tmp_name, plan_bytes;
   if (me == 0) {
@@ -266,8 +302,9 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
       DISTCKPT_RETURN_IF_ERROR(place(index, nodes, node_ids, hosts, solo, writer, red));
       DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(records_dir(root)));
       index.set_advances_latest(options.update_latest);
-      DISTCKPT_ASSIGN_OR_RETURN(std::string random, internal_transform::CheckpointCipher::random_bytes(6));
-      tmp_name = options.name + ".tmp-" + hex(random);
+      // The catalog's scheme for names in flight ("<name>.tmp-<16 hex>"), so listings and
+      // gc tell an abandoned local save as they tell a global one.
+      tmp_name = internal_base::base_name(internal_catalog::make_tmp_name(tier.dir, options.name));
       index.SerializeToString(&plan_bytes);
       return Status();
     });
@@ -351,7 +388,6 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   const std::string& final_dir = ls.final_dir;
   const bool leader = ls.leader;
   const int me = comm.rank();
-  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
   const std::string where = "local save: rank " + std::to_string(me);
   LocalSaveResult out;
   auto cleanup = [&] {
@@ -462,27 +498,8 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
     frame.result.warning += (frame.result.warning.empty() ? "" : "; ") + ("local save: " + record_warning);
   frame.result.commit_s = commit_timer.seconds();
 
-  // The sums: per node, the state its ranks hold once (their data files) and the
-  // redundancy it stores.
-  std::vector<int64_t> sums{static_cast<int64_t>(frame.result.rank_bytes_written), static_cast<int64_t>(redundancy_bytes),
-                            static_cast<int64_t>(record.size())};
-  std::vector<int64_t> per_node(static_cast<std::size_t>(2 * nodes.count), 0);
-  per_node[static_cast<std::size_t>(2 * my_node)] = static_cast<int64_t>(frame.result.rank_bytes_written);
-  per_node[static_cast<std::size_t>(2 * my_node + 1)] = static_cast<int64_t>(redundancy_bytes);
-  comm.allreduce(sums, ReduceOp::kSum);
-  comm.allreduce(per_node, ReduceOp::kSum);
-  for (int n = 0; n < nodes.count; ++n) {
-    const auto state_bytes = static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n)]);
-    const auto stored = state_bytes + static_cast<uint64_t>(per_node[static_cast<std::size_t>(2 * n + 1)]);
-    out.node_state_max = std::max(out.node_state_max, state_bytes);
-    out.node_bytes_max = std::max(out.node_bytes_max, stored);
-    if (state_bytes > 0) out.storage_ratio = std::max(out.storage_ratio, static_cast<double>(stored) / static_cast<double>(state_bytes));
-  }
-  out.save = frame.result;
+  sum_local_save(comm, nodes, frame.result, redundancy_bytes, record.size(), &out);
   out.save.path = record_path(root, options.name);
-  out.save.bytes_written = static_cast<uint64_t>(sums[0]);
-  out.save.index_bytes = static_cast<uint64_t>(sums[2]);
-  out.redundancy_bytes = static_cast<uint64_t>(sums[1]);
   return out;
 }
 

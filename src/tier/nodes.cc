@@ -34,13 +34,4 @@ std::string node_dir(const Comm& comm, const std::string& dir, int rank) {
   return out;
 }
 
-std::string hex(const std::string& bytes) {
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += "0123456789abcdef"[c >> 4];
-    out += "0123456789abcdef"[c & 15];
-  }
-  return out;
-}
-
 }  // namespace distckpt::internal_tier

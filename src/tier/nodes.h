@@ -23,7 +23,4 @@ NodeMap node_map(const Comm& comm);
 // `dir` with "{host}" replaced by `rank`'s node name.
 std::string node_dir(const Comm& comm, const std::string& dir, int rank);
 
-// Lower-case hex of `bytes`.
-std::string hex(const std::string& bytes);
-
 }  // namespace distckpt::internal_tier

@@ -38,6 +38,19 @@ namespace distckpt::internal_tier {
 using internal_base::guarded;
 using internal_comm::agree;
 
+namespace {
+
+// Counts a piece this rank needs by where its copy came from.
+void count_piece(const Copy& c, const Piece& p, int my_node, Counters* counters) {
+  const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == my_node ? kLocal : kPeer;
+  uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
+                         &counters->sources.global};
+  *counter[source] += p.bytes;
+  counters->needed += p.bytes;
+}
+
+}  // namespace
+
 // One round: reads, agreement on failed copies, transfers. Returns the pieces still
 // pending.
 std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const LocalTier& tier, const std::string& root,
@@ -149,13 +162,7 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
       const std::size_t item = dtype_size(e.dtype);
       const Box chunk_box = a.distinct[static_cast<std::size_t>(p.distinct)].box;
       void* box_buffer = p.rank == me ? e.buffers[static_cast<std::size_t>(p.box)] : nullptr;
-      if (p.rank == me) {
-        const int source = c.global ? kGlobal : c.kind == kRebuilt ? kParity : c.node == nodes.node_of[static_cast<std::size_t>(me)] ? kLocal : kPeer;
-        uint64_t* counter[] = {&counters->sources.local, &counters->sources.peer, &counters->sources.parity,
-                               &counters->sources.global};
-        *counter[source] += p.bytes;
-        counters->needed += p.bytes;
-      }
+      if (p.rank == me) count_piece(c, p, nodes.node_of[static_cast<std::size_t>(me)], counters);
       if (reader == me && p.rank == me) {
         char* from = data.at(copy).bytes;
         if (from != box_buffer)

@@ -128,11 +128,8 @@ std::optional<proto::InfoValue> scalar_info(const CkptRecord& r) {
   return v;
 }
 
-}  // namespace
-
-Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
-                                const std::string& path) {
-  proto::Index index;
+// The scan's own consistency, before anything is described from it.
+Status check_scan(const CkptScan& scan, const std::string& path) {
   // No writer makes a non-empty .ckpt without a record or distckpt's metadata (MindSpore
   // writes an empty file for nothing): such bytes merely happen to parse.
   if (scan.records.empty() && !scan.meta)
@@ -155,7 +152,106 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
     return corruption("'" + path + "': its metadata, record headers or info values were modified or damaged "
                       "(structure CRC32C " + internal_transform::crc32c_hex(scan.structure_crc32c) + " != " +
                       internal_transform::crc32c_hex(scan.checks->structure_crc32c()) + ")");
-  index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
+  return Status();
+}
+
+// A plain tensor of records [i, j) (one tag): its dtype, shape and one chunk per box of
+// each record's element range, every size checked against the file's.
+Result<proto::Tensor> plain_tensor(const CkptScan& scan, std::size_t i, std::size_t j, bool scalar,
+                                   const std::string& where) {
+  const CkptRecord& first = scan.records[i];
+  const auto dtype = ms_type_from_name(first.type);
+  if (!dtype) return corruption(where + ": unknown tensor_type '" + internal_base::printable(first.type) + "'");
+  const Shape shape = scalar ? Shape{} : first.dims;
+  if (first.type == "str") return corruption(where + ": a str record is not a tensor");
+  const auto count = internal_layout::checked_num_elements(shape);
+  if (!count) return corruption(where + ": dims " + dims_string(first.dims) + " overflow");
+  const uint64_t item = dtype_size(*dtype);
+  proto::Tensor t;
+  t.set_name(first.tag);
+  t.set_dtype(std::string(dtype_name(*dtype)));
+  for (int64_t d : shape) t.add_global_shape(d);
+  uint64_t total = 0;  // summed with overflow in mind: each record is within the file
+  for (std::size_t k = i; k < j; ++k) total += scan.records[k].content_bytes;
+  if (total != static_cast<uint64_t>(*count) * item)
+    return corruption(where + ": tensor_content holds " + std::to_string(total) + " bytes, dims " +
+                      dims_string(first.dims) + " x " + std::to_string(item) + " bytes (" + first.type + ") need " +
+                      std::to_string(static_cast<uint64_t>(*count) * item));
+  int64_t at = 0;
+  for (std::size_t k = i; k < j; ++k) {
+    const CkptRecord& r = scan.records[k];
+    if (r.type != first.type || r.dims != first.dims)
+      return corruption(where + ": its records disagree on type or dims");
+    if (r.content_bytes % item != 0)
+      return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
+                        " bytes is not a whole number of " + first.type + " elements");
+    const int64_t n = static_cast<int64_t>(r.content_bytes / item);
+    if (n > *count - at)
+      return corruption(where + ": tensor_content holds more than prod(dims " + dims_string(first.dims) + ") x " +
+                        std::to_string(item) + " bytes");
+    if (n == 0) continue;
+    // A record is any element range (MindSpore 2.x cuts raw 512 MiB pieces): one
+    // chunk per box of it, at its byte offset within the record.
+    uint64_t byte = r.content_offset;
+    for (const Box& box : internal_layout::flat_range_to_boxes(shape, at, at + n)) {
+      auto* ch = t.add_chunks();
+      for (std::size_t d = 0; d < shape.size(); ++d) {
+        ch->add_offset(box.offset[d]);
+        ch->add_shape(box.shape[d]);
+      }
+      const uint64_t len = static_cast<uint64_t>(box.num_elements()) * item;
+      ch->set_file_id(0);
+      ch->set_byte_offset(byte);
+      ch->set_length(len);
+      ch->set_writer_rank(-1);
+      byte += len;
+    }
+    at += n;
+  }
+  if (at != *count)
+    return corruption(where + ": tensor_content holds " + std::to_string(static_cast<uint64_t>(at) * item) +
+                      " bytes, dims " + dims_string(first.dims) + " x " + std::to_string(item) + " need " +
+                      std::to_string(static_cast<uint64_t>(*count) * item));
+  if (*count == 0) {  // an empty tensor still needs its (empty) chunk to be described
+    auto* ch = t.add_chunks();
+    for (int64_t d : shape) {
+      ch->add_offset(0);
+      ch->add_shape(d);
+    }
+    ch->set_byte_offset(first.content_offset);
+  }
+  return t;
+}
+
+// Each chunk's CRC32C from distckpt's checksums field, in the order the chunks were
+// described (file order); its count must equal the chunks'.
+Status attach_checksums(const proto::CkptChecks& checks, const std::vector<std::string>& order,
+                        std::map<std::string, proto::Tensor>* found, proto::Index* index, const std::string& path) {
+  // Each chunk's CRC32C, in the order the chunks were described (file order).
+  const auto& crcs = checks.chunk_crc32c();
+  int next = 0;
+  for (const std::string& name : order) {
+    auto it = found->find(name);
+    if (it == found->end()) continue;
+    for (auto& ch : *it->second.mutable_chunks()) {
+      if (ch.length() == 0) continue;
+      if (next == crcs.size()) return corruption("'" + path + "': the checksums field lists fewer chunks than the records hold");
+      ch.set_crc32c(crcs.Get(next++));
+    }
+  }
+  if (next != crcs.size())
+    return corruption("'" + path + "': the checksums field lists " + std::to_string(crcs.size()) +
+                      " chunks, the records hold " + std::to_string(next));
+  index->mutable_transforms()->set_checksum("crc32c");
+  return Status();
+}
+
+}  // namespace
+
+Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_name, uint64_t size,
+                                const std::string& path) {
+  DISTCKPT_RETURN_IF_ERROR(check_scan(scan, path));
+  proto::Index index = describe_single_file(scan.meta, "ckpt", "none", file_name, size);
   index.clear_ckpt_layout();
   std::set<std::string> info_keys;
   for (const auto& [k, v] : index.info()) info_keys.insert(k);
@@ -220,88 +316,12 @@ Result<proto::Index> ckpt_index(const CkptScan& scan, const std::string& file_na
       i = j;
       continue;
     }
-    const auto dtype = ms_type_from_name(first.type);
-    if (!dtype) return corruption(where + ": unknown tensor_type '" + internal_base::printable(first.type) + "'");
-    const Shape shape = scalar ? Shape{} : first.dims;
-    if (first.type == "str") return corruption(where + ": a str record is not a tensor");
-    const auto count = internal_layout::checked_num_elements(shape);
-    if (!count) return corruption(where + ": dims " + dims_string(first.dims) + " overflow");
-    const uint64_t item = dtype_size(*dtype);
-    proto::Tensor t;
-    t.set_name(first.tag);
-    t.set_dtype(std::string(dtype_name(*dtype)));
-    for (int64_t d : shape) t.add_global_shape(d);
-    uint64_t total = 0;  // summed with overflow in mind: each record is within the file
-    for (std::size_t k = i; k < j; ++k) total += scan.records[k].content_bytes;
-    if (total != static_cast<uint64_t>(*count) * item)
-      return corruption(where + ": tensor_content holds " + std::to_string(total) + " bytes, dims " +
-                        dims_string(first.dims) + " x " + std::to_string(item) + " bytes (" + first.type + ") need " +
-                        std::to_string(static_cast<uint64_t>(*count) * item));
-    int64_t at = 0;
-    for (std::size_t k = i; k < j; ++k) {
-      const CkptRecord& r = scan.records[k];
-      if (r.type != first.type || r.dims != first.dims)
-        return corruption(where + ": its records disagree on type or dims");
-      if (r.content_bytes % item != 0)
-        return corruption(where + ": a record's tensor_content of " + std::to_string(r.content_bytes) +
-                          " bytes is not a whole number of " + first.type + " elements");
-      const int64_t n = static_cast<int64_t>(r.content_bytes / item);
-      if (n > *count - at)
-        return corruption(where + ": tensor_content holds more than prod(dims " + dims_string(first.dims) + ") x " +
-                          std::to_string(item) + " bytes");
-      if (n == 0) continue;
-      // A record is any element range (MindSpore 2.x cuts raw 512 MiB pieces): one
-      // chunk per box of it, at its byte offset within the record.
-      uint64_t byte = r.content_offset;
-      for (const Box& box : internal_layout::flat_range_to_boxes(shape, at, at + n)) {
-        auto* ch = t.add_chunks();
-        for (std::size_t d = 0; d < shape.size(); ++d) {
-          ch->add_offset(box.offset[d]);
-          ch->add_shape(box.shape[d]);
-        }
-        const uint64_t len = static_cast<uint64_t>(box.num_elements()) * item;
-        ch->set_file_id(0);
-        ch->set_byte_offset(byte);
-        ch->set_length(len);
-        ch->set_writer_rank(-1);
-        byte += len;
-      }
-      at += n;
-    }
-    if (at != *count)
-      return corruption(where + ": tensor_content holds " + std::to_string(static_cast<uint64_t>(at) * item) +
-                        " bytes, dims " + dims_string(first.dims) + " x " + std::to_string(item) + " need " +
-                        std::to_string(static_cast<uint64_t>(*count) * item));
-    if (*count == 0) {  // an empty tensor still needs its (empty) chunk to be described
-      auto* ch = t.add_chunks();
-      for (int64_t d : shape) {
-        ch->add_offset(0);
-        ch->add_shape(d);
-      }
-      ch->set_byte_offset(first.content_offset);
-    }
+    DISTCKPT_ASSIGN_OR_RETURN(proto::Tensor t, plain_tensor(scan, i, j, scalar, where));
     order.push_back(first.tag);
     found.emplace(first.tag, std::move(t));
     i = j;
   }
-  if (scan.checks) {
-    // Each chunk's CRC32C, in the order the chunks were described (file order).
-    const auto& crcs = scan.checks->chunk_crc32c();
-    int next = 0;
-    for (const std::string& name : order) {
-      auto it = found.find(name);
-      if (it == found.end()) continue;
-      for (auto& ch : *it->second.mutable_chunks()) {
-        if (ch.length() == 0) continue;
-        if (next == crcs.size()) return corruption("'" + path + "': the checksums field lists fewer chunks than the records hold");
-        ch.set_crc32c(crcs.Get(next++));
-      }
-    }
-    if (next != crcs.size())
-      return corruption("'" + path + "': the checksums field lists " + std::to_string(crcs.size()) +
-                        " chunks, the records hold " + std::to_string(next));
-    index.mutable_transforms()->set_checksum("crc32c");
-  }
+  if (scan.checks) DISTCKPT_RETURN_IF_ERROR(attach_checksums(*scan.checks, order, &found, &index, path));
   if (scan.encryption) {
     const proto::CkptEncryption& e = *scan.encryption;
     if (next_chunk != static_cast<std::size_t>(e.nonce_size()))

@@ -191,24 +191,11 @@ Result<proto::Index> read_index(FileSystem& fs, const std::string& dir) {
   return parse_index(bytes, dir + "/" + kIndexFileName);
 }
 
-Status validate_index(const proto::Index& index, const std::string& path) {
-  const std::string where = "index '" + path + "'";
-  if (index.world_size() < 1 || index.world_size() > kMaxWorldSize)
-    return corruption(where + ": world size " + std::to_string(index.world_size()));
-  // Commit numbers order a root's checkpoints (latest, retention) and the next save takes
-  // the highest + 1: one near 2^64 would wrap it to 0 and pin itself as the newest.
-  if (index.commit_seq() >= kCommitSeqLimit)
-    return corruption(where + ": commit number " + std::to_string(index.commit_seq()));
-  // What this build cannot read, it refuses: a checksum it does not know would be read as
-  // "no checksum", a compression as plain bytes (a silently wrong load).
-  const std::string& checksum = index.transforms().checksum();
-  if (!checksum.empty() && checksum != "crc32c" && checksum != "none")
-    return unsupported(where + ": checksum '" + printable(checksum) + "' is not known to this build; upgrade distckpt");
-  const std::string& compression = index.transforms().compression();
-  if (!compression.empty() && compression != "none")
-    return unsupported(where + ": compression '" + printable(compression) +
-                       "' is not known to this build; upgrade distckpt");
-  int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
+namespace {
+
+// The files: names inside the checkpoint (or a per-rank set's), references to other
+// checkpoints of the root, no file twice, sizes bounded.
+Status check_files(const proto::Index& index, const std::string& where) {
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
     if (f.name().find('/') != std::string::npos && !per_rank_name_of(index, f.name()))
@@ -234,21 +221,28 @@ Status validate_index(const proto::Index& index, const std::string& path) {
                         "' listed twice");
     if (f.size() > (uint64_t{1} << 62)) return corruption(where + ": file '" + f.name() + "' has an absurd size");
   }
-  // Encrypted: the mode and its sizes, checked before any key is derived from them.
-  std::optional<EncryptionMode> encryption;
+  return Status();
+}
+
+struct EncryptionSizes {
+  std::optional<EncryptionMode> mode;  // set for chunk encryption
   std::size_t nonce_bytes = 0, tag_bytes = 0;
+};
+
+// Encrypted: the mode and its sizes, checked before any key is derived from them.
+Status check_encryption(const proto::Index& index, const std::string& where, EncryptionSizes* sizes) {
   if (index.has_encryption() && index.has_file_encryption()) return corruption(where + ": encrypted twice");
   if (index.has_encryption()) {
     const auto& e = index.encryption();
-    encryption = encryption_mode_from_name(e.mode());
-    if (!encryption || *encryption == EncryptionMode::kNone)
+    sizes->mode = encryption_mode_from_name(e.mode());
+    if (!sizes->mode || *sizes->mode == EncryptionMode::kNone)
       return corruption(where + ": unknown encryption mode '" + printable(e.mode()) + "'");
     if (e.salt().size() != internal_transform::kSaltBytes)
       return corruption(where + ": encryption salt of " + std::to_string(e.salt().size()) + " bytes");
-    nonce_bytes = *encryption == EncryptionMode::kAesGcm ? 12 : 16;
-    tag_bytes = *encryption == EncryptionMode::kAesGcm ? 16 : 32;
+    sizes->nonce_bytes = *sizes->mode == EncryptionMode::kAesGcm ? 12 : 16;
+    sizes->tag_bytes = *sizes->mode == EncryptionMode::kAesGcm ? 16 : 32;
     // The seal: the tensor table of an index.pb, the metadata of a .ckpt.
-    if (e.table_nonce().size() != nonce_bytes || e.table_tag().size() != tag_bytes)
+    if (e.table_nonce().size() != sizes->nonce_bytes || e.table_tag().size() != sizes->tag_bytes)
       return corruption(where + ": the seal's nonce or tag has the wrong size");
     if (index.transforms().encryption() != e.algorithm())
       return corruption(where + ": transforms say '" + printable(index.transforms().encryption()) +
@@ -267,6 +261,86 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     return corruption(where + ": encryption '" + printable(index.transforms().encryption()) +
                       "' without its parameters");
   }
+  return Status();
+}
+
+// A tensor's layout, every field checked, needed or not: a layout load does not use is
+// still one that cannot have been saved. Adds the ranks it lists to `listed_ranks`.
+Status check_layout(const proto::Tensor& t, const std::string& tw, int64_t world_size, int64_t* listed_ranks) {
+  const int dims = t.global_shape_size();
+  const auto& L = t.layout();
+  if (L.dev_mat_size() > 0 && L.tensor_map_size() != dims)
+    return corruption(tw + ": tensor_map has " + std::to_string(L.tensor_map_size()) + " entries for " +
+                      std::to_string(dims) + " dims");
+  for (int r : L.ranks())
+    if (r < 0) return corruption(tw + ": negative rank in layout");
+  // The save-time group: a rank list, or (device-matrix form) the contiguous run of
+  // prod(dev_mat) ranks from ranks_first, which must lie inside the world.
+  int64_t group = 1;
+  for (int64_t d : L.dev_mat()) {
+    if (d <= 0 || d > kMaxWorldSize || group * d > kMaxWorldSize)
+      return corruption(tw + ": layout dev_mat has a non-positive or too large entry");
+    group *= d;
+  }
+  if (L.dev_mat_size() == 0 && L.tensor_map_size() > 0) return corruption(tw + ": tensor_map without dev_mat");
+  // Every field is checked, needed or not: a layout load does not use is still one
+  // that cannot have been saved (MindSpore's rules, as TensorLayout checks them).
+  {
+    const int64_t axes = L.dev_mat_size();
+    std::vector<bool> used(static_cast<std::size_t>(axes), false);
+    for (int i = 0; i < L.tensor_map_size(); ++i) {
+      const int64_t k = L.tensor_map(i);
+      if (k == -1) continue;
+      if (k < -1 || k >= axes)
+        return corruption(tw + ": tensor_map[" + std::to_string(i) + "] = " + std::to_string(k) +
+                          " is out of range for " + std::to_string(axes) + " device axes");
+      const auto axis = static_cast<std::size_t>(axes - 1 - k);
+      if (used[axis]) return corruption(tw + ": tensor_map uses device axis " + std::to_string(k) + " twice");
+      used[axis] = true;
+      const int64_t parts = L.dev_mat(static_cast<int>(axis));
+      if (parts > 0 && t.global_shape(i) % parts != 0)
+        return corruption(tw + ": dim " + std::to_string(i) + " (" + std::to_string(t.global_shape(i)) +
+                          ") is not divisible by its split " + std::to_string(parts));
+    }
+  }
+  if (L.ranks_first() < 0 || (L.ranks_first() > 0 && (L.dev_mat_size() == 0 || L.ranks_size() > 0)))
+    return corruption(tw + ": layout has a bad ranks_first " + std::to_string(L.ranks_first()));
+  if (L.dev_mat_size() > 0 && L.ranks_size() == 0 && L.ranks_first() + group > world_size)
+    return corruption(tw + ": layout's ranks " + std::to_string(L.ranks_first()) + ".." +
+                      std::to_string(L.ranks_first() + group - 1) + " lie outside the world of " +
+                      std::to_string(world_size));
+  if (L.dev_mat_size() > 0 && L.ranks_size() > 0 && L.ranks_size() != group)
+    return corruption(tw + ": layout lists " + std::to_string(L.ranks_size()) + " ranks for dev_mat of " +
+                      std::to_string(group));
+  *listed_ranks += L.ranks_size() > 0 || L.dev_mat_size() == 0 ? L.ranks_size() : group;
+  return Status();
+}
+
+}  // namespace
+
+Status validate_index(const proto::Index& index, const std::string& path) {
+  const std::string where = "index '" + path + "'";
+  if (index.world_size() < 1 || index.world_size() > kMaxWorldSize)
+    return corruption(where + ": world size " + std::to_string(index.world_size()));
+  // Commit numbers order a root's checkpoints (latest, retention) and the next save takes
+  // the highest + 1: one near 2^64 would wrap it to 0 and pin itself as the newest.
+  if (index.commit_seq() >= kCommitSeqLimit)
+    return corruption(where + ": commit number " + std::to_string(index.commit_seq()));
+  // What this build cannot read, it refuses: a checksum it does not know would be read as
+  // "no checksum", a compression as plain bytes (a silently wrong load).
+  const std::string& checksum = index.transforms().checksum();
+  if (!checksum.empty() && checksum != "crc32c" && checksum != "none")
+    return unsupported(where + ": checksum '" + printable(checksum) + "' is not known to this build; upgrade distckpt");
+  const std::string& compression = index.transforms().compression();
+  if (!compression.empty() && compression != "none")
+    return unsupported(where + ": compression '" + printable(compression) +
+                       "' is not known to this build; upgrade distckpt");
+  DISTCKPT_RETURN_IF_ERROR(check_files(index, where));
+  EncryptionSizes sizes;
+  DISTCKPT_RETURN_IF_ERROR(check_encryption(index, where, &sizes));
+  const std::optional<EncryptionMode>& encryption = sizes.mode;
+  const std::size_t nonce_bytes = sizes.nonce_bytes, tag_bytes = sizes.tag_bytes;
+  int64_t listed_ranks = 0;  // what to_checkpoint_info will list, bounded before anything is allocated
   std::set<std::string> names;
   for (const auto& t : index.tensors()) {
     const std::string tw = where + ": tensor '" + printable(t.name()) + "'";
@@ -283,51 +357,7 @@ Status validate_index(const proto::Index& index, const std::string& path) {
     if (!internal_layout::checked_num_elements(global))
       return corruption(tw + ": global shape has a negative or overflowing dimension");
     const int dims = t.global_shape_size();
-    const auto& L = t.layout();
-    if (L.dev_mat_size() > 0 && L.tensor_map_size() != dims)
-      return corruption(tw + ": tensor_map has " + std::to_string(L.tensor_map_size()) + " entries for " +
-                        std::to_string(dims) + " dims");
-    for (int r : L.ranks())
-      if (r < 0) return corruption(tw + ": negative rank in layout");
-    // The save-time group: a rank list, or (device-matrix form) the contiguous run of
-    // prod(dev_mat) ranks from ranks_first, which must lie inside the world.
-    int64_t group = 1;
-    for (int64_t d : L.dev_mat()) {
-      if (d <= 0 || d > kMaxWorldSize || group * d > kMaxWorldSize)
-        return corruption(tw + ": layout dev_mat has a non-positive or too large entry");
-      group *= d;
-    }
-    if (L.dev_mat_size() == 0 && L.tensor_map_size() > 0) return corruption(tw + ": tensor_map without dev_mat");
-    // Every field is checked, needed or not: a layout load does not use is still one
-    // that cannot have been saved (MindSpore's rules, as TensorLayout checks them).
-    {
-      const int64_t axes = L.dev_mat_size();
-      std::vector<bool> used(static_cast<std::size_t>(axes), false);
-      for (int i = 0; i < L.tensor_map_size(); ++i) {
-        const int64_t k = L.tensor_map(i);
-        if (k == -1) continue;
-        if (k < -1 || k >= axes)
-          return corruption(tw + ": tensor_map[" + std::to_string(i) + "] = " + std::to_string(k) +
-                            " is out of range for " + std::to_string(axes) + " device axes");
-        const auto axis = static_cast<std::size_t>(axes - 1 - k);
-        if (used[axis]) return corruption(tw + ": tensor_map uses device axis " + std::to_string(k) + " twice");
-        used[axis] = true;
-        const int64_t parts = L.dev_mat(static_cast<int>(axis));
-        if (parts > 0 && t.global_shape(i) % parts != 0)
-          return corruption(tw + ": dim " + std::to_string(i) + " (" + std::to_string(t.global_shape(i)) +
-                            ") is not divisible by its split " + std::to_string(parts));
-      }
-    }
-    if (L.ranks_first() < 0 || (L.ranks_first() > 0 && (L.dev_mat_size() == 0 || L.ranks_size() > 0)))
-      return corruption(tw + ": layout has a bad ranks_first " + std::to_string(L.ranks_first()));
-    if (L.dev_mat_size() > 0 && L.ranks_size() == 0 && L.ranks_first() + group > index.world_size())
-      return corruption(tw + ": layout's ranks " + std::to_string(L.ranks_first()) + ".." +
-                        std::to_string(L.ranks_first() + group - 1) + " lie outside the world of " +
-                        std::to_string(index.world_size()));
-    if (L.dev_mat_size() > 0 && L.ranks_size() > 0 && L.ranks_size() != group)
-      return corruption(tw + ": layout lists " + std::to_string(L.ranks_size()) + " ranks for dev_mat of " +
-                        std::to_string(group));
-    listed_ranks += L.ranks_size() > 0 || L.dev_mat_size() == 0 ? L.ranks_size() : group;
+    DISTCKPT_RETURN_IF_ERROR(check_layout(t, tw, index.world_size(), &listed_ranks));
     if (listed_ranks > kMaxListedRanks)
       return corruption(where + ": its layouts name more than " + std::to_string(kMaxListedRanks) + " ranks in all");
     std::set<Box> distinct;
