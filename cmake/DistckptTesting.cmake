@@ -8,10 +8,18 @@
 set(DISTCKPT_MPIEXEC_FLAGS --allow-run-as-root --oversubscribe --bind-to none
     CACHE STRING "Extra flags for mpirun in tests")
 
+# distckpt_add_unit_test(name sources... [FLOOR floor]): with FLOOR, the test links that
+# floor's library (and so the floors below it) and nothing above: a test of a floor that
+# needs a higher one fails to link. Without, the whole library.
 function(distckpt_add_unit_test name)
-  add_executable(${name} ${ARGN})
+  cmake_parse_arguments(ARG "" "FLOOR" "" ${ARGN})
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/proto)
-  target_link_libraries(${name} PRIVATE distckpt distckpt_proto GTest::gtest GTest::gtest_main)
+  if(ARG_FLOOR)
+    target_link_libraries(${name} PRIVATE distckpt_floor_${ARG_FLOOR} GTest::gtest GTest::gtest_main)
+  else()
+    target_link_libraries(${name} PRIVATE distckpt distckpt_proto GTest::gtest GTest::gtest_main)
+  endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 LABELS unit)
 endfunction()

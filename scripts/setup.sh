@@ -25,6 +25,7 @@ packages=(
   util-linux e2fsprogs quota          # tests (realfs): setpriv, losetup, mkfs.ext4, setquota
   iproute2                            # tests (multinode): ip netns, veth, bridge (cluster/netns.sh)
   slurmctld slurmd slurm-client       # tests (multinode-slurm): Slurm across the namespace hosts
+  universal-ctags                     # scripts/check_structure.py: the length of every function
 )
 
 # --docs: the site's toolchain too (about 190 MB with Chromium): cmake --build build --target docs.

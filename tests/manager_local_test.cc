@@ -24,7 +24,7 @@
 #include "format_model.h"
 #include "manager/retention.h"
 #include "storage/fault_fs.h"
-#include "transform/sha256.h"
+#include "storage/file_sha256.h"
 #include "local_ranks.h"
 #include "test_util.h"
 
@@ -1442,7 +1442,7 @@ TEST(ExceptionSave, OneRankThrowsWhileTheOthersAreInTheManager) {
 
 std::string sha_of(const std::string& path) {
   auto fs = posix_filesystem();
-  auto sha = internal_transform::sha256_file(*fs, path);
+  auto sha = internal_storage::sha256_file(*fs, path);
   EXPECT_TRUE(sha.ok()) << sha.status().to_string();
   return sha.ok() ? *sha : "";
 }

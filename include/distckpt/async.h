@@ -17,8 +17,8 @@
 #include <string>
 
 #include "distckpt/checkpoint.h"
-#include "distckpt/tier.h"
 #include "distckpt/comm.h"
+#include "distckpt/local_tier.h"
 #include "distckpt/state_dict.h"
 #include "distckpt/status.h"
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "distckpt/async.h"
+#include "distckpt/catalog.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/comm.h"
 #include "distckpt/config.h"
@@ -13,7 +14,9 @@
 #include "distckpt/gather.h"
 #include "distckpt/inspect.h"
 #include "distckpt/layout.h"
+#include "distckpt/local_tier.h"
 #include "distckpt/manager.h"
+#include "distckpt/mpi_async.h"
 #include "distckpt/mpi_comm.h"
 #include "distckpt/reader.h"
 #include "distckpt/state_dict.h"

@@ -1,12 +1,11 @@
-/// The MPI entry points: a Comm over an MPI communicator, and an asynchronous
-/// checkpointer over one. The only public header that includes <mpi.h>.
+/// A Comm over an MPI communicator. With mpi_async.h (an asynchronous checkpointer over
+/// one), the only public headers that include <mpi.h>.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
 
-#include "distckpt/async.h"
 #include "distckpt/comm.h"
 
 namespace distckpt {
@@ -36,17 +35,5 @@ struct MpiCommOptions {
 /// timeout the Comm runs one watchdog thread (started at its first collective). An MPI
 /// error (MPI_Comm_dup's too) is fatal to the job, as MPI's default error handler makes it.
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const MpiCommOptions& options = {});
-
-/// Collective over `comm` (duplicated twice: the loop's side and the background
-/// thread's). Fails on every rank with kUnsupported when MPI provides less than
-/// MPI_THREAD_MULTIPLE, kIoError when the staging memory cannot be allocated. Call from
-/// the thread that makes MPI calls; the checkpointer's own thread uses its duplicate.
-Result<std::unique_ptr<AsyncCheckpointer>> make_async_checkpointer(MPI_Comm comm, const AsyncOptions& options = {});
-
-template <>
-inline Result<std::unique_ptr<AsyncCheckpointer>> AsyncCheckpointer::create<MPI_Comm>(MPI_Comm comm,
-                                                                                      const AsyncOptions& options) {
-  return make_async_checkpointer(comm, options);
-}
 
 }  // namespace distckpt

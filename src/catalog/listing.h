@@ -6,7 +6,7 @@
 #include <string>
 #include <tuple>
 
-#include "distckpt/inspect.h"
+#include "distckpt/catalog.h"
 #include "distckpt/filesystem.h"
 
 namespace distckpt::internal_catalog {

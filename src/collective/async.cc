@@ -21,7 +21,7 @@
 #include "collective/staged_save.h"
 #include "comm/agree.h"
 #include "distckpt/async.h"
-#include "distckpt/mpi_comm.h"
+#include "distckpt/mpi_async.h"
 #include "format/format.h"
 #include "layout/strided.h"
 #include "storage/staging.h"

@@ -2,7 +2,7 @@
 
 #include "base/guard.h"
 #include "comm/agree.h"
-#include "distckpt/inspect.h"
+#include "distckpt/catalog.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"

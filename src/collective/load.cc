@@ -18,7 +18,7 @@
 #include "plan/load_staging.h"
 #include "comm/agree.h"
 #include "distckpt/checkpoint.h"
-#include "distckpt/inspect.h"
+#include "distckpt/catalog.h"
 #include "format/chunk_reader.h"
 #include "format/format.h"
 #include "format/native/index_codec.h"

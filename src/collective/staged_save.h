@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "collective/save_session.h"
-#include "distckpt/tier.h"
+#include "distckpt/local_tier.h"
 
 namespace distckpt::internal_collective {
 

@@ -13,8 +13,10 @@
 #include <string>
 #include <string_view>
 
-#include "distckpt/checkpoint.h"
+#include "distckpt/encryption.h"
 #include "distckpt/filesystem.h"
+#include "distckpt/format.h"
+#include "distckpt/state_dict.h"
 #include "distckpt_index.pb.h"
 
 namespace distckpt::internal_transform {

@@ -25,7 +25,7 @@
 #include "comm/agree.h"
 #include "comm/mpi_interop.h"
 #include "distckpt/convert.h"
-#include "distckpt/mpi_comm.h"
+#include "distckpt/mpi_async.h"
 #include "manager/manager_impl.h"
 #include "manager/stats.h"
 #include "manager/upload.h"

@@ -17,7 +17,7 @@
 #include "layout/strided.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
-#include "distckpt/inspect.h"
+#include "distckpt/catalog.h"
 #include "distckpt/tier.h"
 #include "format/chunk_reader.h"
 #include "format/format.h"

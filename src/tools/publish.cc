@@ -7,7 +7,7 @@
 #include "distckpt/inspect.h"
 #include "format/format.h"
 #include "tools/convert.h"
-#include "transform/sha256.h"
+#include "storage/file_sha256.h"
 
 namespace distckpt {
 
@@ -54,7 +54,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
     } remove_tmp{*fs, entry};
     auto result = [&]() -> Result<PublishResult> {
       PublishResult out;
-      DISTCKPT_ASSIGN_OR_RETURN(out.sha256, internal_transform::sha256_file(*fs, tmp));
+      DISTCKPT_ASSIGN_OR_RETURN(out.sha256, internal_storage::sha256_file(*fs, tmp));
       const std::string name = stem + "-" + out.sha256.substr(0, 8) + ext;
       out.path = directory + "/" + name;
       for (const auto& t : info.tensors)
@@ -66,7 +66,7 @@ Result<PublishResult> publish_checkpoint(const std::string& src, const PublishOp
       // Published before (or by a concurrent publisher)? The same name with the same
       // digest is the same file.
       auto same_file_there = [&]() -> Result<bool> {
-        DISTCKPT_ASSIGN_OR_RETURN(std::string there, internal_transform::sha256_file(*fs, out.path));
+        DISTCKPT_ASSIGN_OR_RETURN(std::string there, internal_storage::sha256_file(*fs, out.path));
         if (there != out.sha256)
           return already_exists("publish: '" + out.path + "' exists with a different SHA-256 (" + there + ")");
         return true;

@@ -2,13 +2,8 @@
 
 #include <openssl/evp.h>
 
-#include <memory>
-#include <vector>
-
 namespace distckpt::internal_transform {
 namespace {
-
-using MdCtx = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
 
 std::string to_hex(const unsigned char* digest, unsigned int n) {
   static const char kHex[] = "0123456789abcdef";
@@ -22,24 +17,27 @@ std::string to_hex(const unsigned char* digest, unsigned int n) {
 
 }  // namespace
 
-Result<std::string> sha256_file(FileSystem& fs, const std::string& path) {
-  DISTCKPT_ASSIGN_OR_RETURN(auto file, fs.open_readable(path));
-  DISTCKPT_ASSIGN_OR_RETURN(uint64_t size, file->size());
-  MdCtx ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    return internal_error("sha256 '" + path + "': OpenSSL cannot start a SHA-256 digest");
-  std::vector<char> buf(std::min<uint64_t>(size, uint64_t{8} << 20));
-  for (uint64_t done = 0; done < size;) {
-    const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(buf.size(), size - done));
-    DISTCKPT_RETURN_IF_ERROR(file->read_at(buf.data(), n, done));
-    if (EVP_DigestUpdate(ctx.get(), buf.data(), n) != 1)
-      return internal_error("sha256 '" + path + "': EVP_DigestUpdate failed");
-    done += n;
-  }
+struct Sha256::Ctx {
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  ~Ctx() { EVP_MD_CTX_free(md); }
+};
+
+Result<Sha256> Sha256::start() {
+  auto ctx = std::make_shared<Ctx>();
+  if (ctx->md == nullptr || EVP_DigestInit_ex(ctx->md, EVP_sha256(), nullptr) != 1)
+    return internal_error("OpenSSL cannot start a SHA-256 digest");
+  return Sha256(std::move(ctx));
+}
+
+Status Sha256::update(const void* data, std::size_t n) {
+  if (EVP_DigestUpdate(ctx_->md, data, n) != 1) return internal_error("SHA-256: EVP_DigestUpdate failed");
+  return Status();
+}
+
+Result<std::string> Sha256::finish_hex() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1)
-    return internal_error("sha256 '" + path + "': EVP_DigestFinal_ex failed");
+  if (EVP_DigestFinal_ex(ctx_->md, digest, &length) != 1) return internal_error("SHA-256: EVP_DigestFinal_ex failed");
   return to_hex(digest, length);
 }
 

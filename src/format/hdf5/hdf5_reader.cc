@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/package.h"
 #include "base/strings.h"
 #include "base/text.h"
 #include "format/describe.h"
@@ -166,17 +167,6 @@ bool trusted_program(const std::string& path) {
   return (st.st_uid == 0 || st.st_uid == ::geteuid()) && (st.st_mode & S_IWOTH) == 0;
 }
 
-// set_hdf5_reader_path's (a consumer's package). Built on first use: it is called from
-// other translation units' static initializers, which may run before this one's.
-struct RegisteredReader {
-  std::mutex mu;
-  std::string path;
-};
-RegisteredReader& registered_reader() {
-  static RegisteredReader r;
-  return r;
-}
-
 // The reader program's path: $DISTCKPT_HDF5_READER; else the one a program built against
 // an installed package registered (package.h); else an installed program's own
 // (libexec/distckpt/ beside its bin/, wherever the install was moved); else this build
@@ -189,11 +179,8 @@ Result<std::string> hdf5_reader_path(const std::string& where) {
                      std::strerror(saved_errno));
   }
   std::vector<std::string> candidates;
-  {
-    RegisteredReader& r = registered_reader();
-    std::lock_guard<std::mutex> lock(r.mu);
-    if (!r.path.empty()) candidates.push_back(r.path);
-  }
+  if (std::string registered = internal_base::registered_hdf5_reader(); !registered.empty())
+    candidates.push_back(std::move(registered));
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
@@ -455,12 +442,6 @@ int hdf5_reader_main(int argc, char** argv) {
 }  // namespace distckpt::internal_format
 
 namespace distckpt {
-
-void set_hdf5_reader_path(const std::string& path) {
-  internal_format::RegisteredReader& r = internal_format::registered_reader();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.path = path;
-}
 
 std::string hdf5_reader_program() {
   auto path = internal_format::hdf5_reader_path("hdf5");
