@@ -107,6 +107,17 @@ Status share_salt(Comm& comm, const Encryption& enc, std::string* salt_out,
 // read (a bug) becomes frame->my_writes_error, reported by the write agreement.
 // Part of rank r: rank 0's outcome (internal_comm::pack_outcome) with the entry's path,
 // a NUL and the write list (internal_plan::encode_writes).
+// With FrameSpec::share_index: rank 0's planned index to every rank (after a scatter
+// that succeeded everywhere). A message that does not parse is carried to the write
+// agreement, as a malformed write list is.
+void share_planned_index(Comm& comm, SaveFrame* frame) {
+  std::string bytes;
+  if (comm.rank() == 0) frame->plan.index.SerializeToString(&bytes);
+  comm.broadcast_string(bytes, 0);
+  if (comm.rank() != 0 && !frame->plan.index.ParseFromString(bytes) && frame->my_writes_error.ok())
+    frame->my_writes_error = internal_error(rank_prefix(comm) + ": the planned index from rank 0 does not parse");
+}
+
 Status scatter_plan(Comm& comm, const Status& planned, SaveFrame* frame) {
   std::vector<std::string> parts;
   if (comm.rank() == 0) {
@@ -223,25 +234,34 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   opening.checksum = options.checksum;
   opening.incremental = options.incremental;
   opening.chunk_cipher = frame.format->id != Format::kCkpt;
+  opening.same_words = spec.same_words;
+  opening.same_what = spec.same_what;
   DISTCKPT_RETURN_IF_ERROR(agree_to_open(comm, local.with_context(rank_prefix(comm)), state, options.encryption,
                                          &opening, &frame.salt, &frame.cipher));
+  frame.seam = spec.seam;
+  if (spec.before_plan) DISTCKPT_RETURN_IF_ERROR(spec.before_plan(comm, frame));
   // Checksums are on unless every rank turned them off; incremental is every rank's
   // alike (the base is rank 0's to choose).
   if (spec.agree_on_checksum) frame.options.checksum = opening.checksum;
   frame.incremental = opening.incremental;
+  std::string seam_name;  // rank 0, with a seam: the entry's name, sent as the tmp entry is
   if (comm.rank() == 0) {
     local = guarded("save: rank 0: plan", [&]() -> Status {
       DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
-                                                                     spec.remove_redundancy, nullptr, spec.writers));
+                                                                     spec.remove_redundancy, spec.node_of, spec.writers));
       proto::Index& index = frame.plan.index;
       index.set_name(spec.name);
       index.set_step(options.step);
       index.set_epoch(options.epoch);
       internal_format::set_info_values(state.info(), &index);
       if (spec.shape_index) DISTCKPT_RETURN_IF_ERROR(spec.shape_index(frame));
-      DISTCKPT_ASSIGN_OR_RETURN(frame.entry, internal_catalog::begin_entry(fs, root, spec.name,
-                                                                           !frame.format->single_file, "save: rank 0",
-                                                                           frame.fs));
+      if (spec.seam) {
+        DISTCKPT_ASSIGN_OR_RETURN(seam_name, spec.seam->name(frame));
+      } else {
+        DISTCKPT_ASSIGN_OR_RETURN(frame.entry, internal_catalog::begin_entry(fs, root, spec.name,
+                                                                             !frame.format->single_file,
+                                                                             "save: rank 0", frame.fs));
+      }
       frame.plan.index.set_commit_seq(frame.entry.commit_seq);
       frame.plan.index.set_advances_latest(options.update_latest);
       frame.plan.index.set_created_unix_ms(internal_base::wall_clock_ms());
@@ -251,6 +271,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
     });
     // An exception after the tmp entry was made: it goes.
     if (!local.ok() && !frame.entry.tmp.empty() && fs.exists(frame.entry.tmp)) discard_entry(fs, frame.entry);
+    if (local.ok() && spec.seam) frame.entry.tmp = seam_name;  // what the ranks receive
   }
   if (spec.scatter_writes) {
     DISTCKPT_RETURN_IF_ERROR(scatter_plan(comm, local, &frame));
@@ -258,10 +279,16 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
     DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
     comm.broadcast_string(frame.entry.tmp, 0);
   }
+  if (spec.share_index) share_planned_index(comm, &frame);
   frame.entry.root = root;
   frame.entry.name = spec.name;
   frame.entry.path = frame.result.path;
   frame.entry.directory = !frame.format->single_file;
+  if (spec.seam) {
+    seam_name = frame.entry.tmp;
+    frame.entry.tmp.clear();  // the seam makes the entry
+    DISTCKPT_RETURN_IF_ERROR(spec.seam->open(comm, frame, seam_name));
+  }
   for (const TensorEntry& e : state.tensors())
     frame.result.bytes_unique +=
         static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
@@ -272,12 +299,24 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
 Status agree_or_discard(Comm& comm, const SaveFrame& frame, const Status& local) {
   Status agreed = agree(comm, local);
   // Garbage: never visible under the final name.
-  if (!agreed.ok() && comm.rank() == 0) discard_entry(*frame.fs, frame.entry);
+  if (!agreed.ok() && frame.seam) frame.seam->discard(frame);
+  else if (!agreed.ok() && comm.rank() == 0) discard_entry(*frame.fs, frame.entry);
   return agreed;
 }
 
 Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& written,
                               const std::function<Result<proto::Index>()>& final_index) {
+  if (frame.seam) {
+    // Protocol step 2 as below, then the seam's commit.
+    Status agreed = agree(comm, written);
+    if (frame.seam->after_write) frame.seam->after_write(comm, frame);
+    if (!agreed.ok()) {
+      frame.seam->discard(frame);
+      return agreed;
+    }
+    DISTCKPT_RETURN_IF_ERROR(frame.seam->commit(comm, frame));
+    return frame.result;
+  }
   // Protocol step 2: all agree that every writer wrote and fsynced its files.
   DISTCKPT_RETURN_IF_ERROR(agree_or_discard(comm, frame, written));
 

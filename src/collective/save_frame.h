@@ -30,6 +30,28 @@
 
 namespace distckpt::internal_collective {
 
+struct SaveFrame;
+
+// Where a save's copies go and what it commits, when not a temporary entry in the root
+// that rank 0 commits with the index (the local tier: a directory on every node, and a
+// record in the root; tier/local_save.cc). open_save and close_save call it; the frame
+// keeps the rest (checks, agreements, the plan, the scatter, the discard on failure).
+struct EntrySeam {
+  // Rank 0, after the plan: the entry's temporary name (checked against the root), sent
+  // to every rank with the plan.
+  std::function<Result<std::string>(SaveFrame&)> name;
+  // Collective, once every rank holds the plan and the name: makes the entry and sets
+  // frame.entry. Returns an agreed Status, having removed what it made after a failure.
+  std::function<Status(Comm&, SaveFrame&, const std::string& name)> open;
+  // Collective, right after the write agreement, whatever its outcome.
+  std::function<void(Comm&, SaveFrame&)> after_write;
+  // Collective, once every rank wrote: commits, and fills frame.result's commit figures
+  // and sums. Returns an agreed Status, having removed what it made after a failure.
+  std::function<Status(Comm&, SaveFrame&)> commit;
+  // Every rank, after an agreed failure before the commit: removes what it made.
+  std::function<void(const SaveFrame&)> discard;
+};
+
 struct SaveFrame {
   std::shared_ptr<FileSystem> fs;
   std::string root;
@@ -63,6 +85,8 @@ struct SaveFrame {
   // Where this node keeps files to overwrite (the local tier's spares,
   // storage/spare_files.h); empty: every data file is new.
   std::string spare_dir;
+  // FrameSpec::seam, for close_save and agree_or_discard.
+  std::shared_ptr<const EntrySeam> seam;
 };
 
 // What a write strategy adds to the frame.
@@ -87,6 +111,20 @@ struct FrameSpec {
   // The format of the entry committed, when not the options' (a per-rank .ckpt set is
   // committed as a native directory).
   std::optional<Format> entry_format;
+  // One copy of each slice per node (the local tier): plan_save's node_of. Null: one
+  // copy in all.
+  const std::vector<int>* node_of = nullptr;
+  // Options of the strategy that must be the same on every rank, as words of the same
+  // count everywhere, and what they are (for the message); agreed with the opening.
+  std::vector<int64_t> same_words;
+  std::string same_what;
+  // Collective, after the opening's agreement and before the plan (the local tier: the
+  // nodes' ids). Returns an agreed Status. May be null.
+  std::function<Status(Comm&, SaveFrame&)> before_plan;
+  // Whether every rank receives the planned index (frame.plan.index) after the scatter.
+  bool share_index = false;
+  // Where the copies go and what is committed; null: the root's temporary entry.
+  std::shared_ptr<const EntrySeam> seam;
 };
 
 // Collective. See the top of this file. Errors: those of save() before writing
@@ -94,13 +132,14 @@ struct FrameSpec {
 Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
                             const FrameSpec& spec);
 
-// Collective: agrees on `local`; after a failure rank 0 removes the temporary entry.
-// Returns the agreed Status.
+// Collective: agrees on `local`; after a failure rank 0 removes the temporary entry (with
+// a seam: every rank its part). Returns the agreed Status.
 Status agree_or_discard(Comm& comm, const SaveFrame& frame, const Status& local);
 
 // Collective. `written`: this rank's outcome of the write (an error still takes part).
 // When every rank wrote, rank 0 commits: a directory with the index `final_index()`
-// returns (called on rank 0 only; sealed when encrypted), a single file as written.
+// returns (called on rank 0 only; sealed when encrypted), a single file as written; with
+// a seam, the seam commits (final_index unused).
 Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& written,
                               const std::function<Result<proto::Index>()>& final_index);
 

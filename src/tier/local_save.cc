@@ -220,215 +220,61 @@ void remove_quietly(FileSystem& fs, const std::string& path) {
 
 namespace internal_tier {
 
-Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
-                                 const LocalTier& tier_in) {
-  using internal_base::guarded;
-  using internal_comm::agree;
-  LocalSession ls;
-  ls.tier = LocalTier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
-  ls.root = root;
-  const LocalTier& tier = ls.tier;
-  internal_collective::SaveSession& session = ls.session;
-  internal_collective::SaveFrame& frame = session.frame;
-  frame.fs = options.fs ? options.fs : posix_filesystem();
-  frame.root = root;
-  frame.options = options;
-  frame.options.checksum = true;  // local files are always verified before use
-  frame.format = &internal_format::driver(Format::kNative);
-  frame.name = options.name;
-  FileSystem& fs = *frame.fs;
-  const int me = comm.rank();
-  const std::string where = "local save: rank " + std::to_string(me);
-  ls.nodes = node_map(comm);
-  const NodeMap& nodes = ls.nodes;
-  const int my_node = nodes.node_of[static_cast<std::size_t>(me)];
-  const bool leader = nodes.leader(my_node) == me;
-  ls.leader = leader;
+namespace {
 
-  // Step 1.
-  Redundancy& red = ls.red;
-  Status local = guarded(where, [&]() -> Status {
-    DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(options.name));
-    if (root.empty()) return invalid_argument("empty root directory");
-    if (tier.dir.empty()) return invalid_argument("empty local tier directory");
-    if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
-      return invalid_argument("the local tier keeps native sharded checkpoints only");
-    if (state.rank() != me) return invalid_argument("the state dict was built for rank " + std::to_string(state.rank()));
-    if (options.incremental)
-      return invalid_argument("the local tier writes every chunk (incremental saves reference files in the global root "
-                              "only; a node's files must not depend on another checkpoint's)");
-    DISTCKPT_ASSIGN_OR_RETURN(red, parse_redundancy(tier.redundancy));
-    if (red.kind != Redundancy::Kind::kAuto && red.kind != Redundancy::Kind::kNone)
-      DISTCKPT_RETURN_IF_ERROR(parity_groups(nodes.count, red).status());
-    return Status();
-  });
-  // One allreduce: the checks, the state dicts and encryption (checksums are always on
-  // here, and incremental was refused above).
-  internal_collective::Opening opening;
-  opening.name = options.name;
-  // Ranks that chose another redundancy or recycling would part ways at its collectives.
-  opening.same_words = {static_cast<int64_t>(red.kind), red.k, red.m, tier_in.recycle ? 1 : 0};
-  opening.same_what = "the local tier's redundancy and recycle";
-  DISTCKPT_RETURN_IF_ERROR(
-      internal_collective::agree_to_open(comm, local, state, options.encryption, &opening, &frame.salt, &frame.cipher));
-  // After a collective, so after every leader's cleanup of a save that failed: the
-  // mappings of its removed files give their pages back before this save needs them.
-  internal_storage::prune_write_mappings();
-
-  std::vector<std::string> node_ids, hosts;
-  DISTCKPT_RETURN_IF_ERROR(exchange_node_ids(comm, fs, tier.dir, nodes, leader, where, &node_ids, &hosts));
-
-  std::string tmp_name, plan_bytes;
-  if (me == 0) {
-    local = guarded("local save: rank 0: plan", [&]() -> Status {
-      if (fs.exists(root + "/" + options.name) || fs.exists(record_path(root, options.name)))
-        return already_exists("checkpoint '" + options.name + "' already exists in '" + root + "'");
-      DISTCKPT_ASSIGN_OR_RETURN(frame.plan, internal_plan::plan_save(internal_plan::planned_tensors(state), comm.size(),
-                                                                     true, &nodes.node_of));
-      const std::vector<std::size_t> solo_items = solo_first(frame.plan, nodes);
-      if (frame.cipher) internal_plan::apply_encryption(*frame.cipher, &frame.plan);
-      const std::vector<uint64_t> solo = solo_prefix(frame.plan, solo_items);
-      proto::Index& index = frame.plan.index;
-      index.set_name(options.name);
-      index.set_step(options.step);
-      index.set_epoch(options.epoch);
-      internal_format::set_info_values(state.info(), &index);
-      std::vector<int> writer(static_cast<std::size_t>(index.files_size()), 0);
-      for (std::size_t r = 0; r < frame.plan.writes.size(); ++r)
-        if (!frame.plan.writes[r].empty())
-          writer[index.tensors(static_cast<int>(frame.plan.writes[r][0].tensor))
-                     .chunks(static_cast<int>(frame.plan.writes[r][0].chunk))
-                     .file_id()] = static_cast<int>(r);
-      DISTCKPT_RETURN_IF_ERROR(place(index, nodes, node_ids, hosts, solo, writer, red));
-      DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(records_dir(root)));
-      index.set_advances_latest(options.update_latest);
-      // The catalog's scheme for names in flight ("<name>.tmp-<16 hex>"), so listings and
-      // gc tell an abandoned local save as they tell a global one.
-      tmp_name = internal_base::base_name(internal_catalog::make_tmp_name(tier.dir, options.name));
-      index.SerializeToString(&plan_bytes);
-      return Status();
-    });
-  }
-  if (me == 0 && local.ok()) {
-    std::shared_ptr<FileSystem> fs_handle = frame.fs;
-    auto claim = [fs_handle, root] { return internal_catalog::claim_commit_seq(*fs_handle, root); };
-    try {
-      ls.commit_seq = std::async(std::launch::async, claim);
-    } catch (const std::system_error&) {  // no thread to be had: claim it now
-      std::promise<Result<uint64_t>> now;
-      try {
-        now.set_value(claim());
-      } catch (...) {  // rethrown by get(), inside step 4's guarded block
-        now.set_exception(std::current_exception());
-      }
-      ls.commit_seq = now.get_future();
-    }
-  }
-  // One broadcast: rank 0's outcome of the plan (only rank 0 worked since the last
-  // agreement, so its outcome is everyone's), packed with the temporary name, a NUL and
-  // the placed index.
-  std::string planned = me == 0 ? internal_comm::pack_outcome(local, tmp_name + '\0' + plan_bytes) : std::string();
-  comm.broadcast_string(planned, 0);
-  DISTCKPT_RETURN_IF_ERROR(internal_comm::unpack_outcome(planned, &planned));
-  const std::size_t nul = planned.find('\0');  // none: a malformed message, an error agreed below
-  tmp_name = nul == std::string::npos ? std::string() : planned.substr(0, nul);
-  plan_bytes = nul == std::string::npos ? std::string() : planned.substr(nul + 1);
-  std::vector<std::string> parts;
-  if (me == 0)
-    for (const auto& w : frame.plan.writes) parts.push_back(internal_plan::encode_writes(w));
-  std::string my_writes = comm.scatter(parts, 0);
-  proto::Index& placed = ls.placed;
-  local = guarded(where, [&]() -> Status {
-    if (tmp_name.empty() || !placed.ParseFromString(plan_bytes)) return internal_error("the plan does not parse");
-    DISTCKPT_ASSIGN_OR_RETURN(session.mine, internal_plan::decode_writes(my_writes));
-    return Status();
-  });
-  ls.tmp_name = tmp_name;
-  ls.tmp_dir = tier.dir + "/" + tmp_name;
-  ls.final_dir = tier.dir + "/" + options.name;
-  const std::string& tmp_dir = ls.tmp_dir;
-  if (leader && local.ok()) {
-    local = fs.create_dir(tmp_dir);
-    if (local.ok()) local = fs.create_dir(tmp_dir + "/partner");
-    local = local.with_context(where);
-  }
-  frame.entry.tmp = tmp_dir;
-  if (tier_in.recycle) frame.spare_dir = spare_dir(tier.dir);
-  frame.entry.root = tier.dir;
-  frame.entry.name = options.name;
-  frame.entry.directory = true;
-  auto cleanup = [&] {
-    if (leader) remove_quietly(fs, tmp_dir);
-  };
-  if (Status st = agree(comm, local); !st.ok()) {
-    cleanup();
-    return st;
-  }
-  for (const TensorEntry& e : state.tensors())
-    frame.result.bytes_unique +=
-        static_cast<uint64_t>(full_box(e.layout.global_shape()).num_elements()) * dtype_size(e.dtype);
-  frame.result.plan_s = frame.timer.seconds();
-  return ls;
-}
-
-Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<std::vector<uint32_t>>& crcs) {
-  using internal_base::guarded;
-  using internal_comm::agree;
-  internal_collective::SaveSession& session = ls.session;
-  internal_collective::SaveFrame& frame = session.frame;
-  FileSystem& fs = *frame.fs;
-  const LocalTier& tier = ls.tier;
-  const SaveOptions& options = frame.options;
-  const std::string& root = ls.root;
-  const NodeMap& nodes = ls.nodes;
-  const Redundancy& red = ls.red;
-  const proto::Index& placed = ls.placed;
-  const std::string& tmp_name = ls.tmp_name;
-  const std::string& tmp_dir = ls.tmp_dir;
-  const std::string& final_dir = ls.final_dir;
-  const bool leader = ls.leader;
-  const int me = comm.rank();
-  const std::string where = "local save: rank " + std::to_string(me);
-  LocalSaveResult out;
-  auto cleanup = [&] {
-    if (leader) remove_quietly(fs, tmp_dir);
-  };
-  // Step 2's agreement: every rank wrote and fsynced its data file.
-  Status local = crcs.status();
-  internal_base::kill_point("local-write");
-  Status written = agree(comm, local);
-  // The data files took their spares; what is left (the previous partner copies, parity
-  // and record) goes now, before this save writes its own redundancy: the node never
-  // holds more than it would without spares.
-  if (leader && !frame.spare_dir.empty()) internal_storage::drop_spares(fs, frame.spare_dir);
-  if (!frame.spare_dir.empty()) {
-    // Before the redundancy is written: every process's mappings of the spares just
-    // dropped give their pages back (write_maps.h).
-    comm.barrier();
-    internal_storage::prune_write_mappings();
-  }
-  if (Status st = written; !st.ok()) {
-    cleanup();
-    return st;
-  }
-  internal_base::Timer write_timer;
-
-  // Step 3.
+// Step 3: the redundancy (partner copies, or parity), agreed. Returns the bytes written
+// and, with parity, this node's parity CRC.
+Status write_redundancy(Comm& comm, internal_collective::SaveFrame& frame, LocalPart& part, uint64_t* bytes,
+                        uint32_t* parity_crc) {
+  const std::string where = "local save: rank " + std::to_string(comm.rank());
   internal_base::Timer redundancy_timer;
-  uint64_t redundancy_bytes = 0;
-  uint32_t parity_crc = 0;
-  local = guarded(where + ": redundancy", [&]() -> Status {
-    if (red.parity()) {
-      DISTCKPT_ASSIGN_OR_RETURN(parity_crc, write_parity(comm, fs, placed, nodes, tier.dir, tmp_name, red,
-                                                         frame.options.fsync, &redundancy_bytes));
+  Status local = internal_base::guarded(where + ": redundancy", [&]() -> Status {
+    if (part.red.parity()) {
+      DISTCKPT_ASSIGN_OR_RETURN(*parity_crc, write_parity(comm, *frame.fs, part.placed, part.nodes, part.tier.dir,
+                                                          part.tmp_name, part.red, frame.options.fsync, bytes));
       return Status();
     }
-    return send_partner_copies(comm, fs, placed, nodes, tmp_dir, frame.options.fsync, &redundancy_bytes);
+    return send_partner_copies(comm, *frame.fs, part.placed, part.nodes, part.tmp_dir, frame.options.fsync, bytes);
   });
   internal_base::kill_point("local-redundancy");
-  out.redundancy_s = redundancy_timer.seconds();
-  frame.result.write_s += write_timer.seconds();
-  if (Status st = agree(comm, local); !st.ok()) {
+  part.out.redundancy_s = redundancy_timer.seconds();
+  frame.result.write_s += part.out.redundancy_s;
+  return internal_comm::agree(comm, local);
+}
+
+// Step 4, rank 0: the record (the index with every chunk's CRC32C and tag, the parity
+// CRCs and the commit number, sealed when encrypted), framed.
+Result<std::string> make_record(internal_collective::SaveFrame& frame, LocalPart& part,
+                                const std::vector<std::string>& all_crcs, const std::vector<std::string>& all_tags,
+                                const std::vector<std::string>& parity_crcs) {
+  DISTCKPT_RETURN_IF_ERROR(internal_collective::fill_checksums(frame, all_crcs, all_tags));
+  proto::Index index = frame.plan.index;
+  DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, part.commit_seq.get());
+  index.set_commit_seq(seq);
+  for (proto::TierParityGroup& g : *index.mutable_tier()->mutable_groups())
+    for (int i = 0; i < g.nodes_size(); ++i) {
+      uint32_t crc;
+      std::memcpy(&crc, parity_crcs[static_cast<std::size_t>(part.nodes.leader(static_cast<int>(g.nodes(i))))].data(),
+                  sizeof(crc));
+      g.set_parity_crc32c(i, crc);
+    }
+  index.set_created_unix_ms(internal_base::wall_clock_ms());
+  if (frame.cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
+  return internal_format::frame_index(index);
+}
+
+// Collective, the seam's commit: steps 3-5 and the sums. After a failure every node's
+// directory of this save is gone and no record is committed.
+Status commit_local(Comm& comm, internal_collective::SaveFrame& frame, LocalPart& part) {
+  FileSystem& fs = *frame.fs;
+  const int me = comm.rank();
+  const std::string where = "local save: rank " + std::to_string(me);
+  auto cleanup = [&] {
+    if (part.leader) remove_quietly(fs, part.tmp_dir);
+  };
+  uint64_t redundancy_bytes = 0;
+  uint32_t parity_crc = 0;
+  if (Status st = write_redundancy(comm, frame, part, &redundancy_bytes, &parity_crc); !st.ok()) {
     cleanup();
     return st;
   }
@@ -436,70 +282,223 @@ Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<
   // Step 4.
   internal_base::Timer commit_timer;
   std::string mine_tags;
-  for (const std::string& tag : session.tags) mine_tags += tag;
-  std::string mine_crcs(reinterpret_cast<const char*>(crcs->data()), crcs->size() * sizeof(uint32_t));
+  for (const std::string& tag : *part.tags) mine_tags += tag;
+  const std::vector<uint32_t>& crcs = **part.crcs;
+  std::string mine_crcs(reinterpret_cast<const char*>(crcs.data()), crcs.size() * sizeof(uint32_t));
   const std::vector<std::string> all_crcs = comm.gather(mine_crcs, 0);
   const std::vector<std::string> all_tags = comm.gather(mine_tags, 0);
   const std::vector<std::string> parity_crcs =
       comm.gather(std::string(reinterpret_cast<const char*>(&parity_crc), sizeof(parity_crc)), 0);
   std::string record;
+  Status local;
   if (me == 0) {
-    local = guarded("local save: rank 0: record", [&]() -> Status {
-      DISTCKPT_RETURN_IF_ERROR(internal_collective::fill_checksums(frame, all_crcs, all_tags));
-      proto::Index index = frame.plan.index;
-      DISTCKPT_ASSIGN_OR_RETURN(uint64_t seq, ls.commit_seq.get());
-      index.set_commit_seq(seq);
-      for (proto::TierParityGroup& g : *index.mutable_tier()->mutable_groups())
-        for (int i = 0; i < g.nodes_size(); ++i) {
-          uint32_t crc;
-          std::memcpy(&crc, parity_crcs[static_cast<std::size_t>(nodes.leader(static_cast<int>(g.nodes(i))))].data(), sizeof(crc));
-          g.set_parity_crc32c(i, crc);
-        }
-      index.set_created_unix_ms(internal_base::wall_clock_ms());
-      if (frame.cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));
-      record = internal_format::frame_index(index);
+    local = internal_base::guarded("local save: rank 0: record", [&]() -> Status {
+      DISTCKPT_ASSIGN_OR_RETURN(record, make_record(frame, part, all_crcs, all_tags, parity_crcs));
       return Status();
     });
   }
-  if (Status st = agree(comm, local); !st.ok()) {
+  if (Status st = internal_comm::agree(comm, local); !st.ok()) {
     cleanup();
     return st;
   }
   comm.broadcast_string(record, 0);
-  if (leader) {
-    local = guarded(where + ": commit on this node", [&]() -> Status {
-      DISTCKPT_RETURN_IF_ERROR(write_atomically(fs, tmp_dir + "/" + kRecordFile, record, frame.options.fsync));
-      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tmp_dir + "/partner"));
-      remove_quietly(fs, final_dir);  // a leftover of a save that never committed its record
-      DISTCKPT_RETURN_IF_ERROR(fs.rename(tmp_dir, final_dir));
-      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(tier.dir));
+  if (part.leader) {
+    local = internal_base::guarded(where + ": commit on this node", [&]() -> Status {
+      DISTCKPT_RETURN_IF_ERROR(write_atomically(fs, part.tmp_dir + "/" + kRecordFile, record, frame.options.fsync));
+      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(part.tmp_dir + "/partner"));
+      remove_quietly(fs, part.final_dir);  // a leftover of a save that never committed its record
+      DISTCKPT_RETURN_IF_ERROR(fs.rename(part.tmp_dir, part.final_dir));
+      if (frame.options.fsync) DISTCKPT_RETURN_IF_ERROR(fs.sync_dir(part.tier.dir));
       return Status();
     });
   }
   internal_base::kill_point("local-node-commit");
-  if (Status st = agree(comm, local); !st.ok()) {
+  if (Status st = internal_comm::agree(comm, local); !st.ok()) {
     cleanup();
-    if (leader) remove_quietly(fs, final_dir);
+    if (part.leader) remove_quietly(fs, part.final_dir);
     return st;
   }
 
   // Step 5.
   std::string record_warning;
   if (me == 0)
-    local = guarded("local save: rank 0: commit the record", [&] {
-      return write_atomically(fs, record_path(root, options.name), record, frame.options.fsync, &record_warning);
+    local = internal_base::guarded("local save: rank 0: commit the record", [&] {
+      return write_atomically(fs, record_path(part.root, frame.name), record, frame.options.fsync, &record_warning);
     });
-  if (Status st = agree(comm, local); !st.ok()) {
-    if (leader) remove_quietly(fs, final_dir);
+  if (Status st = internal_comm::agree(comm, local); !st.ok()) {
+    if (part.leader) remove_quietly(fs, part.final_dir);
     return st;
   }
   comm.broadcast_string(record_warning, 0);
   if (!record_warning.empty())
     frame.result.warning += (frame.result.warning.empty() ? "" : "; ") + ("local save: " + record_warning);
   frame.result.commit_s = commit_timer.seconds();
+  sum_local_save(comm, part.nodes, frame.result, redundancy_bytes, record.size(), &part.out);
+  frame.result = part.out.save;
+  return Status();
+}
 
-  sum_local_save(comm, nodes, frame.result, redundancy_bytes, record.size(), &out);
-  out.save.path = record_path(root, options.name);
+}  // namespace
+
+namespace {
+
+// Step 1 on the frame: this rank's checks of the tier's options, the redundancy parsed.
+Status check_local_options(const SaveOptions& options, const LocalTier& tier, int nodes, Redundancy* red) {
+  if (tier.dir.empty()) return invalid_argument("empty local tier directory");
+  if (internal_collective::save_shape(options) != internal_collective::SaveShape::kSharded)
+    return invalid_argument("the local tier keeps native sharded checkpoints only");
+  if (options.incremental)
+    return invalid_argument("the local tier writes every chunk (incremental saves reference files in the global root "
+                            "only; a node's files must not depend on another checkpoint's)");
+  DISTCKPT_ASSIGN_OR_RETURN(*red, parse_redundancy(tier.redundancy));
+  if (red->kind != Redundancy::Kind::kAuto && red->kind != Redundancy::Kind::kNone)
+    DISTCKPT_RETURN_IF_ERROR(parity_groups(nodes, *red).status());
+  return Status();
+}
+
+// Rank 0, the frame's shape_index: chunks no other node holds first in each file, the
+// chunks' encryption, and the placement over the nodes.
+Status place_plan(internal_collective::SaveFrame& frame, const LocalPart& part) {
+  const std::vector<std::size_t> solo_items = solo_first(frame.plan, part.nodes);
+  if (frame.cipher) internal_plan::apply_encryption(*frame.cipher, &frame.plan);
+  const std::vector<uint64_t> solo = solo_prefix(frame.plan, solo_items);
+  proto::Index& index = frame.plan.index;
+  std::vector<int> writer(static_cast<std::size_t>(index.files_size()), 0);
+  for (std::size_t r = 0; r < frame.plan.writes.size(); ++r)
+    if (!frame.plan.writes[r].empty())
+      writer[index.tensors(static_cast<int>(frame.plan.writes[r][0].tensor))
+                 .chunks(static_cast<int>(frame.plan.writes[r][0].chunk))
+                 .file_id()] = static_cast<int>(r);
+  return place(index, part.nodes, part.node_ids, part.hosts, solo, writer, part.red);
+}
+
+// Rank 0, the seam's name: the checkpoint's name is free in the root, the records'
+// directory exists, and the claim of a commit number starts on a thread of its own. The
+// temporary name is the catalog's scheme for names in flight ("<name>.tmp-<16 hex>"), so
+// listings and gc tell an abandoned local save as they tell a global one.
+Result<std::string> name_local(internal_collective::SaveFrame& frame, LocalPart& part) {
+  FileSystem& fs = *frame.fs;
+  const std::string& root = part.root;
+  const std::string& name = frame.name;
+  if (fs.exists(root + "/" + name) || fs.exists(record_path(root, name)))
+    return already_exists("checkpoint '" + name + "' already exists in '" + root + "'");
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(records_dir(root)));
+  std::shared_ptr<FileSystem> fs_handle = frame.fs;
+  auto claim = [fs_handle, root] { return internal_catalog::claim_commit_seq(*fs_handle, root); };
+  try {
+    part.commit_seq = std::async(std::launch::async, claim);
+  } catch (const std::system_error&) {  // no thread to be had: claim it now
+    std::promise<Result<uint64_t>> now;
+    try {
+      now.set_value(claim());
+    } catch (...) {  // rethrown by get(), inside step 4's guarded block
+      now.set_exception(std::current_exception());
+    }
+    part.commit_seq = now.get_future();
+  }
+  return internal_base::base_name(internal_catalog::make_tmp_name(part.tier.dir, name));
+}
+
+// Collective, the seam's open: every node's temporary directory, made by its leader.
+Status open_local(Comm& comm, internal_collective::SaveFrame& frame, LocalPart& part, const std::string& tmp_name,
+                  bool recycle) {
+  FileSystem& fs = *frame.fs;
+  part.placed = frame.plan.index;
+  part.tmp_name = tmp_name;
+  part.tmp_dir = part.tier.dir + "/" + tmp_name;
+  part.final_dir = part.tier.dir + "/" + frame.name;
+  Status local = frame.my_writes_error;
+  if (local.ok() && tmp_name.empty()) local = internal_error("local save: no temporary name from rank 0");
+  if (part.leader && local.ok()) {
+    local = fs.create_dir(part.tmp_dir);
+    if (local.ok()) local = fs.create_dir(part.tmp_dir + "/partner");
+    local = local.with_context("local save: rank " + std::to_string(comm.rank()));
+  }
+  frame.entry.tmp = part.tmp_dir;
+  frame.entry.root = part.tier.dir;
+  frame.entry.name = frame.name;
+  frame.entry.directory = true;
+  if (recycle) frame.spare_dir = spare_dir(part.tier.dir);
+  Status agreed = internal_comm::agree(comm, local);
+  if (!agreed.ok() && part.leader) remove_quietly(fs, part.tmp_dir);
+  return agreed;
+}
+
+// Collective, right after the write agreement: the data files took their spares; what
+// is left (the previous partner copies, parity and record) goes now, before this save
+// writes its own redundancy: the node never holds more than it would without spares.
+void drop_local_spares(Comm& comm, internal_collective::SaveFrame& frame, const LocalPart& part) {
+  if (frame.spare_dir.empty()) return;
+  if (part.leader) internal_storage::drop_spares(*frame.fs, frame.spare_dir);
+  // Before the redundancy is written: every process's mappings of the spares just
+  // dropped give their pages back (write_maps.h).
+  comm.barrier();
+  internal_storage::prune_write_mappings();
+}
+
+}  // namespace
+
+Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::string& root, const SaveOptions& options,
+                                 const LocalTier& tier_in) {
+  LocalSession ls;
+  ls.part = std::make_shared<LocalPart>();
+  LocalPart& part = *ls.part;
+  part.tier = LocalTier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
+  part.root = root;
+  part.nodes = node_map(comm);
+  part.leader = part.nodes.leader(part.nodes.node_of[static_cast<std::size_t>(comm.rank())]) == comm.rank();
+  const std::string where = "local save: rank " + std::to_string(comm.rank());
+
+  internal_collective::FrameSpec spec;
+  spec.name = options.name;
+  spec.extra_checks = internal_base::guarded(
+      where, [&] { return check_local_options(options, part.tier, part.nodes.count, &part.red); });
+  spec.node_of = &part.nodes.node_of;
+  // Ranks that chose another redundancy or recycling would part ways at its collectives.
+  spec.same_words = {static_cast<int64_t>(part.red.kind), part.red.k, part.red.m, tier_in.recycle ? 1 : 0};
+  spec.same_what = "the local tier's redundancy and recycle";
+  spec.before_plan = [&part, where](Comm& c, internal_collective::SaveFrame& frame) {
+    // After a collective, so after every leader's cleanup of a save that failed: the
+    // mappings of its removed files give their pages back before this save needs them.
+    internal_storage::prune_write_mappings();
+    return exchange_node_ids(c, *frame.fs, part.tier.dir, part.nodes, part.leader, where, &part.node_ids,
+                             &part.hosts);
+  };
+  spec.shape_index = [&part](internal_collective::SaveFrame& frame) { return place_plan(frame, part); };
+  spec.share_index = true;  // every rank sends or receives redundancy from the placement
+  auto seam = std::make_shared<internal_collective::EntrySeam>();
+  std::shared_ptr<LocalPart> shared = ls.part;  // the seam outlives this call (close_save)
+  const bool recycle = tier_in.recycle;
+  seam->name = [shared](internal_collective::SaveFrame& frame) { return name_local(frame, *shared); };
+  seam->open = [shared, recycle](Comm& c, internal_collective::SaveFrame& frame, const std::string& tmp_name) {
+    return open_local(c, frame, *shared, tmp_name, recycle);
+  };
+  seam->after_write = [shared](Comm& c, internal_collective::SaveFrame& frame) { drop_local_spares(c, frame, *shared); };
+  seam->commit = [shared](Comm& c, internal_collective::SaveFrame& frame) { return commit_local(c, frame, *shared); };
+  seam->discard = [shared](const internal_collective::SaveFrame& frame) {
+    if (shared->leader) remove_quietly(*frame.fs, shared->tmp_dir);
+  };
+  spec.seam = seam;
+  SaveOptions local_options = options;
+  local_options.checksum = true;  // local files are always verified before use
+  DISTCKPT_ASSIGN_OR_RETURN(ls.session, internal_collective::begin_planned_save(comm, state, root, local_options, spec));
+  return ls;
+}
+
+Result<LocalSaveResult> finish_local(Comm& comm, LocalSession& ls, const Result<std::vector<uint32_t>>& crcs) {
+  LocalPart& part = *ls.part;
+  part.crcs = &crcs;
+  part.tags = &ls.session.tags;
+  part.out = LocalSaveResult();
+  internal_base::kill_point("local-write");
+  // Step 2's agreement, then steps 3-5 (commit_local), on the save frame.
+  auto saved = internal_collective::close_save(comm, ls.session.frame, crcs.status(), nullptr);
+  part.crcs = nullptr;
+  part.tags = nullptr;
+  if (!saved.ok()) return saved.status();
+  LocalSaveResult out = part.out;
+  out.save = *saved;
+  out.save.path = record_path(part.root, ls.session.frame.name);
   return out;
 }
 
