@@ -2,10 +2,14 @@
 // that a test can write the same checkpoint twice and compare every byte (tests/golden).
 //
 //   DISTCKPT_TEST_CLOCK_MS=<ms>   wall_clock_ms() returns <ms> (the times recorded in
-//                                 indexes, single files' metadata and stats);
+//                                 indexes, single files' metadata and stats, and the
+//                                 manager's clock, so time-based retention sees no time
+//                                 pass);
 //   DISTCKPT_TEST_RANDOM_SEED=<n> seeded_random_bytes() fills from a generator seeded
-//                                 with <n> (salts and IVs become predictable: the first
-//                                 use prints a warning on stderr; never set it in a job).
+//                                 with <n>, the same sequence in every process (salts
+//                                 and IVs become predictable: the first use prints a
+//                                 warning on stderr; never set it in a job). Identities
+//                                 (node ids, temporary names) never come from it.
 //
 // Liveness (owner records, heartbeats, leases) keeps the real clock: a fixed one would
 // make every owner look alive or dead. Without the variables each call costs one getenv

@@ -12,6 +12,7 @@
 #include "base/guard.h"
 #include "base/strings.h"
 #include "base/timer.h"
+#include "collective/exchange.h"
 #include "collective/fetch_index.h"
 #include "collective/load_checks.h"
 #include "plan/match.h"
@@ -84,53 +85,6 @@ std::vector<int64_t> share_words(const StateDict& state, const proto::Index& ind
   return {static_cast<int64_t>(std::hash<std::string>{}(signature)), 1};
 }
 
-// The sends of shared replica reads, posted as their boxes are read. To each peer they
-// go in the order listed, the order in which the peer posted its receives (messages
-// between two ranks match in posting order): a send is posted once its box is read and
-// every earlier send to that peer is posted.
-class Outbox {
- public:
-  // In the order of the plan; `box` numbers the box (0 .. size_boxes() - 1).
-  void add(int box, const Comm::Transfer& t) {
-    by_peer_[t.peer].push_back(out_.size());
-    out_.push_back(Out{t, box});
-  }
-  void size_boxes(std::size_t boxes) {
-    read_.assign(boxes, 0);
-    of_box_.assign(boxes, {});
-    for (std::size_t o = 0; o < out_.size(); ++o) of_box_[static_cast<std::size_t>(out_[o].box)].push_back(o);
-  }
-  void start(Comm::Exchange* exchange) { exchange_ = exchange; }
-  // Box `box` is read and checked.
-  void ready(int box) {
-    if (exchange_ == nullptr) return;
-    read_[static_cast<std::size_t>(box)] = 1;
-    for (std::size_t o : of_box_[static_cast<std::size_t>(box)]) post_ready(out_[o].t.peer);
-  }
-  // Every send not posted yet, read or not.
-  void post_rest() {
-    for (auto& [peer, outs] : by_peer_)
-      for (std::size_t& next = next_[peer]; next < outs.size(); ++next) exchange_->post_send(out_[outs[next]].t);
-  }
-
- private:
-  void post_ready(int peer) {
-    const std::vector<std::size_t>& outs = by_peer_[peer];
-    std::size_t& next = next_[peer];
-    while (next < outs.size() && read_[static_cast<std::size_t>(out_[outs[next]].box)]) exchange_->post_send(out_[outs[next++]].t);
-  }
-  struct Out {
-    Comm::Transfer t;
-    int box;
-  };
-  std::vector<Out> out_;
-  std::map<int, std::vector<std::size_t>> by_peer_;  // indexes into out_, in order
-  std::map<int, std::size_t> next_;                  // per peer: the first not posted
-  std::vector<std::vector<std::size_t>> of_box_;
-  std::vector<char> read_;
-  Comm::Exchange* exchange_ = nullptr;
-};
-
 // One box of a tensor this rank loads, and who reads it.
 struct BoxRead {
   int i, t;  // state tensor, stored tensor
@@ -197,32 +151,23 @@ class LoadRun {
   // the others; the ranks agree on the plan before any message is posted, so that each
   // posts all it listed. Collective (agreed) when sharing; local otherwise.
   Status plan() {
+    read_timer_ = internal_base::Timer();  // read_s counts the plan, as the reads' part
     Status local = guarded(where_, [&] { return plan_local(); });
     if (share_) return agree(comm_, local.with_context(where_));
     return local;
   }
 
   // 2b: every receive posted first; each send as soon as its box is read and checked,
-  // while the reads go on. A failure is returned after the exchange is settled (every
-  // send posted, every message waited for), so that no peer waits for a message that
-  // never comes. Local reads; the exchange pairs with the peers'.
+  // while the reads go on (collective/exchange.h). A failure is returned after the
+  // exchange is settled (every send posted, every message waited for), so that no peer
+  // waits for a message that never comes. Local reads; the exchange pairs with the peers'.
   Status fetch_and_exchange() {
-    std::unique_ptr<Comm::Exchange> exchange;
-    if (share_) {
-      exchange = comm_.start_exchange();
-      for (const Comm::Transfer& r : receives_) exchange->post_receive(r);
-      outbox_.start(exchange.get());
-      exchange_ = exchange.get();
-    }
-    internal_base::Timer read_timer;
+    if (share_) exchange_.start(comm_, boxes_.size());
     Status local = guarded(where_, [&] { return fetch(); });
-    result_.read_s = read_timer.seconds();
+    result_.read_s = read_timer_.seconds();
     result_.rank_small_runs = small_.runs;
     internal_base::Timer exchange_timer;
-    if (exchange) {
-      outbox_.post_rest();
-      exchange->wait();
-    }
+    exchange_.finish();
     result_.exchange_s = exchange_timer.seconds();
     return local;
   }
@@ -263,11 +208,8 @@ class LoadRun {
                                                                   dtype_size(from->second))]);
     return buffer.get();
   }
-  // Lets messages move every 8 pieces of 256 KiB copied (each call looks at the
-  // outstanding requests).
-  void meanwhile() {
-    if (exchange_ != nullptr && ++pieces_ % 8 == 0) exchange_->progress();
-  }
+  // Lets messages move while pieces of 256 KiB are copied.
+  void meanwhile() { exchange_.progress(); }
 
   Comm& comm_;
   StateDict& state_;
@@ -302,10 +244,8 @@ class LoadRun {
   internal_format::SmallRuns small_;
   std::vector<BoxRead> boxes_;
   std::set<std::size_t> exchanged_;  // boxes sent or received: read into whole buffers
-  std::vector<Comm::Transfer> receives_;
-  Outbox outbox_;
-  Comm::Exchange* exchange_ = nullptr;
-  unsigned pieces_ = 0;
+  internal_collective::ReadExchange exchange_;  // items: boxes_
+  internal_base::Timer read_timer_;
 };
 
 Status LoadRun::match_local() {
@@ -317,20 +257,22 @@ Status LoadRun::match_local() {
     return invalid_argument("the state dict was built for rank " + std::to_string(state_.rank()));
   gathers_ = options_.direct_reads && internal_format::has_chunk_checksums(index_);
   small_.sieve = options_.sieve_small_runs;
-  DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int> wanted, internal_plan::wanted_tensors(state_, options_));
-  DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching,
-                            internal_plan::match_state(state_, index_, options_, wanted, {dir_, true}));
-  result_.filtered_out = matching.names.filtered_out;
-  result_.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
-  result_.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
   files_ = std::make_unique<FileCache>(*fs_, dir_, index_);
-  for (const internal_plan::MatchedTensor& m : matching.matched) {
+  internal_plan::MatchRules rules;
+  rules.checkpoint = dir_;
+  // Each tensor's chunks and files are checked as soon as it matched, before the next.
+  rules.on_match = [&](const internal_plan::MatchedTensor& m) -> Status {
     if (m.staged_dtype) staged_dtypes_[m.state] = *m.staged_dtype;
     const proto::Tensor& t = index_.tensors(m.stored);
     auto lookup = lookups_.emplace(m.stored, internal_plan::ChunkLookup(t)).first;
     DISTCKPT_RETURN_IF_ERROR(check_sources(*files_, t, lookup->second, state_.tensors()[static_cast<std::size_t>(m.state)]));
     plan_.emplace_back(m.state, m.stored);
-  }
+    return Status();
+  };
+  DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching, internal_plan::match_state(state_, index_, options_, rules));
+  result_.filtered_out = matching.names.filtered_out;
+  result_.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
+  result_.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
   const bool wants_sharing =
       comm_.size() > 1 &&
       (options_.replica_reads == LoadOptions::ReplicaReads::kShared ||
@@ -392,16 +334,15 @@ Status LoadRun::plan_local() {
     exchanged_.insert(k);
     void* buffer = buffer_read(box.i, box.b);
     if (box.reader != comm_.rank()) {
-      receives_.push_back({box.reader, buffer, box.bytes});
+      exchange_.add_receive({box.reader, buffer, box.bytes});
       continue;
     }
     for (int member : groups.members_of(one.number))
       if (member != comm_.rank()) {
-        outbox_.add(static_cast<int>(k), {member, buffer, box.bytes});
+        exchange_.add_send(static_cast<int>(k), {member, buffer, box.bytes});
         if (comm_.node_of(member) != comm_.node_of(comm_.rank())) result_.rank_bytes_between_hosts += box.bytes;
       }
   }
-  outbox_.size_boxes(boxes_.size());
   return Status();
 }
 
@@ -422,7 +363,7 @@ Status LoadRun::read_box(std::size_t k, std::vector<char>& scratch, std::vector<
                                                         &small_, nullptr));
     internal_plan::write_back(e, box.b, box_scratch_.data(), e.dtype);
     result_.rank_bytes_needed += box.bytes;
-    outbox_.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
+    exchange_.ready(static_cast<int>(k));  // (nothing to send: not exchanged)
     return Status();
   }
   DISTCKPT_RETURN_IF_ERROR(internal_format::read_into(*files_, index_, index_.tensors(box.t), box.reads,
@@ -432,7 +373,7 @@ Status LoadRun::read_box(std::size_t k, std::vector<char>& scratch, std::vector<
   result_.rank_bytes_needed += box.bytes;
   pending[k] = static_cast<uint32_t>(gathered_.size() - gathered_before);
   if (pending[k] == 0) {  // read now, not gathered: it may go
-    outbox_.ready(static_cast<int>(k));
+    exchange_.ready(static_cast<int>(k));
     meanwhile();
   }
   return Status();
@@ -446,7 +387,7 @@ Status LoadRun::fetch() {
   DISTCKPT_RETURN_IF_ERROR(internal_format::read_gathered(
       *files_, gathered_, internal_format::has_chunk_checksums(index_),
       [&](int64_t tag) {
-        if (--pending[static_cast<std::size_t>(tag)] == 0) outbox_.ready(static_cast<int>(tag));
+        if (--pending[static_cast<std::size_t>(tag)] == 0) exchange_.ready(static_cast<int>(tag));
       },
       [&] { meanwhile(); }, &result_.rank_bytes_read_direct));
   for (const auto& [i, t] : plan_) result_.loaded.push_back(state_.tensors()[static_cast<std::size_t>(i)].name);

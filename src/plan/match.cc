@@ -86,9 +86,10 @@ Result<std::vector<int>> wanted_tensors(const StateDict& state, const LoadOption
 }
 
 Result<Matching> match_state(const StateDict& state, proto::Index& index, const LoadOptions& options,
-                             const std::vector<int>& wanted, const MatchRules& rules) {
+                             const MatchRules& rules) {
   Matching out;
   DISTCKPT_ASSIGN_OR_RETURN(out.names, load_names(index, options));
+  DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int> wanted, wanted_tensors(state, options));
   const std::map<std::string, int>& stored = out.names.by_state_name;
   std::set<std::string> asked;
   for (int i : wanted) {
@@ -111,6 +112,7 @@ Result<Matching> match_state(const StateDict& state, proto::Index& index, const 
     if (e.strided() && !m.staged_dtype) m.staged_dtype = e.dtype;
     m.read_dtype = m.staged_dtype ? *m.staged_dtype : e.dtype;
     DISTCKPT_RETURN_IF_ERROR(match_shape(e, t, rules));
+    if (rules.on_match) DISTCKPT_RETURN_IF_ERROR(rules.on_match(m));
     out.matched.push_back(m);
   }
   for (const auto& [name, i] : stored)  // (a scalar that is also an info value is reported as one)

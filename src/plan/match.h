@@ -7,6 +7,7 @@
 // Metadata only: no data is read.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,19 +43,23 @@ struct MatchRules {
   // Accept a stored shape with extra (or fewer) trailing dims of size 1, rewriting the
   // stored tensor's shape and chunk boxes in `index` to the state's shape.
   bool reshape_trailing_ones = true;
+  // Called for each tensor as soon as it matched, before the next is looked at (a load
+  // checks its chunks' files there): its error is match_state's. May be null.
+  std::function<Status(const MatchedTensor&)> on_match;
 };
 
 // The state tensors a load asks for: options.only's, in its order, or all. Local;
 // kInvalidArgument naming a tensor of `only` the state does not have.
 Result<std::vector<int>> wanted_tensors(const StateDict& state, const LoadOptions& options);
 
-// Matches the `wanted` tensors of `state` to `index`. kMismatch (naming the tensor and
-// the checkpoint) for a tensor missing under options.strict, a dtype or shape that
-// differs, or stored tensors left unexpected (refuse_unexpected); kInvalidArgument for
-// bad filters or buffers; kCorruption for chunks that cannot be reshaped. Stored scalars
-// that are info values are never unexpected. Local: runs on each rank alone (callers
-// agree on the outcome); mutates `index` only to reshape trailing ones.
+// Matches the tensors of `state` the load asks for (wanted_tensors) to `index`, in that
+// order. kMismatch (naming the tensor and the checkpoint) for a tensor missing under
+// options.strict, a dtype or shape that differs, or stored tensors left unexpected
+// (refuse_unexpected); kInvalidArgument for bad filters, an unknown `only` name or
+// unwritable buffers; kCorruption for chunks that cannot be reshaped; on_match's errors.
+// Stored scalars that are info values are never unexpected. Local: runs on each rank
+// alone (callers agree on the outcome); mutates `index` only to reshape trailing ones.
 Result<Matching> match_state(const StateDict& state, proto::Index& index, const LoadOptions& options,
-                             const std::vector<int>& wanted, const MatchRules& rules);
+                             const MatchRules& rules);
 
 }  // namespace distckpt::internal_plan

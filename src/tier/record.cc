@@ -38,9 +38,8 @@ Result<std::string> ensure_node_id(FileSystem& fs, const std::string& dir) {
   std::string id = read_node_id(fs, dir);
   if (!id.empty()) return id;
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(dir));
-  DISTCKPT_ASSIGN_OR_RETURN(std::string fresh, internal_transform::CheckpointCipher::random_bytes(kNodeIdBytes));
-  DISTCKPT_ASSIGN_OR_RETURN(std::string tmp_name,
-                            internal_transform::CheckpointCipher::random_bytes(8));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string fresh, internal_transform::CheckpointCipher::unique_bytes(kNodeIdBytes));
+  DISTCKPT_ASSIGN_OR_RETURN(std::string tmp_name, internal_transform::CheckpointCipher::unique_bytes(8));
   std::string suffix;
   for (unsigned char c : tmp_name) suffix += "0123456789abcdef"[c & 15];
   const std::string tmp = dir + "/" + kNodeIdFile + ".tmp-" + suffix;

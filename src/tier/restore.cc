@@ -233,18 +233,22 @@ Status RestoreRun::plan_pieces() {
   Status local = guarded(where_, [&]() -> Status {
     // The load's filters and renames, as a global load applies them; shapes exactly as
     // stored (the record's and the global index's chunks are matched by their boxes).
-    DISTCKPT_ASSIGN_OR_RETURN(const std::vector<int> wanted, internal_plan::wanted_tensors(state_, options_.load));
     proto::Index& described = a_.has_record ? a_.record : a_.global;
-    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching,
-                              internal_plan::match_state(state_, described, options_.load, wanted, {name_, false}));
-    result_.load.filtered_out = matching.names.filtered_out;
-    result_.load.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
-    result_.load.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
-    for (const internal_plan::MatchedTensor& m : matching.matched) {
+    internal_plan::MatchRules rules;
+    rules.checkpoint = name_;
+    rules.reshape_trailing_ones = false;
+    // Each tensor's pieces as soon as it matched, before the next (as a load checks its files).
+    rules.on_match = [&](const internal_plan::MatchedTensor& m) -> Status {
       if (m.staged_dtype) casts_[m.state] = *m.staged_dtype;
       DISTCKPT_RETURN_IF_ERROR(add_pieces(m.state, m, described.tensors(m.stored)));
       result_.load.loaded.push_back(state_.tensors()[static_cast<std::size_t>(m.state)].name);
-    }
+      return Status();
+    };
+    DISTCKPT_ASSIGN_OR_RETURN(internal_plan::Matching matching,
+                              internal_plan::match_state(state_, described, options_.load, rules));
+    result_.load.filtered_out = matching.names.filtered_out;
+    result_.load.missing_in_checkpoint = std::move(matching.missing_in_checkpoint);
+    result_.load.unexpected_in_checkpoint = std::move(matching.unexpected_in_checkpoint);
     return Status();
   });
   return agree(comm_, local);

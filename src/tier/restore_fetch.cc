@@ -15,6 +15,7 @@
 #include "plan/load_names.h"
 #include "plan/load_staging.h"
 #include "layout/strided.h"
+#include "collective/exchange.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "distckpt/catalog.h"
@@ -137,9 +138,8 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
   }
   for (std::size_t c = 0; c < failed.size(); ++c)
     if (failed[c]) a.copies[c].usable = false;
-  // Transfers of the pieces whose copy was read.
-  std::vector<int> still;
-  std::vector<Comm::Transfer> sends, receives;
+  std::vector<int> still;  // transfers (collective/exchange.h) of the pieces whose copy was read
+  internal_collective::ReadExchange exchange;  // items: copies
   std::vector<std::unique_ptr<char[]>> packed;
   struct Landing {
     char* bytes;
@@ -174,13 +174,13 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
           copy_box(from, chunk_box, packed.back().get(), p.region, p.region, item);
           from = packed.back().get();
         }
-        sends.push_back({p.rank, from, static_cast<std::size_t>(p.bytes)});
+        exchange.add_send(copy, {p.rank, from, static_cast<std::size_t>(p.bytes)});
       } else if (p.rank == me) {
         if (whole(i)) {
-          receives.push_back({reader, box_buffer, static_cast<std::size_t>(p.bytes)});
+          exchange.add_receive({reader, box_buffer, static_cast<std::size_t>(p.bytes)});
         } else {
           packed.emplace_back(new char[static_cast<std::size_t>(p.bytes)]);
-          receives.push_back({reader, packed.back().get(), static_cast<std::size_t>(p.bytes)});
+          exchange.add_receive({reader, packed.back().get(), static_cast<std::size_t>(p.bytes)});
           landings.push_back({packed.back().get(), pending[i]});
         }
       }
@@ -191,7 +191,11 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     *fatal = st;
     return {};
   }
-  comm.transfer(sends, receives);  // every rank alike
+  // Every copy read this round was checked and agreed on: its sends go, every rank alike.
+  exchange.start(comm, a.copies.size());
+  for (const auto& [copy, reader] : reader_of)
+    if (reader == me && !failed[static_cast<std::size_t>(copy)]) exchange.ready(copy);
+  exchange.finish();
   for (const Landing& l : landings) {
     const Piece& p = a.pieces[static_cast<std::size_t>(l.piece)];
     const TensorEntry& e = state.tensors()[static_cast<std::size_t>(p.state_tensor)];

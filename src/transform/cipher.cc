@@ -213,9 +213,14 @@ Result<std::shared_ptr<const CheckpointCipher>> CheckpointCipher::create(Encrypt
 Result<std::string> CheckpointCipher::random_bytes(std::size_t n) {
   std::string salt(n, '\0');
   if (internal_base::seeded_random_bytes(salt.data(), salt.size())) return salt;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(salt.data()), static_cast<int>(salt.size())) != 1)
+  return unique_bytes(n);
+}
+
+Result<std::string> CheckpointCipher::unique_bytes(std::size_t n) {
+  std::string bytes(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()), static_cast<int>(bytes.size())) != 1)
     return openssl_error("RAND_bytes");
-  return salt;
+  return bytes;
 }
 
 CheckpointCipher::~CheckpointCipher() {

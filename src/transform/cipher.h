@@ -41,8 +41,12 @@ class CheckpointCipher {
   // take (SM4: 16 bytes) or a salt of the wrong size; kInternal if OpenSSL fails.
   static Result<std::shared_ptr<const CheckpointCipher>> create(EncryptionMode mode, const EncryptionKey& key,
                                                                  const std::string& salt);
-  // `n` fresh random bytes (RAND_bytes): salts, the tensor table's nonce.
+  // `n` fresh random bytes (RAND_bytes): salts, the tensor table's nonce. From the
+  // seeded source under DISTCKPT_TEST_RANDOM_SEED (base/test_seams.h).
   static Result<std::string> random_bytes(std::size_t n);
+  // `n` fresh random bytes that never come from the test seam: identities (a node's id,
+  // a temporary file's name), which must differ between processes.
+  static Result<std::string> unique_bytes(std::size_t n);
   ~CheckpointCipher();
 
   EncryptionMode mode() const { return mode_; }
