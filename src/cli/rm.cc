@@ -1,29 +1,31 @@
-// `distckpt rm` and `distckpt gc`: the commands that remove from a root.
+// `distckpt rm`: checkpoints removed as retention removes them.
 #include "cli/commands.h"
-
 #include "cli/helpers.h"
-#include "base/strings.h"
-#include "manager/best.h"
+
 #include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
 #include <limits>
 #include <map>
-#include <set>
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
-#include "distckpt/convert.h"
-#include "distckpt/inspect.h"
-#include "distckpt/tier.h"
-#include "distckpt/layout.h"
+
+#include "base/strings.h"
 #include "base/text.h"
 #include "catalog/gc.h"
 #include "catalog/names.h"
 #include "catalog/references.h"
+#include "distckpt/convert.h"
+#include "distckpt/inspect.h"
+#include "distckpt/layout.h"
+#include "distckpt/tier.h"
 #include "format/native/file_names.h"
+#include "manager/best.h"
 #include "transform/crc32c.h"
 
 namespace distckpt::internal_cli {
@@ -79,39 +81,6 @@ int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
   for (const auto& gone : swept->removed) std::printf("freed %s (retired, no longer referenced)\n", printable(gone).c_str());
   for (const auto& w : swept->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
   return rc != 0 ? rc : swept->warnings.empty() ? 0 : 1;
-}
-
-int cmd_gc(const GcArgs& args) {
-  internal_catalog::GcOptions options;
-  options.dry_run = args.dry_run;
-  if (!args.lease.empty()) {
-    auto lease = internal_catalog::parse_duration_s(args.lease);
-    if (!lease.ok()) return fail(lease.status(), 2);
-    options.lease_s = *lease;
-  }
-  if (!args.older_than.empty()) {
-    auto older = internal_catalog::parse_duration_s(args.older_than);
-    if (!older.ok()) return fail(older.status(), 2);
-    options.older_than_s = *older;
-  }
-  auto report = internal_catalog::collect_garbage(*posix_filesystem(), args.root, options);
-  if (!report.ok()) return fail(report.status());
-  const char* verb = args.dry_run ? "would remove" : "removed";
-  if (args.json) {
-    json removed = json::array(), kept = json::array();
-    for (const auto& e : report->removed) removed.push_back({{"name", e.name}, {"reason", e.reason}});
-    for (const auto& e : report->kept) kept.push_back({{"name", e.name}, {"reason", e.reason}});
-    std::cout << dump(json{{"root", args.root}, {"dry_run", args.dry_run}, {"removed", removed}, {"kept", kept},
-                           {"warnings", report->warnings}})
-              << "\n";
-  } else {
-    for (const auto& e : report->removed)
-      std::printf("%s %s: %s\n", verb, printable(e.name).c_str(), printable(e.reason).c_str());
-    for (const auto& e : report->kept) std::printf("kept %s: %s\n", printable(e.name).c_str(), printable(e.reason).c_str());
-    for (const auto& w : report->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());
-    std::printf("gc %s: %zu %s, %zu kept\n", args.root.c_str(), report->removed.size(), verb, report->kept.size());
-  }
-  return report->warnings.empty() ? 0 : 1;
 }
 
 }  // namespace distckpt::internal_cli
