@@ -94,22 +94,21 @@ class Reader:
         where = "load_into"
         rename = _name_map_arg(where, "rename", rename)
         prefix_map = _name_map_arg(where, "prefix_map", prefix_map)
-        by_target = {}
-        for stored_name in self.keys():
-            target_name = map_name(stored_name, rename, prefix_map)
-            if target_name in by_target:
-                raise MismatchError(f"load_into: stored tensors '{by_target[target_name]}' and '{stored_name}' both "
-                                    f"map to '{target_name}'")
-            by_target[target_name] = stored_name
-        missing = [k for k in state_dict if k not in by_target]
-        unexpected = sorted(s for t, s in by_target.items() if t not in state_dict)
+        import torch
+
+        for name, target in state_dict.items():
+            if not isinstance(target, torch.Tensor):
+                raise TypeError(f"load_into: state_dict['{name}'] is a {type(target).__name__}, not a torch.Tensor")
+        # distckpt.load's matcher (names through rename and prefix_map, shapes equal).
+        try:
+            pairs, missing, unexpected = self._open().match(
+                [(name, list(target.shape)) for name, target in state_dict.items()], rename, prefix_map)
+        except MismatchError as e:
+            raise MismatchError(f"load_into: {e}") from None
+        unexpected = sorted(unexpected)
         if strict and (missing or unexpected):
             raise MismatchError(f"load_into: missing in the checkpoint: {missing}; unexpected in it: {unexpected}")
-        for name, target in state_dict.items():
-            stored_name = by_target.get(name)
-            if stored_name is not None and list(target.shape) != self.shape(stored_name):
-                raise MismatchError(f"load_into: tensor '{name}': shape {list(target.shape)} in the state dict, "
-                                    f"{self.shape(stored_name)} in the checkpoint ('{stored_name}')")
+        by_target = dict(pairs)
         for name, target in state_dict.items():
             if name in by_target:
                 target.copy_(self.to_torch(by_target[name]))

@@ -1,6 +1,8 @@
 // _Reader: one checkpoint, any format, read region by region in this process (no MPI).
 #include "common.h"
 #include "format/format.h"  // info_values: the index's info map
+#include "plan/match.h"
+#include "state.h"  // set_name_options
 #include "tools/reader.h"
 
 namespace distckpt::python {
@@ -38,6 +40,38 @@ class PyReader {
     d["info"] = info_dict(internal_format::info_values(index));  // every stored info value
     return d;
   }
+  // Matches a state's tensors (name, shape) to the stored ones as distckpt.load does
+  // (internal_plan::match_state: rename, then the longest prefix of prefix_map; shapes
+  // equal), without dtypes (load_into's copy converts). Returns ([(state name, stored
+  // name)], missing state names, unexpected stored names); MismatchError names a shape
+  // that differs, ValueError a rename that gives two stored tensors one name.
+  py::tuple match(const std::vector<std::pair<std::string, std::vector<int64_t>>>& entries,
+                  const std::map<std::string, std::string>& rename,
+                  const std::map<std::string, std::string>& prefix_map) const {
+    LoadOptions options;
+    options.strict = false;            // both lists are returned, for torch's strict
+    options.allow_unexpected = true;
+    set_name_options(options, rename, prefix_map, {}, {}, py::none());
+    // Matching reads no bytes: every entry's buffer is this address, never written.
+    static unsigned char no_bytes;
+    StateDict state(0);
+    for (const auto& [name, shape] : entries) {
+      const Shape global = to_shape(shape);
+      auto layout = TensorLayout::from_device_matrix(global, {1}, Shape(global.size(), -1));
+      check(layout.status());
+      check(state.add_tensor(name, DType::kUInt8, &no_bytes, *layout));
+    }
+    proto::Index index = reader_->index();
+    internal_plan::MatchRules rules;
+    rules.checkpoint = index.name();
+    rules.reshape_trailing_ones = false;
+    rules.check_dtypes = false;
+    internal_plan::Matching m = take(internal_plan::match_state(state, index, options, rules));
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (const auto& t : m.matched)
+      pairs.emplace_back(state.tensors()[static_cast<std::size_t>(t.state)].name, index.tensors(t.stored).name());
+    return py::make_tuple(pairs, m.missing_in_checkpoint, m.unexpected_in_checkpoint);
+  }
   // Reads `region` (offset, shape) of tensor `name` into the writable buffer `out`
   // (C-contiguous, exactly the region's bytes). Returns the bytes read from storage.
   uint64_t read_into(const std::string& name, const std::vector<int64_t>& offset, const std::vector<int64_t>& shape,
@@ -72,7 +106,8 @@ void bind_reader(py::module_& m) {
       .def("keys", &PyReader::keys)
       .def("tensors", &PyReader::tensors)
       .def("meta", &PyReader::meta)
-      .def("read_into", &PyReader::read_into);
+      .def("read_into", &PyReader::read_into)
+      .def("match", &PyReader::match);
 }
 
 }  // namespace distckpt::python

@@ -107,7 +107,7 @@ Result<Matching> match_state(const StateDict& state, proto::Index& index, const 
     MatchedTensor m;
     m.state = i;
     m.stored = it->second;
-    DISTCKPT_RETURN_IF_ERROR(match_dtype(e, t, options, &m));
+    if (rules.check_dtypes) DISTCKPT_RETURN_IF_ERROR(match_dtype(e, t, options, &m));
     DISTCKPT_RETURN_IF_ERROR(internal_layout::check_writable(e));
     if (e.strided() && !m.staged_dtype) m.staged_dtype = e.dtype;
     m.read_dtype = m.staged_dtype ? *m.staged_dtype : e.dtype;

@@ -43,6 +43,9 @@ struct MatchRules {
   // Accept a stored shape with extra (or fewer) trailing dims of size 1, rewriting the
   // stored tensor's shape and chunk boxes in `index` to the state's shape.
   bool reshape_trailing_ones = true;
+  // Compare dtypes (LoadOptions::cast_floats decides casts). Off where the copy into the
+  // state converts any dtype itself (Python's Reader.load_into: torch's copy_).
+  bool check_dtypes = true;
   // Called for each tensor as soon as it matched, before the next is looked at (a load
   // checks its chunks' files there): its error is match_state's. May be null.
   std::function<Status(const MatchedTensor&)> on_match;
