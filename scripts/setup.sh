@@ -26,6 +26,7 @@ packages=(
   iproute2                            # tests (multinode): ip netns, veth, bridge (cluster/netns.sh)
   slurmctld slurmd slurm-client       # tests (multinode-slurm): Slurm across the namespace hosts
   universal-ctags                     # scripts/check_structure.py: the length of every function
+  ceph-mon ceph-osd ceph-mgr radosgw ceph-common  # tests (s3): a single-node Ceph RGW (scripts/s3.sh)
 )
 
 # --docs: the site's toolchain too (about 190 MB with Chromium): cmake --build build --target docs.
