@@ -191,7 +191,7 @@ std::vector<int> run_round(Comm& comm, StateDict& state, Attempt& a, const Local
     *fatal = st;
     return {};
   }
-  // Every copy read this round was checked and agreed on: its sends go, every rank alike.
+  // Every copy the round read was checked and agreed on: its sends go, every rank alike.
   exchange.start(comm, a.copies.size());
   for (const auto& [copy, reader] : reader_of)
     if (reader == me && !failed[static_cast<std::size_t>(copy)]) exchange.ready(copy);
