@@ -90,7 +90,10 @@ class Reader:
         `rename` (stored name -> name) first, else `prefix_map` (stored prefix -> prefix,
         the longest that matches: {"module.": ""} strips DDP's). strict has torch's meaning:
         a missing or an unexpected name raises MismatchError listing both, before anything
-        is copied; a shape that differs always does."""
+        is copied; a shape that differs always does (names and shapes are matched as
+        distckpt.load matches them; dtypes convert as torch's copy_ converts). A value that
+        is not a torch tensor is a TypeError; a rename that gives two stored tensors one
+        name, a ValueError."""
         where = "load_into"
         rename = _name_map_arg(where, "rename", rename)
         prefix_map = _name_map_arg(where, "prefix_map", prefix_map)
