@@ -26,7 +26,6 @@ class ReadExchange {
   // items - 1), a receive.
   void add_send(int item, const Comm::Transfer& t);
   void add_receive(const Comm::Transfer& t);
-  bool empty() const { return sends_.empty() && receives_.empty(); }
 
   // Starts the exchange on `comm` (Comm::start_exchange) for `items` items and posts
   // every receive. Local; the messages pair with those the other ranks post.
