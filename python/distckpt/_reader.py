@@ -91,7 +91,7 @@ class Reader:
         the longest that matches: {"module.": ""} strips DDP's). strict has torch's meaning:
         a missing or an unexpected name raises MismatchError listing both, before anything
         is copied; a shape that differs always does (names and shapes are matched as
-        distckpt.load matches them; dtypes convert as torch's copy_ converts). A value that
+        distckpt.load matches them; dtypes convert as torch's ``Tensor.copy_`` converts). A value that
         is not a torch tensor is a TypeError; a rename that gives two stored tensors one
         name, a ValueError."""
         where = "load_into"
