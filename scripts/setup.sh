@@ -14,6 +14,7 @@ packages=(
   libxxhash-dev                       # XXH3-128: incremental saves tell unchanged chunks by content
   libcli11-dev nlohmann-json3-dev     # command-line parsing, JSON (CLI, safetensors headers)
   zlib1g-dev                          # CRC-32 combine for MindSpore's .ckpt footer
+  libcurl4-openssl-dev                # HTTP(S) with SigV4 signing: the S3 client of s3:// roots
   libgtest-dev libgmock-dev           # tests
   python3-h5py python3-numpy          # tests: h5py reads the HDF5 files we write
   python3-dev pybind11-dev python3-pybind11  # the Python package (python/): headers, pybind11

@@ -9,6 +9,7 @@
 #include "base/kill_point.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
+#include "catalog/object_root.h"
 #include "catalog/owner.h"
 #include "format/native/index_codec.h"
 
@@ -24,9 +25,11 @@ constexpr double kLockTimeout = 30;
 
 // A claim directory with this process's owner record (and the job id) in it.
 Status make_claim(FileSystem& fs, const std::string& path, const std::string& job_id) {
-  DISTCKPT_RETURN_IF_ERROR(fs.create_dir(path));
   OwnerRecord me = OwnerRecord::self();
   if (!job_id.empty()) me.slurm_job_id = job_id;
+  // An object root: the record's create (If-None-Match: *) is the claim.
+  if (is_object_root(path)) return create_object(path + "/" + kOwnerFile, me.to_json());
+  DISTCKPT_RETURN_IF_ERROR(fs.create_dir(path));
   Status st = write_owner(fs, path, me);
   if (!st.ok()) (void)fs.remove_all(path);
   return st;
@@ -145,7 +148,7 @@ Status adopt_series(FileSystem& fs, const std::string& root, const std::string& 
   const std::string path = series_dir(root) + "/" + prefix;
   OwnerRecord me = OwnerRecord::self();
   if (!job_id.empty()) me.slurm_job_id = job_id;
-  Status st = fs.create_dir(path);
+  Status st = is_object_root(path) ? Status() : fs.create_dir(path);
   if (!st.ok() && st.code() != StatusCode::kAlreadyExists) return st;
   return write_owner(fs, path, me);
 }

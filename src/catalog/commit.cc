@@ -27,6 +27,7 @@
 #include "catalog/claims.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
+#include "catalog/object_root.h"
 #include "catalog/references.h"
 #include "format/native/index_codec.h"
 #include "format/stored.h"
@@ -134,6 +135,12 @@ Result<CommitResult> install_checkpoint(FileSystem& fs, const std::string& root,
 
 Result<Entry> begin_entry(FileSystem& fs, const std::string& root, const std::string& name, bool directory,
                           const std::string& who, std::shared_ptr<FileSystem> fs_owner, bool drain_of_record) {
+  if (is_object_root(root)) {
+    if (!directory)
+      return unsupported(who + ": '" + root + "/" + name + "': an object root holds sharded native checkpoints only "
+                         "(a single-file format is committed by a rename, which an object store does not have)");
+    return begin_object_entry(fs, root, name, who, std::move(fs_owner));
+  }
   DISTCKPT_RETURN_IF_ERROR(fs.create_dirs(root).with_context(who));
   const std::string path = root + "/" + name;
   if (fs.exists(path) && is_retired_entry(fs, root, name))
@@ -177,6 +184,10 @@ Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std:
 
 Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const proto::Index* index, bool fsync,
                                   bool update_latest) {
+  if (!entry.data_dir.empty()) {
+    if (index == nullptr) return internal_error("commit: an object root's checkpoint without its index");
+    return commit_object_entry(fs, entry, *index, update_latest);
+  }
   if (entry.heartbeat) entry.heartbeat->stop();
   const LatestUpdate latest{update_latest, entry.commit_seq, entry.before_rename};
   Result<CommitResult> committed = internal_error("commit: a checkpoint directory without its index");

@@ -53,6 +53,9 @@ struct Entry {
   std::string tmp;         // <root>/<name>.tmp-<id>: the temporary directory
   bool directory = false;  // a checkpoint directory (else the single file target())
   uint64_t commit_seq = 0;  // the number it will be committed with (claimed: claims.h)
+  // An object root's save (object_root.h): "s-<id>", the prefix under <root>/<name>/ that
+  // `tmp` names and the index's data file names begin with; empty on a file system.
+  std::string data_dir;
   // Refreshes the heartbeat while the entry is written (on the process that made it).
   std::shared_ptr<Heartbeat> heartbeat;
   // LatestUpdate::before_rename of its commit (finish_entry).

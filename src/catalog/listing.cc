@@ -1,5 +1,7 @@
 // Listing and resolving checkpoints under a root directory (local, read-only).
 #include "catalog/listing.h"
+#include "catalog/object_root.h"
+#include "storage/object_fs.h"
 
 #include <algorithm>
 #include <map>
@@ -24,7 +26,9 @@ using internal_catalog::read_latest_pointer;
 using internal_format::kIndexFileName;
 
 namespace {
-std::shared_ptr<FileSystem> or_posix(std::shared_ptr<FileSystem> fs) { return fs ? fs : posix_filesystem(); }
+std::shared_ptr<FileSystem> or_posix(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  return internal_storage::filesystem_for(path, std::move(fs));
+}
 }  // namespace
 
 namespace internal_catalog {
@@ -68,7 +72,7 @@ uint64_t next_commit_seq(FileSystem& fs, const std::string& root) {
 
 Result<RootListing> list_checkpoints(const std::string& root, const InspectOptions& options) {
   // With a key, .ckpt files encrypted whole are listed with their step and order.
-  const std::shared_ptr<FileSystem> fs = internal_format::with_key(or_posix(options.fs), options.key.get());
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(or_posix(root, options.fs), options.key.get());
   DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs->list_dir(root));
   RootListing listing;
   std::vector<CheckpointEntry> committed, other;
@@ -82,6 +86,14 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
     if (internal_catalog::is_in_flight_name(e.name)) {
       entry.state = EntryState::kInFlight;
       entry.detail = "save in progress or abandoned (not a checkpoint)";
+      other.push_back(std::move(entry));
+      continue;
+    }
+    if (e.is_dir && internal_catalog::is_object_root(root) &&
+        !fs->exists(root + "/" + e.name + "/" + kIndexFileName)) {
+      // An object root's name without its index: saves that never committed (object_root.h).
+      entry.state = EntryState::kInFlight;
+      entry.detail = "save in progress or abandoned (no index: not committed)";
       other.push_back(std::move(entry));
       continue;
     }
@@ -202,8 +214,10 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
 }
 
 Status remove_checkpoint(const std::string& root, const std::string& name, const InspectOptions& options) {
-  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
+  const std::shared_ptr<FileSystem> fs = or_posix(root, options.fs);
   DISTCKPT_RETURN_IF_ERROR(internal_catalog::validate_checkpoint_name(name).with_context("remove"));
+  if (internal_catalog::is_object_root(root))
+    return internal_catalog::remove_object_checkpoint(root, name).with_context("remove '" + root + "/" + name + "'");
   // Only a committed checkpoint: an entry in flight is gc's, a retired one the sweep's.
   auto index = internal_format::read_stored_summary(*fs, root + "/" + name);
   if (!index.ok())
@@ -214,7 +228,7 @@ Status remove_checkpoint(const std::string& root, const std::string& name, const
 }
 
 Result<std::string> resolve_checkpoint(const std::string& path, const InspectOptions& options) {
-  const std::shared_ptr<FileSystem> fs = or_posix(options.fs);
+  const std::shared_ptr<FileSystem> fs = or_posix(path, options.fs);
   if (fs->exists(path + "/" + kIndexFileName)) return path;
   if (is_checkpoint_file_name(internal_base::base_name(path))) {
     // A file (opened with the key where one was given): its reader says what is wrong

@@ -42,6 +42,8 @@ std::string make_tmp_name(const std::string& root, const std::string& name) {
   return root + "/" + name + kTmpMarker + random_hex();
 }
 
+std::string make_save_dir() { return "s-" + random_hex(); }
+
 std::string make_trash_name(const std::string& root, const std::string& name) {
   return root + "/" + name + kTrashMarker + random_hex();
 }

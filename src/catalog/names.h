@@ -27,6 +27,10 @@ inline constexpr const char* kTrashMarker = ".tmp-deleting-";
 std::string local_records_dir(const std::string& root);
 std::string local_record_path(const std::string& root, const std::string& name);
 
+// "s-<16 hex>": the prefix a save into an object root writes its data objects under
+// (object_root.h; format/native/index_codec.h: valid_save_dir).
+std::string make_save_dir();
+
 // kInvalidArgument unless `name` can be a checkpoint's name in a root: printable UTF-8,
 // non-empty, at most 255 bytes, no '/', not "." / ".." / "latest", no ".tmp-", not
 // starting with ".distckpt".

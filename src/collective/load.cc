@@ -31,6 +31,7 @@
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 
@@ -98,10 +99,10 @@ struct BoxRead {
 // fetch, exchange, agree, write back, report.
 class LoadRun {
  public:
-  LoadRun(Comm& comm, StateDict& state, const LoadOptions& options)
+  LoadRun(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options)
       : comm_(comm), state_(state), options_(options), where_("load: rank " + std::to_string(comm.rank())) {
     // With a key, a .ckpt encrypted whole reads as its plaintext.
-    fs_ = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
+    fs_ = internal_format::with_key(internal_storage::filesystem_for(path, options.fs), options.key.get());
   }
   const std::string& where() const { return where_; }
   std::shared_ptr<FileSystem> fs_handle() const { return fs_; }
@@ -422,7 +423,7 @@ void LoadRun::report() {
 
 Result<LoadResult> load(Comm& comm, StateDict& state, const std::string& path, const LoadOptions& options) {
   internal_base::Timer timer;
-  LoadRun run(comm, state, options);
+  LoadRun run(comm, state, path, options);
   // Rank 0 resolves the path and reads the index; everyone parses the same bytes.
   DISTCKPT_ASSIGN_OR_RETURN(internal_collective::FetchedIndex fetched,
                             internal_collective::fetch_index(comm, run.fs_handle(), path, run.where()));

@@ -11,6 +11,7 @@
 #include "distckpt/checkpoint.h"
 #include "format/native/sealing.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 
@@ -49,7 +50,7 @@ Result<TensorLayout> stored_layout(const proto::Tensor& t) {
 
 Result<LoadedCheckpoint> load_all(Comm& comm, const std::string& path, LoadAllLayout layout, const LoadOptions& options) {
   const std::string where = "load_all: rank " + std::to_string(comm.rank());
-  std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
+  std::shared_ptr<FileSystem> fs = internal_format::with_key(internal_storage::filesystem_for(path, options.fs), options.key.get());
   if (!options.only.empty())  // the same on every rank: the options are the call's
     return invalid_argument(where + ": `only` names state tensors; choose with specify_prefix/filter_prefix/choice_func");
   DISTCKPT_ASSIGN_OR_RETURN(internal_collective::FetchedIndex fetched,

@@ -11,6 +11,7 @@
 #include "comm/agree.h"
 #include "format/ckpt/framed_file.h"
 #include "format/native/sealing.h"
+#include "storage/object_fs.h"
 
 namespace distckpt::internal_collective {
 
@@ -198,7 +199,7 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   SaveFrame frame;
   // With its key, the save reads the root's encrypted .ckpt files (latest's commit number)
   // as their plaintext.
-  frame.fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(),
+  frame.fs = internal_format::with_key(internal_storage::filesystem_for(root, options.fs),
                                        options.encryption.enabled() ? options.encryption.key.get() : nullptr);
   frame.root = root;
   frame.options = options;
@@ -330,6 +331,9 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
       proto::Index index;
       if (frame.entry.directory) {
         DISTCKPT_ASSIGN_OR_RETURN(index, final_index());
+        if (!frame.entry.data_dir.empty())  // an object root's save: its data under its own prefix
+          for (proto::File& f : *index.mutable_files())
+            if (f.checkpoint().empty()) f.set_name(frame.entry.data_dir + "/" + f.name());
         index.set_created_unix_ms(internal_base::wall_clock_ms());
         if (frame.cipher)  // last: the seal authenticates everything else in the index
           DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));

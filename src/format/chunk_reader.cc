@@ -29,7 +29,9 @@ std::string FileCache::path(uint32_t file_id) const {
   return single_file_ ? dir_ + "/" + name(file_id) : data_file_location(index_, dir_, static_cast<int>(file_id));
 }
 
-std::string FileCache::identity_name(uint32_t file_id) const { return single_file_ ? std::string() : name(file_id); }
+std::string FileCache::identity_name(uint32_t file_id) const {
+  return single_file_ ? std::string() : file_identity(name(file_id));
+}
 
 Status InsideCheck::check(const std::string& file_name) {
   const auto slash = file_name.find('/');

@@ -34,6 +34,7 @@
 #include "tier/record.h"
 #include "tools/convert.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 
@@ -301,7 +302,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::create(Comm& comm,
   impl.comm = &comm;
   impl.state = &state;
   impl.cfg = std::move(config);
-  if (impl.cfg.fs) impl.fs = impl.cfg.fs;
+  impl.fs = internal_storage::filesystem_for(impl.cfg.directory, impl.cfg.fs);  // s3:// roots: the object store's
   // Its .ckpt files encrypted whole are listed, ordered and resumed from as their plaintext.
   impl.fs = internal_format::with_key(impl.fs, impl.cfg.encryption.key.get());
   Status local = impl.cfg.validate();

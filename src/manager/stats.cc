@@ -12,12 +12,17 @@
 #include "base/strings.h"
 #include "base/test_seams.h"
 #include "catalog/names.h"
+#include "catalog/object_root.h"
 #include "manager/manager_impl.h"
 
 namespace distckpt::internal_manager {
 
 namespace {
 std::string stats_path(const std::string& directory) { return directory + "/" + internal_catalog::kStatsFileName; }
+// An object root's statistics: one object per record (catalog/object_root.h).
+std::string object_stats_dir(const std::string& directory) {
+  return directory + "/" + internal_catalog::kMetaDir + "/stats";
+}
 }  // namespace
 
 int64_t unix_ms_now() {
@@ -53,6 +58,14 @@ Status append_stats_line(FileSystem& fs, const std::string& directory, const nlo
 }
 
 Status append_stats_text(FileSystem& fs, const std::string& directory, std::string text) {
+  if (internal_catalog::is_object_root(directory)) {
+    // Objects cannot be appended to: one object per record, named in time order (the
+    // store's listing is in key order), with a random tail that no other writer makes.
+    char ms[24];
+    std::snprintf(ms, sizeof(ms), "%020lld", static_cast<long long>(unix_ms_now()));
+    return write_file_synced(fs, object_stats_dir(directory) + "/" + ms + "-" + internal_catalog::make_save_dir() +
+                                     ".json", text);
+  }
   const std::string path = stats_path(directory);
   // A crash mid-append leaves a last line without its newline: end it, so that this
   // line is not glued to it (readers skip the torn one).
@@ -66,7 +79,17 @@ Status append_stats_text(FileSystem& fs, const std::string& directory, std::stri
 }
 
 Result<std::vector<std::string>> read_stats_lines(FileSystem& fs, const std::string& directory) {
-  DISTCKPT_ASSIGN_OR_RETURN(std::string text, read_whole_file(fs, stats_path(directory), uint64_t{1} << 30));
+  std::string text;
+  if (internal_catalog::is_object_root(directory)) {
+    DISTCKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> records, fs.list_dir(object_stats_dir(directory)));
+    for (const DirEntry& r : records) {  // in key order: time order
+      DISTCKPT_ASSIGN_OR_RETURN(std::string record, read_whole_file(fs, object_stats_dir(directory) + "/" + r.name,
+                                                                    uint64_t{1} << 20));
+      text += record + "\n";
+    }
+  } else {
+    DISTCKPT_ASSIGN_OR_RETURN(text, read_whole_file(fs, stats_path(directory), uint64_t{1} << 30));
+  }
   std::vector<std::string> lines;
   for (auto& line : internal_base::split(text, '\n')) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

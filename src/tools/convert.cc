@@ -31,6 +31,7 @@
 #include "transform/cipher.h"
 #include "catalog/claims.h"
 #include "format/stored.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 namespace internal_tools {
@@ -222,7 +223,7 @@ Status copy_tensors(CheckpointReader& reader, internal_format::SequentialWriter&
 Result<ConvertResult> convert_to(const std::string& src, const std::string& dst, Format to,
                                  const ConvertOptions& options, const ConvertControl& control) {
   return internal_base::guarded("convert", [&]() -> Result<ConvertResult> {
-    std::shared_ptr<FileSystem> fs = options.fs ? options.fs : posix_filesystem();
+    std::shared_ptr<FileSystem> fs = internal_storage::filesystem_for(src, options.fs);
     const internal_format::FormatDriver& format = internal_format::driver(to);
     DISTCKPT_RETURN_IF_ERROR(options.encryption.validate());
     if (options.encryption.enabled()) DISTCKPT_RETURN_IF_ERROR(internal_format::encryption_refused(to));

@@ -7,6 +7,7 @@
 #include "format/native/sealing.h"
 #include "format/stored.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 
@@ -75,7 +76,7 @@ CheckpointInfo to_checkpoint_info(const proto::Index& index, const std::string& 
 
 Result<CheckpointInfo> read_checkpoint_info(const std::string& path, const InspectOptions& options) {
   const std::shared_ptr<const EncryptionKey>& key = options.key;
-  const std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), key.get());
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(internal_storage::filesystem_for(path, options.fs), key.get());
   DISTCKPT_ASSIGN_OR_RETURN(auto index, internal_format::read_stored_index(*fs, path));
   if (key) DISTCKPT_RETURN_IF_ERROR(internal_format::open_index(&index, key.get(), path).status());
   CheckpointInfo info = internal_tools::to_checkpoint_info(index, path);

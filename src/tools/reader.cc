@@ -11,6 +11,7 @@
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt::internal_tools {
 
@@ -33,7 +34,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(std::shared_ptr
   std::unique_ptr<CheckpointReader> r(new CheckpointReader());
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
-  m.fs = internal_format::with_key(fs ? fs : posix_filesystem(), key);
+  m.fs = internal_format::with_key(internal_storage::filesystem_for(path, fs), key);
   DISTCKPT_ASSIGN_OR_RETURN(std::string resolved, resolve_checkpoint(path, {.fs = m.fs}));
   DISTCKPT_ASSIGN_OR_RETURN(m.index, internal_format::read_stored_index(*m.fs, resolved));
   DISTCKPT_ASSIGN_OR_RETURN(m.cipher, internal_format::open_index(&m.index, key, resolved));

@@ -15,6 +15,7 @@
 #include "transform/cipher.h"
 #include "transform/crc32c.h"
 #include "format/ckpt/framed_file.h"
+#include "storage/object_fs.h"
 
 namespace distckpt {
 namespace {
@@ -49,7 +50,7 @@ Status check_gap(const ReadableFile& file, const std::string& path, uint64_t beg
 }  // namespace
 
 Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOptions& options) {
-  const std::shared_ptr<FileSystem> fs = internal_format::with_key(options.fs ? options.fs : posix_filesystem(), options.key.get());
+  const std::shared_ptr<FileSystem> fs = internal_format::with_key(internal_storage::filesystem_for(path, options.fs), options.key.get());
   // --deep: every file read comes from storage where the file system can evict it. A
   // failure to evict is not an error (the bytes are still checked), but then the report
   // does not claim it.
@@ -169,7 +170,7 @@ Result<VerifyReport> verify_checkpoint(const std::string& path, const VerifyOpti
       internal_format::ChunkCheck check;
       check.crc = checksums;
       check.cipher = cipher.get();
-      check.file_identity = single ? "" : meta.name();
+      check.file_identity = single ? "" : internal_format::file_identity(meta.name());
       // A referenced file is named with its checkpoint: the same name may be this one's too.
       check.where = "verify: '" + path + "': tensor '" + tensor.name() + "': chunk " + std::to_string(c) + " of " +
                     (meta.checkpoint().empty() ? meta.name() : "'" + file_path + "' (referenced)");

@@ -44,8 +44,24 @@ bool valid_file_name(const std::string& name) {
          name.find('/') == std::string::npos && internal_base::is_printable_utf8(name);
 }
 
+bool valid_save_dir(std::string_view dir) {
+  if (dir.size() != 18 || dir.substr(0, 2) != "s-") return false;
+  for (char c : dir.substr(2))
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+std::string file_identity(const std::string& name) {
+  const std::size_t slash = name.find('/');
+  if (slash != std::string::npos && valid_save_dir(std::string_view(name).substr(0, slash))) return name.substr(slash + 1);
+  return name;
+}
+
 bool valid_data_file_name(const std::string& name) {
   if (valid_file_name(name)) return true;
+  if (const std::size_t slash = name.find('/');
+      slash != std::string::npos && valid_save_dir(std::string_view(name).substr(0, slash)))
+    return valid_file_name(name.substr(slash + 1));
   constexpr std::string_view kPrefix = "rank_";
   const std::size_t slash = name.find('/');
   if (name.rfind(kPrefix, 0) != 0 || slash == std::string::npos) return false;
@@ -198,10 +214,12 @@ namespace {
 Status check_files(const proto::Index& index, const std::string& where) {
   std::set<std::string> file_names;
   for (const auto& f : index.files()) {
-    if (f.name().find('/') != std::string::npos && !per_rank_name_of(index, f.name()))
+    if (f.name().find('/') != std::string::npos && !per_rank_name_of(index, f.name()) &&
+        file_identity(f.name()) == f.name())
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid (only a per-rank set's "
-                        "rank_<r>/<name>.ckpt of this checkpoint names a directory)");
+                        "rank_<r>/<name>.ckpt of this checkpoint, or an object root's save prefix s-<id>/, "
+                        "names a directory)");
     if (!valid_data_file_name(f.name()))
       return corruption(where + ": file name '" + printable(f.name()) +
                         "' escapes the checkpoint directory or is invalid");

@@ -36,8 +36,15 @@ std::string data_file_name(int writer_rank);
 // most 255 bytes, no '/' or NUL, not ".", ".." or the index's own name.
 bool valid_file_name(const std::string& name);
 // A data file named by an index: a valid_file_name, or (per-rank .ckpt sets)
-// "rank_<r>/<valid_file_name>" with r a decimal rank of at most 8 digits.
+// "rank_<r>/<valid_file_name>" with r a decimal rank of at most 8 digits, or (a checkpoint
+// of an object root) "s-<16 hex digits>/<valid_file_name>": its save's own prefix.
 bool valid_data_file_name(const std::string& name);
+// "s-<16 hex>" of a save into an object root: the prefix its data objects are under, so
+// that no other save of the same name can write them (catalog/object_root.h).
+bool valid_save_dir(std::string_view dir);
+// The name a data file's chunks are encrypted under: `name` without an object root's
+// save prefix (its writer encrypted them before the prefix was known to the index).
+std::string file_identity(const std::string& name);
 // "rank_3/<name>.ckpt": rank 3's file of a per-rank set named `name`.
 std::string per_rank_file_name(int rank, const std::string& name);
 

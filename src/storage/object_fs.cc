@@ -1,0 +1,258 @@
+#include "storage/object_fs.h"
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+
+#include "base/strings.h"
+#include "storage/s3_store.h"
+
+namespace distckpt::internal_storage {
+namespace {
+
+std::mutex registry_mu;
+std::map<std::string, std::shared_ptr<ObjectStore>>& registry() {
+  static auto* stores = new std::map<std::string, std::shared_ptr<ObjectStore>>();
+  return *stores;
+}
+
+Result<std::pair<std::shared_ptr<ObjectStore>, std::string>> locate(const std::string& path) {
+  DISTCKPT_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(path));
+  return std::make_pair(std::move(store), object_key(path));
+}
+
+class ObjectWritable final : public WritableFile {
+ public:
+  ObjectWritable(std::shared_ptr<ObjectStore> store, std::string key, std::string path)
+      : store_(std::move(store)), key_(std::move(key)), path_(std::move(path)), part_bytes_(store_->part_bytes()) {}
+  ~ObjectWritable() override {
+    if (upload_ && !finished_) upload_->abort();
+  }
+
+  Status write_at(const void* data, std::size_t n, uint64_t offset) override {
+    if (finished_) return io_error("write '" + path_ + "': the object is already complete");
+    const uint64_t end = sent_ + current_.size();
+    if (offset < sent_)
+      return io_error("write '" + path_ + "': " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                      ": an object is written once, front to back, and those bytes are sent");
+    if (offset > end) {
+      pending_[offset].assign(static_cast<const char*>(data), n);
+      return Status();
+    }
+    // Overlapping or appending to the bytes not yet sent.
+    const std::size_t at = static_cast<std::size_t>(offset - sent_);
+    if (current_.size() < at + n) current_.resize(at + n);
+    std::memcpy(current_.data() + at, data, n);
+    while (!pending_.empty() && pending_.begin()->first <= sent_ + current_.size()) {
+      auto node = pending_.extract(pending_.begin());
+      const std::size_t p = static_cast<std::size_t>(node.key() - sent_);
+      if (current_.size() < p + node.mapped().size()) current_.resize(p + node.mapped().size());
+      std::memcpy(current_.data() + p, node.mapped().data(), node.mapped().size());
+    }
+    return send_full_parts();
+  }
+
+  Status truncate(uint64_t length) override {
+    if (length < sent_) return io_error("truncate '" + path_ + "' to " + std::to_string(length) + ": bytes already sent");
+    current_.resize(static_cast<std::size_t>(length - sent_));
+    return Status();
+  }
+
+  Status sync() override { return finish(); }
+  Status close() override { return finish(); }
+
+ private:
+  Status send_full_parts() {
+    // A part is sent once a whole one and more is held, so that the last part is never
+    // empty (S3 refuses parts under 5 MiB except the last).
+    while (current_.size() > part_bytes_) {
+      if (!upload_) {
+        DISTCKPT_ASSIGN_OR_RETURN(upload_, store_->start_upload(key_));
+      }
+      DISTCKPT_RETURN_IF_ERROR(upload_->upload_part(++parts_, std::string_view(current_.data(), part_bytes_)));
+      current_.erase(0, part_bytes_);
+      sent_ += part_bytes_;
+    }
+    return Status();
+  }
+
+  Status finish() {
+    if (finished_) return Status();
+    if (!pending_.empty())
+      return io_error("write '" + path_ + "': bytes at " + std::to_string(pending_.begin()->first) +
+                      " follow a gap that was never written");
+    if (!upload_) {
+      DISTCKPT_RETURN_IF_ERROR(store_->put(key_, current_, {}).status());
+    } else {
+      DISTCKPT_RETURN_IF_ERROR(upload_->upload_part(++parts_, current_));
+      DISTCKPT_RETURN_IF_ERROR(upload_->complete(parts_).status());
+    }
+    finished_ = true;
+    std::string().swap(current_);
+    return Status();
+  }
+
+  std::shared_ptr<ObjectStore> store_;
+  std::string key_, path_;
+  uint64_t part_bytes_;
+  std::unique_ptr<ObjectUpload> upload_;
+  std::string current_;  // bytes from sent_ on, not yet sent
+  uint64_t sent_ = 0;
+  int parts_ = 0;
+  std::map<uint64_t, std::string> pending_;  // writes past the end of current_
+  bool finished_ = false;
+};
+
+// Reads of one version of an object. Small reads fetch a whole block around them (a
+// request costs a round trip; a load asks for many small pieces), kept in a small cache.
+class ObjectReadable final : public ReadableFile {
+ public:
+  static constexpr uint64_t kBlock = 1 << 20;
+  ObjectReadable(std::shared_ptr<ObjectStore> store, std::string key, ObjectInfo info)
+      : store_(std::move(store)), key_(std::move(key)), info_(std::move(info)) {}
+
+  Status read_at(void* data, std::size_t n, uint64_t offset) const override {
+    if (offset > info_.size || n > info_.size - offset)
+      return corruption("read '" + key_ + "': " + std::to_string(n) + " bytes at " + std::to_string(offset) +
+                        ": the object has " + std::to_string(info_.size));
+    if (n >= kBlock / 4) return store_->get_range(key_, offset, n, data, info_.etag);
+    char* out = static_cast<char*>(data);
+    while (n > 0) {
+      const uint64_t block = offset / kBlock;
+      DISTCKPT_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> bytes, fetch(block));
+      const std::size_t at = static_cast<std::size_t>(offset - block * kBlock);
+      const std::size_t take = std::min(n, bytes->size() - at);
+      std::memcpy(out, bytes->data() + at, take);
+      out += take, offset += take, n -= take;
+    }
+    return Status();
+  }
+  Result<uint64_t> size() const override { return info_.size; }
+
+ private:
+  Result<std::shared_ptr<const std::string>> fetch(uint64_t block) const {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [b, bytes] : cache_)
+        if (b == block) return bytes;
+    }
+    const uint64_t begin = block * kBlock, len = std::min(kBlock, info_.size - begin);
+    auto bytes = std::make_shared<std::string>(static_cast<std::size_t>(len), '\0');
+    DISTCKPT_RETURN_IF_ERROR(store_->get_range(key_, begin, bytes->size(), bytes->data(), info_.etag));
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.emplace_front(block, bytes);
+    if (cache_.size() > 4) cache_.pop_back();
+    return std::shared_ptr<const std::string>(bytes);
+  }
+
+  std::shared_ptr<ObjectStore> store_;
+  std::string key_;
+  ObjectInfo info_;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<uint64_t, std::shared_ptr<const std::string>>> cache_;
+};
+
+class ObjectFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<WritableFile>> open_writable(const std::string& path, const WriteOpenOptions&) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    return std::unique_ptr<WritableFile>(std::make_unique<ObjectWritable>(at.first, at.second, path));
+  }
+  Result<std::unique_ptr<ReadableFile>> open_readable(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    DISTCKPT_ASSIGN_OR_RETURN(ObjectInfo info, at.first->head(at.second));
+    return std::unique_ptr<ReadableFile>(std::make_unique<ObjectReadable>(at.first, at.second, info));
+  }
+  Status create_dir(const std::string& path) override {
+    return unsupported("create directory '" + path +
+                       "': an object store has no atomic directories (object roots commit by conditional writes)");
+  }
+  Status create_dirs(const std::string&) override { return Status(); }
+  Status rename(const std::string& from, const std::string& to) override {
+    return unsupported("rename '" + from + "' -> '" + to + "': an object store has no rename, and copying is no rename");
+  }
+  Status rename_no_replace(const std::string& from, const std::string& to) override { return rename(from, to); }
+  Status remove_file(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    return at.first->remove(at.second);
+  }
+  Status remove_all(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    DISTCKPT_ASSIGN_OR_RETURN(ObjectListing listing, at.first->list(at.second.empty() ? "" : at.second + "/"));
+    for (const auto& [key, info] : listing.objects) DISTCKPT_RETURN_IF_ERROR(at.first->remove(key));
+    return at.second.empty() ? Status() : at.first->remove(at.second);
+  }
+  Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    const std::string prefix = at.second.empty() ? "" : at.second + "/";
+    DISTCKPT_ASSIGN_OR_RETURN(ObjectListing listing, at.first->list(prefix, "/"));
+    std::vector<DirEntry> entries;
+    for (const auto& [key, info] : listing.objects)
+      if (key.size() > prefix.size()) entries.push_back({key.substr(prefix.size()), false});
+    for (const std::string& p : listing.prefixes)
+      entries.push_back({p.substr(prefix.size(), p.size() - prefix.size() - 1), true});
+    // An empty prefix is an empty directory: a prefix exists once something is under it,
+    // and a root is made by its first save (a missing bucket is kNotFound).
+    return entries;
+  }
+  bool exists(const std::string& path) override {
+    auto at = locate(path);
+    if (!at.ok()) return false;
+    if (at->first->head(at->second).ok()) return true;
+    auto listing = at->first->list(at->second.empty() ? "" : at->second + "/", "/");
+    return listing.ok() && (!listing->objects.empty() || !listing->prefixes.empty());
+  }
+  Result<uint64_t> file_size(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    DISTCKPT_ASSIGN_OR_RETURN(ObjectInfo info, at.first->head(at.second));
+    return info.size;
+  }
+  Status sync_dir(const std::string&) override { return Status(); }  // a completed object is durable
+  Status sync_file(const std::string&) override { return Status(); }
+  Result<int64_t> modified_time_ns(const std::string& path) override {
+    DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
+    DISTCKPT_ASSIGN_OR_RETURN(ObjectInfo info, at.first->head(at.second));
+    return info.modified_ms * 1000000;
+  }
+};
+
+}  // namespace
+
+std::string object_key(const std::string& path) {
+  std::string rest = path.substr(std::min<std::size_t>(path.size(), 5));
+  const std::size_t slash = rest.find('/');
+  std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  while (internal_base::ends_with(key, "/")) key.pop_back();
+  return key;
+}
+
+Result<std::shared_ptr<ObjectStore>> object_store_for(const std::string& url) {
+  DISTCKPT_ASSIGN_OR_RETURN(S3Url parsed, parse_s3_url(url));
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto& stores = registry();
+  if (auto it = stores.find(parsed.bucket); it != stores.end()) return it->second;
+  DISTCKPT_ASSIGN_OR_RETURN(S3Config config, s3_config_from_environment());
+  auto store = s3_object_store(config, parsed.bucket);
+  stores[parsed.bucket] = store;
+  return store;
+}
+
+void register_object_store(const std::string& bucket, std::shared_ptr<ObjectStore> store) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (store) registry()[bucket] = std::move(store);
+  else registry().erase(bucket);
+}
+
+std::shared_ptr<FileSystem> object_filesystem() {
+  static auto* fs = new std::shared_ptr<FileSystem>(std::make_shared<ObjectFileSystem>());
+  return *fs;
+}
+
+std::shared_ptr<FileSystem> filesystem_for(const std::string& path, std::shared_ptr<FileSystem> given) {
+  if (given) return given;
+  return is_object_path(path) ? object_filesystem() : posix_filesystem();
+}
+
+}  // namespace distckpt::internal_storage
