@@ -1,6 +1,8 @@
 #include "catalog/object_root.h"
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -219,6 +221,8 @@ Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, con
 Status remove_object_checkpoint(const std::string& root, const std::string& name) {
   DISTCKPT_RETURN_IF_ERROR(validate_checkpoint_name(name));
   DISTCKPT_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, internal_storage::object_store_for(root));
+  // One removal at a time per root (two jobs' retention passes may pick the same one).
+  DISTCKPT_ASSIGN_OR_RETURN(auto lock, ObjectRootLock::acquire(store, root, "remove", 30));
   const std::string index_key = key_in(root, name + "/" + kIndexFileName);
   auto head = store->head(index_key);
   if (!head.ok() && head.status().code() == StatusCode::kNotFound)
@@ -237,6 +241,107 @@ Status remove_object_checkpoint(const std::string& root, const std::string& name
     DISTCKPT_ASSIGN_OR_RETURN(auto listing, store->list(key_in(root, name + "/" + dir + "/")));
     for (const auto& [key, info] : listing.objects) DISTCKPT_RETURN_IF_ERROR(store->remove(key));
   }
+  return Status();
+}
+
+}  // namespace distckpt::internal_catalog
+
+namespace distckpt::internal_catalog {
+
+struct ObjectRootLock::State {
+  std::shared_ptr<ObjectStore> store;
+  std::string key, token, etag;  // etag: of this holder's last write
+  uint64_t beats = 0;
+  std::atomic<bool> lost{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread beater;
+
+  std::string record() const { return "held " + token + " by " + OwnerRecord::self().to_json() + " beat " + std::to_string(beats) + "\n"; }
+  // One beat: the record rewritten over this holder's own last version only.
+  void beat() {
+    ++beats;
+    PutCondition mine;
+    mine.if_match = etag;
+    auto put = store->put(key, record(), mine);
+    if (put.ok()) etag = *put;
+    else if (put.status().code() == StatusCode::kAborted) lost = true;  // broken by a waiter
+  }
+};
+
+Result<std::unique_ptr<ObjectRootLock>> ObjectRootLock::acquire(std::shared_ptr<ObjectStore> store,
+                                                                 const std::string& root, const std::string& what,
+                                                                 double timeout_s, double silence_s) {
+  using Clock = std::chrono::steady_clock;
+  auto state = std::make_shared<State>();
+  state->store = store;
+  state->key = key_in(root, std::string(kMetaDir) + "/locks/" + what);
+  state->token = make_save_dir();
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string seen_etag;  // the holder's version as last seen, and since when (the store's clock)
+  int64_t seen_since_ms = 0;
+  for (int attempt = 0;; ++attempt) {
+    PutCondition create;
+    create.create_only = true;
+    auto put = store->put(state->key, state->record(), create);
+    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists) return put.status();
+    if (!put.ok()) {
+      std::string etag;
+      auto text = store->get(state->key, &etag, 64 << 10);
+      if (!text.ok() && text.status().code() != StatusCode::kNotFound) return text.status();
+      if (text.ok()) {
+        DISTCKPT_ASSIGN_OR_RETURN(int64_t now_ms, store->now_ms());
+        if (etag != seen_etag) seen_etag = etag, seen_since_ms = now_ms;
+        const bool free = internal_base::starts_with(*text, "free ");
+        // A free record is taken, a silent one broken, both by a replace of the very version
+        // judged: of two takers, one wins.
+        if (free || static_cast<double>(now_ms - seen_since_ms) >= silence_s * 1000) {
+          PutCondition judged;
+          judged.if_match = etag;
+          put = store->put(state->key, state->record(), judged);
+          if (!put.ok() && put.status().code() != StatusCode::kAborted) return put.status();
+          if (put.ok() && !free)
+            std::fprintf(stderr, "distckpt: broke the lock '%s' of %s: its holder was silent for %.0f s\n",
+                         state->key.c_str(), store->describe().c_str(), silence_s);
+        }
+      }
+    }
+    if (put.ok()) {
+      state->etag = *put;
+      break;
+    }
+    if (Clock::now() > deadline)
+      return aborted("lock '" + state->key + "' of " + store->describe() + ": still held after " +
+                     std::to_string(static_cast<int>(timeout_s)) + " s");
+    short_pause(attempt + 4);
+  }
+  state->beater = std::thread([s = state.get()] {
+    std::unique_lock<std::mutex> lock(s->mu);
+    while (!s->cv.wait_for(lock, std::chrono::duration<double>(kLockBeatSeconds), [s] { return s->stopping; }) &&
+           !s->lost)
+      s->beat();
+  });
+  return std::unique_ptr<ObjectRootLock>(new ObjectRootLock(std::move(state)));
+}
+
+ObjectRootLock::ObjectRootLock(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ObjectRootLock::~ObjectRootLock() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  if (state_->beater.joinable()) state_->beater.join();
+  if (state_->lost) return;
+  PutCondition mine;  // released by a replace of our own version: never a successor's
+  mine.if_match = state_->etag;
+  (void)state_->store->put(state_->key, "free " + state_->token + "\n", mine);
+}
+
+Status ObjectRootLock::still_held() const {
+  if (state_->lost) return aborted("lock '" + state_->key + "': broken by another process (this holder was silent)");
   return Status();
 }
 

@@ -134,6 +134,8 @@ Result<bool> free_unreferenced(FileSystem& fs, const RootLock& lock, const std::
 }  // namespace
 
 Status retire_checkpoint(FileSystem& fs, const std::string& root, const std::string& name) {
+  // An object root has no rename: its index goes first (object_root.h), then its data.
+  if (is_object_root(root)) return remove_object_checkpoint(root, name);
   const std::string path = root + "/" + name;
   const std::string index = path + "/" + internal_format::kIndexFileName;
   // Renamed away (atomically, durably); the removal itself runs after the lock is

@@ -21,14 +21,15 @@ struct Object {
 
 class MemoryStore final : public ObjectStore, public std::enable_shared_from_this<MemoryStore> {
  public:
-  MemoryStore(std::string bucket, uint64_t part_bytes) : bucket_(std::move(bucket)), part_bytes_(part_bytes) {}
+  MemoryStore(std::string bucket, uint64_t part_bytes, bool enforce)
+      : bucket_(std::move(bucket)), part_bytes_(part_bytes), enforce_(enforce) {}
 
   Result<std::string> put(const std::string& key, std::string_view data, const PutCondition& condition) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = objects_.find(key);
-    if (condition.create_only && it != objects_.end())
+    if (condition.create_only && it != objects_.end() && enforce_)
       return already_exists("memory PUT " + where(key) + ": 412: the key exists (If-None-Match: *)");
-    if (!condition.if_match.empty() && (it == objects_.end() || it->second.info.etag != condition.if_match))
+    if (!condition.if_match.empty() && (it == objects_.end() || it->second.info.etag != condition.if_match) && enforce_)
       return aborted("memory PUT " + where(key) + ": 412: the object changed since it was read (If-Match)");
     return store(key, std::string(data), md5_hex(data));
   }
@@ -110,6 +111,7 @@ class MemoryStore final : public ObjectStore, public std::enable_shared_from_thi
 
   std::string bucket_;
   uint64_t part_bytes_;
+  bool enforce_;
   std::mutex mu_;
   std::map<std::string, Object> objects_;
 };
@@ -149,8 +151,8 @@ Result<std::unique_ptr<ObjectUpload>> MemoryStore::start_upload(const std::strin
 
 }  // namespace
 
-std::shared_ptr<ObjectStore> memory_object_store(std::string bucket, uint64_t part_bytes) {
-  return std::make_shared<MemoryStore>(std::move(bucket), part_bytes);
+std::shared_ptr<ObjectStore> memory_object_store(std::string bucket, uint64_t part_bytes, bool enforce_conditions) {
+  return std::make_shared<MemoryStore>(std::move(bucket), part_bytes, enforce_conditions);
 }
 
 }  // namespace distckpt::internal_storage

@@ -80,8 +80,10 @@ class ObjectStore {
 };
 
 // An in-memory store honouring conditions as S3 does (ETag: MD5 hex of the bytes; the
-// clock: the host's). Thread-safe. For tests.
-std::shared_ptr<ObjectStore> memory_object_store(std::string bucket = "memory", uint64_t part_bytes = 5u << 20);
+// clock: the host's), or ignoring them as some stores do (`enforce_conditions` false: what
+// the start-up probe must refuse). Thread-safe. For tests.
+std::shared_ptr<ObjectStore> memory_object_store(std::string bucket = "memory", uint64_t part_bytes = 5u << 20,
+                                                 bool enforce_conditions = true);
 
 // MD5 of `data` in hex: the ETag S3 gives an object stored by one PUT.
 std::string md5_hex(std::string_view data);
