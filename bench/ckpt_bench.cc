@@ -52,6 +52,7 @@
 #include "plan/simulate.h"  // internal: the planner, for --simulate-ranks
 #include "base/bounce.h"  // internal: whether buffered I/O bounces, reported
 #include "storage/memory_fs.h"  // internal: tmpfs or ramfs, for --compare-limit
+#include "storage/object_fs.h"  // internal: the file system of s3:// roots
 #include "storage_limits.h"
 #include "proc_status.h"
 #include "quiet_mpi.h"
@@ -212,7 +213,7 @@ Status generate(const Args& a, int rank, Workload& w) {
 bool remove_checkpoint(const std::string& path, bool root) {
   Status removed;
   if (root) {
-    auto fs = distckpt::posix_filesystem();
+    auto fs = distckpt::internal_storage::filesystem_for(path, nullptr);  // s3:// roots too
     if (fs->exists(path)) {
       removed = fs->remove_all(path);
       if (removed.ok()) distckpt::bench::settle_deletes(path);

@@ -5,6 +5,7 @@
 
 #include "base/kill_point.h"
 #include "catalog/names.h"
+#include "catalog/object_root.h"
 #include "catalog/owner.h"
 #include "catalog/references.h"
 
@@ -74,18 +75,17 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
   const double lease = std::max({options.lease_s, kMinLeaseSeconds, options.older_than_s.value_or(0)});
   // The temporary entries of one directory: the root's (abandoned saves, retirement's
   // trash) and the catalog's own (a lock a breaker set aside, a counter never renamed).
-  auto collect_in = [&](const std::string& dir, const std::string& shown_prefix) -> Status {
-    DISTCKPT_ASSIGN_OR_RETURN(auto entries, fs.list_dir(dir));
-    for (const auto& e : entries) {
-      if (!is_in_flight_name(e.name)) continue;
-      const std::string path = dir + "/" + e.name;
-      GcEntry entry{shown_prefix + e.name, "", false};
+  // Each candidate is judged by its owner and removed (owner record last) once it is gone.
+  auto collect = [&](const std::vector<Candidate>& candidates) {
+    for (const Candidate& e : candidates) {
+      const std::string& path = e.path;
+      GcEntry entry{e.shown, "", false};
       bool gone = false;
       auto owner = e.is_dir ? read_owner(fs, path) : Result<OwnerRecord>(not_found("a file"));
       // An entry without an owner record may name its owner (a temporary file, a trash
       // directory).
       const std::optional<TmpFileOwner> file_owner =
-          owner.ok() ? std::nullopt : tmp_file_owner(e.name);
+          owner.ok() ? std::nullopt : tmp_file_owner(e.entry_name);
       if (file_owner) {
         // A temporary file lives for one write and rename under a lock, a trash directory
         // for one removal: a remote one older than the lease is abandoned too.
@@ -141,9 +141,22 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
       entry.removed = !options.dry_run;
       report.removed.push_back(std::move(entry));
     }
+  };
+  auto collect_in = [&](const std::string& dir, const std::string& shown_prefix) -> Status {
+    DISTCKPT_ASSIGN_OR_RETURN(auto listed, fs.list_dir(dir));
+    std::vector<Candidate> candidates;
+    for (const auto& e : listed)
+      if (is_in_flight_name(e.name)) candidates.push_back({dir + "/" + e.name, shown_prefix + e.name, e.name, e.is_dir});
+    collect(candidates);
     return Status();
   };
   DISTCKPT_RETURN_IF_ERROR(collect_in(root, ""));
+  // An object root's saves in flight are <name>/s-<id>/ prefixes that no index names.
+  if (is_object_root(root)) {
+    auto saves = object_saves_in_flight(fs, root);
+    if (saves.ok()) collect(*saves);
+    else report.warnings.push_back("gc: " + saves.status().to_string());
+  }
   // A lock set aside by a breaker that found a new holder in it and could not put it back
   // (claims.cc), or one whose breaker died half way, holds its owner's record: collected by
   // the same rules once that owner is gone. A missing catalog directory is no error.

@@ -34,7 +34,21 @@ struct GcReport {
   std::vector<std::string> warnings;
 };
 
-// Local, rank 0 of a manager or the `distckpt gc` tool. Never removes an entry whose
+// An entry gc judges: where it is, how it is shown, its name in its directory (which may
+// name its owner: tmp_file_owner), and whether it is a directory (or key prefix).
+struct Candidate {
+  std::string path, shown, entry_name;
+  bool is_dir = false;
+};
+
+// The saves of an object root that never committed (or are still writing): every
+// <name>/s-<id>/ prefix that <name>/index.pb does not name (object_root.cc). Errors of
+// the listing.
+Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root);
+
+// Local, rank 0 of a manager or the `distckpt gc` tool. An object root's saves in flight
+// (<name>/s-<id>/ that no index names: object_root.h) are judged as the file system's
+// .tmp-* entries are, their heartbeat's age by the store's clock. Never removes an entry whose
 // owner is alive, a checkpoint, or anything that is not a temporary entry. kNotFound for
 // a missing root; failures to remove an entry are warnings.
 Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const GcOptions& options);

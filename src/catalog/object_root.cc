@@ -13,6 +13,7 @@
 #include "base/kill_point.h"
 #include "base/strings.h"
 #include "catalog/claims.h"
+#include "catalog/gc.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
 #include "catalog/owner.h"
@@ -216,6 +217,28 @@ Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, con
                        st.to_string();
   }
   return result;
+}
+
+Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root) {
+  std::vector<Candidate> out;
+  DISTCKPT_ASSIGN_OR_RETURN(auto names, fs.list_dir(root));
+  for (const auto& n : names) {
+    if (!n.is_dir || n.name.rfind(kMetaDir, 0) == 0) continue;
+    const std::string dir = root + "/" + n.name;
+    std::set<std::string> committed;  // the save prefixes the index names
+    if (auto bytes = read_whole_file(fs, dir + "/" + kIndexFileName, uint64_t{1} << 30); bytes.ok()) {
+      auto index = internal_format::parse_index(*bytes, dir + "/" + kIndexFileName);
+      if (!index.ok()) continue;  // damaged: listed as broken, never collected here
+      for (const auto& f : index->files())
+        if (const std::size_t slash = f.name().find('/'); slash != std::string::npos)
+          committed.insert(f.name().substr(0, slash));
+    }
+    DISTCKPT_ASSIGN_OR_RETURN(auto saves, fs.list_dir(dir));
+    for (const auto& s : saves)
+      if (s.is_dir && internal_format::valid_save_dir(s.name) && !committed.count(s.name))
+        out.push_back({dir + "/" + s.name, n.name + "/" + s.name, s.name, true});
+  }
+  return out;
 }
 
 Status remove_object_checkpoint(const std::string& root, const std::string& name) {

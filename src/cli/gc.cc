@@ -27,6 +27,7 @@
 #include "format/native/file_names.h"
 #include "manager/best.h"
 #include "transform/crc32c.h"
+#include "storage/object_fs.h"
 
 namespace distckpt::internal_cli {
 
@@ -45,7 +46,7 @@ int cmd_gc(const GcArgs& args) {
     if (!older.ok()) return fail(older.status(), 2);
     options.older_than_s = *older;
   }
-  auto report = internal_catalog::collect_garbage(*posix_filesystem(), args.root, options);
+  auto report = internal_catalog::collect_garbage(*internal_storage::filesystem_for(args.root, nullptr), args.root, options);
   if (!report.ok()) return fail(report.status());
   const char* verb = args.dry_run ? "would remove" : "removed";
   if (args.json) {

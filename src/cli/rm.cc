@@ -27,6 +27,7 @@
 #include "format/native/file_names.h"
 #include "manager/best.h"
 #include "transform/crc32c.h"
+#include "storage/object_fs.h"
 
 namespace distckpt::internal_cli {
 
@@ -34,7 +35,7 @@ using internal_base::printable;
 
 int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
   int rc = 0;
-  FileSystem& fs = *posix_filesystem();
+  FileSystem& fs = *internal_storage::filesystem_for(root, nullptr);
   for (const std::string& name : names) {
     Status st = remove_checkpoint(root, name);
     // A node-local copy of the name (tier.h) would be restored from at the next resume:
@@ -76,7 +77,7 @@ int cmd_rm(const std::string& root, const std::vector<std::string>& names) {
                             "its series on those nodes)");
   }
   // Retired checkpoints that only the removed ones referenced go now, not at the next gc.
-  auto swept = internal_catalog::sweep_retired(*posix_filesystem(), root);
+  auto swept = internal_catalog::sweep_retired(*internal_storage::filesystem_for(root, nullptr), root);
   if (!swept.ok()) return fail(swept.status());
   for (const auto& gone : swept->removed) std::printf("freed %s (retired, no longer referenced)\n", printable(gone).c_str());
   for (const auto& w : swept->warnings) std::fprintf(stderr, "distckpt: %s\n", w.c_str());

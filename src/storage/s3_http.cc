@@ -73,6 +73,15 @@ size_t read_body(char* buffer, size_t size, size_t count, void* user) {
   return n;
 }
 
+// libcurl resends a request on a fresh connection when a reused one turns out dead: the
+// body starts again.
+int seek_body(void* user, curl_off_t offset, int origin) {
+  auto* t = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<std::size_t>(offset) > t->body.size()) return CURL_SEEKFUNC_FAIL;
+  t->sent = static_cast<std::size_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
 size_t write_body(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t n = size * count;
@@ -188,6 +197,8 @@ Result<S3Response> S3Http::attempt(const S3Request& request, double timeout_s, s
     curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_body);
     curl_easy_setopt(curl, CURLOPT_READDATA, &t);
+    curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, seek_body);
+    curl_easy_setopt(curl, CURLOPT_SEEKDATA, &t);
     curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
   } else if (request.method == "POST") {
     curl_easy_setopt(curl, CURLOPT_POST, 1L);
@@ -206,7 +217,8 @@ Result<S3Response> S3Http::attempt(const S3Request& request, double timeout_s, s
     *transport_error = curl_easy_strerror(rc);
     const bool retry = rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_COULDNT_CONNECT || rc == CURLE_SEND_ERROR ||
                        rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING || rc == CURLE_PARTIAL_FILE ||
-                       rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_SSL_CONNECT_ERROR;
+                       rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_SSL_CONNECT_ERROR ||
+                       rc == CURLE_SEND_FAIL_REWIND;
     if (!retry)
       return io_error("S3 " + request.method + " " + url_of(request.key) + ": " + *transport_error + " (" +
                       config_.describe() + ")");
@@ -219,16 +231,13 @@ Result<S3Response> S3Http::call(const S3Request& request) const {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration<double>(config_.deadline_s);
   thread_local std::minstd_rand jitter(std::random_device{}());
-  bool ambiguous = false;
   std::string last;  // the last retryable failure, for the message
   for (int attempts = 1;; ++attempts) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     std::string transport_error;
     DISTCKPT_ASSIGN_OR_RETURN(S3Response r, attempt(request, std::max(left, 0.001), &transport_error));
     r.attempts = attempts;
-    r.ambiguous = ambiguous;
     if (r.status != 0 && !retryable_status(r)) return r;
-    ambiguous = ambiguous || request.method != "GET";
     last = r.status == 0 ? transport_error : std::to_string(r.status) + " " + r.error_code();
     // Full jitter: a uniform wait up to 0.1 s * 2^attempt (at most 5 s), so that ranks
     // told to slow down together do not come back together.

@@ -37,9 +37,6 @@ struct S3Response {
   std::string body;
   std::map<std::string, std::string> headers;  // names in lower case
   int attempts = 0;
-  // An earlier attempt may have reached the store (its answer was lost, or was a 5xx):
-  // a conditional write that now answers 412 may have been our own.
-  bool ambiguous = false;
   std::string header(const std::string& name) const;
   // The XML error's <Code>, or "".
   std::string error_code() const;

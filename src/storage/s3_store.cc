@@ -57,13 +57,14 @@ class S3Upload final : public ObjectUpload {
     r.query = {{"uploadId", upload_id_}};
     r.body = xml;
     DISTCKPT_ASSIGN_OR_RETURN(S3Response a, http_.call(r));
-    // S3 may fail a completion inside a 200 answer; a retried completion that the store
-    // had already done answers NoSuchUpload: the object's presence decides then.
+    // S3 may fail a completion inside a 200 answer; a resent completion that the store
+    // had already done answers NoSuchUpload: the object's presence decides then (its key
+    // is this save's alone).
     if (a.status == 200 && a.error_code().empty()) {
       done_ = true;
       return unquote(xml_values(a.body, "ETag").empty() ? a.header("etag") : xml_values(a.body, "ETag").front());
     }
-    if (a.ambiguous && a.error_code() == "NoSuchUpload") {
+    if (a.error_code() == "NoSuchUpload") {
       S3Request h;
       h.method = "HEAD";
       h.key = key_;
@@ -104,12 +105,13 @@ class S3Store final : public ObjectStore {
     DISTCKPT_ASSIGN_OR_RETURN(S3Response a, http_.call(r));
     if (a.status == 200) return unquote(a.header("etag"));
     if (a.status == 412) {
-      // An earlier attempt whose answer was lost may have written it: ours if our bytes
-      // are in place (the ETag of one PUT is the MD5 of its bytes).
-      if (a.ambiguous) {
-        auto info = head(key);
-        if (info.ok() && info->etag == md5_hex(data)) return info->etag;
-      }
+      // An earlier attempt whose answer was lost may have written it (ours, or libcurl's
+      // own resend on a fresh connection, which we never see): ours if our bytes are in
+      // place (the ETag of one PUT is the MD5 of its bytes). The protocol's conditional
+      // writes all carry bytes no other writer makes (a save id, a random tail), so equal
+      // bytes are ours.
+      auto info = head(key);
+      if (info.ok() && info->etag == md5_hex(data)) return info->etag;
       const std::string m = "S3 PUT " + http_.url_of(key) + ": 412 PreconditionFailed: ";
       if (condition.create_only) return already_exists(m + "the key exists (If-None-Match: *)");
       return aborted(m + "the object changed since it was read (If-Match)");
