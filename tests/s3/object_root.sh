@@ -112,7 +112,14 @@ won=$(grep -l "^save:" "$work"/race?.out | wc -l)
 [ "$won" = 1 ] || fail "$won of 2 jobs saving one name committed it"
 check "two jobs saving one name: one committed, the other was refused"
 
-# 4. No secret anywhere.
+# 4. The Python API takes the same roots.
+export AWS_ENDPOINT_URL=$store
+PYTHONPATH=$build/python timeout 120 "${mpi[@]}" -np 2 /usr/bin/python3 "$here/python_roundtrip.py" "s3://$bucket/py" \
+  >"$work/python.out" 2>&1 || fail "the Python round trip failed"
+grep -q "python s3 round trip: ok" "$work/python.out" || fail "the Python round trip did not finish"
+check "distckpt.torch.save and load, and list_checkpoints, with an s3:// root"
+
+# 5. No secret anywhere.
 if grep -rq "$AWS_SECRET_ACCESS_KEY" "$work"; then fail "the secret key appears in an output"; fi
 check "the secret key appears in no output or log"
 echo "s3 object root: ok"
