@@ -128,6 +128,13 @@ bool retryable_status(const S3Response& r) {
          code == "ConditionalRequestConflict";
 }
 
+// "PUT s3://bucket/key", "list s3://bucket/prefix*": a request as messages show it.
+std::string describe(const S3Request& r, const std::string& bucket) {
+  if (auto it = r.query.find("prefix"); it != r.query.end() && r.key.empty())
+    return "list s3://" + bucket + "/" + it->second + "*";
+  return r.method + " s3://" + bucket + "/" + r.key;
+}
+
 std::string unescape_xml(std::string s) {
   s = internal_base::replace_all(s, "&quot;", "\"");
   s = internal_base::replace_all(s, "&apos;", "'");
@@ -150,14 +157,16 @@ std::string S3Response::error_code() const {
 
 S3Http::S3Http(S3Config config, std::string bucket) : config_(std::move(config)), bucket_(std::move(bucket)) {}
 
-std::string S3Http::url(const S3Request& request) const {
-  const std::size_t scheme_end = config_.endpoint.find("://") + 3;
-  std::string u = config_.path_style()
-                      ? config_.endpoint + "/" + bucket_
-                      : config_.endpoint.substr(0, scheme_end) + bucket_ + "." + config_.endpoint.substr(scheme_end);
+std::string S3Http::url(const S3Request& request) const { return s3_request_url(config_, bucket_, request); }
+
+std::string s3_request_url(const S3Config& config, const std::string& bucket, const S3Request& request) {
+  const std::size_t scheme_end = config.endpoint.find("://") + 3;
+  std::string u = config.path_style()
+                      ? config.endpoint + "/" + bucket
+                      : config.endpoint.substr(0, scheme_end) + bucket + "." + config.endpoint.substr(scheme_end);
   u += "/" + encode(request.key, true);
   char sep = '?';
-  for (const auto& [k, v] : request.query) {
+  for (const auto& [k, v] : request.query) {  // std::map: sorted, as SigV4 wants them
     u += sep + encode(k, false) + "=" + encode(v, false);
     sep = '&';
   }
@@ -212,7 +221,7 @@ Result<S3Response> S3Http::attempt(const S3Request& request, double timeout_s, s
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
   if (t.overflow)
-    return corruption("S3 " + request.method + " " + url_of(request.key) + ": the answer is longer than expected");
+    return corruption("S3 " + describe(request, bucket_) + ": the answer is longer than expected");
   if (rc != CURLE_OK) {
     *transport_error = curl_easy_strerror(rc);
     const bool retry = rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_COULDNT_CONNECT || rc == CURLE_SEND_ERROR ||
@@ -220,8 +229,7 @@ Result<S3Response> S3Http::attempt(const S3Request& request, double timeout_s, s
                        rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_SSL_CONNECT_ERROR ||
                        rc == CURLE_SEND_FAIL_REWIND;
     if (!retry)
-      return io_error("S3 " + request.method + " " + url_of(request.key) + ": " + *transport_error + " (" +
-                      config_.describe() + ")");
+      return io_error("S3 " + describe(request, bucket_) + ": " + *transport_error + " (" + config_.describe() + ")");
     response.status = 0;
   }
   return response;
@@ -245,7 +253,7 @@ Result<S3Response> S3Http::call(const S3Request& request) const {
     const double wait = std::uniform_real_distribution<double>(0.0, cap)(jitter);
     const double remaining = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (remaining <= wait)
-      return io_error("S3 " + request.method + " " + url_of(request.key) + ": gave up after " +
+      return io_error("S3 " + describe(request, bucket_) + ": gave up after " +
                       std::to_string(attempts) + " attempts in " +
                       std::to_string(std::chrono::duration<double>(Clock::now() - start).count()).substr(0, 5) +
                       " s (deadline " + std::to_string(static_cast<int>(config_.deadline_s)) +

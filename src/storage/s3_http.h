@@ -65,6 +65,10 @@ class S3Http {
   std::string bucket_;
 };
 
+// The request's URL: path-style (endpoint/bucket/key) or virtual-hosted
+// (scheme://bucket.host/key), the key percent-encoded but for '/', the query sorted.
+std::string s3_request_url(const S3Config& config, const std::string& bucket, const S3Request& request);
+
 // S3's date formats, to milliseconds since the epoch: RFC 1123 (headers: "Mon, 30 Nov 2026
 // 01:43:00 GMT") and ISO 8601 (listings: "2026-11-30T01:43:00.000Z"); -1 if unreadable.
 int64_t parse_http_date_ms(const std::string& text);

@@ -2,11 +2,13 @@
 r"""A fault-injecting HTTP/1.1 loopback proxy for the S3 client's tests (standard library only).
 
   python3 tests/s3/fault_proxy.py --listen-port 0 --upstream 127.0.0.1:7480 \
-      --rules RULES.json --port-file FILE [--stats FILE] [--listen-host 127.0.0.1]
+      --rules RULES.json --port-file FILE [--stats FILE] [--listen-host 127.0.0.1] \
+      [--tls-cert CERT.pem --tls-key KEY.pem]
 
 Requests go upstream byte for byte (Host included, so SigV4 signatures made for
 127.0.0.1:<proxy port> stay valid), over one persistent upstream connection per client
-connection; Expect: 100-continue and chunked bodies pass through. --listen-port 0 picks a
+connection; Expect: 100-continue and chunked bodies pass through. With --tls-cert the
+proxy speaks HTTPS to its clients (a client trusting that certificate: AWS_CA_BUNDLE). --listen-port 0 picks a
 free port, which --port-file receives (atomically) once the proxy listens. SIGTERM stops it.
 
 RULES.json, a JSON list, is re-read whenever it changes (missing: no rules; unparsable: the
@@ -309,6 +311,14 @@ class Handler(socketserver.BaseRequestHandler):
 class Server(socketserver.ThreadingTCPServer):
     daemon_threads = allow_reuse_address = True
     request_queue_size = 128
+    tls = None  # an ssl.SSLContext: clients speak HTTPS to the proxy (the gateway stays HTTP)
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        return (self.tls.wrap_socket(sock, server_side=True) if self.tls else sock), addr
+
+    def handle_error(self, request, client_address):
+        log(f"connection from {client_address[0]}: {sys.exc_info()[1]!r}")  # a refused handshake, a reset
 
     def count(self, action):
         with self.stats_lock:
@@ -326,12 +336,18 @@ def main():
     p.add_argument("--rules", help="the rules file (a JSON list)")
     p.add_argument("--port-file", help="receives the listening port")
     p.add_argument("--stats", help="receives the request counters (JSON)")
+    p.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
+    p.add_argument("--tls-key", help="the certificate's PEM private key")
     args = p.parse_args()
     host, _, port = args.upstream.rpartition(":")
     server = Server((args.listen_host, args.listen_port), Handler)
     server.upstream, server.rules = (host or "127.0.0.1", int(port)), Rules(args.rules)
     server.stats, server.stats_path = {"requests": 0, "by_action": {}}, args.stats
     server.stats_lock, stop = threading.Lock(), threading.Event()
+    if args.tls_cert:
+        import ssl
+        server.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.tls.load_cert_chain(args.tls_cert, args.tls_key)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=server.serve_forever, args=(0.2,), daemon=True).start()

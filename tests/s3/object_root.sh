@@ -112,14 +112,32 @@ won=$(grep -l "^save:" "$work"/race?.out | wc -l)
 [ "$won" = 1 ] || fail "$won of 2 jobs saving one name committed it"
 check "two jobs saving one name: one committed, the other was refused"
 
-# 4. The Python API takes the same roots.
+# 4. HTTPS: the store's certificate is trusted through AWS_CA_BUNDLE, and refused without it.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" -days 1 \
+  -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1 || fail "openssl could not make a certificate"
+echo '[]' >"$rules"
+/usr/bin/python3 "$here/fault_proxy.py" --listen-port 0 --upstream "${store#http://}" --rules "$rules" \
+  --port-file "$work/tls_port" --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" 2>"$work/tls_proxy.log" &
+tls_pid=$!
+for _ in $(seq 50); do [ -s "$work/tls_port" ] && break; sleep 0.1; done
+https=https://127.0.0.1:$(cat "$work/tls_port")
+AWS_ENDPOINT_URL=$https AWS_CA_BUNDLE=$work/cert.pem "$build/distckpt" ls "$root" >"$work/tls.out" 2>&1 ||
+  fail "ls over HTTPS with AWS_CA_BUNDLE failed"
+grep -q "^step-14 " "$work/tls.out" || fail "ls over HTTPS did not list the root"
+AWS_ENDPOINT_URL=$https timeout 60 "$build/distckpt" ls "$root" >"$work/untrusted.out" 2>&1 &&
+  fail "ls over HTTPS trusted a certificate no CA vouches for"
+grep -qi "certificate" "$work/untrusted.out" || fail "the refusal does not say the certificate was not trusted"
+kill "$tls_pid"
+check "HTTPS: trusted through AWS_CA_BUNDLE, refused without it ($(head -c 120 "$work/untrusted.out"))"
+
+# 5. The Python API takes the same roots.
 export AWS_ENDPOINT_URL=$store
 PYTHONPATH=$build/python timeout 120 "${mpi[@]}" -np 2 /usr/bin/python3 "$here/python_roundtrip.py" "s3://$bucket/py" \
   >"$work/python.out" 2>&1 || fail "the Python round trip failed"
 grep -q "python s3 round trip: ok" "$work/python.out" || fail "the Python round trip did not finish"
 check "distckpt.torch.save and load, and list_checkpoints, with an s3:// root"
 
-# 5. No secret anywhere.
+# 6. No secret anywhere.
 if grep -rq "$AWS_SECRET_ACCESS_KEY" "$work"; then fail "the secret key appears in an output"; fi
 check "the secret key appears in no output or log"
 echo "s3 object root: ok"
