@@ -53,6 +53,7 @@
 #include "base/bounce.h"  // internal: whether buffered I/O bounces, reported
 #include "storage/memory_fs.h"  // internal: tmpfs or ramfs, for --compare-limit
 #include "storage/object_fs.h"  // internal: the file system of s3:// roots
+#include "storage/s3_config.h"  // internal: is_object_path
 #include "storage_limits.h"
 #include "proc_status.h"
 #include "quiet_mpi.h"
@@ -531,25 +532,29 @@ void report(const Args& a, const Workload& w, const Runs& runs, uint64_t size, i
                 do_save && save_s > 0 ? dd_w / save_s : 0.0, do_load && load_s > 0 ? dd_r / load_s : 0.0);
   if (!runs.limit_write.empty()) {
     const double lw = median(runs.limit_write), lr = median(runs.limit_read);
-    std::printf("fio limit (one job per rank into new files, 8 MiB blocks, direct where allowed, end fsync; cold read of the "
-                "unique bytes once): write %.3f s, read %.3f s  ->  save_vs_limit %.2f  load_vs_limit %.2f\n",
-                lw, lr, do_save && save_s > 0 ? lw / save_s : 0.0, do_load && load_s > 0 ? lr / load_s : 0.0);
+    if (runs.limit_jobs.tool == "curl")
+      std::printf("curl limit (one PUT per rank of its share, streamed from memory; each object read back once): ");
+    else
+      std::printf("fio limit (one job per rank into new files, 8 MiB blocks, direct where allowed, end fsync; cold read "
+                  "of the unique bytes once): ");
+    std::printf("write %.3f s, read %.3f s  ->  save_vs_limit %.2f  load_vs_limit %.2f\n", lw, lr, do_save && save_s > 0 ? lw / save_s : 0.0, do_load && load_s > 0 ? lr / load_s : 0.0);
     // Each repeat's pair: on a shared disk the limit itself drifts between repeats, and the
     // pairs show whether a median ratio is the save's or the disk's.
     if (do_save) {
-      std::printf("per repeat, fio write / save:");
+      std::printf("per repeat, %s write / save:", runs.limit_jobs.tool.c_str());
       for (std::size_t i = 0; i < runs.limit_write.size() && i < runs.save.size(); ++i)
         std::printf("  %.3f/%.3f", runs.limit_write[i], runs.save[i]);
       std::printf("%s\n", a.keep ? "  (--keep: the last fio write ran beside the kept checkpoint)" : "");
     }
     if (do_load) {
-      std::printf("per repeat, fio cold read / load:");
+      std::printf("per repeat, %s read / load:", runs.limit_jobs.tool.c_str());
       for (std::size_t i = 0; i < runs.limit_read.size() && i < runs.load.size(); ++i)
         std::printf("  %.3f/%.3f", runs.limit_read[i], runs.load[i]);
       std::printf("\n");
     }
-    std::printf("fio ran on %d CPU(s) while the other ranks slept; its job files: --json (limit_jobs)\n",
-                runs.limit_jobs.cpus);
+    if (runs.limit_jobs.tool == "fio")
+      std::printf("fio ran on %d CPU(s) while the other ranks slept; its job files: --json (limit_jobs)\n",
+                  runs.limit_jobs.cpus);
     std::printf("median of the per-repeat ratios: save_vs_limit_paired %.2f  load_vs_limit_paired %.2f\n",
                 do_save ? paired_ratio(runs.limit_write, runs.save) : 0.0,
                 do_load ? paired_ratio(runs.limit_read, runs.load) : 0.0);
@@ -1145,12 +1150,13 @@ int run(int rank, int world, int argc, char** argv) {
       uint64_t mine = runs.saved ? runs.saved->rank_bytes_written : bytes_unique / static_cast<uint64_t>(world);
       std::vector<uint64_t> shares(static_cast<std::size_t>(world));
       MPI_Gather(&mine, 1, MPI_UINT64_T, shares.data(), 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-      const auto t = distckpt::bench::fio_limit(a.dir, shares, root);
+      const bool objects = distckpt::internal_storage::is_object_path(a.dir);
+      const auto t = objects ? distckpt::bench::object_limit(a.dir, shares, root) : distckpt::bench::fio_limit(a.dir, shares, root);
       if (t.write_s < 0 || t.read_s < 0) return kExitError;
       runs.limit_write.push_back(t.write_s);
       runs.limit_read.push_back(t.read_s);
       runs.limit_jobs = t;
-      if (!states.empty()) {
+      if (!states.empty() && !objects) {
         // An optional reference: when fio cannot write these files (a small tmpfs), the run
         // goes on without it (fio_limit printed why).
         const auto n = distckpt::bench::fio_limit(a.dir, states, root);

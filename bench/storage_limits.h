@@ -22,6 +22,7 @@ struct FioLimit {
   std::string write_job;
   std::string read_job;
   int cpus = 0;  // the CPUs fio could run on
+  std::string tool = "fio";  // what measured it: fio, or curl for an object root
 };
 
 // Collective. The limit of the storage under `dir`: one job per rank writing
@@ -32,6 +33,12 @@ struct FioLimit {
 // state, it is what a load lands. Three rounds of both, each time the median; the files are
 // removed and the removal committed after each round. The result is rank 0's, on every rank.
 FioLimit fio_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root);
+
+// Collective. The limit of the object store under `dir` (s3://bucket/prefix), by curl:
+// each rank PUTs its share `rank_bytes[r]` (rank 0's vector) as one object streamed from
+// memory, then GETs it back; the slowest rank's times, each the median of 3 rounds
+// (bench/object_limit.cc). The result is on every rank; -1 where curl failed.
+FioLimit object_limit(const std::string& dir, const std::vector<uint64_t>& rank_bytes, bool root);
 
 // Collective. --compare-dd's reference: rank 0 writes `bytes` sequentially in 4 MiB
 // blocks through the page cache (as `dd bs=4M conv=fsync`), fsyncs, evicts the file from

@@ -78,8 +78,9 @@ mon max pg per osd = 1000
 osd crush chooseleaf type = 0
 osd objectstore = memstore
 memstore device bytes = $((memstore_mib << 20))
-# A full OSD fails a write instead of blocking it: the failsafe ratio sits just above the
-# full ratio, and the gateway returns an error at once.
+# Full ratios: the OSD is marked full at 95% (the failsafe just above), and RADOS then
+# pauses writes; the gateway's operations time out (rados osd op timeout, below), so that a
+# PUT into a full store fails (408 RequestTimeout after about 20 s) instead of hanging.
 mon osd full ratio = 0.95
 mon osd backfillfull ratio = 0.95
 mon osd nearfull ratio = 0.9
@@ -93,6 +94,7 @@ osd data = $dir/osd/\$cluster-\$id
 mgr data = $dir/mgr/\$cluster-\$id
 mon cluster log file = $dir/log/cluster.log
 [client.rgw.a]
+rados osd op timeout = 10
 rgw frontends = beast endpoint=127.0.0.1:$port
 rgw data = $dir/rgw
 EOF
@@ -103,10 +105,13 @@ EOF
   ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" >>"$out" 2>&1 || fail "ceph-mon --mkfs failed"
   ceph-mon -c "$conf" -i a >>"$out" 2>&1 || fail "ceph-mon did not start"
   ceph-mgr -c "$conf" -i a >>"$out" 2>&1 || fail "ceph-mgr did not start"
-  local id
-  id=$(timeout 60 ceph -c "$conf" osd create) || fail "the monitor does not answer (ceph osd create)"
+  # The OSD's uuid is given to both the monitor and the OSD: an OSD that made its own at
+  # --mkfs is refused by the monitor at boot ("wrong fsid") when its id was created without.
+  local id osd_uuid
+  osd_uuid=$(cat /proc/sys/kernel/random/uuid)
+  id=$(timeout 60 ceph -c "$conf" osd create "$osd_uuid") || fail "the monitor does not answer (ceph osd create)"
   mkdir -p "$dir/osd/ceph-$id"
-  ceph-osd -c "$conf" -i "$id" --mkfs >>"$out" 2>&1 || fail "ceph-osd --mkfs failed"
+  ceph-osd -c "$conf" -i "$id" --mkfs --osd-uuid "$osd_uuid" >>"$out" 2>&1 || fail "ceph-osd --mkfs failed"
   ceph-osd -c "$conf" -i "$id" >>"$out" 2>&1 || fail "ceph-osd did not start"
   for _ in $(seq 120); do
     timeout 10 ceph -c "$conf" osd stat 2>/dev/null | grep -q "1 up" && break

@@ -1,10 +1,13 @@
 #include "storage/object_fs.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <list>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "base/strings.h"
 #include "storage/s3_store.h"
@@ -23,11 +26,70 @@ Result<std::pair<std::shared_ptr<ObjectStore>, std::string>> locate(const std::s
   return std::make_pair(std::move(store), object_key(path));
 }
 
+// Sends a multipart upload's parts from a thread of its own, so that the writer fills the
+// next part while the last one travels; at most kQueued parts wait (memory: that many
+// parts per file being written).
+class PartSender {
+ public:
+  static constexpr std::size_t kQueued = 2;
+  explicit PartSender(ObjectUpload& upload) : upload_(upload), thread_([this] { run(); }) {}
+  ~PartSender() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Queues part `number`, waiting while kQueued are queued. The first failure of any part
+  // is returned by this and every later call.
+  Status send(int number, std::string bytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return queue_.size() < kQueued || !failed_.ok(); });
+    if (!failed_.ok()) return failed_;
+    queue_.emplace_back(number, std::move(bytes));
+    cv_.notify_all();
+    return Status();
+  }
+  // Waits until every queued part is sent.
+  Status drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return (queue_.empty() && !busy_) || !failed_.ok(); });
+    return failed_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;
+      auto [number, bytes] = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      Status st = failed_.ok() ? upload_.upload_part(number, bytes) : Status();
+      lock.lock();
+      busy_ = false;
+      if (!st.ok() && failed_.ok()) failed_ = st;
+      cv_.notify_all();
+    }
+  }
+  ObjectUpload& upload_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<int, std::string>> queue_;
+  bool busy_ = false, stopping_ = false;
+  Status failed_;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
 class ObjectWritable final : public WritableFile {
  public:
   ObjectWritable(std::shared_ptr<ObjectStore> store, std::string key, std::string path)
       : store_(std::move(store)), key_(std::move(key)), path_(std::move(path)), part_bytes_(store_->part_bytes()) {}
   ~ObjectWritable() override {
+    sender_.reset();  // before the upload it sends to
     if (upload_ && !finished_) upload_->abort();
   }
 
@@ -42,14 +104,10 @@ class ObjectWritable final : public WritableFile {
       return Status();
     }
     // Overlapping or appending to the bytes not yet sent.
-    const std::size_t at = static_cast<std::size_t>(offset - sent_);
-    if (current_.size() < at + n) current_.resize(at + n);
-    std::memcpy(current_.data() + at, data, n);
+    place(static_cast<std::size_t>(offset - sent_), static_cast<const char*>(data), n);
     while (!pending_.empty() && pending_.begin()->first <= sent_ + current_.size()) {
       auto node = pending_.extract(pending_.begin());
-      const std::size_t p = static_cast<std::size_t>(node.key() - sent_);
-      if (current_.size() < p + node.mapped().size()) current_.resize(p + node.mapped().size());
-      std::memcpy(current_.data() + p, node.mapped().data(), node.mapped().size());
+      place(static_cast<std::size_t>(node.key() - sent_), node.mapped().data(), node.mapped().size());
     }
     return send_full_parts();
   }
@@ -64,15 +122,24 @@ class ObjectWritable final : public WritableFile {
   Status close() override { return finish(); }
 
  private:
+  void place(std::size_t at, const char* data, std::size_t n) {
+    if (current_.capacity() < part_bytes_ + n) current_.reserve(part_bytes_ + n);
+    if (current_.size() < at + n) current_.resize(at + n);
+    std::memcpy(current_.data() + at, data, n);
+  }
+
   Status send_full_parts() {
     // A part is sent once a whole one and more is held, so that the last part is never
     // empty (S3 refuses parts under 5 MiB except the last).
     while (current_.size() > part_bytes_) {
       if (!upload_) {
         DISTCKPT_ASSIGN_OR_RETURN(upload_, store_->start_upload(key_));
+        sender_ = std::make_unique<PartSender>(*upload_);
       }
-      DISTCKPT_RETURN_IF_ERROR(upload_->upload_part(++parts_, std::string_view(current_.data(), part_bytes_)));
-      current_.erase(0, part_bytes_);
+      std::string rest = current_.substr(part_bytes_);
+      current_.resize(part_bytes_);
+      DISTCKPT_RETURN_IF_ERROR(sender_->send(++parts_, std::move(current_)).with_context("write '" + path_ + "'"));
+      current_ = std::move(rest);
       sent_ += part_bytes_;
     }
     return Status();
@@ -86,7 +153,8 @@ class ObjectWritable final : public WritableFile {
     if (!upload_) {
       DISTCKPT_RETURN_IF_ERROR(store_->put(key_, current_, {}).status());
     } else {
-      DISTCKPT_RETURN_IF_ERROR(upload_->upload_part(++parts_, current_));
+      DISTCKPT_RETURN_IF_ERROR(sender_->send(++parts_, std::move(current_)));
+      DISTCKPT_RETURN_IF_ERROR(sender_->drain());
       DISTCKPT_RETURN_IF_ERROR(upload_->complete(parts_).status());
     }
     finished_ = true;
@@ -98,6 +166,7 @@ class ObjectWritable final : public WritableFile {
   std::string key_, path_;
   uint64_t part_bytes_;
   std::unique_ptr<ObjectUpload> upload_;
+  std::unique_ptr<PartSender> sender_;  // after upload_: destroyed first
   std::string current_;  // bytes from sent_ on, not yet sent
   uint64_t sent_ = 0;
   int parts_ = 0;
@@ -109,7 +178,7 @@ class ObjectWritable final : public WritableFile {
 // request costs a round trip; a load asks for many small pieces), kept in a small cache.
 class ObjectReadable final : public ReadableFile {
  public:
-  static constexpr uint64_t kBlock = 1 << 20;
+  static constexpr uint64_t kBlock = 4 << 20;
   ObjectReadable(std::shared_ptr<ObjectStore> store, std::string key, ObjectInfo info)
       : store_(std::move(store)), key_(std::move(key)), info_(std::move(info)) {}
 
@@ -143,7 +212,7 @@ class ObjectReadable final : public ReadableFile {
     DISTCKPT_RETURN_IF_ERROR(store_->get_range(key_, begin, bytes->size(), bytes->data(), info_.etag));
     std::lock_guard<std::mutex> lock(mu_);
     cache_.emplace_front(block, bytes);
-    if (cache_.size() > 4) cache_.pop_back();
+    if (cache_.size() > 2) cache_.pop_back();
     return std::shared_ptr<const std::string>(bytes);
   }
 
