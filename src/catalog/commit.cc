@@ -202,6 +202,12 @@ Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const prot
   return committed;
 }
 
+void name_files_under_entry(const Entry& entry, proto::Index* index) {
+  if (entry.data_dir.empty()) return;
+  for (proto::File& f : *index->mutable_files())
+    if (f.checkpoint().empty() && f.name().find('/') == std::string::npos) f.set_name(entry.data_dir + "/" + f.name());
+}
+
 void discard_entry(FileSystem& fs, const Entry& entry) {
   if (entry.heartbeat) entry.heartbeat->stop();
   if (entry.tmp.empty()) return;

@@ -82,6 +82,9 @@ Result<Entry> make_tmp_entry(FileSystem& fs, const std::string& root, const std:
 // name). The heartbeat stops first.
 Result<CommitResult> finish_entry(FileSystem& fs, const Entry& entry, const proto::Index* index, bool fsync,
                                   bool update_latest);
+// An object root's entry (entry.data_dir set): prefixes the index's own data file names
+// with it, where the writers put them; before the index is sealed. No-op otherwise.
+void name_files_under_entry(const Entry& entry, proto::Index* index);
 // Removes an entry that will not be committed (best effort: leftovers are collected by
 // gc.h since the owner record goes last).
 void discard_entry(FileSystem& fs, const Entry& entry);

@@ -190,6 +190,10 @@ Result<Entry> begin_object_entry(FileSystem& fs, const std::string& root, const 
 Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, const proto::Index& index,
                                          bool update_latest) {
   if (entry.heartbeat) entry.heartbeat->stop();
+  for (const auto& f : index.files())
+    if (f.checkpoint().empty() && f.name().rfind(entry.data_dir + "/", 0) != 0)
+      return internal_error("commit: data file '" + f.name() + "' is not under the save's prefix '" + entry.data_dir +
+                            "' (name_files_under_entry)");
   CommitResult result;
   const std::string framed = internal_format::frame_index(index);
   result.index_bytes = framed.size();

@@ -11,6 +11,7 @@
 #include "comm/agree.h"
 #include "format/ckpt/framed_file.h"
 #include "format/native/sealing.h"
+#include "catalog/object_root.h"
 #include "storage/object_fs.h"
 
 namespace distckpt::internal_collective {
@@ -213,6 +214,17 @@ Result<SaveFrame> open_save(Comm& comm, const StateDict& state, const std::strin
   if (local.ok()) local = internal_catalog::validate_checkpoint_name(spec.name);
   if (local.ok() && options.incremental && !spec.references_allowed)
     local = invalid_argument("incremental saves are sharded native checkpoints (not integrated, not another format)");
+  // An object root holds sharded native checkpoints, each whole: a single file is committed
+  // by a rename (which a store has not), a per-rank .ckpt set's files are named by rank, and
+  // an incremental save's references would keep another checkpoint's objects alive.
+  if (local.ok() && internal_catalog::is_object_root(root) &&
+      (options.format != Format::kNative || spec.entry_format.has_value()))
+    local = unsupported("'" + root + "' is an object root, which holds sharded native checkpoints only (save the " +
+                        std::string(internal_format::driver(options.format).name) +
+                        " checkpoint to a file system, or convert one from the root)");
+  if (local.ok() && internal_catalog::is_object_root(root) && options.incremental)
+    local = invalid_argument("'" + root + "' is an object root: incremental saves are not offered there (each "
+                             "checkpoint of an object root is whole)");
   if (local.ok() && options.incremental && options.encryption.enabled())
     local = invalid_argument(
         "an incremental save cannot be encrypted: each checkpoint has its own keys (HKDF of its own salt), and a "
@@ -331,9 +343,7 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
       proto::Index index;
       if (frame.entry.directory) {
         DISTCKPT_ASSIGN_OR_RETURN(index, final_index());
-        if (!frame.entry.data_dir.empty())  // an object root's save: its data under its own prefix
-          for (proto::File& f : *index.mutable_files())
-            if (f.checkpoint().empty()) f.set_name(frame.entry.data_dir + "/" + f.name());
+        internal_catalog::name_files_under_entry(frame.entry, &index);  // an object root's save prefix
         index.set_created_unix_ms(internal_base::wall_clock_ms());
         if (frame.cipher)  // last: the seal authenticates everything else in the index
           DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&index, *frame.cipher, frame.salt));

@@ -32,6 +32,7 @@
 #include "catalog/claims.h"
 #include "format/stored.h"
 #include "storage/object_fs.h"
+#include "storage/s3_config.h"
 
 namespace distckpt {
 namespace internal_tools {
@@ -230,6 +231,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
     DISTCKPT_ASSIGN_OR_RETURN(auto reader, CheckpointReader::open(fs, src, options.key.get()));
     const proto::Index& index = reader->index();
     DISTCKPT_RETURN_IF_ERROR(check_single_source(fs, src, index, options));
+    fs = internal_storage::filesystem_for(dst, options.fs);  // from here on, the destination's
     // <root>/<name>: the destination and the directory it is committed in.
     std::string path = internal_base::trim_trailing_slashes(dst);
     const std::string ext(format.extension);
@@ -277,6 +279,7 @@ Result<ConvertResult> convert_to(const std::string& src, const std::string& dst,
       if (!control.commit) return Status();
       if (format.single_file) return internal_catalog::finish_entry(*fs, entry, nullptr, options.fsync, false).status();
       written.set_world_size(std::max(written.world_size(), 1));
+      internal_catalog::name_files_under_entry(entry, &written);  // an object root's save prefix
       if (cipher) DISTCKPT_RETURN_IF_ERROR(internal_format::seal_index(&written, *cipher, salt));
       return internal_catalog::finish_entry(*fs, entry, &written, options.fsync, false).status();
     }();
@@ -324,7 +327,9 @@ Status share_by_umask(const std::string& path) {
 Result<ConvertResult> convert_checkpoint(const std::string& src, const std::string& dst, Format to,
                                          const ConvertOptions& options) {
   DISTCKPT_ASSIGN_OR_RETURN(ConvertResult result, internal_tools::convert_to(src, dst, to, options, {}));
-  if (!options.owner_only && !options.fs) DISTCKPT_RETURN_IF_ERROR(internal_tools::share_by_umask(result.path));
+  // Permissions are a file system's (an object store's access is its bucket policy's).
+  if (!options.owner_only && !options.fs && !internal_storage::is_object_path(result.path))
+    DISTCKPT_RETURN_IF_ERROR(internal_tools::share_by_umask(result.path));
   return result;
 }
 

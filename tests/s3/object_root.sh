@@ -53,7 +53,30 @@ grep -q "^step-6 .*committed$" "$work/ls.out" && grep -q "^step-8 .*committed (l
   fail "inspect does not show the save's own data prefix"
 "$build/distckpt" rm "$root" step-6 >/dev/null && ! "$build/distckpt" ls "$root" | grep -q "^step-6 " ||
   fail "rm did not remove step-6"
-check "ls, verify, inspect and rm read the object root; retention kept 2"
+"$build/distckpt" convert --to safetensors "$root/step-8" "$work/step8" >/dev/null &&
+  "$build/distckpt" convert --to native "$work/step8.safetensors" "$root/from-file" >/dev/null &&
+  "$build/distckpt" verify "$root/from-file" >/dev/null || fail "convert out of and into the object root"
+"$build/distckpt" rm "$root" from-file >/dev/null || fail "rm from-file"
+timeout 60 "${mpi[@]}" -np 2 "$build/train_mlp" --dp 1 --tp 2 --steps 2 --save-every 2 --format hdf5 \
+  --dir "$root/h5" >"$work/h5.out" 2>&1 && fail "an HDF5 save into an object root was not refused"
+grep -q "object root, which holds sharded native checkpoints only" "$work/h5.out" || fail "the HDF5 refusal is unclear"
+check "ls, verify, inspect and rm read the object root; retention kept 2; convert out and in; HDF5 refused"
+
+# A save killed after its uploads, before its index: listed in flight, never loaded, and
+# collected by gc once its owner is gone (this host's process: provably).
+DISTCKPT_PAUSE_AT=create_index_pb timeout 120 "${mpi[@]}" -np 2 "$build/train_mlp" --dp 1 --tp 2 --steps 10 \
+  --save-every 10 --resume --dir "$root" >"$work/killed.out" 2>&1 &
+killed=$!
+for _ in $(seq 600); do grep -q "paused at kill point create_index_pb" "$work/killed.out" && break; sleep 0.1; done
+grep -q "paused at kill point create_index_pb" "$work/killed.out" || fail "the save never reached its commit"
+pkill -9 -f "train_mlp --dp 1 --tp 2 --steps 10 --save-every 10" ; wait "$killed" 2>/dev/null
+"$build/distckpt" ls "$root" | grep -q "^step-10 .*in flight\|^step-10 .*in-flight\|^step-10 .*flight" ||
+  { "$build/distckpt" ls "$root"; fail "the killed save is not listed as in flight"; }
+"$build/distckpt" ls "$root" | grep -q "^step-8 .*(latest)" || fail "the killed save moved latest"
+"$build/distckpt" gc "$root" >"$work/gc.out" 2>&1 || fail "gc"
+grep -q "1 removed" "$work/gc.out" || { cat "$work/gc.out"; fail "gc did not collect the killed save"; }
+! "$build/distckpt" ls "$root" | grep -q "^step-10 " || fail "the killed save is still listed after gc"
+check "a save killed before its commit is listed in flight, leaves latest alone, and gc collects it"
 
 # 2. Faults, through the proxy.
 rules=$work/rules.json
