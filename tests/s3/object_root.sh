@@ -17,9 +17,12 @@ export AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 store=$AWS_ENDPOINT_URL
 work=$(mktemp -d)
 proxy_pid=
+bucket=objroot-$$
 cleanup() {
   [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null
   rm -rf "$work"
+  # The store is memory: what a run wrote goes with it.
+  radosgw-admin -c "$dir/ceph.conf" bucket rm --bucket="$bucket" --purge-objects --bypass-gc >/dev/null 2>&1
 }
 trap cleanup EXIT
 mpi=(mpirun --allow-run-as-root --oversubscribe)
@@ -29,7 +32,6 @@ fail() {
   exit 1
 }
 check() { echo "s3 object root: $*"; }
-bucket=objroot-$$
 curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
   --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
   -X PUT "$store/$bucket" | grep -q 200 || fail "could not create bucket $bucket"
