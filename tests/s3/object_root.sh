@@ -125,6 +125,16 @@ grep -q "PUT .*step-14/index.pb pass 412" "$work/proxy.log" || fail "the index P
 check "an index PUT whose answer was lost was recognised as ours on its retry (412, our ETag)"
 rule '[]'
 
+rule '[{"method": "PUT", "key": "rated/bench/s-[0-9a-f]+/data-00000\\.bin", "action": "drop", "times": 4},
+       {"method": "PUT", "key": "rated/bench/s-[0-9a-f]+/data-0000[01]\\.bin", "action": "rate", "bytes_per_s": 8000000}]'
+timeout 120 "${mpi[@]}" -np 2 "$build/ckpt_bench" --size 16M --mode both --dir "$root/rated" >"$work/rated.out" 2>&1 ||
+  fail "a save through dropped connections and a rate limit failed"
+grep -q "verified (0 mismatches)" "$work/rated.out" || fail "the rate-limited checkpoint did not load back exactly"
+grep -q '"drop": 4' "$work/stats.json" && grep -q '"rate": ' "$work/stats.json" ||
+  fail "the proxy did not drop 4 connections and pace the rest"
+rule '[]'
+check "4 connections reset and uploads paced to 8 MB/s: the save committed and loaded back exactly"
+
 # 3. Two jobs saving one name: one commits it.
 racers=()
 for j in 1 2; do
