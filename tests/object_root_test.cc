@@ -12,6 +12,7 @@
 #include "catalog/object_root.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
+#include "distckpt/tier.h"
 #include "format/native/index_codec.h"
 #include "local_ranks.h"
 #include "storage/object_fs.h"
@@ -111,6 +112,31 @@ TEST(ObjectRoot, SavesLoadsAndListsThroughS3Names) {
   ASSERT_TRUE(listing.ok());
   ASSERT_EQ(listing->entries.size(), 1u);
   EXPECT_EQ(listing->entries[0].name, "step-2");
+}
+
+TEST(ObjectRoot, WhatNeedsAFileSystemRootIsRefused) {
+  fresh_bucket("objroot-refused");
+  const std::string root = "s3://objroot-refused/r";
+  const std::string local = ::testing::TempDir() + "objroot-tier-{host}";
+  testing::expect_all_ok(testing::run_ranks(2, [&](Comm& comm) -> Status {
+    Tensors t(comm.rank(), comm.size(), 1);
+    SaveOptions o;
+    o.name = "a";
+    auto tier = save_local(comm, t.state, root, o, LocalTier{local, "auto"});
+    if (tier.status().code() != StatusCode::kUnsupported) return internal_error("tier: " + tier.status().to_string());
+    o.format = Format::kSafetensors;
+    auto single = save(comm, t.state, root, o);
+    if (single.status().code() != StatusCode::kUnsupported) return internal_error("single: " + single.status().to_string());
+    o.format = Format::kNative;
+    o.incremental = true;
+    auto incremental = save(comm, t.state, root, o);
+    if (incremental.status().code() != StatusCode::kInvalidArgument)
+      return internal_error("incremental: " + incremental.status().to_string());
+    return Status();
+  }));
+  auto listing = list_checkpoints(root);
+  ASSERT_TRUE(listing.ok());
+  EXPECT_TRUE(listing->entries.empty());
 }
 
 TEST(ObjectRoot, TwoSavesOfOneNameCommitOnceAndTheLoserLeavesNothing) {

@@ -10,6 +10,7 @@
 #include "base/kill_point.h"
 #include "base/test_seams.h"
 #include "base/timer.h"
+#include "catalog/object_root.h"
 #include "collective/save_frame.h"
 #include "comm/agree.h"
 #include "format/chunk_reader.h"
@@ -141,6 +142,8 @@ Status plan_drain(const proto::Index& record, int world, const internal_transfor
 
 Result<std::unique_ptr<DrainJob>> DrainJob::start(Comm& comm, const std::string& root, const LocalTier& tier_in,
                                                   const std::string& name, const SaveOptions& options) {
+  if (internal_catalog::is_object_root(root))  // the same answer on every rank: the root is the call's
+    return unsupported("drain: the node-local tier needs a file-system root; '" + root + "' is an object root");
   const LocalTier tier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
   std::unique_ptr<DrainJob> job(new DrainJob());
   job->name_ = name;

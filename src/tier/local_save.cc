@@ -28,6 +28,7 @@
 #include "base/timer.h"
 #include "catalog/claims.h"
 #include "catalog/names.h"
+#include "catalog/object_root.h"
 #include "collective/save_session.h"
 #include "collective/save_strategies.h"
 #include "comm/agree.h"
@@ -452,7 +453,13 @@ Result<LocalSession> begin_local(Comm& comm, const StateDict& state, const std::
   internal_collective::FrameSpec spec;
   spec.name = options.name;
   spec.extra_checks = internal_base::guarded(
-      where, [&] { return check_local_options(options, part.tier, part.nodes.count, &part.red); });
+      where, [&] {
+        // The tier's records and drains live in a file-system root (one file system serves
+        // the nodes' directories and the root).
+        if (internal_catalog::is_object_root(root))
+          return unsupported("the node-local tier needs a file-system root; '" + root + "' is an object root");
+        return check_local_options(options, part.tier, part.nodes.count, &part.red);
+      });
   spec.node_of = &part.nodes.node_of;
   // Ranks that chose another redundancy or recycling would part ways at its collectives.
   spec.same_words = {static_cast<int64_t>(part.red.kind), part.red.k, part.red.m, tier_in.recycle ? 1 : 0};

@@ -27,6 +27,7 @@
 #include "base/timer.h"
 #include "catalog/listing.h"
 #include "catalog/names.h"
+#include "storage/object_fs.h"
 #include "plan/match.h"
 #include "plan/load_staging.h"
 #include "collective/save_frame.h"
@@ -92,7 +93,7 @@ class RestoreRun {
   RestoreRun(Comm& comm, StateDict& state, const std::string& root, const LocalTier& tier,
              const RestoreOptions& options, const std::string& name, bool use_local)
       : comm_(comm), state_(state), root_(root), tier_(tier), options_(options), name_(name), use_local_(use_local),
-        fs_(options.load.fs ? *options.load.fs : *posix_filesystem()), me_(comm.rank()),
+        fs_(*internal_storage::filesystem_for(root, options.load.fs)), me_(comm.rank()),
         where_("restore: rank " + std::to_string(comm.rank())), nodes_(node_map(comm)),
         my_node_(nodes_.node_of[static_cast<std::size_t>(me_)]), leader_(nodes_.leader(my_node_) == me_),
         staged_state_(state.rank()) {
@@ -491,7 +492,7 @@ Result<RestoreResult> restore(Comm& comm, StateDict& state, const std::string& r
   using namespace internal_tier;
   const LocalTier tier{node_dir(comm, tier_in.dir, comm.rank()), tier_in.redundancy};
   using internal_comm::agree;
-  std::shared_ptr<FileSystem> handle = options.load.fs ? options.load.fs : posix_filesystem();
+  std::shared_ptr<FileSystem> handle = internal_storage::filesystem_for(root, options.load.fs);
   const bool use_local = !options.global_only && !tier.dir.empty();
   std::vector<std::string> names;
   Status local;
