@@ -1,8 +1,8 @@
 // --compare-limit for an object root (s3://bucket/prefix): the store's limit measured by
 // curl, an S3 client that is not ours, in the same run: one upload per rank of its share
 // (one PUT streamed from memory, as each rank streams its data object), then each object
-// read back once. curl gets its options, the credentials among them, from a file only its
-// owner can read, never from its command line.
+// read back once. curl gets its options, the credentials among them, on its standard input,
+// never on its command line or in a file.
 #include <mpi.h>
 
 #include <chrono>
@@ -11,7 +11,6 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "quiet_mpi.h"
@@ -24,23 +23,21 @@ namespace {
 
 using internal_storage::S3Config;
 
-// Runs curl with `options` (curl's config-file syntax) on top of the store's own, from a
-// private file; returns the seconds it took, or -1 (curl's message on stderr).
-double run_curl(const S3Config& c, const std::string& url, const std::string& options, const std::string& scratch) {
-  const std::string config = scratch + ".curl";
-  {
-    std::ofstream out(config);
-    ::chmod(config.c_str(), 0600);
-    out << "url = \"" << url << "\"\nuser = \"" << c.access_key << ":" << c.secret_key << "\"\n"
-        << "aws-sigv4 = \"aws:amz:" << c.region << ":s3\"\nheader = \"x-amz-content-sha256: UNSIGNED-PAYLOAD\"\n"
-        << "silent\nshow-error\nfail\noutput = \"/dev/null\"\n" << options;
-    if (!c.session_token.empty()) out << "header = \"x-amz-security-token: " << c.session_token << "\"\n";
-    if (!c.ca_bundle.empty()) out << "cacert = \"" << c.ca_bundle << "\"\n";
-  }
+// Runs curl with `options` (curl's config-file syntax) on top of the store's own, given on
+// its standard input; returns the seconds it took, or -1 (curl's message on stderr).
+double run_curl(const S3Config& c, const std::string& url, const std::string& options) {
+  std::string config = "url = \"" + url + "\"\nuser = \"" + c.access_key + ":" + c.secret_key + "\"\n" +
+                       "aws-sigv4 = \"aws:amz:" + c.region + ":s3\"\n" +
+                       "header = \"x-amz-content-sha256: UNSIGNED-PAYLOAD\"\n" +
+                       "silent\nshow-error\nfail\noutput = \"/dev/null\"\n" + options;
+  if (!c.session_token.empty()) config += "header = \"x-amz-security-token: " + c.session_token + "\"\n";
+  if (!c.ca_bundle.empty()) config += "cacert = \"" + c.ca_bundle + "\"\n";
   const auto start = std::chrono::steady_clock::now();
-  const int rc = std::system(("curl -K '" + config + "'").c_str());
+  std::FILE* curl = ::popen("curl -K -", "w");
+  if (curl == nullptr) return -1;
+  std::fwrite(config.data(), 1, config.size(), curl);
+  const int rc = ::pclose(curl);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ::unlink(config.c_str());
   return rc == 0 ? s : -1;
 }
 
@@ -58,7 +55,11 @@ FioLimit object_limit(const std::string& dir, const std::vector<uint64_t>& rank_
   double ok = config.ok() && url.ok() ? 1 : 0;
   if (!ok && root) std::fprintf(stderr, "object limit: %s\n", (config.ok() ? url.status() : config.status()).to_string().c_str());
   // The bytes to send, in memory (/dev/shm), made before the clock starts.
-  const std::string scratch = "/dev/shm/distckpt-object-limit-" + std::to_string(::getpid()) + "-" + std::to_string(rank);
+  char scratch_name[] = "/dev/shm/distckpt-object-limit-XXXXXX";  // made with O_EXCL, owner-only
+  const int scratch_fd = ::mkstemp(scratch_name);
+  if (scratch_fd < 0) ok = 0;
+  else ::close(scratch_fd);
+  const std::string scratch = scratch_name;
   if (ok) {
     std::ofstream out(scratch, std::ios::binary);
     std::vector<char> block(8 << 20);
@@ -78,10 +79,10 @@ FioLimit object_limit(const std::string& dir, const std::vector<uint64_t>& rank_
     object.key = (url->prefix.empty() ? "" : url->prefix + "/") + ".object-limit/rank-" + std::to_string(rank);
     const std::string target = internal_storage::s3_request_url(*config, url->bucket, object);
     timed_phase_barrier();
-    const double w = quiet_max(run_curl(*config, target, "upload-file = \"" + scratch + "\"\n", scratch));
+    const double w = quiet_max(run_curl(*config, target, "upload-file = \"" + scratch + "\"\n"));
     timed_phase_barrier();
-    const double r = quiet_max(run_curl(*config, target, "", scratch));
-    (void)run_curl(*config, target, "request = \"DELETE\"\n", scratch);
+    const double r = quiet_max(run_curl(*config, target, ""));
+    (void)run_curl(*config, target, "request = \"DELETE\"\n");
     double failed = w < 0 || r < 0 ? 1 : 0;
     if (quiet_max(failed) > 0) break;
     writes.push_back(w);

@@ -153,7 +153,7 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
   DISTCKPT_RETURN_IF_ERROR(collect_in(root, ""));
   // An object root's saves in flight are <name>/s-<id>/ prefixes that no index names.
   if (is_object_root(root)) {
-    auto saves = object_saves_in_flight(fs, root);
+    auto saves = object_saves_in_flight(fs, root, &report.warnings);
     if (saves.ok()) collect(*saves);
     else report.warnings.push_back("gc: " + saves.status().to_string());
   }

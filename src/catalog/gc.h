@@ -43,8 +43,10 @@ struct Candidate {
 
 // The saves of an object root that never committed (or are still writing): every
 // <name>/s-<id>/ prefix that <name>/index.pb does not name (object_root.cc). Errors of
-// the listing.
-Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root);
+// the listing; a name whose index cannot be read now (only a missing one means "not
+// committed") is skipped, with a line in `warnings`.
+Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root,
+                                                      std::vector<std::string>* warnings);
 
 // Local, rank 0 of a manager or the `distckpt gc` tool. An object root's saves in flight
 // (<name>/s-<id>/ that no index names: object_root.h) are judged as the file system's

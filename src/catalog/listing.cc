@@ -89,13 +89,16 @@ Result<RootListing> list_checkpoints(const std::string& root, const InspectOptio
       other.push_back(std::move(entry));
       continue;
     }
-    if (e.is_dir && internal_catalog::is_object_root(root) &&
-        !fs->exists(root + "/" + e.name + "/" + kIndexFileName)) {
+    if (e.is_dir && internal_catalog::is_object_root(root)) {
       // An object root's name without its index: saves that never committed (object_root.h).
-      entry.state = EntryState::kInFlight;
-      entry.detail = "save in progress or abandoned (no index: not committed)";
-      other.push_back(std::move(entry));
-      continue;
+      // An index that cannot be read now is no sign of that: read below, it is listed broken.
+      auto index_size = fs->file_size(root + "/" + e.name + "/" + kIndexFileName);
+      if (!index_size.ok() && index_size.status().code() == StatusCode::kNotFound) {
+        entry.state = EntryState::kInFlight;
+        entry.detail = "save in progress or abandoned (no index: not committed)";
+        other.push_back(std::move(entry));
+        continue;
+      }
     }
     if (e.is_dir && internal_catalog::is_retired_entry(*fs, root, e.name)) {
       entry.state = EntryState::kRetired;

@@ -58,6 +58,12 @@ Status probe_conditions(ObjectStore& store, const std::string& root) {
   if (second.ok()) failure = "a second create of one key succeeded (If-None-Match: * is not enforced)";
   else if (second.status().code() != StatusCode::kAlreadyExists) failure = second.status().to_string();
   if (failure.empty()) {
+    PutCondition current;  // a swap with the current ETag must succeed, or every swap spins
+    current.if_match = etag;
+    auto swapped = store.put(key, "probe 2b\n", current);
+    if (!swapped.ok()) failure = "a replace with the current ETag failed (If-Match): " + swapped.status().to_string();
+  }
+  if (failure.empty()) {
     PutCondition stale;
     stale.if_match = "0123456789abcdef0123456789abcdef";
     auto swapped = store.put(key, "probe 3\n", stale);
@@ -78,12 +84,15 @@ Status probe_conditions(ObjectStore& store, const std::string& root) {
                      "overrides, unsafely)");
 }
 
-// The commit sequence number of checkpoint `name` of the root (0 if unreadable).
-uint64_t commit_seq_of(ObjectStore& store, const std::string& root, const std::string& name) {
+// The commit sequence number of checkpoint `name` of the root: 0 when it has no index or
+// a damaged one (`latest` may then move past it); errors of the store (a transient one
+// must not let `latest` move back).
+Result<uint64_t> commit_seq_of(ObjectStore& store, const std::string& root, const std::string& name) {
   auto bytes = store.get(key_in(root, name + "/" + kIndexFileName), nullptr, uint64_t{1} << 30);
-  if (!bytes.ok()) return 0;
+  if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) return uint64_t{0};
+  if (!bytes.ok()) return bytes.status();
   auto index = internal_format::parse_index(*bytes, root + "/" + name + "/" + kIndexFileName);
-  return index.ok() ? index->commit_seq() : 0;
+  return index.ok() ? index->commit_seq() : uint64_t{0};
 }
 
 }  // namespace
@@ -150,7 +159,10 @@ Status move_object_latest(ObjectStore& store, const std::string& root, const std
     if (text.ok()) {
       const std::string current = parse_latest_pointer(*text);
       if (current == name) return Status();
-      if (!current.empty() && commit_seq_of(store, root, current) > commit_seq) return Status();  // a later save's
+      if (!current.empty()) {
+        DISTCKPT_ASSIGN_OR_RETURN(uint64_t theirs, commit_seq_of(store, root, current));
+        if (theirs > commit_seq) return Status();  // a later save's
+      }
       condition.if_match = etag;
     } else {
       condition.create_only = true;
@@ -204,12 +216,24 @@ Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, con
   internal_base::kill_point("create_index_pb");
   PutCondition create;
   create.create_only = true;
-  auto committed = store->put(key_in(entry.root, entry.name + "/" + kIndexFileName), framed, create);
-  if (!committed.ok()) {
+  const std::string index_key = key_in(entry.root, entry.name + "/" + kIndexFileName);
+  auto committed = store->put(index_key, framed, create);
+  if (!committed.ok() && committed.status().code() == StatusCode::kAlreadyExists) {
+    // Another save's index (put() compared the bytes): ours is garbage.
     discard_entry(fs, entry);
-    if (committed.status().code() == StatusCode::kAlreadyExists)
-      return already_exists("commit: checkpoint '" + entry.path + "' was committed by another save meanwhile");
-    return committed.status().with_context("commit: '" + index_path + "'");
+    return already_exists("commit: checkpoint '" + entry.path + "' was committed by another save meanwhile");
+  }
+  if (!committed.ok()) {
+    // The PUT may have landed with its answer lost: the index in place decides. Only an
+    // index that is surely absent lets this save's objects go; if it cannot be told, they
+    // stay (gc collects them once their owner is gone, unless an index names them).
+    auto there = store->get(index_key, nullptr, framed.size());
+    if (there.ok() && *there == framed) {
+      committed = std::string();  // ours: committed after all
+    } else {
+      if (!there.ok() && there.status().code() == StatusCode::kNotFound) discard_entry(fs, entry);
+      return committed.status().with_context("commit: '" + index_path + "'");
+    }
   }
   // Committed. The owner record is garbage from here (a crash leaves it, harmless).
   (void)fs.remove_file(entry.tmp + "/" + kHeartbeatFile);
@@ -223,14 +247,21 @@ Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, con
   return result;
 }
 
-Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root) {
+Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root,
+                                                      std::vector<std::string>* warnings) {
   std::vector<Candidate> out;
   DISTCKPT_ASSIGN_OR_RETURN(auto names, fs.list_dir(root));
   for (const auto& n : names) {
     if (!n.is_dir || n.name.rfind(kMetaDir, 0) == 0) continue;
     const std::string dir = root + "/" + n.name;
     std::set<std::string> committed;  // the save prefixes the index names
-    if (auto bytes = read_whole_file(fs, dir + "/" + kIndexFileName, uint64_t{1} << 30); bytes.ok()) {
+    auto bytes = read_whole_file(fs, dir + "/" + kIndexFileName, uint64_t{1} << 30);
+    if (!bytes.ok() && bytes.status().code() != StatusCode::kNotFound) {
+      // Unreadable now (throttled, refused): whether a save committed cannot be told.
+      if (warnings) warnings->push_back("gc: '" + dir + "' skipped: " + bytes.status().to_string());
+      continue;
+    }
+    if (bytes.ok()) {
       auto index = internal_format::parse_index(*bytes, dir + "/" + kIndexFileName);
       if (!index.ok()) continue;  // damaged: listed as broken, never collected here
       for (const auto& f : index->files())
@@ -262,6 +293,7 @@ Status remove_object_checkpoint(const std::string& root, const std::string& name
       for (const auto& f : index->files())
         if (const std::size_t slash = f.name().find('/'); slash != std::string::npos)
           save_dirs.insert(f.name().substr(0, slash));
+  DISTCKPT_RETURN_IF_ERROR(lock->still_held());
   DISTCKPT_RETURN_IF_ERROR(store->remove(index_key));  // no longer a checkpoint
   for (const std::string& dir : save_dirs) {
     if (!internal_format::valid_save_dir(dir)) continue;

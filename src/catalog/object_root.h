@@ -80,15 +80,19 @@ Status remove_object_checkpoint(const std::string& root, const std::string& name
 // If-Match: <its last ETag>; a 412 there means it was broken, and the lock is lost.
 // S3 has no conditional delete, so a lock is never deleted: it is released by a replace
 // (If-Match: <own ETag>) with a "free" record, and broken by a replace with If-Match: <the
-// ETag a waiter saw unchanged for the silence, by the store's clock>. Two waiters breaking
+// ETag a waiter saw unchanged for the silence (kObjectLockSilenceSeconds), by the store's clock>. Two waiters breaking
 // at once both replace the same ETag: one wins, the other gets 412 and waits again; a
 // holder that beats meanwhile changes the ETag and both breakers fail. So a lock has one
 // holder at a time without ever comparing hosts' clocks.
+// A holder's beat is one PUT, which may retry for a while when the store throttles: a
+// waiter waits this long (by the store's clock) for a record to change before breaking it.
+inline constexpr double kObjectLockSilenceSeconds = 30;
+
 class ObjectRootLock {
  public:
   static Result<std::unique_ptr<ObjectRootLock>> acquire(std::shared_ptr<internal_storage::ObjectStore> store, const std::string& root,
                                                          const std::string& what, double timeout_s,
-                                                         double silence_s = 10);
+                                                         double silence_s = kObjectLockSilenceSeconds);
   ~ObjectRootLock();
   ObjectRootLock(const ObjectRootLock&) = delete;
   ObjectRootLock& operator=(const ObjectRootLock&) = delete;

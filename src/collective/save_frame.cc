@@ -356,8 +356,10 @@ Result<SaveResult> close_save(Comm& comm, SaveFrame& frame, const Status& writte
       if (!committed->warning.empty()) result.warning += (result.warning.empty() ? "" : "; ") + committed->warning;
       return Status();
     });
-    // Our tmp entry still exists unless the rename happened: remove it (garbage).
-    if (!local.ok() && frame.fs->exists(frame.entry.tmp)) discard_entry(*frame.fs, frame.entry);
+    // Our tmp entry still exists unless the rename happened: remove it (garbage). An object
+    // root's commit decides that itself (its save prefix outlives the commit).
+    if (!local.ok() && frame.entry.data_dir.empty() && frame.fs->exists(frame.entry.tmp))
+      discard_entry(*frame.fs, frame.entry);
   }
   DISTCKPT_RETURN_IF_ERROR(agree(comm, local));
   result.commit_s = commit_timer.seconds();

@@ -37,6 +37,7 @@ class PartSender {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
+      queue_.clear();  // an abandoned upload: what is queued is never sent
     }
     cv_.notify_all();
     thread_.join();
@@ -122,8 +123,13 @@ class ObjectWritable final : public WritableFile {
   Status close() override { return finish(); }
 
  private:
+  // S3 takes at most 10,000 parts: the part size doubles every 1,000 parts (16 MiB parts
+  // then reach about 16 TiB by part 10,000).
+  uint64_t part_size(int number) const { return part_bytes_ << std::min((number - 1) / 1000, 20); }
+
   void place(std::size_t at, const char* data, std::size_t n) {
-    if (current_.capacity() < part_bytes_ + n) current_.reserve(part_bytes_ + n);
+    const uint64_t part = part_size(parts_ + 1);
+    if (current_.capacity() < part + n) current_.reserve(part + n);
     if (current_.size() < at + n) current_.resize(at + n);
     std::memcpy(current_.data() + at, data, n);
   }
@@ -131,16 +137,17 @@ class ObjectWritable final : public WritableFile {
   Status send_full_parts() {
     // A part is sent once a whole one and more is held, so that the last part is never
     // empty (S3 refuses parts under 5 MiB except the last).
-    while (current_.size() > part_bytes_) {
+    while (current_.size() > part_size(parts_ + 1)) {
+      const uint64_t part = part_size(parts_ + 1);
       if (!upload_) {
         DISTCKPT_ASSIGN_OR_RETURN(upload_, store_->start_upload(key_));
         sender_ = std::make_unique<PartSender>(*upload_);
       }
-      std::string rest = current_.substr(part_bytes_);
-      current_.resize(part_bytes_);
+      std::string rest = current_.substr(part);
+      current_.resize(part);
       DISTCKPT_RETURN_IF_ERROR(sender_->send(++parts_, std::move(current_)).with_context("write '" + path_ + "'"));
       current_ = std::move(rest);
-      sent_ += part_bytes_;
+      sent_ += part;
     }
     return Status();
   }
@@ -283,6 +290,7 @@ class ObjectFileSystem final : public FileSystem {
   Result<int64_t> modified_time_ns(const std::string& path) override {
     DISTCKPT_ASSIGN_OR_RETURN(auto at, locate(path));
     DISTCKPT_ASSIGN_OR_RETURN(ObjectInfo info, at.first->head(at.second));
+    if (info.modified_ms < 0) return io_error("'" + path + "': the store gave no readable Last-Modified");
     return info.modified_ms * 1000000;
   }
 };

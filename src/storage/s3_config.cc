@@ -79,7 +79,13 @@ bool S3Config::path_style() const {
   return !ends_with(endpoint, ".amazonaws.com");
 }
 
-std::string S3Config::describe() const { return "endpoint " + endpoint + ", region " + region; }
+std::string S3Config::describe() const {
+  // An endpoint may carry user:password@ (never shown).
+  std::string shown = endpoint;
+  const std::size_t scheme = shown.find("://"), at = shown.find('@');
+  if (scheme != std::string::npos && at != std::string::npos && at > scheme) shown.erase(scheme + 3, at - scheme - 2);
+  return "endpoint " + shown + ", region " + region;
+}
 
 Result<S3Config> s3_config_from_environment() {
   S3Config c;

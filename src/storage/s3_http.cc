@@ -88,9 +88,9 @@ size_t write_body(char* data, size_t size, size_t count, void* user) {
   S3Response& r = *t->response;
   // Only a successful ranged GET goes to the caller's buffer; error bodies are kept.
   if (t->sink != nullptr && r.status >= 200 && r.status < 300) {
-    if (r.body.size() + n > t->sink_size) return t->overflow = true, 0;
-    std::memcpy(static_cast<char*>(t->sink) + r.body.size(), data, n);
-    r.body.resize(r.body.size() + n);  // counts the bytes; the content is in the sink
+    if (r.sunk + n > t->sink_size) return t->overflow = true, 0;
+    std::memcpy(static_cast<char*>(t->sink) + r.sunk, data, n);
+    r.sunk += n;
     return n;
   }
   // An error's XML is short; a success's body is bounded by what the caller expects.
@@ -120,6 +120,7 @@ size_t read_header(char* data, size_t size, size_t count, void* user) {
 }
 
 bool retryable_status(const S3Response& r) {
+  if (r.status >= 200 && r.status < 300) return false;  // a body of user data is no error
   if (r.status == 500 || r.status == 502 || r.status == 503 || r.status == 504 || r.status == 429) return true;
   const std::string code = r.error_code();
   // ConditionalRequestConflict (409): AWS's answer to two conditional writes of one key

@@ -34,7 +34,8 @@ struct S3Request {
 
 struct S3Response {
   long status = 0;
-  std::string body;
+  std::string body;  // the answer's body (a ranged GET's goes to the request's sink)
+  std::size_t sunk = 0;  // bytes written to the request's sink
   std::map<std::string, std::string> headers;  // names in lower case
   int attempts = 0;
   std::string header(const std::string& name) const;

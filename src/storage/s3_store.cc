@@ -107,11 +107,12 @@ class S3Store final : public ObjectStore {
     if (a.status == 412) {
       // An earlier attempt whose answer was lost may have written it (ours, or libcurl's
       // own resend on a fresh connection, which we never see): ours if our bytes are in
-      // place (the ETag of one PUT is the MD5 of its bytes). The protocol's conditional
-      // writes all carry bytes no other writer makes (a save id, a random tail), so equal
-      // bytes are ours.
-      auto info = head(key);
-      if (info.ok() && info->etag == md5_hex(data)) return info->etag;
+      // place. The bytes are compared, not the ETag (with SSE-KMS or SSE-C an ETag is not
+      // the MD5 of the bytes). The protocol's conditional writes are small and all carry
+      // bytes no other writer makes (a save id, a random tail), so equal bytes are ours.
+      std::string etag;
+      auto there = get(key, &etag, data.size());
+      if (there.ok() && *there == data) return etag;
       const std::string m = "S3 PUT " + http_.url_of(key) + ": 412 PreconditionFailed: ";
       if (condition.create_only) return already_exists(m + "the key exists (If-None-Match: *)");
       return aborted(m + "the object changed since it was read (If-Match)");
@@ -143,10 +144,18 @@ class S3Store final : public ObjectStore {
     if (a.status == 416)
       return corruption("S3 GET " + http_.url_of(key) + ": " + std::to_string(n) + " bytes at " +
                         std::to_string(offset) + ": past the object's end");
-    if (a.status != 206 && a.status != 200) return http_.error_status(a, "GET", key);
-    if (a.body.size() != n)
+    // Only a 206 holds the range asked for (a store or proxy that ignores Range answers
+    // 200 with the whole object).
+    const std::string range = a.header("content-range");
+    if (a.status != 206) return a.status == 200 ? io_error("S3 GET " + http_.url_of(key) + ": the store ignored the Range "
+                                                           "header (200, not 206)")
+                                                : http_.error_status(a, "GET", key);
+    if (range.rfind("bytes " + std::to_string(offset) + "-" + std::to_string(offset + n - 1) + "/", 0) != 0)
+      return corruption("S3 GET " + http_.url_of(key) + ": asked for bytes " + std::to_string(offset) + "-" +
+                        std::to_string(offset + n - 1) + ", got '" + range + "'");
+    if (a.sunk != n)
       return corruption("S3 GET " + http_.url_of(key) + ": " + std::to_string(n) + " bytes at " +
-                        std::to_string(offset) + ": the object ends after " + std::to_string(a.body.size()));
+                        std::to_string(offset) + ": the object ends after " + std::to_string(a.sunk));
     return Status();
   }
 
@@ -157,9 +166,13 @@ class S3Store final : public ObjectStore {
     DISTCKPT_ASSIGN_OR_RETURN(S3Response a, http_.call(r));
     if (a.status != 200) return http_.error_status(a, "HEAD", key);
     ObjectInfo info;
-    info.size = std::strtoull(a.header("content-length").c_str(), nullptr, 10);
+    const std::string length = a.header("content-length");
+    char* end = nullptr;
+    info.size = std::strtoull(length.c_str(), &end, 10);
+    if (length.empty() || *end != '\0' || info.size > (uint64_t{1} << 50))
+      return corruption("S3 HEAD " + http_.url_of(key) + ": Content-Length '" + length + "' is not a size");
     info.etag = unquote(a.header("etag"));
-    info.modified_ms = parse_http_date_ms(a.header("last-modified"));
+    info.modified_ms = parse_http_date_ms(a.header("last-modified"));  // -1 if unreadable
     return info;
   }
 
@@ -176,7 +189,12 @@ class S3Store final : public ObjectStore {
       parse_page(a.body, &out);
       const auto truncated = xml_values(a.body, "IsTruncated");
       const auto next = xml_values(a.body, "NextContinuationToken");
-      token = !truncated.empty() && truncated.front() == "true" && !next.empty() ? next.front() : "";
+      const bool more = !truncated.empty() && truncated.front() == "true";
+      // A listing is whole or an error: never cut short, never a loop.
+      if (more && (next.empty() || next.front() == token))
+        return io_error("S3 list " + http_.url_of(prefix) + "*: the store says there is more but gives no new "
+                        "continuation token");
+      token = more ? next.front() : "";
     } while (!token.empty());
     return out;
   }

@@ -9,10 +9,14 @@ set -euo pipefail
 dir=$1
 [ -f "$dir.env" ] || { echo "s3 conditions: SKIPPED: the s3 fixture did not bring a store up"; exit 77; }
 eval "$(cat "$dir.env")"
-sign=(--aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
+# The credentials go to curl in a file only we can read (printf is a shell builtin: no
+# command line ever holds the secret).
+secrets=$(mktemp -d)
+printf 'user = "%s:%s"\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$secrets/curl"
+sign=(--aws-sigv4 "aws:amz:$AWS_REGION:s3" -K "$secrets/curl")
 bucket=conditions-$$
 body=$(mktemp)
-trap 'rm -f "$body"' EXIT
+trap 'rm -rf "$body" "$secrets"' EXIT
 echo "index bytes" >"$body"
 sha=$(sha256sum "$body" | cut -d' ' -f1)
 status() {  # the HTTP status of a signed request; $1 the method, $2 the key, then curl's options
