@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "catalog/gc.h"
 #include "catalog/object_root.h"
 #include "distckpt/checkpoint.h"
 #include "distckpt/inspect.h"
@@ -213,6 +214,29 @@ TEST(ObjectRoot, AStoreIgnoringConditionsIsRefusedUnlessUnsafeIsAsked) {
   setenv("DISTCKPT_S3_UNSAFE_NO_CONDITIONS", "1", 1);
   EXPECT_TRUE(internal_catalog::probe_object_root("s3://objroot-lax/r2").ok());
   unsetenv("DISTCKPT_S3_UNSAFE_NO_CONDITIONS");
+}
+
+TEST(ObjectRoot, IncompleteUploadsAreAbortedByGcAndWithTheirPrefix) {
+  auto store = fresh_bucket("objroot-uploads");
+  // A writer killed mid-object leaves an upload nobody completes.
+  auto killed = store->start_upload("r/a/s-0123456789abcdef/data-00000.bin");
+  ASSERT_TRUE(killed.ok());
+  ASSERT_TRUE((*killed)->upload_part(1, std::string(100, 'x')).ok());
+  ASSERT_EQ(store->list_uploads("r/")->size(), 1u);
+  auto young = internal_catalog::abort_stale_uploads("s3://objroot-uploads/r", 3600, false);
+  ASSERT_TRUE(young.ok());
+  EXPECT_TRUE(young->empty()) << "an upload within the lease was aborted";
+  auto old = internal_catalog::abort_stale_uploads("s3://objroot-uploads/r", 0, false);
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  ASSERT_EQ(old->size(), 1u);
+  EXPECT_NE((*old)[0].name.find("a/s-0123456789abcdef/data-00000.bin"), std::string::npos) << (*old)[0].name;
+  EXPECT_TRUE(store->list_uploads("r/")->empty());
+  EXPECT_FALSE((*killed)->complete(1).ok()) << "an aborted upload completed";
+  // Removing a prefix aborts the uploads under it too.
+  auto under = store->start_upload("r/b/s-fedcba9876543210/data-00001.bin");
+  ASSERT_TRUE(under.ok());
+  ASSERT_TRUE(internal_storage::object_filesystem()->remove_all("s3://objroot-uploads/r/b").ok());
+  EXPECT_TRUE(store->list_uploads("r/")->empty());
 }
 
 TEST(ObjectRoot, ALockHasOneHolderAndASilentOneIsBrokenOnce) {

@@ -156,6 +156,9 @@ Result<GcReport> collect_garbage(FileSystem& fs, const std::string& root, const 
     auto saves = object_saves_in_flight(fs, root, &report.warnings);
     if (saves.ok()) collect(*saves);
     else report.warnings.push_back("gc: " + saves.status().to_string());
+    auto uploads = abort_stale_uploads(root, lease, options.dry_run);
+    if (uploads.ok()) report.removed.insert(report.removed.end(), uploads->begin(), uploads->end());
+    else report.warnings.push_back("gc: " + uploads.status().to_string());
   }
   // A lock set aside by a breaker that found a new holder in it and could not put it back
   // (claims.cc), or one whose breaker died half way, holds its owner's record: collected by

@@ -48,6 +48,10 @@ struct Candidate {
 Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std::string& root,
                                                       std::vector<std::string>* warnings);
 
+// An object root's incomplete multipart uploads begun more than `lease_s` ago by the store's
+// clock (a writer killed mid-object): aborted unless `dry_run`, each reported as an entry.
+Result<std::vector<GcEntry>> abort_stale_uploads(const std::string& root, double lease_s, bool dry_run);
+
 // Local, rank 0 of a manager or the `distckpt gc` tool. An object root's saves in flight
 // (<name>/s-<id>/ that no index names: object_root.h) are judged as the file system's
 // .tmp-* entries are, their heartbeat's age by the store's clock. Never removes an entry whose

@@ -236,6 +236,7 @@ Result<CommitResult> commit_object_entry(FileSystem& fs, const Entry& entry, con
     }
   }
   // Committed. The owner record is garbage from here (a crash leaves it, harmless).
+  internal_base::kill_point("object-latest");  // committed, `latest` not yet moved
   (void)fs.remove_file(entry.tmp + "/" + kHeartbeatFile);
   (void)fs.remove_file(entry.tmp + "/" + kOwnerFile);
   if (update_latest) {
@@ -272,6 +273,27 @@ Result<std::vector<Candidate>> object_saves_in_flight(FileSystem& fs, const std:
     for (const auto& s : saves)
       if (s.is_dir && internal_format::valid_save_dir(s.name) && !committed.count(s.name))
         out.push_back({dir + "/" + s.name, n.name + "/" + s.name, s.name, true});
+  }
+  return out;
+}
+
+Result<std::vector<GcEntry>> abort_stale_uploads(const std::string& root, double lease_s, bool dry_run) {
+  DISTCKPT_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, internal_storage::object_store_for(root));
+  const std::string prefix = internal_storage::object_key(root);
+  DISTCKPT_ASSIGN_OR_RETURN(auto uploads, store->list_uploads(prefix.empty() ? "" : prefix + "/"));
+  std::vector<GcEntry> out;
+  if (uploads.empty()) return out;
+  DISTCKPT_ASSIGN_OR_RETURN(int64_t now_ms, store->now_ms());
+  for (const auto& u : uploads) {
+    const double age_s = u.initiated_ms < 0 ? -1 : static_cast<double>(now_ms - u.initiated_ms) / 1000;
+    if (age_s < lease_s) continue;  // unknown or recent: a writer may be sending its parts
+    const std::string shown = u.key.substr(std::min(u.key.size(), prefix.empty() ? 0 : prefix.size() + 1));
+    if (!dry_run) DISTCKPT_RETURN_IF_ERROR(store->abort_upload(u.key, u.upload_id));
+    internal_base::kill_point("gc-aborting");
+    out.push_back(GcEntry{shown + " (incomplete upload)",
+                          "begun " + std::to_string(static_cast<int64_t>(age_s)) + " s ago by the store's clock, past "
+                          "the lease of " + std::to_string(static_cast<int64_t>(lease_s)) + " s",
+                          !dry_run});
   }
   return out;
 }
@@ -356,6 +378,7 @@ Result<std::unique_ptr<ObjectRootLock>> ObjectRootLock::acquire(std::shared_ptr<
         // A free record is taken, a silent one broken, both by a replace of the very version
         // judged: of two takers, one wins.
         if (free || static_cast<double>(now_ms - seen_since_ms) >= silence_s * 1000) {
+          internal_base::kill_point("object-lock-break");
           PutCondition judged;
           judged.if_match = etag;
           put = store->put(state->key, state->record(), judged);

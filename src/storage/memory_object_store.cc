@@ -88,6 +88,30 @@ class MemoryStore final : public ObjectStore, public std::enable_shared_from_thi
 
   Result<std::unique_ptr<ObjectUpload>> start_upload(const std::string& key) override;
 
+  Result<std::vector<IncompleteUpload>> list_uploads(const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<IncompleteUpload> out;
+    for (const auto& [id, upload] : uploads_)
+      if (upload.key.compare(0, prefix.size(), prefix) == 0) out.push_back(upload);
+    return out;
+  }
+  Status abort_upload(const std::string&, const std::string& upload_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uploads_.erase(upload_id);
+    return Status();
+  }
+  // An upload's life: begun (listed), then completed or aborted (gone).
+  std::string begin_upload(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = "upload-" + std::to_string(++upload_ids_);
+    uploads_[id] = IncompleteUpload{key, id, host_now_ms()};
+    return id;
+  }
+  bool end_upload(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return uploads_.erase(id) > 0;
+  }
+
   Result<int64_t> now_ms() override { return host_now_ms(); }
   std::string describe() const override { return "memory store '" + bucket_ + "'"; }
   uint64_t part_bytes() const override { return part_bytes_; }
@@ -114,17 +138,21 @@ class MemoryStore final : public ObjectStore, public std::enable_shared_from_thi
   bool enforce_;
   std::mutex mu_;
   std::map<std::string, Object> objects_;
+  std::map<std::string, IncompleteUpload> uploads_;
+  uint64_t upload_ids_ = 0;
 };
 
 class MemoryUpload final : public ObjectUpload {
  public:
-  MemoryUpload(std::shared_ptr<MemoryStore> store, std::string key) : store_(std::move(store)), key_(std::move(key)) {}
+  MemoryUpload(std::shared_ptr<MemoryStore> store, std::string key)
+      : store_(std::move(store)), key_(std::move(key)), id_(store_->begin_upload(key_)) {}
   Status upload_part(int number, std::string_view data) override {
     std::lock_guard<std::mutex> lock(mu_);
     parts_[number] = std::string(data);
     return Status();
   }
   Result<std::string> complete(int parts) override {
+    if (!store_->end_upload(id_)) return not_found("memory upload of " + key_ + ": NoSuchUpload (aborted)");
     std::string all;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -136,11 +164,11 @@ class MemoryUpload final : public ObjectUpload {
     }
     return store_->complete_upload(key_, std::move(all));
   }
-  void abort() override {}
+  void abort() override { store_->end_upload(id_); }
 
  private:
   std::shared_ptr<MemoryStore> store_;
-  std::string key_;
+  std::string key_, id_;
   std::mutex mu_;
   std::map<int, std::string> parts_;
 };

@@ -10,7 +10,8 @@
 // until the gap before them is filled; a write into bytes already sent is refused). Its
 // bytes go in parts of ObjectStore::part_bytes() as they fill (a multipart upload), and
 // the object appears whole at sync() or close(): never partly. list_dir of a prefix with
-// nothing under it is an empty directory (kNotFound only for a missing bucket). A readable file is the
+// nothing under it is an empty directory (kNotFound only for a missing bucket). remove_all
+// of a prefix also aborts the incomplete multipart uploads under it. A readable file is the
 // object's version at open (reads of a later version fail, kAborted).
 #pragma once
 

@@ -32,6 +32,13 @@ struct PutCondition {
   std::string if_match;
 };
 
+// A multipart upload begun and neither completed nor aborted: invisible, but its parts are
+// kept (and billed) by the store until aborted.
+struct IncompleteUpload {
+  std::string key, upload_id;
+  int64_t initiated_ms = -1;  // the store's clock
+};
+
 struct ObjectListing {
   std::vector<std::pair<std::string, ObjectInfo>> objects;  // full keys, in key order
   std::vector<std::string> prefixes;  // with a delimiter: the "directories" (full, ending in it)
@@ -70,6 +77,10 @@ class ObjectStore {
   // Removes `key`; a missing key is fine (S3 answers 204 either way).
   virtual Status remove(const std::string& key) = 0;
   virtual Result<std::unique_ptr<ObjectUpload>> start_upload(const std::string& key) = 0;
+  // The incomplete multipart uploads of keys under `prefix` (all of them, paginated).
+  virtual Result<std::vector<IncompleteUpload>> list_uploads(const std::string& prefix) = 0;
+  // Aborts one (its parts are freed); an upload already gone is fine.
+  virtual Status abort_upload(const std::string& key, const std::string& upload_id) = 0;
   // The store's clock now, in milliseconds since the epoch (S3: a response's Date
   // header, whole seconds): leases are judged by it, never by a host's clock.
   virtual Result<int64_t> now_ms() = 0;

@@ -219,6 +219,42 @@ class S3Store final : public ObjectStore {
     return std::unique_ptr<ObjectUpload>(std::make_unique<S3Upload>(http_, key, ids.front()));
   }
 
+  Result<std::vector<IncompleteUpload>> list_uploads(const std::string& prefix) override {
+    std::vector<IncompleteUpload> out;
+    std::string key_marker, id_marker;
+    for (;;) {
+      S3Request r;
+      r.query = {{"uploads", ""}, {"prefix", prefix}};
+      if (!key_marker.empty()) r.query["key-marker"] = key_marker;
+      if (!id_marker.empty()) r.query["upload-id-marker"] = id_marker;
+      DISTCKPT_ASSIGN_OR_RETURN(S3Response a, http_.call(r));
+      if (a.status != 200) return http_.error_status(a, "list uploads", prefix + "*");
+      for (const std::string& u : xml_values(a.body, "Upload")) {
+        const auto key = xml_values(u, "Key"), id = xml_values(u, "UploadId"), at = xml_values(u, "Initiated");
+        if (key.empty() || id.empty()) continue;
+        out.push_back({key.front(), id.front(), at.empty() ? -1 : parse_iso_date_ms(at.front())});
+      }
+      const auto truncated = xml_values(a.body, "IsTruncated");
+      if (truncated.empty() || truncated.front() != "true") return out;
+      const auto next_key = xml_values(a.body, "NextKeyMarker"), next_id = xml_values(a.body, "NextUploadIdMarker");
+      if (next_key.empty() || (next_key.front() == key_marker && (next_id.empty() || next_id.front() == id_marker)))
+        return io_error("S3 list uploads " + http_.url_of(prefix) + "*: the store says there is more but gives no "
+                        "new marker");
+      key_marker = next_key.front();
+      id_marker = next_id.empty() ? "" : next_id.front();
+    }
+  }
+
+  Status abort_upload(const std::string& key, const std::string& upload_id) override {
+    S3Request r;
+    r.method = "DELETE";
+    r.key = key;
+    r.query = {{"uploadId", upload_id}};
+    DISTCKPT_ASSIGN_OR_RETURN(S3Response a, http_.call(r));
+    if (a.status == 204 || a.status == 200 || a.status == 404) return Status();
+    return http_.error_status(a, "abort upload of", key);
+  }
+
   Result<int64_t> now_ms() override {
     S3Request r;
     r.method = "HEAD";  // of the bucket: any answer carries the store's Date
