@@ -149,6 +149,13 @@ won=$(grep -l "^save:" "$work"/race?.out | wc -l)
 [ "$won" = 1 ] || fail "$won of 2 jobs saving one name committed it"
 check "two jobs saving one name: one committed, the other was refused"
 
+# An asynchronous save (AsyncCheckpointer: staged, then uploaded in the background) loads back.
+timeout 120 "${mpi[@]}" -np 2 "$build/ckpt_bench" --size 16M --mode both --async --dir "$root/async" \
+  >"$work/async.out" 2>&1 || fail "an asynchronous save into the object root failed"
+grep -q "verified (0 mismatches)" "$work/async.out" && grep -q "^async: caller blocked" "$work/async.out" ||
+  fail "the asynchronous save did not load back exactly"
+check "an asynchronous save committed in the background and loaded back exactly"
+
 # 4. HTTPS: the store's certificate is trusted through AWS_CA_BUNDLE, and refused without it.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" -days 1 \
   -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1 || fail "openssl could not make a certificate"
