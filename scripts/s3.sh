@@ -46,13 +46,14 @@ down() {
 
 fail() {
   echo "s3.sh: $*" >&2
+  [ "${last_attempt:-1}" = 1 ] || exit 1  # retried: the logs of the last attempt only
   for log in "$dir"/log/*.log; do
     [ -f "$log" ] && { echo "--- $log (end)" >&2; tail -n 20 "$log" >&2; }
   done
   exit 1
 }
 
-up() {
+up_once() {
   for tool in ceph-mon ceph-mgr ceph-osd radosgw radosgw-admin monmaptool ceph curl; do
     command -v "$tool" >/dev/null || fail "$tool is not installed (bash scripts/setup.sh installs Ceph)"
   done
@@ -127,6 +128,22 @@ EOF
   done
   curl -s -o /dev/null "http://127.0.0.1:$port/" || fail "radosgw does not answer on 127.0.0.1:$port"
   print_env
+}
+
+# Now and then the monitor refuses a new OSD at its boot ("wrong fsid"), which its next
+# bring-up does not repeat: the whole cluster is made again, up to three times.
+up() {
+  local attempt env
+  for attempt in 1 2 3; do
+    [ "$attempt" = 3 ] && last_attempt=1 || last_attempt=0
+    if env=$(up_once); then
+      echo "$env"
+      return 0
+    fi
+    [ "$attempt" = 3 ] || echo "s3.sh: bring-up attempt $attempt failed; again" >&2
+  done
+  down
+  exit 1
 }
 
 case "$cmd" in
