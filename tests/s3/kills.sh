@@ -8,28 +8,10 @@
 # multipart uploads of the killed saves behind. The store is the s3 fixture's Ceph RGW.
 # Usage: kills.sh BUILD_DIR DIR (the fixture's)
 set -uo pipefail
-build=$1 dir=$2
-[ -f "$dir.env" ] || { echo "s3 kills: SKIPPED: the s3 fixture did not bring a store up"; exit 77; }
-eval "$(cat "$dir.env")"
-export AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+build=$1 dir=$2 label="s3 kills"
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+cleanup_extra() { pkill -9 -f -- "--dir s3://$bucket/" 2>/dev/null; }
 export DISTCKPT_S3_PART_MIB=5  # 12 MiB per rank: three parts each
-work=$(mktemp -d)
-bucket=kills-$$
-cleanup() {
-  pkill -9 -f -- "--dir s3://$bucket/" 2>/dev/null
-  rm -rf "$work"
-  radosgw-admin -c "$dir/ceph.conf" bucket rm --bucket="$bucket" --purge-objects --bypass-gc >/dev/null 2>&1
-}
-trap cleanup EXIT
-mpi=(mpirun --allow-run-as-root --oversubscribe)
-fail() {
-  echo "s3 kills: FAIL: $*"
-  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
-  exit 1
-}
-printf 'user = "%s:%s"\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$work/curl.cfg"
-s3curl() { curl -s --aws-sigv4 "aws:amz:$AWS_REGION:s3" -K "$work/curl.cfg" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
-s3curl -o /dev/null -w '%{http_code}' -X PUT "$AWS_ENDPOINT_URL/$bucket" | grep -q 200 || fail "could not create $bucket"
 root=s3://$bucket/k
 save() {  # save NAME [env...]: a 24 MiB save on 2 ranks, kept
   local name=$1

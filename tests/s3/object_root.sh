@@ -9,34 +9,11 @@
 # one name commit it once. No secret appears in any output.
 # Usage: object_root.sh BUILD_DIR DIR (the fixture's)
 set -uo pipefail
-build=$1 dir=$2
+build=$1 dir=$2 label="s3 object root"
 here=$(cd "$(dirname "$0")" && pwd)
-[ -f "$dir.env" ] || { echo "s3 object root: SKIPPED: the s3 fixture did not bring a store up"; exit 77; }
-eval "$(cat "$dir.env")"
-export AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
-store=$AWS_ENDPOINT_URL
-work=$(mktemp -d)
 proxy_pid=
-bucket=objroot-$$
-cleanup() {
-  [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null
-  rm -rf "$work"
-  # The store is memory: what a run wrote goes with it.
-  radosgw-admin -c "$dir/ceph.conf" bucket rm --bucket="$bucket" --purge-objects --bypass-gc >/dev/null 2>&1
-}
-trap cleanup EXIT
-mpi=(mpirun --allow-run-as-root --oversubscribe)
-fail() {
-  echo "s3 object root: FAIL: $*"
-  for f in "$work"/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  exit 1
-}
-check() { echo "s3 object root: $*"; }
-# curl reads the credentials from a file only we can read (printf is a shell builtin: no
-# command line ever holds the secret).
-printf 'user = "%s:%s"\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$work/curl.cfg"
-curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:$AWS_REGION:s3" -K "$work/curl.cfg" \
-  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "$store/$bucket" | grep -q 200 || fail "could not create bucket $bucket"
+. "$here/lib.sh"
+cleanup_extra() { [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null; }
 root=s3://$bucket/jobs/mlp
 train() { timeout 300 "${mpi[@]}" -np "$1" "$build/train_mlp" "${@:2}" --dir "$root"; }
 
@@ -182,7 +159,7 @@ grep -q "python s3 round trip: ok" "$work/python.out" || fail "the Python round 
 check "distckpt.torch.save and load, and list_checkpoints, with an s3:// root"
 
 # 6. No secret anywhere.
-rm -f "$work/curl.cfg"
+rm -f "$work/curl.cfg"  # (not an output)
 if grep -rqF -f <(printf '%s\n' "$AWS_SECRET_ACCESS_KEY") "$work"; then fail "the secret key appears in an output"; fi
 check "the secret key appears in no output or log"
 echo "s3 object root: ok"
