@@ -101,6 +101,11 @@ mgr data = $dir/mgr/\$cluster-\$id
 mon cluster log file = $dir/log/cluster.log
 [client.rgw.a]
 rados osd op timeout = 10
+# Deleted objects' space is freed within seconds (RGW's default waits two hours): the store
+# is memory, and repeated benchmark runs would fill it.
+rgw gc obj min wait = 2
+rgw gc processor period = 5
+rgw gc processor max time = 5
 rgw frontends = beast endpoint=127.0.0.1:$port
 rgw data = $dir/rgw
 EOF

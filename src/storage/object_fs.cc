@@ -32,8 +32,11 @@ Result<std::pair<std::shared_ptr<ObjectStore>, std::string>> locate(const std::s
 // parts per file being written).
 class PartSender {
  public:
-  static constexpr std::size_t kQueued = 2;
-  explicit PartSender(ObjectUpload& upload) : upload_(upload), thread_([this] { run(); }) {}
+  static constexpr std::size_t kQueued = 1;
+  static constexpr int kThreads = 2;  // parts in flight at once, each on its own connection
+  explicit PartSender(ObjectUpload& upload) : upload_(upload) {
+    for (int i = 0; i < kThreads; ++i) threads_.emplace_back([this] { run(); });
+  }
   ~PartSender() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -41,7 +44,7 @@ class PartSender {
       queue_.clear();  // an abandoned upload: what is queued is never sent
     }
     cv_.notify_all();
-    thread_.join();
+    for (std::thread& t : threads_) t.join();
   }
   // Queues part `number`, waiting while kQueued are queued. The first failure of any part
   // is returned by this and every later call.
@@ -56,7 +59,7 @@ class PartSender {
   // Waits until every queued part is sent.
   Status drain() {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return (queue_.empty() && !busy_) || !failed_.ok(); });
+    cv_.wait(lock, [this] { return (queue_.empty() && busy_ == 0) || !failed_.ok(); });
     return failed_;
   }
 
@@ -68,11 +71,11 @@ class PartSender {
       if (queue_.empty()) return;
       auto [number, bytes] = std::move(queue_.front());
       queue_.pop_front();
-      busy_ = true;
+      ++busy_;
       lock.unlock();
       Status st = failed_.ok() ? upload_.upload_part(number, bytes) : Status();
       lock.lock();
-      busy_ = false;
+      --busy_;
       if (!st.ok() && failed_.ok()) failed_ = st;
       cv_.notify_all();
     }
@@ -81,9 +84,10 @@ class PartSender {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<int, std::string>> queue_;
-  bool busy_ = false, stopping_ = false;
+  int busy_ = 0;  // parts being sent
+  bool stopping_ = false;
   Status failed_;
-  std::thread thread_;  // last: starts once the rest is built
+  std::vector<std::thread> threads_;  // last: they start once the rest is built
 };
 
 class ObjectWritable final : public WritableFile {
