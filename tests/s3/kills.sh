@@ -64,6 +64,44 @@ for point in "${points[@]}"; do
   echo "s3 kills: killed at $point: nothing half visible; gc left no objects or uploads of it"
 done
 
+# The connection cut by our proxy at each request of the protocol, before the request
+# reaches the store (drop) and after it did, its answer lost (drop_after_forward): the
+# client resends, and the save either commits whole or fails cleanly.
+rules=$work/rules.json
+echo '[]' >"$rules"
+/usr/bin/python3 "$(cd "$(dirname "$0")" && pwd)/fault_proxy.py" --listen-port 0 --upstream "${store#http://}" \
+  --rules "$rules" --port-file "$work/port" --stats "$work/stats.json" 2>"$work/proxy.log" &
+proxy_pid=$!
+cleanup_extra() { kill "$proxy_pid" 2>/dev/null; pkill -9 -f -- "--dir s3://$bucket/" 2>/dev/null; }
+for _ in $(seq 50); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || fail "the proxy did not start"
+steps=('PUT partNumber=1&' 'PUT partNumber=2&' 'POST uploadId=' 'PUT index.pb' 'PUT /latest' 'PUT /.distckpt/seq')
+cut_count() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["by_action"].get(sys.argv[2], 0))' "$work/stats.json" "$1" 2>/dev/null || echo 0; }
+cuts=0
+for action in drop drop_after_forward; do
+  for step in "${steps[@]}"; do
+    i=$((i + 1))
+    name=cut-$i
+    method=${step%% *} key=${step#* }
+    case $key in
+      /latest | /.distckpt/seq) pattern="k$key" ;;  # the root's own objects
+      *) pattern="k/$name/.*$key" ;;
+    esac
+    printf '[{"method": "%s", "key": "%s", "action": "%s", "times": 2}]\n' "$method" "$pattern" "$action" >"$rules"
+    before=$(cut_count "$action")
+    AWS_ENDPOINT_URL=http://127.0.0.1:$(cat "$work/port") save "$name" || true
+    [ "$(cut_count "$action")" -gt "$before" ] || fail "the proxy never cut '$step' ($action)"
+    consistent "a cut at $action $step"
+    cuts=$((cuts + 1))
+  done
+done
+echo '[]' >"$rules"
+grep -q '"drop": ' "$work/stats.json" && grep -q '"drop_after_forward": ' "$work/stats.json" ||
+  fail "the proxy cut no connection"
+"$build/distckpt" gc "$root" >/dev/null 2>&1
+consistent "gc after the cuts"
+check "$cuts requests cut by the proxy (before and after reaching the store): nothing half visible"
+
 # gc killed while it removes an abandoned save's objects, then run again.
 save abandoned DISTCKPT_PAUSE_AT=object-complete &
 runner=$!
