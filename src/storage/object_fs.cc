@@ -16,12 +16,6 @@
 namespace distckpt::internal_storage {
 namespace {
 
-std::mutex registry_mu;
-std::map<std::string, std::shared_ptr<ObjectStore>>& registry() {
-  static auto* stores = new std::map<std::string, std::shared_ptr<ObjectStore>>();
-  return *stores;
-}
-
 Result<std::pair<std::shared_ptr<ObjectStore>, std::string>> locate(const std::string& path) {
   DISTCKPT_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(path));
   return std::make_pair(std::move(store), object_key(path));
@@ -313,23 +307,6 @@ std::string object_key(const std::string& path) {
   std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
   while (internal_base::ends_with(key, "/")) key.pop_back();
   return key;
-}
-
-Result<std::shared_ptr<ObjectStore>> object_store_for(const std::string& url) {
-  DISTCKPT_ASSIGN_OR_RETURN(S3Url parsed, parse_s3_url(url));
-  std::lock_guard<std::mutex> lock(registry_mu);
-  auto& stores = registry();
-  if (auto it = stores.find(parsed.bucket); it != stores.end()) return it->second;
-  DISTCKPT_ASSIGN_OR_RETURN(S3Config config, s3_config_from_environment());
-  auto store = s3_object_store(config, parsed.bucket);
-  stores[parsed.bucket] = store;
-  return store;
-}
-
-void register_object_store(const std::string& bucket, std::shared_ptr<ObjectStore> store) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  if (store) registry()[bucket] = std::move(store);
-  else registry().erase(bucket);
 }
 
 std::shared_ptr<FileSystem> object_filesystem() {

@@ -290,6 +290,12 @@ class S3Store final : public ObjectStore {
   S3Http http_;
 };
 
+std::mutex registry_mu;
+std::map<std::string, std::shared_ptr<ObjectStore>>& registry() {
+  static auto* stores = new std::map<std::string, std::shared_ptr<ObjectStore>>();
+  return *stores;
+}
+
 }  // namespace
 
 std::string md5_hex(std::string_view data) {
@@ -307,6 +313,23 @@ std::string md5_hex(std::string_view data) {
 
 std::shared_ptr<ObjectStore> s3_object_store(const S3Config& config, const std::string& bucket) {
   return std::make_shared<S3Store>(config, bucket);
+}
+
+Result<std::shared_ptr<ObjectStore>> object_store_for(const std::string& url) {
+  DISTCKPT_ASSIGN_OR_RETURN(S3Url parsed, parse_s3_url(url));
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto& stores = registry();
+  if (auto it = stores.find(parsed.bucket); it != stores.end()) return it->second;
+  DISTCKPT_ASSIGN_OR_RETURN(S3Config config, s3_config_from_environment());
+  auto store = s3_object_store(config, parsed.bucket);
+  stores[parsed.bucket] = store;
+  return store;
+}
+
+void register_object_store(const std::string& bucket, std::shared_ptr<ObjectStore> store) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  if (store) registry()[bucket] = std::move(store);
+  else registry().erase(bucket);
 }
 
 }  // namespace distckpt::internal_storage
